@@ -1,0 +1,3 @@
+from dflash_provision.cli.main import main
+
+main()

@@ -1,0 +1,1 @@
+"""Click command-line layer: parse, call the core, render, map errors to exit codes."""

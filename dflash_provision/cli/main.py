@@ -1,0 +1,101 @@
+"""Entry point. Commands live in sibling modules and are imported only when invoked, so that
+``dflash-provision --help`` stays fast and never imports paramiko, transformers or huggingface_hub.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+import traceback
+
+import click
+
+from dflash_provision import __version__
+from dflash_provision.errors import DflashProvisionError, ExitCode
+
+# command name -> (module under dflash_provision.cli, one-line help shown by --help)
+COMMANDS: dict[str, tuple[str, str]] = {
+    "fetch": ("fetch", "Download a drafter's config.json from the Hub, pinned to a commit sha."),
+    "validate": ("validate", "Check a config: JSON, schema, DFlash invariants, loader effects."),
+    "diff": ("diff", "Semantic diff of two configs (files, dirs, repo ids, remote targets)."),
+    "push": ("push", "Write the authoritative config to a target atomically and read it back."),
+    "verify": ("verify", "Read a target's config back and compare it, without writing."),
+    "rollback": ("rollback", "Restore a target's config from one of its backups."),
+    "audit": ("audit", "Check a whole fleet for drift in parallel."),
+    "repair": ("repair", "Audit a fleet, then push to every host that drifted."),
+    "history": ("history", "Show the local history of pushes, repairs, rollbacks and audits."),
+}
+
+DEBUG_ENV = "DFLASH_PROVISION_DEBUG"
+
+
+class LazyGroup(click.Group):
+    """A group whose subcommands are imported on first use."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return [name for name, (module, _) in COMMANDS.items() if _module_exists(module)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        entry = COMMANDS.get(cmd_name)
+        if entry is None or not _module_exists(entry[0]):
+            return None
+        module = importlib.import_module(f"dflash_provision.cli.{entry[0]}")
+        command: click.Command = module.command
+        return command
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        # Help text comes from the table above so --help imports no command module.
+        rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
+        if rows:
+            with formatter.section("Commands"):
+                formatter.write_dl(rows)
+
+
+def _module_exists(module: str) -> bool:
+    from importlib.util import find_spec
+
+    return find_spec(f"dflash_provision.cli.{module}") is not None
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="dflash-provision")
+@click.option(
+    "--debug",
+    is_flag=True,
+    envvar=DEBUG_ENV,
+    help=f"Show full tracebacks for errors (also {DEBUG_ENV}=1).",
+)
+@click.pass_context
+def cli(ctx: click.Context, debug: bool) -> None:
+    """Make a DFlash drafter's config.json exactly right on every inference host, and prove it."""
+    ctx.ensure_object(dict)
+    ctx.obj["debug"] = debug
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the CLI, turning expected errors into one line on stderr and a documented exit code."""
+    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    try:
+        rv = cli.main(args=argv, standalone_mode=False)
+    except DflashProvisionError as exc:
+        if debug:
+            traceback.print_exc()
+        click.echo(f"error: {exc.message}", err=True)
+        sys.exit(int(exc.exit_code))
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(130)
+    except click.ClickException as exc:
+        exc.show()
+        sys.exit(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+    except click.exceptions.Exit as exc:
+        sys.exit(exc.exit_code)
+    except KeyboardInterrupt:
+        click.echo("interrupted", err=True)
+        sys.exit(130)
+    sys.exit(int(rv) if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

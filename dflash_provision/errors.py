@@ -1,0 +1,79 @@
+"""One exception root for everything the user can cause or meet, each carrying its exit code.
+
+The CLI prints ``error: <message>`` on one line and exits with ``exit_code``; anything that is not
+a DflashProvisionError is a bug and shows a traceback.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitCode(IntEnum):
+    """Documented process exit codes (README "Exit codes" table mirrors this)."""
+
+    OK = 0
+    ERROR = 1  # unexpected failure, or some hosts failed in a fleet run
+    USAGE = 2  # bad arguments, bad target spec, bad inventory, unreadable input file
+    INVALID = 3  # the config fails validation (parse, schema, invariants, loader, --against)
+    DRIFT = 4  # a compared file differs from the authoritative config
+    UNREACHABLE = 5  # connection refused, timed out, name not resolved
+    AUTH = 6  # authentication failed, host key unknown or changed, sudo needs a password
+    REMOTE_FAILED = 7  # a remote step failed: permission, disk full, read-only, missing dir, ...
+    CONTAINER = 8  # the container does not exist or is not running
+    HUB_REPO_NOT_FOUND = 10
+    HUB_GATED = 11
+    HUB_REVISION_NOT_FOUND = 12
+    HUB_FILE_NOT_FOUND = 13
+    HUB_UNREACHABLE = 14
+    HUB_OFFLINE_NOT_CACHED = 15
+
+
+class DflashProvisionError(Exception):
+    """Base of all expected errors: a one-line user-facing message plus an exit code."""
+
+    exit_code: ExitCode = ExitCode.ERROR
+
+    def __init__(self, message: str, *, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        if exit_code is not None:
+            self.exit_code = exit_code
+
+
+class UsageError(DflashProvisionError):
+    exit_code = ExitCode.USAGE
+
+
+class ConfigInvalid(DflashProvisionError):
+    exit_code = ExitCode.INVALID
+
+
+class DriftFound(DflashProvisionError):
+    exit_code = ExitCode.DRIFT
+
+
+class HubError(DflashProvisionError):
+    """Fetching from the Hub failed; the exit code says which way (10-15)."""
+
+
+class UnreachableError(DflashProvisionError):
+    exit_code = ExitCode.UNREACHABLE
+
+
+class AuthError(DflashProvisionError):
+    exit_code = ExitCode.AUTH
+
+
+class RemoteStepFailed(DflashProvisionError):
+    """A step of a remote operation failed; ``step`` names it (e.g. "write", "rename")."""
+
+    exit_code = ExitCode.REMOTE_FAILED
+
+    def __init__(self, message: str, *, step: str, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message, exit_code=exit_code)
+        self.step = step
+
+
+class ContainerError(DflashProvisionError):
+    exit_code = ExitCode.CONTAINER

@@ -1,0 +1,54 @@
+"""The one interface every transport implements: run an argv with stdin and a timeout."""
+
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+DEFAULT_COMMAND_TIMEOUT = 60.0
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What one remote command returned. Transports never raise for a non-zero exit status."""
+
+    exit_status: int
+    stdout: bytes
+    stderr: bytes
+    duration_s: float
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_status == 0
+
+
+class Transport(abc.ABC):
+    """Runs commands on one machine.
+
+    ``run`` raises UnreachableError / AuthError (connection-level failures) or
+    RemoteStepFailed(step="timeout") when ``timeout`` expires; a command that ran and failed is a
+    CommandResult with a non-zero ``exit_status``, never an exception.
+    """
+
+    #: Human name for messages, e.g. "root@gpu1", "local", "lxc:c1 via root@gpu1".
+    description: str = "transport"
+
+    @abc.abstractmethod
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    ) -> CommandResult:
+        """Run ``argv`` (no shell on our side: each element arrives as one argument)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
+        """Release connections. Safe to call twice."""
+
+    def __enter__(self) -> Transport:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
