@@ -1,0 +1,56 @@
+# dflash-provision: every target installs what it needs (venv, pip, apt packages when root).
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+APT_PACKAGES := openssh-server lxc busybox
+
+.PHONY: install system-deps demo test test-slow test-all lint format bench clean
+
+install: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install --quiet --upgrade pip
+	$(VENV)/bin/pip install --quiet -e '.[test]'
+	touch $@
+
+# sshd, LXC and busybox back the real-component tests and the demo fleet.
+system-deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+	  missing=""; \
+	  for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	  if [ -n "$$missing" ]; then \
+	    echo "apt-get install$$missing"; \
+	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	  fi; \
+	else \
+	  echo "not root: skipping apt packages ($(APT_PACKAGES)); tests that need them are skipped"; \
+	fi
+
+demo: install system-deps
+	$(PY) -m dflash_provision.testbed.demo
+
+test: install system-deps
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pytest -m "not slow"
+
+test-slow: install system-deps
+	$(VENV)/bin/pytest -m slow
+
+test-all: install system-deps
+	$(VENV)/bin/pytest
+
+lint: install
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: install
+	$(VENV)/bin/ruff format .
+	$(VENV)/bin/ruff check --fix .
+
+bench: install system-deps
+	$(PY) bench/bench_fleet.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache .demo

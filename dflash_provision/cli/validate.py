@@ -1,0 +1,90 @@
+"""``dflash-provision validate SOURCE``: every validation layer, one section each."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from dflash_provision.errors import ExitCode
+from dflash_provision.findings import LAYERS, ValidationReport
+
+_MARKS = {"passed": "✓", "failed": "✗", "skipped": "-"}
+
+
+def render_report(report: ValidationReport, *, against_label: str | None = None) -> list[str]:
+    """Human lines: a ✓/✗ header per layer, each finding indented below it, then the verdict."""
+    lines = [report.source]
+    for layer in LAYERS:
+        status = report.layers.get(layer, "skipped")
+        title = layer
+        if layer == "against" and against_label:
+            title = f"against {against_label}"
+        lines.append(f"{_MARKS[status]} {title}" + (" (skipped)" if status == "skipped" else ""))
+        for finding in report.findings_for(layer):
+            prefix = "warning: " if finding.severity == "warning" else ""
+            lines.append(f"    {prefix}{finding.message}")
+    errors = len(report.errors)
+    lines.append("valid" if report.ok else f"INVALID: {errors} error{'s' if errors != 1 else ''}")
+    return lines
+
+
+@click.command(name="validate")
+@click.argument("source")
+@click.option(
+    "--target-config",
+    "target_source",
+    metavar="SOURCE",
+    help="The target model's config: check hidden_size, vocab_size and layer counts against it.",
+)
+@click.option(
+    "--against",
+    "against_source",
+    metavar="SOURCE",
+    help="The authoritative config: every differing field is an error.",
+)
+@click.option(
+    "--no-effective",
+    is_flag=True,
+    help="Skip loading through transformers (faster; misses loader rewrites).",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.pass_context
+def command(
+    ctx: click.Context,
+    source: str,
+    target_source: str | None,
+    against_source: str | None,
+    no_effective: bool,
+    as_json: bool,
+) -> None:
+    """Check a config: JSON, schema, DFlash invariants, loader effects, target fit, drift.
+
+    SOURCE is a config.json file, a directory holding one, or a Hub repo id (owner/name[@rev]).
+    Exits 0 when every layer passes, 3 when any finding is an error.
+    """
+    from dflash_provision.sources import load_source
+    from dflash_provision.validate import validate_config
+
+    loaded = load_source(source)
+    target = load_source(target_source) if target_source else None
+    against = load_source(against_source) if against_source else None
+    report = validate_config(
+        loaded.data,
+        label=loaded.label,
+        target=target.data if target else None,
+        against=against.data if against else None,
+        effective=not no_effective,
+    )
+    if as_json:
+        payload = report.to_dict()
+        if target is not None:
+            payload["target_source"] = target.label
+        if against is not None:
+            payload["against_source"] = against.label
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+    else:
+        for line in render_report(report, against_label=against.label if against else None):
+            click.echo(line)
+    if not report.ok:
+        ctx.exit(int(ExitCode.INVALID))

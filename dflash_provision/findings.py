@@ -1,0 +1,106 @@
+"""Validation results as data: one Finding per problem, grouped into a ValidationReport.
+
+Every validation layer (parse, schema, invariants, effective, against, target) reports its own
+status, so a reader, human or fleet audit, can tell *where* a config went wrong, not only that.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Layer = Literal["parse", "schema", "invariants", "effective", "against", "target"]
+Severity = Literal["error", "warning"]
+LayerStatus = Literal["passed", "failed", "skipped"]
+
+# Report order; also the order the CLI prints sections in.
+LAYERS: tuple[Layer, ...] = ("parse", "schema", "invariants", "effective", "target", "against")
+
+_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
+
+
+def json_path(parts: Iterable[str | int]) -> str:
+    """Render a path as ``a.b[2].c``, the form every finding and change uses.
+
+    Keys that would read ambiguously (dots, spaces, empty) are written as ``["a.b"]``.
+    """
+    out = ""
+    for part in parts:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        elif _PLAIN_KEY.match(part):
+            out += f".{part}" if out else part
+        else:
+            out += f"[{json.dumps(part, ensure_ascii=False)}]"
+    return out
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One problem: which layer saw it, where in the document, what is wrong and how to fix it."""
+
+    layer: Layer
+    path: str  # "dflash_config.mask_token_id"; "" for the whole document
+    message: str  # one line: names the field, both values where relevant, the fix when known
+    severity: Severity = "error"
+
+    def to_dict(self) -> dict[str, str]:
+        return {
+            "layer": self.layer,
+            "path": self.path,
+            "message": self.message,
+            "severity": self.severity,
+        }
+
+
+@dataclass
+class ValidationReport:
+    """All findings for one source, with the status of every layer that ran (or did not)."""
+
+    source: str
+    findings: list[Finding] = field(default_factory=list)
+    layers: dict[str, LayerStatus] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        """True only when no finding is an error (warnings do not fail a config)."""
+        return not any(f.severity == "error" for f in self.findings)
+
+    @property
+    def errors(self) -> list[Finding]:
+        return [f for f in self.findings if f.severity == "error"]
+
+    def findings_for(self, layer: Layer) -> list[Finding]:
+        return [f for f in self.findings if f.layer == layer]
+
+    def record(self, layer: Layer, findings: list[Finding] | None) -> None:
+        """Store one layer's outcome; ``None`` means the layer was skipped."""
+        if findings is None:
+            self.layers[layer] = "skipped"
+            return
+        self.findings.extend(findings)
+        failed = any(f.severity == "error" for f in findings)
+        self.layers[layer] = "failed" if failed else "passed"
+
+    @property
+    def loader_normalised(self) -> bool:
+        """True when the file is otherwise fine but transformers would load something else.
+
+        Fleet audit uses this to classify a file as "loader-normalised" rather than plain invalid.
+        """
+        return self.layers.get("effective") == "failed" and all(
+            status != "failed" for layer, status in self.layers.items() if layer != "effective"
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "source": self.source,
+            "ok": self.ok,
+            "error_count": len(self.errors),
+            "loader_normalised": self.loader_normalised,
+            "layers": dict(self.layers),
+            "findings": [f.to_dict() for f in self.findings],
+        }
