@@ -1,0 +1,104 @@
+"""``dflash-provision fetch``: download a drafter's config from the Hub, pinned, and lock it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from dflash_provision.errors import UsageError
+from dflash_provision.lockfile import DEFAULT_LOCK_PATH
+
+
+@click.command(
+    "fetch",
+    help=(
+        "Download REPO_ID's config.json from the Hub (REPO_ID may be owner/name@rev), record the "
+        "commit sha and sha256 in the lock file, and optionally write the bytes to a file. "
+        "Uses the HF cache; honours HF_TOKEN, HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE."
+    ),
+)
+@click.argument("repo_spec", metavar="REPO_ID")
+@click.option("--revision", "-r", help="Branch, tag or commit sha (default: main).")
+@click.option(
+    "--output",
+    "-o",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Also write the config bytes to FILE (atomically).",
+)
+@click.option("--filename", default="config.json", show_default=True, help="File in the repo.")
+@click.option(
+    "--lock",
+    "lock_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=DEFAULT_LOCK_PATH,
+    show_default=True,
+    help="Lock file to record the pinned commit in.",
+)
+@click.option("--no-lock", is_flag=True, help="Do not touch the lock file.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--timeout",
+    type=click.FloatRange(min=0.1),
+    default=10.0,
+    show_default=True,
+    help="Seconds to wait for the Hub to answer.",
+)
+def command(
+    repo_spec: str,
+    revision: str | None,
+    output: Path | None,
+    filename: str,
+    lock_path: Path,
+    no_lock: bool,
+    as_json: bool,
+    timeout: float,
+) -> None:
+    from dflash_provision import hub, lockfile
+    from dflash_provision.sources import parse_repo_spec
+
+    parsed = parse_repo_spec(repo_spec)
+    if parsed is None:
+        raise UsageError(f"{repo_spec}: not a Hub repo id (expected owner/name or owner/name@rev)")
+    repo_id, spec_revision = parsed
+    if revision and spec_revision and revision != spec_revision:
+        raise UsageError(f"{repo_spec}: conflicts with --revision {revision}; give one revision")
+
+    fetched = hub.fetch_config(
+        repo_id, revision or spec_revision, filename=filename, timeout=timeout
+    )
+    if output is not None:
+        try:
+            lockfile.write_atomic(output, fetched.data)
+        except OSError as exc:
+            raise UsageError(f"{output}: cannot write ({exc.strerror or exc})") from None
+    if not no_lock:
+        try:
+            lockfile.upsert_lock(lock_path, lockfile.entry_from_fetched(fetched))
+        except OSError as exc:
+            raise UsageError(
+                f"{lock_path}: cannot write lock file ({exc.strerror or exc})"
+            ) from None
+
+    result = {
+        "repo_id": fetched.repo_id,
+        "revision": fetched.requested_revision,
+        "commit_sha": fetched.commit_sha,
+        "filename": fetched.filename,
+        "sha256": fetched.sha256,
+        "size": len(fetched.data),
+        "cached_path": str(fetched.path),
+        "output": str(output) if output is not None else None,
+        "lock": None if no_lock else str(lock_path),
+    }
+    if as_json:
+        click.echo(json.dumps(result, indent=2))
+        return
+    click.echo(f"fetched {fetched.repo_id} {fetched.filename} ({len(fetched.data)} bytes)")
+    click.echo(f"  revision  {fetched.requested_revision} -> {fetched.commit_sha}")
+    click.echo(f"  sha256    {fetched.sha256}")
+    click.echo(f"  cached    {fetched.path}")
+    if output is not None:
+        click.echo(f"  written   {output}")
+    click.echo(f"  lock      {'(not recorded: --no-lock)' if no_lock else lock_path}")

@@ -1,0 +1,253 @@
+"""Fetch one file (normally config.json) from the HuggingFace Hub, pinned to a commit sha.
+
+Everything goes through ``huggingface_hub.hf_hub_download`` and its ordinary cache, so HF_TOKEN,
+HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE behave exactly as they do for the library. Two things are
+added on top of it:
+
+- A fast failure when the Hub is down. After a failed HEAD with nothing cached, hf_hub_download
+  retries with backoff (1+2+4+8+8 s, up to a 60 s timeout each; huggingface_hub 2.4
+  file_download.py and utils/_http.py) and offers no setting to turn that off. So before
+  downloading we make one HEAD ourselves with ``get_hf_file_metadata`` (which does not retry by
+  default). If it cannot connect, we fall back to the cache only, which is what the library would
+  end up doing, minus the ~23 s. The price is one extra HEAD per fetch that is not already pinned
+  and cached.
+- Errors become HubError with a distinct exit code and a one-line message naming repo, revision
+  and file.
+
+A pinned 40-hex revision already in the cache makes no request at all: hf_hub_download returns
+the snapshot file before any network call in that case, and we skip our HEAD too.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING, NoReturn
+
+from dflash_provision.errors import ExitCode, HubError, UsageError
+
+if TYPE_CHECKING:
+    from huggingface_hub.errors import HfHubHTTPError
+
+COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+DEFAULT_REVISION = "main"
+
+
+@dataclass(frozen=True)
+class FetchedConfig:
+    """The bytes of one Hub file plus what pins them (the commit) and proves them (sha256)."""
+
+    repo_id: str
+    requested_revision: str  # what the user asked for: a branch, tag or commit sha
+    commit_sha: str  # always 40 hex
+    filename: str
+    path: Path  # the file in the HF cache (snapshots/<commit_sha>/<filename>)
+    data: bytes
+    sha256: str
+
+
+def is_commit_sha(revision: str | None) -> bool:
+    return revision is not None and COMMIT_SHA.fullmatch(revision) is not None
+
+
+def fetch_config(
+    repo_id: str,
+    revision: str | None = None,
+    filename: str = "config.json",
+    *,
+    token: str | None = None,
+    endpoint: str | None = None,
+    cache_dir: str | None = None,
+    timeout: float = 10.0,
+) -> FetchedConfig:
+    """Download (or take from the cache) ``filename`` of ``repo_id`` at ``revision``.
+
+    Raises HubError (exit codes 10-15) for every way the Hub can say no, UsageError for a
+    malformed repo id.
+    """
+    from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
+    from huggingface_hub.errors import HFValidationError
+
+    requested = revision or DEFAULT_REVISION
+    where = _Where(
+        repo_id=repo_id,
+        revision=requested,
+        filename=filename,
+        endpoint=(endpoint or constants.ENDPOINT).rstrip("/"),
+        cache_dir=cache_dir or constants.HF_HUB_CACHE,
+    )
+    offline = constants.is_offline_mode()
+    try:
+        pinned_in_cache = is_commit_sha(requested) and isinstance(
+            try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir, revision=requested),
+            str,
+        )
+        probed_sha: str | None = None
+        unreachable: str | None = None  # why the Hub could not be asked, if it could not
+        if not offline and not pinned_in_cache:
+            probed_sha, unreachable = _probe(where, token=token, timeout=timeout)
+        try:
+            path_str = hf_hub_download(
+                repo_id,
+                filename,
+                revision=requested,
+                token=token,
+                endpoint=endpoint,
+                cache_dir=cache_dir,
+                etag_timeout=timeout,
+                local_files_only=offline or unreachable is not None,
+            )
+        except Exception as exc:
+            _raise_mapped(exc, where, offline=offline, unreachable=unreachable)
+    except HFValidationError as exc:
+        raise UsageError(f"{repo_id}: not a valid Hub repo id ({_first_line(exc)})") from None
+    except ValueError as exc:  # e.g. a filename that climbs out of the repo ("../x")
+        raise UsageError(f"{where}: {_first_line(exc)}") from None
+
+    path = Path(str(path_str))
+    commit_sha = _commit_from_snapshot_path(path, filename) or probed_sha
+    if commit_sha is None:
+        raise HubError(f"{where}: cannot tell which commit {path} belongs to")
+    data = path.read_bytes()
+    return FetchedConfig(
+        repo_id=repo_id,
+        requested_revision=requested,
+        commit_sha=commit_sha,
+        filename=filename,
+        path=path,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+    )
+
+
+@dataclass(frozen=True)
+class _Where:
+    repo_id: str
+    revision: str
+    filename: str
+    endpoint: str
+    cache_dir: str
+
+    def __str__(self) -> str:
+        return f"{self.repo_id}@{self.revision} {self.filename}"
+
+
+def _probe(where: _Where, *, token: str | None, timeout: float) -> tuple[str | None, str | None]:
+    """One HEAD without retries. Returns (commit sha, None) or (None, why the Hub is unreachable).
+
+    Definite answers from the Hub (not found, gated, ...) raise at once; a Hub that cannot be
+    reached means "cache only", so hf_hub_download never enters its slow retry loop.
+    """
+    from huggingface_hub import get_hf_file_metadata, hf_hub_url
+    from huggingface_hub.errors import FileMetadataError, HfHubHTTPError
+
+    url = hf_hub_url(
+        where.repo_id, where.filename, revision=where.revision, endpoint=where.endpoint
+    )
+    try:
+        meta = get_hf_file_metadata(url, token=token, timeout=timeout, endpoint=where.endpoint)
+    except _transport_error() as exc:
+        return None, _first_line(exc) or type(exc).__name__
+    except FileMetadataError:
+        return None, "it answered but does not look like a Hub (no X-Repo-Commit or ETag)"
+    except HfHubHTTPError as exc:
+        if _is_server_side(exc):
+            return None, f"HTTP {_status(exc)}"
+        _raise_mapped(exc, where, offline=False, unreachable=None)
+    return meta.commit_hash, None
+
+
+def _transport_error() -> type[Exception]:
+    """The HTTP client's "could not connect / no answer in time" base class. huggingface_hub
+    2.x is built on httpx2, 1.x on httpx; name whichever is installed."""
+    try:
+        import httpx2
+
+        return httpx2.TransportError
+    except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
+        import httpx  # type: ignore[import-not-found]
+
+        return httpx.TransportError  # type: ignore[no-any-return]
+
+
+def _is_server_side(exc: HfHubHTTPError) -> bool:
+    status = _status(exc) or 0
+    return status >= 500 or status in (408, 429)
+
+
+def _raise_mapped(
+    exc: Exception, where: _Where, *, offline: bool, unreachable: str | None
+) -> NoReturn:
+    """Turn a huggingface_hub exception into HubError; re-raise anything unknown (a bug)."""
+    from huggingface_hub.errors import (
+        EntryNotFoundError,
+        GatedRepoError,
+        HfHubHTTPError,
+        LocalEntryNotFoundError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
+
+    # Order matters: GatedRepoError is a RepositoryNotFoundError, LocalEntryNotFoundError an
+    # EntryNotFoundError.
+    if isinstance(exc, GatedRepoError):
+        refused = _status(exc) == 403
+        why = "the token sent was not granted access" if refused else "no token was sent"
+        raise HubError(
+            f"{where}: {where.repo_id} is gated and {why}; "
+            "set HF_TOKEN to a token that has been granted access",
+            exit_code=ExitCode.HUB_GATED,
+        ) from None
+    if isinstance(exc, RepositoryNotFoundError):
+        raise HubError(
+            f"{where}: repository {where.repo_id} not found at {where.endpoint} "
+            "(if it is private, set HF_TOKEN)",
+            exit_code=ExitCode.HUB_REPO_NOT_FOUND,
+        ) from None
+    if isinstance(exc, RevisionNotFoundError):
+        raise HubError(
+            f"{where}: revision {where.revision!r} not found in {where.repo_id}",
+            exit_code=ExitCode.HUB_REVISION_NOT_FOUND,
+        ) from None
+    if isinstance(exc, LocalEntryNotFoundError):
+        if offline:
+            raise HubError(
+                f"{where}: HF_HUB_OFFLINE is set and the file is not in the cache "
+                f"({where.cache_dir}); fetch it once online or unset HF_HUB_OFFLINE",
+                exit_code=ExitCode.HUB_OFFLINE_NOT_CACHED,
+            ) from None
+        raise HubError(
+            f"{where}: cannot reach the Hub at {where.endpoint} ({unreachable or 'no answer'}) "
+            f"and the file is not in the cache ({where.cache_dir})",
+            exit_code=ExitCode.HUB_UNREACHABLE,
+        ) from None
+    if isinstance(exc, EntryNotFoundError):
+        raise HubError(
+            f"{where}: file {where.filename} not found in {where.repo_id} "
+            f"at revision {where.revision}",
+            exit_code=ExitCode.HUB_FILE_NOT_FOUND,
+        ) from None
+    if isinstance(exc, HfHubHTTPError):
+        raise HubError(f"{where}: the Hub at {where.endpoint} said: {_first_line(exc)}") from None
+    raise exc
+
+
+def _status(exc: Exception) -> int | None:
+    response = getattr(exc, "response", None)
+    return getattr(response, "status_code", None)
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
+
+
+def _commit_from_snapshot_path(path: Path, filename: str) -> str | None:
+    """The cache keeps files at .../snapshots/<commit>/<filename>; read the commit back."""
+    depth = len(PurePosixPath(filename).parts)
+    snapshot_dir = path.parents[depth - 1]
+    if snapshot_dir.parent.name == "snapshots" and is_commit_sha(snapshot_dir.name):
+        return snapshot_dir.name
+    return None
