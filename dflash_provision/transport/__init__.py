@@ -1,4 +1,4 @@
-"""Transports run one command on a machine (local, over SSH, inside a container) and return bytes."""
+"""Transports run one command on a machine (local, SSH, inside a container) and return bytes."""
 
 from dflash_provision.transport.base import CommandResult, Transport
 

@@ -1,0 +1,137 @@
+"""Run commands inside a container by wrapping them in the container tool's exec command.
+
+Composes with any transport (local, SSH, sudo): the wrapped argv runs on the machine that hosts
+the container, and stdin, stdout, stderr and the exit status pass through unchanged.
+
+    lxc    lxc-attach [-P LXCPATH] -n NAME --clear-env --set-var PATH=... -- argv...
+    pct    pct exec VMID -- argv...
+    incus  incus exec NAME -- argv...
+    lxd    lxc exec NAME -- argv...
+
+``lxc-attach`` keeps the caller's environment by default (measured with LXC 5.0: the SSH
+session's PATH, HOME, LANG... leak in), so we clear it and set a plain PATH: busybox containers
+then find their applets in /bin and /sbin whatever the host's PATH is.
+
+When the wrapper tool itself says the container is missing or stopped, ``run`` raises
+ContainerError with one line; any other result (including the tool's exit 127 for a command that
+does not exist inside) is returned as it is.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from dflash_provision.errors import ContainerError
+from dflash_provision.target import ContainerKind
+from dflash_provision.transport.base import CommandResult, Transport
+
+CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+TOOLS: dict[str, str] = {"lxc": "lxc-attach", "pct": "pct", "incus": "incus", "lxd": "lxc"}
+_DIAGNOSE_TIMEOUT_S = 15.0
+
+# What the tools print when the container is not there or not running (measured for LXC 5.0:
+# stopped and missing look the same, "Failed to get init pid"; pct/incus/lxd texts as their
+# sources print them: pct "container '<vmid>' not running!" (older: "CT <vmid> not running") /
+# "Configuration file 'nodes/<node>/lxc/<vmid>.conf' does not exist"; Incus/LXD
+# "Error: Instance not found" / "Error: Instance is not running").
+_PCT_MISSING = re.compile(r"Configuration file '[^']*\b\d+\.conf' does not exist")
+_PCT_STOPPED = re.compile(r"container '\d+' not running!|\bCT \d+ not running\b")
+_INCUS_MISSING = re.compile(r"^Error: (?:Instance not found|not found)\s*$", re.MULTILINE)
+_INCUS_STOPPED = re.compile(r"^Error: Instance is not running\s*$", re.MULTILINE)
+
+
+class ContainerTransport(Transport):
+    """Runs argv inside container ``name`` of ``kind`` on the machine ``inner`` reaches."""
+
+    def __init__(
+        self, inner: Transport, kind: ContainerKind, name: str, *, lxc_path: str | None = None
+    ) -> None:
+        if kind not in TOOLS:
+            raise ValueError(f"unknown container kind {kind!r}")
+        self.inner = inner
+        self.kind = kind
+        self.name = name
+        self.lxc_path = lxc_path  # classic LXC only: lxc-attach -P (default /var/lib/lxc)
+        self.tool = TOOLS[kind]
+        self.description = f"{kind}:{name} on {inner.description}"
+
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The argv that runs ``argv`` inside the container, for the host's side."""
+        if self.kind == "lxc":
+            return [
+                "lxc-attach",
+                *self._lxc_path_args(),
+                "-n",
+                self.name,
+                "--clear-env",
+                "--set-var",
+                f"PATH={CONTAINER_PATH}",
+                "--",
+                *argv,
+            ]
+        return [self.tool, "exec", self.name, "--", *argv]
+
+    def _lxc_path_args(self) -> list[str]:
+        return ["-P", self.lxc_path] if self.lxc_path else []
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        if not argv:
+            raise ValueError("empty argv")
+        # No timeout given: the inner transport's default applies (SshOptions.command_timeout).
+        limit = {} if timeout is None else {"timeout": timeout}
+        result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
+        if result.exit_status != 0:
+            problem = self._container_problem(result)
+            if problem:
+                raise ContainerError(problem)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()
+
+    # -- recognising the wrapper's own failures -------------------------------------------------
+
+    def _container_problem(self, result: CommandResult) -> str | None:
+        stderr = result.stderr.decode("utf-8", "replace")
+        where = f"{self.kind} container {self.name} on {self.inner.description}"
+        if result.exit_status == 127 and re.search(
+            rf"(?:^|\s){re.escape(self.tool)}: (?:command )?not found", stderr
+        ):
+            return f"{self.tool} is not installed on {self.inner.description} (needed for {where})"
+        if self.kind == "lxc":
+            if f"lxc-attach: {self.name}: " in stderr and "Failed to get init pid" in stderr:
+                return self._diagnose_lxc(where)
+            return None
+        if self.kind == "pct":
+            if _PCT_MISSING.search(stderr):
+                return f"{where} does not exist"
+            if _PCT_STOPPED.search(stderr):
+                return f"{where} is not running"
+            return None
+        if _INCUS_MISSING.search(stderr):
+            return f"{where} does not exist"
+        if _INCUS_STOPPED.search(stderr):
+            return f"{where} is not running"
+        return None
+
+    def _diagnose_lxc(self, where: str) -> str:
+        """lxc-attach says the same for stopped and missing containers; lxc-info tells which."""
+        info = self.inner.run(
+            ["lxc-info", *self._lxc_path_args(), "-n", self.name, "-s"],
+            timeout=_DIAGNOSE_TIMEOUT_S,
+        )
+        out = info.stdout.decode("utf-8", "replace")
+        err = info.stderr.decode("utf-8", "replace")
+        if "doesn't exist" in err or "does not exist" in err:
+            return f"{where} does not exist"
+        state = re.search(r"State:\s*(\S+)", out)
+        if state:
+            return f"{where} is not running (state {state.group(1)})"
+        return f"{where} does not exist or is not running"

@@ -1,0 +1,53 @@
+"""Settings for SSH connections: timeouts, config and known_hosts files, keys, host-key policy."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Literal
+
+HostKeyPolicy = Literal["reject", "accept-new"]
+
+
+def default_ssh_config_path() -> str | None:
+    """``~/.ssh/config`` when it exists (as OpenSSH reads it), else None."""
+    path = os.path.expanduser("~/.ssh/config")
+    return path if os.path.isfile(path) else None
+
+
+def default_known_hosts_path() -> str:
+    return os.path.expanduser("~/.ssh/known_hosts")
+
+
+@dataclass(frozen=True)
+class SshOptions:
+    """How to open SSH connections. Every blocking step has its own timeout (seconds).
+
+    ``known_hosts_path`` None means OpenSSH's choice: the ``UserKnownHostsFile`` of the matching
+    ssh_config block, else ``~/.ssh/known_hosts``; a path set here wins over the config file.
+    ``host_key_policy`` "reject" refuses hosts missing from known_hosts; "accept-new" records them
+    (like ``StrictHostKeyChecking=accept-new``). A changed host key is refused under both.
+    ``identities_only`` uses only ``identity_files`` and the config's IdentityFile entries (no
+    agent, no default keys), like ``IdentitiesOnly=yes``.
+    """
+
+    connect_timeout: float = 10.0
+    banner_timeout: float = 10.0
+    auth_timeout: float = 10.0
+    command_timeout: float = 60.0
+    ssh_config_path: str | None = field(default_factory=default_ssh_config_path)
+    known_hosts_path: str | None = None
+    host_key_policy: HostKeyPolicy = "reject"
+    identity_files: tuple[str, ...] = ()
+    use_agent: bool = True
+    identities_only: bool = False
+    sudo: bool = False
+
+    def __post_init__(self) -> None:
+        if self.host_key_policy not in ("reject", "accept-new"):
+            raise ValueError(
+                f"host_key_policy must be 'reject' or 'accept-new', got {self.host_key_policy!r}"
+            )
+        for name in ("connect_timeout", "banner_timeout", "auth_timeout", "command_timeout"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be positive")

@@ -1,0 +1,448 @@
+"""Run commands over SSH with paramiko, behaving the way OpenSSH users expect.
+
+What this honours from ``~/.ssh/config`` (via paramiko.SSHConfig): Host aliases, HostName, User,
+Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile and ProxyJump (a comma-separated chain of
+``[user@]host[:port]`` hops; each hop gets its own config block, but a hop's own ProxyJump is not
+followed). ProxyCommand is not supported. Precedence is OpenSSH's: what the target spec says
+(user, port) wins over the config file, which wins over defaults.
+
+One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
+Each ``run`` opens one exec channel, no PTY, runs ``shlex.join(argv)`` in the remote user's
+shell, writes stdin then EOF, drains stdout and stderr concurrently and returns the exit status.
+"""
+
+from __future__ import annotations
+
+import getpass
+import logging
+import os
+import shlex
+import socket
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import cast
+
+import paramiko
+
+from dflash_provision.errors import AuthError, RemoteStepFailed, UnreachableError, UsageError
+from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.transport.options import SshOptions, default_known_hosts_path
+
+# paramiko's transport thread logs tracebacks (e.g. a banner timeout) at ERROR; without a handler
+# Python prints them on stderr. We turn those failures into one-line errors instead.
+logging.getLogger("paramiko").addHandler(logging.NullHandler())
+
+DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
+_POLL_S = 0.2  # how often blocked channel reads/writes look at the deadline
+_CHUNK = 64 * 1024
+# OpenSSH's ssh exits 255 when the remote command died by a signal; paramiko drops exit-signal.
+_NO_EXIT_STATUS = 255
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One SSH server after applying ssh_config: where to connect and as whom."""
+
+    alias: str  # what the user typed, for messages
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    identities_only: bool
+    known_hosts_path: str
+    proxy_jump: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        where = self.hostname if self.hostname == self.alias else f"{self.alias} ({self.hostname})"
+        return f"{self.user}@{where} port {self.port}"
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name the host key is filed under, as OpenSSH writes it."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def resolve_endpoint(
+    host: str, *, user: str | None, port: int | None, options: SshOptions
+) -> Endpoint:
+    """Apply the ssh_config file to ``host`` (an alias or a real name)."""
+    entry: dict[str, object] = {}
+    if options.ssh_config_path and os.path.isfile(options.ssh_config_path):
+        try:
+            config = paramiko.SSHConfig.from_path(options.ssh_config_path)
+            entry = dict(config.lookup(host))
+        except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
+            raise UsageError(f"cannot read ssh config {options.ssh_config_path}: {exc}") from None
+    hostname = str(entry.get("hostname") or host)
+    config_port = str(entry.get("port") or "22")
+    if port is None and not config_port.isdigit():
+        raise UsageError(f"ssh config: bad Port {config_port!r} for {host}")
+    resolved_port = port if port is not None else int(config_port)
+    resolved_user = user or str(entry.get("user") or "") or getpass.getuser()
+    identities_only = (
+        options.identities_only or str(entry.get("identitiesonly", "")).lower() == "yes"
+    )
+    raw_keys = cast("list[str]", entry.get("identityfile") or [])  # paramiko gives a list
+    config_keys = [os.path.expanduser(p) for p in raw_keys]
+    keys = [os.path.expanduser(p) for p in options.identity_files] + config_keys
+    if not identities_only:
+        keys += [os.path.expanduser(f"~/.ssh/{name}") for name in DEFAULT_KEY_NAMES]
+    existing = tuple(dict.fromkeys(k for k in keys if os.path.isfile(k)))
+    known_hosts = options.known_hosts_path
+    if known_hosts is None:
+        config_known = str(entry.get("userknownhostsfile") or "").split()
+        known_hosts = (
+            os.path.expanduser(config_known[0]) if config_known else default_known_hosts_path()
+        )
+    jump = str(entry.get("proxyjump") or "")
+    hops = (
+        ()
+        if jump.lower() in ("", "none")
+        else tuple(h.strip() for h in jump.split(",") if h.strip())
+    )
+    return Endpoint(
+        alias=host,
+        hostname=hostname,
+        port=resolved_port,
+        user=resolved_user,
+        identity_files=existing,
+        identities_only=identities_only,
+        known_hosts_path=known_hosts,
+        proxy_jump=hops,
+    )
+
+
+def parse_jump(hop: str, endpoint: Endpoint) -> tuple[str, str | None, int | None]:
+    """``[user@]host[:port]`` (host may be ``[v6]``) -> (host, user, port)."""
+    user, _, rest = hop.rpartition("@")
+    port_text = ""
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":"):
+            port_text = tail[1:]
+    else:
+        host, _, port_text = rest.partition(":")
+    if not host or (port_text and not port_text.isdigit()):
+        raise UsageError(f"ssh config: bad ProxyJump hop {hop!r} for {endpoint.alias}")
+    return host, user or None, int(port_text) if port_text else None
+
+
+class _UnknownHostKey(paramiko.SSHException):
+    pass
+
+
+class _RejectUnknown(paramiko.MissingHostKeyPolicy):
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        raise _UnknownHostKey(hostname)
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """Record an unknown host's key by appending one line to known_hosts (OpenSSH accept-new).
+
+    Appending (rather than paramiko's save_host_keys rewrite) keeps the user's comments, hashed
+    entries and markers intact.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def missing_host_key(
+        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
+    ) -> None:
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        directory = os.path.dirname(self.path)
+        if directory:
+            os.makedirs(directory, mode=0o700, exist_ok=True)
+        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a", encoding="ascii") as handle:
+            handle.write(line)
+
+
+class SshTransport(Transport):
+    """A Transport over one paramiko connection (plus jump-host connections, if any)."""
+
+    def __init__(
+        self,
+        host: str,
+        *,
+        user: str | None = None,
+        port: int | None = None,
+        options: SshOptions | None = None,
+    ) -> None:
+        self.host = host
+        self.user = user
+        self.port = port
+        self.options = options or SshOptions()
+        self.description = f"{user}@{host}" if user else host
+        self._clients: list[paramiko.SSHClient] = []  # jump hosts first, the target last
+        self._lock = threading.Lock()
+        #: How many SSH connections this transport has opened to the target (tests, metrics).
+        self.connections_opened = 0
+
+    # -- connection ---------------------------------------------------------------------------
+
+    def _client(self) -> paramiko.SSHClient:
+        with self._lock:
+            if self._clients:
+                active = self._clients[-1].get_transport()
+                if active is not None and active.is_active():
+                    return self._clients[-1]
+                self._close_clients()
+            endpoint = resolve_endpoint(
+                self.host, user=self.user, port=self.port, options=self.options
+            )
+            self._clients = self._connect_chain(endpoint)
+            self.connections_opened += 1
+            return self._clients[-1]
+
+    def _connect_chain(self, endpoint: Endpoint) -> list[paramiko.SSHClient]:
+        clients: list[paramiko.SSHClient] = []
+        try:
+            sock: socket.socket | paramiko.Channel | None = None
+            via: Endpoint | None = None
+            for hop in endpoint.proxy_jump:
+                hop_host, hop_user, hop_port = parse_jump(hop, endpoint)
+                hop_endpoint = resolve_endpoint(
+                    hop_host, user=hop_user, port=hop_port, options=self.options
+                )
+                if via is not None:
+                    sock = self._tunnel(clients[-1], via, hop_endpoint)
+                clients.append(self._connect(hop_endpoint, sock))
+                via = hop_endpoint
+            if clients and via is not None:
+                sock = self._tunnel(clients[-1], via, endpoint)
+            clients.append(self._connect(endpoint, sock))
+        except BaseException:
+            for client in reversed(clients):
+                client.close()
+            raise
+        return clients
+
+    def _tunnel(self, jump: paramiko.SSHClient, via: Endpoint, dest: Endpoint) -> paramiko.Channel:
+        transport = jump.get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel(
+                "direct-tcpip",
+                (dest.hostname, dest.port),
+                ("127.0.0.1", 0),
+                timeout=self.options.connect_timeout,
+            )
+        except (paramiko.SSHException, OSError) as exc:
+            raise UnreachableError(
+                f"cannot reach {dest.label} through jump host {via.label}: {_reason(exc)}"
+            ) from None
+
+    def _connect(
+        self, endpoint: Endpoint, sock: socket.socket | paramiko.Channel | None
+    ) -> paramiko.SSHClient:
+        opts = self.options
+        if sock is None:
+            sock = _tcp_connect(endpoint, opts.connect_timeout)
+        client = paramiko.SSHClient()
+        try:
+            if os.path.isfile(endpoint.known_hosts_path):
+                client.load_host_keys(endpoint.known_hosts_path)
+            client.set_missing_host_key_policy(
+                _AcceptNew(endpoint.known_hosts_path)
+                if opts.host_key_policy == "accept-new"
+                else _RejectUnknown()
+            )
+            use_agent = opts.use_agent and not endpoint.identities_only
+            client.connect(
+                endpoint.hostname,
+                port=endpoint.port,
+                username=endpoint.user,
+                sock=sock,
+                timeout=opts.connect_timeout,
+                banner_timeout=opts.banner_timeout,
+                auth_timeout=opts.auth_timeout,
+                channel_timeout=opts.connect_timeout,
+                key_filename=list(endpoint.identity_files) or None,
+                allow_agent=use_agent,
+                look_for_keys=False,
+            )
+        except BaseException as exc:
+            client.close()
+            sock.close()
+            raise _map_connect_error(exc, endpoint, opts) from None
+        return client
+
+    def close(self) -> None:
+        with self._lock:
+            self._close_clients()
+
+    def _close_clients(self) -> None:
+        for client in reversed(self._clients):
+            client.close()
+        self._clients = []
+
+    # -- commands -----------------------------------------------------------------------------
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        if not argv:
+            raise ValueError("empty argv")
+        timeout = self.options.command_timeout if timeout is None else timeout
+        client = self._client()
+        started = time.monotonic()
+        deadline = started + timeout
+        transport = client.get_transport()
+        assert transport is not None
+        try:
+            channel = transport.open_session(timeout=self.options.connect_timeout)
+            channel.settimeout(_POLL_S)
+            channel.exec_command(shlex.join(argv))
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            self.close()
+            raise RemoteStepFailed(
+                f"{self.description}: could not start a command: {_reason(exc)}", step="connection"
+            ) from None
+        try:
+            return self._exchange(channel, stdin, started, deadline, timeout, argv)
+        finally:
+            channel.close()
+
+    def _exchange(
+        self,
+        channel: paramiko.Channel,
+        stdin: bytes | None,
+        started: float,
+        deadline: float,
+        timeout: float,
+        argv: Sequence[str],
+    ) -> CommandResult:
+        stderr_chunks: list[bytes] = []
+        writer_error: list[BaseException] = []
+        writer = threading.Thread(
+            target=_write_stdin, args=(channel, stdin or b"", deadline, writer_error), daemon=True
+        )
+        reader = threading.Thread(
+            target=_drain, args=(channel.recv_stderr, stderr_chunks, deadline), daemon=True
+        )
+        writer.start()
+        reader.start()
+        stdout_chunks: list[bytes] = []
+        _drain(channel.recv, stdout_chunks, deadline)
+        reader.join(max(0.0, deadline - time.monotonic()))
+        finished = channel.status_event.wait(max(0.0, deadline - time.monotonic()))
+        if not finished or reader.is_alive():
+            channel.close()  # unblocks the writer; the remote command gets SIGHUP-like EOF
+            raise RemoteStepFailed(
+                f"{self.description}: command {argv[0]!r} did not finish within {timeout:g} s",
+                step="timeout",
+            )
+        writer.join(1.0)
+        stdout, stderr = b"".join(stdout_chunks), b"".join(stderr_chunks)
+        if not channel.exit_status_ready() or channel.exit_status < 0:
+            live = channel.get_transport()
+            if live is None or not live.is_active():
+                self.close()
+                raise RemoteStepFailed(
+                    f"connection to {self.description} was lost during {argv[0]!r}",
+                    step="connection",
+                )
+            return CommandResult(
+                _NO_EXIT_STATUS,
+                stdout,
+                stderr + b"\n[remote command ended without an exit status (killed by a signal?)]\n",
+                time.monotonic() - started,
+            )
+        return CommandResult(channel.exit_status, stdout, stderr, time.monotonic() - started)
+
+
+def _write_stdin(
+    channel: paramiko.Channel, data: bytes, deadline: float, errors: list[BaseException]
+) -> None:
+    view = memoryview(data)
+    try:
+        while view and time.monotonic() < deadline:
+            try:
+                sent = channel.send(view[:_CHUNK])
+            except TimeoutError:
+                continue
+            if sent <= 0:
+                return  # channel closed: the command stopped reading; its exit status says why
+            view = view[sent:]
+        channel.shutdown_write()
+    except (OSError, EOFError, paramiko.SSHException) as exc:
+        errors.append(exc)
+
+
+def _drain(recv: Callable[[int], bytes], chunks: list[bytes], deadline: float) -> None:
+    # recv is channel.recv or channel.recv_stderr; both honour the channel's poll timeout.
+    while time.monotonic() < deadline:
+        try:
+            chunk = recv(_CHUNK)
+        except TimeoutError:
+            continue
+        if not chunk:
+            return
+        chunks.append(chunk)
+
+
+def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
+    where = f"{endpoint.alias} ({endpoint.hostname} port {endpoint.port})"
+    try:
+        return socket.create_connection((endpoint.hostname, endpoint.port), timeout=timeout)
+    except socket.gaierror as exc:
+        raise UnreachableError(
+            f"cannot resolve host {endpoint.hostname!r}: {exc.strerror}"
+        ) from None
+    except TimeoutError:
+        raise UnreachableError(
+            f"connecting to {where} timed out after {timeout:g}s (tcp connect)"
+        ) from None
+    except ConnectionRefusedError:
+        raise UnreachableError(f"connection to {where} refused") from None
+    except OSError as exc:
+        raise UnreachableError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+
+
+def _map_connect_error(exc: BaseException, endpoint: Endpoint, opts: SshOptions) -> BaseException:
+    label = endpoint.label
+    if isinstance(exc, _UnknownHostKey):
+        return AuthError(
+            f"host key for {endpoint.known_hosts_name} is unknown; add it to "
+            f"{endpoint.known_hosts_path} or use --accept-new-host-key"
+        )
+    if isinstance(exc, paramiko.BadHostKeyException):
+        return AuthError(
+            f"host key for {endpoint.known_hosts_name} has CHANGED (known_hosts "
+            f"{endpoint.known_hosts_path} has {exc.expected_key.get_name()} "
+            f"{exc.expected_key.fingerprint}, the server sent {exc.key.fingerprint}); refusing to "
+            "connect. If the change is expected, remove the old key with "
+            f"ssh-keygen -R {shlex.quote(endpoint.known_hosts_name)} -f "
+            f"{shlex.quote(endpoint.known_hosts_path)}"
+        )
+    if isinstance(exc, paramiko.AuthenticationException):
+        if "timeout" in str(exc).lower():
+            return UnreachableError(f"ssh to {label} timed out after {opts.auth_timeout:g}s (auth)")
+        tried = ", ".join(endpoint.identity_files) or "no key files"
+        agent = " and the ssh agent" if opts.use_agent and not endpoint.identities_only else ""
+        return AuthError(f"authentication to {label} failed (tried {tried}{agent})")
+    if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
+        if "timed out" in str(exc).lower() or "timeout" in type(exc.__context__).__name__.lower():
+            return UnreachableError(
+                f"ssh to {label} timed out after {opts.banner_timeout:g}s (banner)"
+            )
+        return UnreachableError(f"ssh to {label}: no SSH banner ({_reason(exc)})")
+    if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
+        return UnreachableError(f"ssh handshake with {label} failed: {_reason(exc)}")
+    return exc
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text or type(exc).__name__

@@ -1,0 +1,61 @@
+"""Run commands as root through ``sudo -n`` (never prompts: a password prompt would hang)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+
+from dflash_provision.errors import AuthError
+from dflash_provision.transport.base import CommandResult, Transport
+
+# sudo's own refusals (sudo 1.9 texts). They start with "sudo: " and sudo exits 1.
+_NEEDS_PASSWORD = re.compile(r"^sudo: (?:a )?password is required", re.MULTILINE)
+_NOT_ALLOWED = re.compile(
+    r"^(?:\S+ is not in the sudoers file|Sorry, user \S+ is not allowed to execute|"
+    r"Sorry, user \S+ may not run sudo)",
+    re.MULTILINE,
+)
+_SUDO_MISSING = re.compile(r"(?:^|\s)sudo: (?:command )?not found")
+
+
+class SudoTransport(Transport):
+    """Wraps every argv as ``sudo -n -- argv...`` on the machine ``inner`` reaches."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.description = inner.description
+
+    @staticmethod
+    def wrap(argv: Sequence[str]) -> list[str]:
+        return ["sudo", "-n", "--", *argv]
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        if not argv:
+            raise ValueError("empty argv")
+        # No timeout given: the inner transport's default applies (SshOptions.command_timeout).
+        limit = {} if timeout is None else {"timeout": timeout}
+        result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
+        if result.exit_status in (1, 127):
+            stderr = result.stderr.decode("utf-8", "replace")
+            where = self.inner.description
+            if result.exit_status == 1 and _NEEDS_PASSWORD.search(stderr):
+                raise AuthError(
+                    f"sudo on {where} needs a password; allow NOPASSWD for this command "
+                    "or log in as root"
+                )
+            if result.exit_status == 1 and _NOT_ALLOWED.search(stderr):
+                raise AuthError(
+                    f"sudo on {where} refused: the user may not run {argv[0]!r} as root"
+                )
+            if result.exit_status == 127 and _SUDO_MISSING.search(stderr):
+                raise AuthError(f"sudo is not installed on {where}; log in as root instead")
+        return result
+
+    def close(self) -> None:
+        self.inner.close()

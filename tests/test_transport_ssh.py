@@ -1,0 +1,482 @@
+"""SshTransport against real OpenSSH servers (the testbed fleet: sshd in namespaces, real keys).
+
+Every test here talks to a real /usr/sbin/sshd through paramiko; faults are real too (SIGSTOPped
+sshd, a socket that never speaks, nothing listening, a host killed mid-command). The sudo tests
+at the end are unit tests of the argv wrapping and error mapping (sudo is not installed on this
+machine, and a non-root login inside a fake host would need a separate passwd database).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import AuthError, RemoteStepFailed, UnreachableError
+from dflash_provision.testbed.hosts import BlackholeHost, Fleet, Host, refused_address
+from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.ssh import SshTransport
+from dflash_provision.transport.sudo import SudoTransport
+
+
+def options_for(host: Host, **changes: object) -> SshOptions:
+    """Options as a user of the fleet's ssh_config would have them (no agent, short timeouts)."""
+    assert host.client is not None
+    settings: dict[str, object] = {
+        "ssh_config_path": str(host.client.ssh_config),
+        "use_agent": False,
+        "connect_timeout": 5.0,
+        "banner_timeout": 5.0,
+        "auth_timeout": 5.0,
+    }
+    settings.update(changes)
+    return SshOptions(**settings)  # type: ignore[arg-type]
+
+
+def accepted_logins(host: Host) -> int:
+    """Successful SSH logins so far, from the host's sshd log."""
+    return host.log_path.read_text(errors="replace").count("Accepted publickey for")
+
+
+def ssh_keygen(path: Path, kind: str = "ed25519") -> Path:
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", kind, "-N", "", "-C", f"test-{kind}", "-f", str(path)],
+        check=True,
+        capture_output=True,
+    )
+    return path
+
+
+# -- running commands ----------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_runs_command_and_returns_exit_status_stdout_and_stderr_apart(fleet: Fleet) -> None:
+    h01 = fleet.hosts[0]
+    with SshTransport("h01", options=options_for(h01)) as ssh:
+        result = ssh.run(["sh", "-c", "hostname; echo oops >&2; exit 3"])
+    assert result.exit_status == 3
+    assert result.stdout == b"h01\n"
+    assert result.stderr == b"oops\n"
+    assert 0 < result.duration_s < 5
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_one_mebibyte_of_stdin_round_trips_byte_exact(fleet: Fleet) -> None:
+    payload = os.urandom(1 << 20)
+    with SshTransport("h01", options=options_for(fleet.hosts[0])) as ssh:
+        result = ssh.run(["cat"], stdin=payload)
+        digest = ssh.run(["sha256sum"], stdin=payload)
+    assert result.ok and result.stdout == payload
+    assert digest.stdout.split()[0].decode() == hashlib.sha256(payload).hexdigest()
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_large_stdout_and_stderr_while_stdin_is_written_do_not_deadlock(fleet: Fleet) -> None:
+    # The command fills both output windows before it reads any stdin: a transport that writes
+    # all stdin first, or drains one stream at a time, hangs here.
+    script = (
+        "head -c 4000000 /dev/zero | tr '\\0' o; head -c 4000000 /dev/zero | tr '\\0' e >&2; wc -c"
+    )
+    with SshTransport("h01", options=options_for(fleet.hosts[0])) as ssh:
+        result = ssh.run(["sh", "-c", script], stdin=b"i" * 3_000_000, timeout=30)
+    assert result.ok
+    assert result.stdout == b"o" * 4_000_000 + b"3000000\n"
+    assert result.stderr == b"e" * 4_000_000
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_exit_statuses_pass_through(fleet: Fleet) -> None:
+    with SshTransport("h02", options=options_for(fleet.hosts[1])) as ssh:
+        statuses = [ssh.run(["sh", "-c", f"exit {code}"]).exit_status for code in (0, 1, 2, 42)]
+        missing = ssh.run(["no-such-command-xyz"])
+    assert statuses == [0, 1, 2, 42]
+    assert missing.exit_status == 127
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_hostile_argv_elements_arrive_literally_and_run_nothing(fleet: Fleet) -> None:
+    h03 = fleet.hosts[2]
+    canary = h03.root_dir / "canary"
+    hostile = [
+        "$(touch /root/canary)",
+        "`touch /root/canary`",
+        "; touch /root/canary",
+        "&& touch /root/canary",
+        "| touch /root/canary",
+        'it\'s "quoted"',
+        "two\nlines",
+        "*",
+        "~",
+        "$HOME",
+        "",
+        "-n",
+    ]
+    with SshTransport("h03", options=options_for(h03)) as ssh:
+        result = ssh.run(["printf", "%s\\0", *hostile])
+    assert result.ok
+    assert result.stdout.split(b"\0")[:-1] == [arg.encode() for arg in hostile]
+    assert not canary.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_command_that_outlives_its_timeout_fails_with_step_timeout(fleet: Fleet) -> None:
+    with SshTransport("h02", options=options_for(fleet.hosts[1])) as ssh:
+        started = time.monotonic()
+        with pytest.raises(RemoteStepFailed) as caught:
+            ssh.run(["sleep", "30"], timeout=1.0)
+        elapsed = time.monotonic() - started
+        assert caught.value.step == "timeout"
+        assert "1 s" in caught.value.message
+        assert elapsed < 3
+        # The connection survives a timed-out command.
+        assert ssh.run(["true"]).ok
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_one_connection_is_reused_across_runs(fleet: Fleet) -> None:
+    h02 = fleet.hosts[1]
+    before = accepted_logins(h02)
+    with SshTransport("h02", options=options_for(h02)) as ssh:
+        outputs = [ssh.run(["echo", str(i)]).stdout for i in range(5)]
+        assert ssh.connections_opened == 1
+    assert outputs == [f"{i}\n".encode() for i in range(5)]
+    assert accepted_logins(h02) - before == 1
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_close_then_run_opens_a_new_connection(fleet: Fleet) -> None:
+    h02 = fleet.hosts[1]
+    before = accepted_logins(h02)
+    ssh = SshTransport("h02", options=options_for(h02))
+    assert ssh.run(["true"]).ok
+    ssh.close()
+    ssh.close()  # twice is fine
+    assert ssh.run(["true"]).ok
+    ssh.close()
+    assert accepted_logins(h02) - before == 2
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_connection_dying_mid_command_fails_with_step_connection(ssh_host: Host) -> None:
+    ssh = SshTransport(ssh_host.alias, options=options_for(ssh_host))
+    assert ssh.run(["true"]).ok
+    killer = threading.Timer(0.5, ssh_host.stop)
+    killer.start()
+    try:
+        with pytest.raises(RemoteStepFailed) as caught:
+            ssh.run(["sleep", "20"], timeout=10)
+    finally:
+        killer.join()
+        ssh.close()
+    assert caught.value.step == "connection"
+    assert "lost" in caught.value.message
+
+
+# -- ~/.ssh/config -------------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_config_alias_supplies_hostname_port_user_key_and_known_hosts(tmp_path: Path) -> None:
+    # A host on port 2222: the alias is the only thing the caller names.
+    with Fleet(tmp_path / "fleet", 1, address_prefix=None, port=2222) as one:
+        host = one.hosts[0]
+        assert host.client is not None
+        config = host.client.ssh_config.read_text()
+        assert "Port 2222" in config and f"HostName {host.address}" in config
+        options = options_for(host, identities_only=False)
+        with SshTransport(host.alias, options=options) as ssh:
+            result = ssh.run(["sh", "-c", 'echo "$(id -un)@$(hostname)"'])
+    assert result.stdout == f"root@{host.name}\n".encode()
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_proxyjump_reaches_target_through_jump_host(fleet: Fleet, tmp_path: Path) -> None:
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    assert h01.client is not None
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host behind\n"
+        f"    HostName {h02.address}\n"
+        "    User root\n"
+        f"    IdentityFile {h01.client.identity}\n"
+        "    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {h01.client.known_hosts}\n"
+        "    ProxyJump h01\n\n" + h01.client.ssh_config.read_text()
+    )
+    jump_before, target_before = accepted_logins(h01), accepted_logins(h02)
+    options = options_for(h01, ssh_config_path=str(config))
+    with SshTransport("behind", options=options) as ssh:
+        assert ssh.run(["hostname"]).stdout == b"h02\n"
+        assert ssh.run(["hostname"]).stdout == b"h02\n"
+    assert accepted_logins(h01) - jump_before == 1
+    assert accepted_logins(h02) - target_before == 1
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_proxyjump_to_a_dead_target_is_unreachable(fleet: Fleet, tmp_path: Path) -> None:
+    h01 = fleet.hosts[0]
+    assert h01.client is not None
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host gone\n    HostName {fleet.unused_address()}\n    ProxyJump h01\n\n"
+        + h01.client.ssh_config.read_text()
+    )
+    with pytest.raises(UnreachableError) as caught:
+        SshTransport(
+            "gone", user="root", options=options_for(h01, ssh_config_path=str(config))
+        ).run(["true"])
+    assert "through jump host" in caught.value.message
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_default_key_in_home_ssh_is_used_without_identityfile(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    h01 = fleet.hosts[0]
+    assert h01.client is not None
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "id_ed25519").write_bytes(h01.client.identity.read_bytes())
+    (home / ".ssh" / "id_ed25519").chmod(0o600)
+    (home / ".ssh" / "known_hosts").write_text(h01.client.known_hosts.read_text())
+    monkeypatch.setenv("HOME", str(home))
+    options = SshOptions(ssh_config_path=None, use_agent=False)
+    with SshTransport(h01.address, user="root", options=options) as ssh:
+        assert ssh.run(["hostname"]).stdout == b"h01\n"
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_openssh_generated_ecdsa_key_authenticates(ssh_host: Host, tmp_path: Path) -> None:
+    key = ssh_keygen(tmp_path / "id_ecdsa", "ecdsa")
+    authorized = ssh_host.dir / "authorized_keys"
+    authorized.write_text(authorized.read_text() + Path(f"{key}.pub").read_text())
+    assert ssh_host.client is not None
+    options = SshOptions(
+        ssh_config_path=None,
+        known_hosts_path=str(ssh_host.client.known_hosts),
+        identity_files=(str(key),),
+        identities_only=True,
+        use_agent=False,
+    )
+    with SshTransport(ssh_host.address, user="root", options=options) as ssh:
+        assert ssh.run(["true"]).ok
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_wrong_key_is_an_auth_error(fleet: Fleet, tmp_path: Path) -> None:
+    h01 = fleet.hosts[0]
+    assert h01.client is not None
+    wrong = ssh_keygen(tmp_path / "id_wrong")
+    options = SshOptions(
+        ssh_config_path=None,
+        known_hosts_path=str(h01.client.known_hosts),
+        identity_files=(str(wrong),),
+        identities_only=True,
+        use_agent=False,
+    )
+    with pytest.raises(AuthError) as caught:
+        SshTransport(h01.address, user="root", options=options).run(["true"])
+    assert "authentication to root@" in caught.value.message
+    assert str(wrong) in caught.value.message
+
+
+# -- host keys -----------------------------------------------------------------------------------
+
+
+def _options_with_known_hosts(host: Host, known_hosts: Path, policy: str) -> SshOptions:
+    assert host.client is not None
+    return SshOptions(
+        ssh_config_path=None,
+        known_hosts_path=str(known_hosts),
+        host_key_policy=policy,  # type: ignore[arg-type]
+        identity_files=(str(host.client.identity),),
+        identities_only=True,
+        use_agent=False,
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_unknown_host_key_is_refused_by_default(fleet: Fleet, tmp_path: Path) -> None:
+    h01 = fleet.hosts[0]
+    known = tmp_path / "known_hosts"
+    with pytest.raises(AuthError) as caught:
+        SshTransport(
+            h01.address, user="root", options=_options_with_known_hosts(h01, known, "reject")
+        ).run(["true"])
+    assert f"host key for {h01.address} is unknown" in caught.value.message
+    assert "--accept-new-host-key" in caught.value.message
+    assert not known.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_accept_new_records_the_key_and_later_connections_verify_it(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    h01 = fleet.hosts[0]
+    known = tmp_path / "ssh" / "known_hosts"
+    opts = _options_with_known_hosts(h01, known, "accept-new")
+    with SshTransport(h01.address, user="root", options=opts) as ssh:
+        assert ssh.run(["hostname"]).stdout == b"h01\n"
+    key_type, key_b64 = h01.host_public_key.split()[:2]
+    assert known.read_text() == f"{h01.address} {key_type} {key_b64}\n"
+    assert known.stat().st_mode & 0o777 == 0o600
+    strict = _options_with_known_hosts(h01, known, "reject")
+    with SshTransport(h01.address, user="root", options=strict) as ssh:
+        assert ssh.run(["true"]).ok
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.parametrize("policy", ["reject", "accept-new"])
+def test_changed_host_key_is_refused_under_every_policy(
+    fleet: Fleet, tmp_path: Path, policy: str
+) -> None:
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    known = tmp_path / "known_hosts"
+    # known_hosts says h01's address has h02's key: exactly what a changed key looks like.
+    lie = f"{h01.address} {' '.join(h02.host_public_key.split()[:2])}\n"
+    known.write_text(lie)
+    with pytest.raises(AuthError) as caught:
+        SshTransport(
+            h01.address, user="root", options=_options_with_known_hosts(h01, known, policy)
+        ).run(["true"])
+    assert "CHANGED" in caught.value.message
+    assert "ssh-keygen -R" in caught.value.message
+    assert known.read_text() == lie
+
+
+# -- unreachable hosts ---------------------------------------------------------------------------
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_refused_connection_is_unreachable_at_once_and_names_host_and_port(
+    fleet: Fleet,
+) -> None:
+    address, port = refused_address()
+    started = time.monotonic()
+    with pytest.raises(UnreachableError) as caught:
+        SshTransport(address, port=port, options=options_for(fleet.hosts[0])).run(["true"])
+    assert time.monotonic() - started < 2
+    assert "refused" in caught.value.message
+    assert address in caught.value.message and f"port {port}" in caught.value.message
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_hung_sshd_times_out_within_banner_timeout(ssh_host: Host) -> None:
+    ssh_host.hang()
+    try:
+        started = time.monotonic()
+        with pytest.raises(UnreachableError) as caught:
+            SshTransport(ssh_host.alias, options=options_for(ssh_host, banner_timeout=1.0)).run(
+                ["true"]
+            )
+        elapsed = time.monotonic() - started
+    finally:
+        ssh_host.resume()
+    assert 0.9 < elapsed < 3
+    assert "timed out after 1s (banner)" in caught.value.message
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_port_that_accepts_and_never_speaks_times_out_within_banner_timeout(
+    fleet: Fleet,
+) -> None:
+    with BlackholeHost("127.0.0.1") as hole:
+        started = time.monotonic()
+        with pytest.raises(UnreachableError) as caught:
+            SshTransport(
+                hole.address,
+                port=hole.port,
+                user="root",
+                options=options_for(fleet.hosts[0], banner_timeout=1.0),
+            ).run(["true"])
+        elapsed = time.monotonic() - started
+    assert elapsed < 3
+    assert f"port {hole.port} timed out after 1s (banner)" in caught.value.message
+
+
+# -- sudo (unit: argv wrapping and sudo's refusals) ----------------------------------------------
+
+
+class RecordingTransport(Transport):
+    """Answers every command with a fixed result and remembers the argv it was given."""
+
+    description = "root@pve1"
+
+    def __init__(self, result: CommandResult) -> None:
+        self.result = result
+        self.argvs: list[list[str]] = []
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60
+    ) -> CommandResult:
+        self.argvs.append(list(argv))
+        return self.result
+
+
+def test_sudo_wraps_argv_with_non_interactive_sudo() -> None:
+    inner = RecordingTransport(CommandResult(0, b"ok", b"", 0.01))
+    result = SudoTransport(inner).run(["sh", "-c", "echo $(id)"])
+    assert inner.argvs == [["sudo", "-n", "--", "sh", "-c", "echo $(id)"]]
+    assert result.stdout == b"ok"
+
+
+@pytest.mark.parametrize(
+    ("stderr", "status", "words"),
+    [
+        (b"sudo: a password is required\n", 1, "needs a password; allow NOPASSWD"),
+        (b"alice is not in the sudoers file.\n", 1, "refused"),
+        (b"sh: 1: sudo: not found\n", 127, "sudo is not installed"),
+    ],
+)
+def test_sudo_refusals_become_auth_errors(stderr: bytes, status: int, words: str) -> None:
+    inner = RecordingTransport(CommandResult(status, b"", stderr, 0.01))
+    with pytest.raises(AuthError) as caught:
+        SudoTransport(inner).run(["cat", "/root/x"])
+    assert words in caught.value.message
+    assert "root@pve1" in caught.value.message
+
+
+def test_command_failing_under_sudo_is_a_plain_result() -> None:
+    inner = RecordingTransport(CommandResult(1, b"", b"cat: /x: No such file\n", 0.01))
+    assert SudoTransport(inner).run(["cat", "/x"]).exit_status == 1
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_command_timeout_option_applies_when_run_gets_no_timeout(fleet: Fleet) -> None:
+    options = options_for(fleet.hosts[1], command_timeout=1.0)
+    with SshTransport("h02", options=options) as ssh:
+        started = time.monotonic()
+        with pytest.raises(RemoteStepFailed) as caught:
+            ssh.run(["sleep", "30"])
+    assert caught.value.step == "timeout"
+    assert time.monotonic() - started < 3
