@@ -1,5 +1,7 @@
-"""Turn a SOURCE argument into config bytes: a local file, a directory holding config.json, a Hub
-repo id (``owner/name`` or ``owner/name@revision``), or, later, a remote target.
+"""Turn a SOURCE argument into config bytes: a local file, a directory holding config.json, a
+Hub repo id (``owner/name`` or ``owner/name@revision``), or a target such as
+``root@gpu1:/root/models/X`` or ``gpu1/lxc:c1:/root/models/X`` (one exec over SSH / in the
+container).
 
 Resolution order mirrors what users expect: an existing local path always wins over a repo id.
 """
@@ -9,8 +11,12 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_provision.errors import UsageError
+
+if TYPE_CHECKING:
+    from dflash_provision.transport.options import SshOptions
 
 CONFIG_FILENAME = "config.json"
 
@@ -64,4 +70,22 @@ def load_source(spec: str, *, revision: str | None = None) -> LoadedConfig:
             data=fetched.data,
             commit_sha=fetched.commit_sha,
         )
-    raise UsageError(f"{spec}: no such file, directory or Hub repo id (expected owner/name[@rev])")
+    if ":" in spec:
+        return load_remote(spec)
+    raise UsageError(
+        f"{spec}: no such file, directory, Hub repo id (owner/name[@rev]) or target (host:/path)"
+    )
+
+
+def load_remote(spec: str, options: SshOptions | None = None) -> LoadedConfig:
+    """Read a target's config.json (default SSH options: ~/.ssh/config, known_hosts)."""
+    from dflash_provision.remote.ops import read_remote_config
+    from dflash_provision.target import parse_target
+    from dflash_provision.transport.factory import open_transport
+
+    target = parse_target(spec)
+    with open_transport(target, options) as transport:
+        read = read_remote_config(transport, target.config_path)
+    if not read.present or read.data is None:
+        raise UsageError(f"{target.display()}: {read.describe()}")
+    return LoadedConfig(label=target.display(), data=read.data)

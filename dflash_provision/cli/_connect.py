@@ -1,0 +1,157 @@
+"""Click options shared by the commands that reach targets (push, verify, rollback, ...).
+
+``connection_options`` adds the SSH / container options and hands the command one
+``connection: Connection`` argument instead of a dozen loose ones; ``authority_options`` adds
+``--repo`` / ``--from`` / ``--lock`` and hands over ``authority_spec: AuthoritySpec``.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import click
+
+from dflash_provision.transport.options import SshOptions
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@dataclass(frozen=True)
+class Connection:
+    """How to reach targets: SSH settings plus where classic LXC keeps its containers."""
+
+    ssh: SshOptions
+    lxc_path: str | None = None
+
+    def open(self, target: Any) -> Any:
+        """A Transport for ``target`` (a dflash_provision.target.Target)."""
+        from dflash_provision.transport.factory import open_transport
+
+        return open_transport(target, self.ssh, lxc_path=self.lxc_path)
+
+
+_CONNECTION_OPTIONS = [
+    click.option(
+        "--connect-timeout",
+        type=click.FloatRange(min=0.1),
+        default=10.0,
+        show_default=True,
+        help="Seconds for the TCP connect, the SSH banner and authentication, each.",
+    ),
+    click.option(
+        "--command-timeout",
+        type=click.FloatRange(min=0.1),
+        default=60.0,
+        show_default=True,
+        help="Seconds one remote command may run.",
+    ),
+    click.option(
+        "--accept-new-host-key",
+        is_flag=True,
+        help="Record unknown host keys in known_hosts (like StrictHostKeyChecking=accept-new). "
+        "Changed keys are always refused.",
+    ),
+    click.option(
+        "--ssh-config",
+        type=click.Path(dir_okay=False),
+        help="ssh_config file for host aliases (default ~/.ssh/config when it exists).",
+    ),
+    click.option(
+        "--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file to check keys in."
+    ),
+    click.option(
+        "--identity",
+        "-i",
+        multiple=True,
+        type=click.Path(dir_okay=False),
+        help="Private key file (repeatable).",
+    ),
+    click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),
+    click.option(
+        "--sudo", is_flag=True, help="Run remote commands through `sudo -n` (no password prompt)."
+    ),
+    click.option(
+        "--lxc-path",
+        help="Classic LXC container directory on the host (lxc-attach -P), default /var/lib/lxc.",
+    ),
+]
+
+
+def connection_options(func: F) -> F:
+    """Add the connection options; the command receives ``connection: Connection``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        from dflash_provision.transport.options import default_ssh_config_path
+
+        timeout = kwargs.pop("connect_timeout")
+        ssh = SshOptions(
+            connect_timeout=timeout,
+            banner_timeout=timeout,
+            auth_timeout=timeout,
+            command_timeout=kwargs.pop("command_timeout"),
+            ssh_config_path=kwargs.pop("ssh_config") or default_ssh_config_path(),
+            known_hosts_path=kwargs.pop("known_hosts"),
+            host_key_policy="accept-new" if kwargs.pop("accept_new_host_key") else "reject",
+            identity_files=tuple(kwargs.pop("identity")),
+            use_agent=not kwargs.pop("no_agent"),
+            sudo=kwargs.pop("sudo"),
+        )
+        kwargs["connection"] = Connection(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
+        return func(*args, **kwargs)
+
+    for option in reversed(_CONNECTION_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper  # type: ignore[return-value]
+
+
+@dataclass(frozen=True)
+class AuthoritySpec:
+    repo: str | None
+    from_file: str | None
+    lock: str | None
+    lock_repo: str | None
+
+    def load(self) -> Any:
+        """The authoritative LoadedConfig (see dflash_provision.authority)."""
+        from dflash_provision.authority import resolve_authoritative
+
+        return resolve_authoritative(self.repo, self.from_file, self.lock, lock_repo=self.lock_repo)
+
+
+_AUTHORITY_OPTIONS = [
+    click.option("--repo", metavar="OWNER/NAME[@REV]", help="Authoritative config from the Hub."),
+    click.option(
+        "--from",
+        "from_file",
+        type=click.Path(exists=True),
+        help="Authoritative config from a local file (or a directory holding config.json).",
+    ),
+    click.option(
+        "--lock",
+        type=click.Path(dir_okay=False),
+        help="Authoritative config pinned in a lock file (default ./dflash.lock when present).",
+    ),
+    click.option("--lock-repo", metavar="OWNER/NAME", help="Which repo's entry of the lock file."),
+]
+
+
+def authority_options(func: F) -> F:
+    """Add --repo / --from / --lock; the command receives ``authority_spec: AuthoritySpec``."""
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["authority_spec"] = AuthoritySpec(
+            repo=kwargs.pop("repo"),
+            from_file=kwargs.pop("from_file"),
+            lock=kwargs.pop("lock"),
+            lock_repo=kwargs.pop("lock_repo"),
+        )
+        return func(*args, **kwargs)
+
+    for option in reversed(_AUTHORITY_OPTIONS):
+        wrapper = option(wrapper)
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,56 @@
+"""``dflash-provision verify``: read a target's config back and compare it, writing nothing."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from dflash_provision.cli._connect import (
+    AuthoritySpec,
+    Connection,
+    authority_options,
+    connection_options,
+)
+
+
+@click.command(
+    "verify",
+    help=(
+        "Read TARGET's config (one remote command) and compare it with the authoritative config. "
+        "Exit 0 when the bytes match, 4 (drift) with the semantic diff when they differ or the "
+        "file is missing, 7 when it cannot be read."
+    ),
+)
+@click.argument("target_spec", metavar="TARGET")
+@authority_options
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@connection_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    target_spec: str,
+    authority_spec: AuthoritySpec,
+    as_json: bool,
+    connection: Connection,
+) -> None:
+    from dflash_provision.errors import ExitCode, RemoteStepFailed
+    from dflash_provision.push import VerifyStatus, verify_config
+    from dflash_provision.target import parse_target
+
+    target = parse_target(target_spec)
+    authority = authority_spec.load()
+    with connection.open(target) as transport:
+        result = verify_config(transport, target, authority, timeout=connection.ssh.command_timeout)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        ctx.exit(int(result.exit_code))
+    if result.status is VerifyStatus.UNREADABLE:
+        raise RemoteStepFailed(f"{result.target}: {result.message}", step="read")
+    if result.status is VerifyStatus.MATCH:
+        click.echo(f"match: {result.target}: {result.message}")
+        return
+    click.echo(f"drift: {result.target}: {result.message}")
+    for line in result.diff.lines if result.diff else []:
+        click.echo(f"  {line}")
+    ctx.exit(int(ExitCode.DRIFT))

@@ -1,0 +1,470 @@
+"""Push, verify and roll back one target's config. Core logic: returns values, never prints.
+
+push    validate the authoritative bytes → (dry run: one read exec, diff, stop) → one write exec
+        (scripts/write.sh: lock, temp file, verify, fsync, backup, rename, fsync dir, hash) →
+        one separate read-back exec compared with what was meant, bytes and parsed JSON.
+verify  one read exec, compared with the authoritative bytes.
+rollback  one exec to list backups, one to read the chosen backup, then the same write protocol
+        (the current file becomes a backup too) and the same read-back.
+
+Connection-level failures (unreachable, auth, timeout, container down) propagate as the
+transport's DflashProvisionError; everything a reachable host can report is a result value.
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.errors import (
+    ConfigInvalid,
+    DflashProvisionError,
+    ExitCode,
+    UsageError,
+)
+from dflash_provision.remote.ops import (
+    DEFAULT_KEEP_BACKUPS,
+    Backup,
+    ReadStatus,
+    RemoteRead,
+    WriteOutcome,
+    WriteStatus,
+    list_remote_backups,
+    read_remote_config,
+    write_remote_config,
+)
+from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+
+if TYPE_CHECKING:
+    from dflash_provision.diff import Change
+    from dflash_provision.findings import ValidationReport
+    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.target import Target
+
+NOT_APPLIED_MESSAGE = "write did not take effect"
+
+
+class NoBackups(DflashProvisionError):
+    """Rollback asked for, but the target keeps no backup of its config."""
+
+
+# ---------------------------------------------------------------------------------------------
+# diff helpers
+
+
+@dataclass(frozen=True)
+class ConfigDiff:
+    """What changes from ``old`` to ``new`` bytes, in meaning (JSON) and in bytes."""
+
+    changes: list[Change]
+    lines: list[str]  # human lines, e.g. "dflash_config.mask_token_id: 248064 → 248070"
+    bytes_equal: bool
+    note: str = ""  # e.g. "new file", "old file is not valid JSON", "formatting only"
+
+    @property
+    def formatting_only(self) -> bool:
+        return not self.bytes_equal and not self.changes and not self.note
+
+
+def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
+    """Semantic diff of two config byte strings (``old`` None: there is no old file)."""
+    from dflash_provision.diff import render_changes, semantic_diff
+
+    if old is None:
+        return ConfigDiff([], ["(new file)"], bytes_equal=False, note="new file")
+    if old == new:
+        return ConfigDiff([], [], bytes_equal=True)
+    old_obj, old_error = _parse_json(old)
+    new_obj, new_error = _parse_json(new)
+    if old_error or new_error:
+        which = "current file" if old_error else "new config"
+        note = f"{which} is not valid JSON ({old_error or new_error})"
+        return ConfigDiff([], [f"({note})"], bytes_equal=False, note=note)
+    changes = semantic_diff(old_obj, new_obj)
+    lines = render_changes(changes) or ["(same JSON content; only formatting or key order differ)"]
+    return ConfigDiff(changes, lines, bytes_equal=False)
+
+
+def _parse_json(data: bytes) -> tuple[Any, str | None]:
+    try:
+        return json.loads(data), None
+    except (UnicodeDecodeError, ValueError) as exc:
+        return None, str(exc).splitlines()[0]
+
+
+def _sha(data: bytes | None) -> str | None:
+    return hashlib.sha256(data).hexdigest() if data is not None else None
+
+
+# ---------------------------------------------------------------------------------------------
+# push
+
+
+class PushStatus(enum.StrEnum):
+    WRITTEN = "written"
+    UNCHANGED = "unchanged"  # the file already had the bytes; nothing written
+    DRY_RUN = "dry-run"  # would write (the diff says what); nothing written
+    FAILED = "failed"  # a remote step failed; the old file is untouched
+    NOT_APPLIED = "not-applied"  # the protocol "succeeded" but the file does not hold the bytes
+
+
+@dataclass
+class PushResult:
+    """The outcome of one push (or rollback) to one target."""
+
+    target: str
+    path: str
+    status: PushStatus
+    source: str  # label of the authoritative bytes, or "backup NAME" for a rollback
+    new_sha256: str
+    old_sha256: str | None = None  # None: there was no file
+    diff: ConfigDiff | None = None
+    warnings: list[str] = field(default_factory=list)
+    forced: bool = False
+    validation: ValidationReport | None = None
+    write: WriteOutcome | None = None
+    readback: RemoteRead | None = None
+    restored_from: Backup | None = None  # rollback only
+    failed_step: str | None = None
+    message: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status in (PushStatus.WRITTEN, PushStatus.UNCHANGED, PushStatus.DRY_RUN)
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return ExitCode.OK if self.ok else ExitCode.REMOTE_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain data for --json output and history records."""
+        write = self.write
+        return {
+            "target": self.target,
+            "path": self.path,
+            "status": self.status.value,
+            "source": self.source,
+            "new_sha256": self.new_sha256,
+            "old_sha256": self.old_sha256,
+            "changes": [c.to_dict() for c in self.diff.changes] if self.diff else [],
+            "diff": self.diff.lines if self.diff else [],
+            "warnings": self.warnings,
+            "forced": self.forced,
+            "durability": write.durability.value if write and write.durability else None,
+            "backup": write.backup if write else None,
+            "pruned": write.pruned if write else 0,
+            "lock": write.lock_method if write else None,
+            "readback_sha256": self.readback.sha256 if self.readback else None,
+            "restored_from": self.restored_from.name if self.restored_from else None,
+            "failed_step": self.failed_step,
+            "reason": write.reason if write and not write.ok else None,
+            "message": self.message,
+        }
+
+
+def check_authority(
+    authority: LoadedConfig, *, force: bool, effective: bool = True
+) -> tuple[ValidationReport, list[str]]:
+    """Validate the bytes to push. ConfigInvalid unless valid or ``force``; returns warnings."""
+    from dflash_provision.validate import validate_config
+
+    report = validate_config(authority.data, label=authority.label, effective=effective)
+    if report.ok:
+        return report, []
+    errors = [f for f in report.findings if f.severity == "error"]
+    summary = "; ".join(
+        f"{f.layer}: {f.path + ': ' if f.path else ''}{f.message}" for f in errors[:3]
+    )
+    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    if not force:
+        raise ConfigInvalid(
+            f"{authority.label} fails validation, refusing to push: {summary}{more} "
+            "(--force pushes it anyway)"
+        )
+    return report, [
+        f"--force: pushing {authority.label} although it FAILS validation "
+        f"({len(errors)} error(s): {summary}{more})"
+    ]
+
+
+def push_config(
+    transport: Transport,
+    target: Target,
+    authority: LoadedConfig,
+    *,
+    dry_run: bool = False,
+    force: bool = False,
+    mkdir: bool = False,
+    follow_symlinks: bool = False,
+    keep_backups: int = DEFAULT_KEEP_BACKUPS,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    validate: bool = True,
+) -> PushResult:
+    """Make ``target``'s config hold exactly ``authority.data``, and prove it by reading it back.
+
+    Validation runs first (``validate=False`` skips it for callers that validated once for a
+    whole fleet); an invalid config raises ConfigInvalid unless ``force``.
+    """
+    report, warnings = check_authority(authority, force=force) if validate else (None, [])
+    path = target.config_path
+    result = PushResult(
+        target=str(target),
+        path=path,
+        status=PushStatus.DRY_RUN,
+        source=authority.label,
+        new_sha256=_sha(authority.data) or "",
+        warnings=warnings,
+        forced=force and bool(warnings),
+        validation=report,
+    )
+    if dry_run:
+        return _dry_run(transport, result, authority.data, mkdir=mkdir, timeout=timeout)
+    return _write_and_prove(
+        transport,
+        result,
+        authority.data,
+        mkdir=mkdir,
+        follow_symlinks=follow_symlinks,
+        keep_backups=keep_backups,
+        timeout=timeout,
+    )
+
+
+def _dry_run(
+    transport: Transport, result: PushResult, data: bytes, *, mkdir: bool, timeout: float
+) -> PushResult:
+    current = read_remote_config(transport, result.path, timeout=timeout)
+    result.readback = current
+    if current.status is ReadStatus.DIR_MISSING and not mkdir:
+        result.status = PushStatus.FAILED
+        result.failed_step = "dir"
+        result.message = f"{result.path}: directory missing (--mkdir creates it)"
+        return result
+    if current.status not in (ReadStatus.PRESENT, ReadStatus.MISSING, ReadStatus.DIR_MISSING):
+        result.status = PushStatus.FAILED
+        result.failed_step = "read"
+        result.message = current.describe()
+        return result
+    result.old_sha256 = current.sha256
+    result.diff = config_diff(current.data, data)
+    result.status = PushStatus.UNCHANGED if result.diff.bytes_equal else PushStatus.DRY_RUN
+    return result
+
+
+def _write_and_prove(
+    transport: Transport,
+    result: PushResult,
+    data: bytes,
+    *,
+    mkdir: bool,
+    follow_symlinks: bool,
+    keep_backups: int,
+    timeout: float,
+) -> PushResult:
+    outcome = write_remote_config(
+        transport,
+        result.path,
+        data,
+        keep_backups=keep_backups,
+        mkdir=mkdir,
+        follow_symlinks=follow_symlinks,
+        timeout=timeout,
+    )
+    result.write = outcome
+    result.old_sha256 = _sha(outcome.old_data)
+    result.diff = config_diff(outcome.old_data, data)
+    if not outcome.ok:
+        not_applied = outcome.failed_step == "readback"
+        result.status = PushStatus.NOT_APPLIED if not_applied else PushStatus.FAILED
+        result.failed_step = outcome.failed_step
+        result.message = (
+            f"{NOT_APPLIED_MESSAGE}: {result.path} still has sha256 {outcome.sha256_after} "
+            f"after the rename, expected {result.new_sha256}"
+            if not_applied
+            else f"{result.path}: {outcome.failure_text()}; the old file was left untouched"
+        )
+        return result
+
+    # The separate read-back: a fresh exec, so whatever the write exec believed, this is what
+    # a reader (vLLM) will see.
+    readback = read_remote_config(transport, result.path, timeout=timeout)
+    result.readback = readback
+    if readback.data != data:
+        result.status = PushStatus.NOT_APPLIED
+        result.failed_step = "readback"
+        result.message = _not_applied_message(result.path, readback, data)
+        return result
+    result.status = (
+        PushStatus.UNCHANGED if outcome.status is WriteStatus.UNCHANGED else PushStatus.WRITTEN
+    )
+    return result
+
+
+def _not_applied_message(path: str, readback: RemoteRead, data: bytes) -> str:
+    if not readback.present:
+        return f"{NOT_APPLIED_MESSAGE}: reading {path} back gives {readback.describe()}"
+    diff = config_diff(readback.data, data)
+    what = (
+        "the same JSON in different bytes"
+        if diff.formatting_only
+        else f"{len(diff.changes)} difference(s) from what was written: "
+        + "; ".join(diff.lines[:3])
+    )
+    return (
+        f"{NOT_APPLIED_MESSAGE}: {path} read back with sha256 {readback.sha256}, "
+        f"expected {_sha(data)} ({what})"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+
+
+class VerifyStatus(enum.StrEnum):
+    MATCH = "match"
+    DRIFT = "drift"  # present and different (bytes; ``diff`` says how in meaning)
+    MISSING = "missing"  # no file, or no directory: drift too
+    UNREADABLE = "unreadable"  # permission denied, not a regular file, other read errors
+
+
+@dataclass
+class VerifyResult:
+    target: str
+    path: str
+    status: VerifyStatus
+    source: str
+    expected_sha256: str
+    read: RemoteRead
+    diff: ConfigDiff | None = None
+    message: str = ""
+
+    @property
+    def exit_code(self) -> ExitCode:
+        return {
+            VerifyStatus.MATCH: ExitCode.OK,
+            VerifyStatus.DRIFT: ExitCode.DRIFT,
+            VerifyStatus.MISSING: ExitCode.DRIFT,
+            VerifyStatus.UNREADABLE: ExitCode.REMOTE_FAILED,
+        }[self.status]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "path": self.path,
+            "status": self.status.value,
+            "source": self.source,
+            "expected_sha256": self.expected_sha256,
+            "actual_sha256": self.read.sha256,
+            "read_status": self.read.status.value,
+            "changes": [c.to_dict() for c in self.diff.changes] if self.diff else [],
+            "diff": self.diff.lines if self.diff else [],
+            "formatting_only": bool(self.diff and self.diff.formatting_only),
+            "message": self.message,
+        }
+
+
+def compare_read(target: str, read: RemoteRead, authority: LoadedConfig) -> VerifyResult:
+    """Judge a RemoteRead against the authoritative bytes (no I/O: fleet audits reuse this)."""
+    expected = _sha(authority.data) or ""
+    result = VerifyResult(target, read.path, VerifyStatus.MATCH, authority.label, expected, read)
+    if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
+        result.status = VerifyStatus.MISSING
+        hint = "push creates it" if read.status is ReadStatus.MISSING else "push --mkdir creates it"
+        result.message = f"{read.path}: no config file ({read.status.value}); {hint}"
+        return result
+    if not read.present:
+        result.status = VerifyStatus.UNREADABLE
+        result.message = f"cannot verify: {read.describe()}"
+        return result
+    result.diff = config_diff(read.data, authority.data)
+    if result.diff.bytes_equal:
+        result.message = f"{read.path} matches {authority.label} (sha256 {expected[:12]})"
+        return result
+    result.status = VerifyStatus.DRIFT
+    result.message = (
+        f"{read.path} differs from {authority.label}: same JSON, different bytes "
+        f"(sha256 {read.sha256} instead of {expected})"
+        if result.diff.formatting_only
+        else f"{read.path} differs from {authority.label}: {len(result.diff.changes) or 'see'} "
+        "change(s)"
+    )
+    return result
+
+
+def verify_config(
+    transport: Transport,
+    target: Target,
+    authority: LoadedConfig,
+    *,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> VerifyResult:
+    """Read ``target``'s config back (one exec) and compare it with the authoritative bytes."""
+    read = read_remote_config(transport, target.config_path, timeout=timeout)
+    return compare_read(str(target), read, authority)
+
+
+# ---------------------------------------------------------------------------------------------
+# rollback
+
+
+def list_backups(
+    transport: Transport, target: Target, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> list[Backup]:
+    """The target config's backups, oldest first."""
+    return list_remote_backups(transport, target.config_path, timeout=timeout)
+
+
+def choose_backup(backups: list[Backup], current_sha256: str | None, to: str | None) -> Backup:
+    """The backup named ``to`` (full name or its timestamp part), else the newest one whose
+    bytes differ from the current file (restoring identical bytes would change nothing)."""
+    if to is not None:
+        for backup in backups:
+            if to in (backup.name, backup.path) or backup.name.endswith("." + to):
+                return backup
+        names = ", ".join(b.name for b in backups) or "none"
+        raise UsageError(f"no backup named {to!r} (available: {names})")
+    for backup in reversed(backups):
+        if backup.sha256 != current_sha256:
+            return backup
+    return backups[-1]
+
+
+def rollback_config(
+    transport: Transport,
+    target: Target,
+    *,
+    to: str | None = None,
+    keep_backups: int = DEFAULT_KEEP_BACKUPS,
+    follow_symlinks: bool = False,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> PushResult:
+    """Restore a backup (see choose_backup) through the atomic write protocol + read-back."""
+    from dflash_provision.sources import LoadedConfig
+
+    path = target.config_path
+    backups = list_backups(transport, target, timeout=timeout)
+    if not backups:
+        raise NoBackups(f"{target}: no backups of {path} to roll back to")
+    current = read_remote_config(transport, path, timeout=timeout)
+    chosen = choose_backup(backups, current.sha256, to)
+    saved = read_remote_config(transport, chosen.path, timeout=timeout)
+    if not saved.present or saved.data is None or saved.sha256 != chosen.sha256:
+        raise DflashProvisionError(
+            f"{target}: backup {chosen.name} could not be read intact ({saved.describe()})",
+            exit_code=ExitCode.REMOTE_FAILED,
+        )
+    authority = LoadedConfig(label=f"backup {chosen.name}", data=saved.data)
+    result = push_config(
+        transport,
+        target,
+        authority,
+        keep_backups=keep_backups,
+        follow_symlinks=follow_symlinks,
+        timeout=timeout,
+        validate=False,
+    )
+    result.restored_from = chosen
+    return result

@@ -1,0 +1,451 @@
+"""Run the remote scripts through a Transport and turn their output into result values.
+
+Each operation is ONE exec: ``sh -c SCRIPT dflash-NAME ARG...``. The script text is a constant
+read from ``scripts/*.sh`` (``common.sh`` prepended); every variable part (paths, sizes, hashes)
+is a positional argument, so a path holding spaces, quotes, ``$(...)``, ``;`` is only ever data.
+Paths with NUL or line breaks are refused here (the line protocol could not carry them).
+
+Output protocol shared by all scripts: a first line ``dflash-NAME 1``, then ``key value`` lines,
+then optionally a line ``data`` followed by raw bytes up to EOF. Lines are parsed until ``data``,
+so the bytes may hold anything.
+
+Transport-level failures (refused, timed out, auth, container not running) are raised by the
+transport as DflashProvisionError subclasses; everything the script could report comes back as a
+value: RemoteRead, WriteOutcome, list[Backup].
+"""
+
+from __future__ import annotations
+
+import enum
+import hashlib
+import re
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cache
+from importlib import resources
+
+from dflash_provision.errors import ExitCode, RemoteStepFailed, UsageError
+from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResult, Transport
+
+BACKUP_DIRNAME = ".dflash-backups"
+DEFAULT_KEEP_BACKUPS = 5
+_BACKUP_STAMP = re.compile(r"\.(\d{8}T\d{6}Z)(?:\.\d{3})?$")
+
+
+class RemoteProtocolError(RemoteStepFailed):
+    """The remote side answered with something that is not our protocol (e.g. a killed shell)."""
+
+
+# --------------------------------------------------------------------------------------------
+# Script loading and running
+
+
+@cache
+def script_text(name: str) -> str:
+    """The full text run for script ``name`` ("read", "write", "backups"): common.sh + it."""
+    folder = resources.files("dflash_provision.remote") / "scripts"
+    common = (folder / "common.sh").read_text(encoding="utf-8")
+    body = (folder / f"{name}.sh").read_text(encoding="utf-8")
+    return common + "\n" + body
+
+
+def script_argv(name: str, *args: str, shell: str = "sh") -> list[str]:
+    """argv that runs script ``name`` with ``args`` as $1.. (``$0`` is ``dflash-NAME``)."""
+    return [shell, "-c", script_text(name), f"dflash-{name}", *args]
+
+
+def check_remote_path(path: str) -> str:
+    """Refuse paths the protocol cannot carry literally; return the path unchanged otherwise."""
+    if not path.startswith("/"):
+        raise UsageError(f"remote path {path!r} must be absolute")
+    if any(ch in path for ch in ("\x00", "\n", "\r")):
+        raise UsageError(f"remote path {path!r} contains a NUL byte or a line break")
+    if path.endswith("/"):
+        raise UsageError(f"remote path {path!r} must name a file, not a directory")
+    return path
+
+
+@dataclass
+class _Parsed:
+    fields: dict[str, str] = field(default_factory=dict)
+    data: bytes | None = None  # None when no "data" line arrived
+    lines: list[str] = field(default_factory=list)
+
+
+def _parse(stdout: bytes, name: str) -> _Parsed:
+    parsed = _Parsed()
+    rest = stdout
+    first = True
+    while rest:
+        line, sep, tail = rest.partition(b"\n")
+        if not sep:  # a partial last line: the output was cut off
+            break
+        text = line.decode("utf-8", errors="replace")
+        rest = tail
+        if first:
+            first = False
+            if text != f"dflash-{name} 1":
+                break
+            continue
+        if text == "data":
+            parsed.data = rest
+            return parsed
+        parsed.lines.append(text)
+        key, _, value = text.partition(" ")
+        parsed.fields[key] = value
+    return parsed
+
+
+def _run(
+    transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float
+) -> tuple[CommandResult, _Parsed]:
+    result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
+    return result, _parse(result.stdout, name)
+
+
+def _stderr_line(result: CommandResult) -> str:
+    text = result.stderr.decode("utf-8", errors="replace").strip()
+    return text.splitlines()[-1] if text else f"exit status {result.exit_status}"
+
+
+# --------------------------------------------------------------------------------------------
+# read
+
+
+class ReadStatus(enum.StrEnum):
+    PRESENT = "present"
+    MISSING = "missing"
+    PERMISSION_DENIED = "permission-denied"
+    NOT_REGULAR = "not-regular"
+    DIR_MISSING = "dir-missing"
+    ERROR = "error"  # the file exists but could not be read for another reason
+
+
+@dataclass(frozen=True)
+class RemoteRead:
+    """One file's state on a target, from one exec."""
+
+    path: str
+    status: ReadStatus
+    data: bytes | None = None  # the bytes, when PRESENT
+    sha256: str | None = None  # of ``data`` (checked against the remote's own hash)
+    size: int | None = None
+    mode: str | None = None  # octal, e.g. "644"
+    uid: int | None = None
+    gid: int | None = None
+    mtime: datetime | None = None
+    is_symlink: bool = False
+    message: str = ""  # the remote's wording when not PRESENT
+
+    @property
+    def present(self) -> bool:
+        return self.status is ReadStatus.PRESENT
+
+    def describe(self) -> str:
+        """One human line for the status, e.g. "/m/config.json: missing (no such file)"."""
+        if self.present:
+            return f"{self.path}: {self.size} bytes, sha256 {self.sha256}"
+        return f"{self.path}: {self.status.value}" + (f" ({self.message})" if self.message else "")
+
+
+def read_remote_config(
+    transport: Transport, path: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> RemoteRead:
+    """Read ``path`` on the transport's machine in one exec: status, bytes, size, sha256, mode.
+
+    A file that changes while being read (the remote hash no longer matches the bytes) is read
+    again once; a second mismatch raises RemoteStepFailed(step="read").
+    """
+    check_remote_path(path)
+    for _attempt in range(2):
+        result, parsed = _run(transport, "read", [path], stdin=None, timeout=timeout)
+        if "status" not in parsed.fields or parsed.data is None:
+            raise RemoteProtocolError(
+                f"{transport.description}: reading {path} failed: {_stderr_line(result)}",
+                step="read",
+            )
+        read = _read_from_fields(path, parsed)
+        if not read.present or read.sha256 == parsed.fields.get("sha256"):
+            return read
+    raise RemoteStepFailed(
+        f"{transport.description}: {path} kept changing while it was read", step="read"
+    )
+
+
+def _read_from_fields(path: str, parsed: _Parsed) -> RemoteRead:
+    f = parsed.fields
+    try:
+        status = ReadStatus(f["status"])
+    except ValueError:
+        status = ReadStatus.ERROR
+    if status is not ReadStatus.PRESENT:
+        return RemoteRead(
+            path=path, status=status, is_symlink="symlink" in f, message=f.get("error", "")
+        )
+    data = parsed.data or b""
+    return RemoteRead(
+        path=path,
+        status=status,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+        mode=f.get("mode"),
+        uid=_int_or_none(f.get("uid")),
+        gid=_int_or_none(f.get("gid")),
+        mtime=_epoch(f.get("mtime")),
+        is_symlink="symlink" in f,
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# write
+
+
+class WriteStatus(enum.StrEnum):
+    WRITTEN = "written"
+    UNCHANGED = "unchanged"  # the file already had these bytes; nothing was written
+    FAILED = "failed"
+
+
+class Durability(enum.StrEnum):
+    """What the remote could do to make the new file survive a crash."""
+
+    FSYNC_FILE_AND_DIR = "fsync-file+dir"
+    FSYNC_FILE_GLOBAL_SYNC = "fsync-file+global-sync"  # file fsynced; dir only by global sync
+    GLOBAL_SYNC = "global-sync"  # no per-file fsync available: `sync` for everything
+    UNKNOWN = "unknown"
+
+    def describe(self) -> str:
+        return {
+            "fsync-file+dir": "fsync file+dir",
+            "fsync-file+global-sync": "fsync file, global sync for the directory",
+            "global-sync": "global sync only (no per-file fsync on this host)",
+            "unknown": "unknown",
+        }[self.value]
+
+
+# Exit statuses write.sh uses for each step (the "failed STEP" line is authoritative).
+WRITE_STEP_EXIT = {
+    "args": 10,
+    "lock": 11,
+    "dir": 12,
+    "symlink": 13,
+    "dest": 14,
+    "tmp": 15,
+    "write": 16,
+    "verify": 17,
+    "attrs": 18,
+    "backup": 20,
+    "rename": 21,
+    "readback": 22,
+}
+
+_REASON_TEXT = {
+    "no-space": "disk full",
+    "read-only": "read-only filesystem",
+    "permission-denied": "permission denied",
+    "not-permitted": "operation not permitted (immutable file?)",
+    "dir-missing": "directory missing",
+    "symlink-refused": "destination is a symlink",
+    "lock-timeout": "lock timeout",
+    "short-write": "connection lost mid-write",
+    "hash-mismatch": "received bytes corrupted",
+    "not-applied": "write did not take effect",
+    "not-regular": "destination is not a regular file",
+}
+
+
+@dataclass(frozen=True)
+class WriteOutcome:
+    """What one run of the write protocol did."""
+
+    path: str
+    status: WriteStatus
+    old_data: bytes | None = None  # the file's bytes before the write (None: there was none)
+    sha256_after: str | None = None  # of the file as read back from disk by the script
+    durability: Durability | None = None  # set when a rename happened
+    backup: str | None = None  # backup file name inside <dir>/.dflash-backups
+    pruned: int = 0
+    lock_method: str | None = None  # "flock" or "mkdir"
+    created_dir: bool = False
+    followed_symlink: bool = False
+    failed_step: str | None = None  # see WRITE_STEP_EXIT; "transport" when the script died
+    reason: str | None = None  # token such as "no-space", "read-only", "lock-timeout"
+    message: str = ""
+    exit_status: int = 0
+    stderr: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status is not WriteStatus.FAILED
+
+    @property
+    def old_existed(self) -> bool:
+        return self.old_data is not None
+
+    def failure_text(self) -> str:
+        """One line: which step failed and why, e.g. "step write failed (disk full): ..."."""
+        reason = _REASON_TEXT.get(self.reason or "", self.reason or "error")
+        return f"step {self.failed_step} failed ({reason}): {self.message}"
+
+    def raise_for_failure(self, where: str) -> None:
+        """Raise RemoteStepFailed naming the step when the write failed."""
+        if not self.ok:
+            raise RemoteStepFailed(
+                f"{where}: {self.failure_text()}; the old file was left untouched"
+                if self.failed_step != "readback"
+                else f"{where}: write did not take effect ({self.message})",
+                step=self.failed_step or "write",
+                exit_code=ExitCode.REMOTE_FAILED,
+            )
+
+
+def write_remote_config(
+    transport: Transport,
+    path: str,
+    data: bytes,
+    *,
+    keep_backups: int = DEFAULT_KEEP_BACKUPS,
+    mkdir: bool = False,
+    follow_symlinks: bool = False,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    lock_timeout: float | None = None,
+) -> WriteOutcome:
+    """Replace ``path`` with ``data`` through the atomic write protocol (scripts/write.sh).
+
+    One exec, ``data`` on stdin. Returns a WriteOutcome whatever the remote reported; raises only
+    for transport failures (unreachable, auth, timeout, container down).
+    """
+    check_remote_path(path)
+    if keep_backups < 0:
+        raise UsageError("--keep-backups must be 0 or more")
+    if lock_timeout is None:
+        lock_timeout = max(1.0, min(10.0, timeout / 3))
+    args = [
+        path,
+        str(len(data)),
+        hashlib.sha256(data).hexdigest(),
+        str(keep_backups),
+        "1" if mkdir else "0",
+        "1" if follow_symlinks else "0",
+        str(max(1, int(lock_timeout))),
+    ]
+    result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
+    return _outcome_from(path, result, parsed)
+
+
+def _outcome_from(path: str, result: CommandResult, parsed: _Parsed) -> WriteOutcome:
+    f = parsed.fields
+    old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
+    durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
+    common = {
+        "path": path,
+        "old_data": old_data,
+        "sha256_after": f.get("sha256_after") or None,
+        "durability": durability,
+        "backup": f.get("backup"),
+        "pruned": _int_or_none(f.get("pruned")) or 0,
+        "lock_method": f.get("lock"),
+        "created_dir": "created-dir" in f,
+        "followed_symlink": "followed-symlink" in f,
+        "exit_status": result.exit_status,
+        "stderr": result.stderr.decode("utf-8", errors="replace"),
+    }
+    result_word = f.get("result")
+    if result_word == "written" and result.exit_status == 0:
+        return WriteOutcome(status=WriteStatus.WRITTEN, **common)  # type: ignore[arg-type]
+    if result_word == "unchanged" and result.exit_status == 0:
+        return WriteOutcome(status=WriteStatus.UNCHANGED, **common)  # type: ignore[arg-type]
+    if "failed" in f:
+        step, _, reason = f["failed"].partition(" ")
+        return WriteOutcome(
+            status=WriteStatus.FAILED,
+            failed_step=step,
+            reason=reason or None,
+            message=f.get("error", ""),
+            **common,  # type: ignore[arg-type]
+        )
+    # No verdict: the shell was killed, the connection dropped, or the container is gone.
+    return WriteOutcome(
+        status=WriteStatus.FAILED,
+        failed_step="transport",
+        reason="no-result",
+        message=(
+            "the remote shell ended without reporting a result"
+            f" (last step seen: {parsed.lines[-1] if parsed.lines else 'none'};"
+            f" {_stderr_line(result)})"
+        ),
+        **common,  # type: ignore[arg-type]
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# backups
+
+
+@dataclass(frozen=True)
+class Backup:
+    """One backup kept by the write protocol."""
+
+    name: str  # e.g. "config.json.20260101T120000Z"
+    path: str  # absolute path on the target
+    size: int
+    sha256: str
+    backed_up_at: datetime | None  # from the name (UTC), when the backup was taken
+    modified_at: datetime | None  # the file's mtime: when that config was last written
+
+
+def backup_dir(path: str) -> str:
+    directory = path.rsplit("/", 1)[0] or "/"
+    return f"{directory.rstrip('/')}/{BACKUP_DIRNAME}"
+
+
+def list_remote_backups(
+    transport: Transport, path: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> list[Backup]:
+    """The backups of ``path``, oldest first (one exec)."""
+    check_remote_path(path)
+    result, parsed = _run(transport, "backups", [path], stdin=None, timeout=timeout)
+    if parsed.fields.get("result") != "ok":
+        raise RemoteProtocolError(
+            f"{transport.description}: listing backups of {path} failed: {_stderr_line(result)}",
+            step="backups",
+        )
+    folder = backup_dir(path)
+    backups = []
+    for line in parsed.lines:
+        key, _, rest = line.partition(" ")
+        if key != "backup":
+            continue
+        parts = rest.split(" ", 3)
+        if len(parts) != 4 or not parts[0].isdigit():
+            continue
+        size, mtime, sha, name = parts
+        stamp = _BACKUP_STAMP.search(name)
+        backups.append(
+            Backup(
+                name=name,
+                path=f"{folder}/{name}",
+                size=int(size),
+                sha256=sha,
+                backed_up_at=(
+                    datetime.strptime(stamp.group(1), "%Y%m%dT%H%M%SZ").replace(tzinfo=UTC)
+                    if stamp
+                    else None
+                ),
+                modified_at=_epoch(mtime),
+            )
+        )
+    return backups
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def _int_or_none(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+def _epoch(text: str | None) -> datetime | None:
+    value = _int_or_none(text)
+    return datetime.fromtimestamp(value, tz=UTC) if value is not None else None

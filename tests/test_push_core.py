@@ -1,0 +1,272 @@
+"""push / verify / rollback core and CLI on this machine (LocalTransport, real files).
+
+The SSH and LXC paths are in test_push_hosts.py; the script-level failures in test_remote_ops.py.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.authority import resolve_authoritative
+from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
+from dflash_provision.push import (
+    NOT_APPLIED_MESSAGE,
+    PushStatus,
+    VerifyStatus,
+    push_config,
+    rollback_config,
+    verify_config,
+)
+from dflash_provision.remote.ops import list_remote_backups
+from dflash_provision.sources import LoadedConfig
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+from dflash_provision.transport.local import LocalTransport
+from tests.test_remote_ops import PrefixTransport, assert_no_temp_left
+
+REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
+INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
+
+
+def loaded(data: bytes, label: str = "test") -> LoadedConfig:
+    return LoadedConfig(label=label, data=data)
+
+
+@pytest.fixture
+def model_dir() -> Iterator[Path]:
+    path = Path(tempfile.mkdtemp(prefix="dfp-push-"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def local() -> LocalTransport:
+    return LocalTransport()
+
+
+def invalid_config() -> bytes:
+    doc = json.loads(REFERENCE)
+    doc["layer_types"] = doc["layer_types"][:2]  # fewer layer types than layers
+    return json.dumps(doc, indent=2).encode()
+
+
+# ---------------------------------------------------------------------------------------------
+# authority
+
+
+def test_authority_needs_exactly_one_source(tmp_path):
+    with pytest.raises(UsageError, match="one authoritative source"):
+        resolve_authoritative(repo="a/b", from_file=samples.REFERENCE_DRAFTER)
+    with pytest.raises(UsageError, match="--repo OWNER/NAME"):
+        resolve_authoritative(default_lock=tmp_path / "dflash.lock")
+
+
+def test_authority_from_file_keeps_bytes_exactly():
+    assert resolve_authoritative(from_file=samples.REFERENCE_DRAFTER).data == REFERENCE
+
+
+# ---------------------------------------------------------------------------------------------
+# push
+
+
+def test_push_writes_exact_bytes_shows_diff_then_says_unchanged(local, model_dir):
+    target = parse_target(str(model_dir))
+    (model_dir / "config.json").write_bytes(INCIDENT)
+
+    first = push_config(local, target, loaded(REFERENCE))
+    assert first.status is PushStatus.WRITTEN
+    assert (model_dir / "config.json").read_bytes() == REFERENCE
+    assert "dflash_config.mask_token_id: 248064 → 248070" in first.diff.lines
+    assert first.readback is not None and first.readback.data == REFERENCE
+    assert first.write is not None and first.write.backup
+
+    second = push_config(local, target, loaded(REFERENCE))
+    assert second.status is PushStatus.UNCHANGED
+    assert len(list_remote_backups(local, target.config_path)) == 1, "unchanged adds no backup"
+
+
+def test_dry_run_shows_the_diff_and_writes_nothing(local, model_dir):
+    (model_dir / "config.json").write_bytes(INCIDENT)
+    before = (model_dir / "config.json").stat()
+    result = push_config(local, parse_target(str(model_dir)), loaded(REFERENCE), dry_run=True)
+    assert result.status is PushStatus.DRY_RUN
+    assert "dflash_config.mask_token_id: 248064 → 248070" in result.diff.lines
+    assert result.write is None
+    after = (model_dir / "config.json").stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert sorted(os.listdir(model_dir)) == ["config.json"]
+
+
+def test_invalid_config_is_never_pushed_unless_forced_loudly(local, model_dir):
+    target = parse_target(str(model_dir))
+    (model_dir / "config.json").write_bytes(REFERENCE)
+    with pytest.raises(ConfigInvalid, match="refusing to push"):
+        push_config(local, target, loaded(invalid_config()))
+    assert (model_dir / "config.json").read_bytes() == REFERENCE
+
+    forced = push_config(local, target, loaded(invalid_config()), force=True)
+    assert forced.status is PushStatus.WRITTEN
+    assert forced.forced
+    assert any("FAILS validation" in w for w in forced.warnings)
+
+
+def test_push_failure_is_a_result_naming_the_step(local, model_dir):
+    target = parse_target(str(model_dir / "missing"))
+    result = push_config(local, target, loaded(REFERENCE))
+    assert result.status is PushStatus.FAILED
+    assert result.failed_step == "dir"
+    assert result.exit_code is ExitCode.REMOTE_FAILED
+
+
+@pytest.mark.root
+def test_write_that_vanishes_is_caught_by_the_separate_read_back(model_dir):
+    # Every exec on this "host" runs in its own mount namespace with a fresh tmpfs over the
+    # model dir seeded from the real one: the write exec succeeds (its own hash check passes),
+    # but a separate exec does not see the file. Real mounts, real scripts; not a mock.
+    if os.getuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    seed = model_dir / "seed"
+    live = model_dir / "live"
+    seed.mkdir()
+    live.mkdir()
+    (seed / "config.json").write_bytes(INCIDENT)
+    wrapper = 'mount -t tmpfs -o size=1m ephemeral "$0" && cp -p "$1"/* "$0"/ && shift && exec "$@"'
+    ephemeral = PrefixTransport(
+        [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "sh",
+            "-c",
+            wrapper,
+            str(live),
+            str(seed),
+        ],
+        "ephemeral",
+    )
+    result = push_config(ephemeral, parse_target(str(live)), loaded(REFERENCE))
+    assert result.write is not None and result.write.ok, "the write exec itself succeeded"
+    assert result.status is PushStatus.NOT_APPLIED
+    assert NOT_APPLIED_MESSAGE in result.message
+    assert result.exit_code is ExitCode.REMOTE_FAILED
+
+
+# ---------------------------------------------------------------------------------------------
+# verify
+
+
+def test_verify_reports_match_drift_and_missing(local, model_dir):
+    target = parse_target(str(model_dir))
+    assert verify_config(local, target, loaded(REFERENCE)).status is VerifyStatus.MISSING
+    (model_dir / "config.json").write_bytes(INCIDENT)
+    drift = verify_config(local, target, loaded(REFERENCE))
+    assert drift.status is VerifyStatus.DRIFT
+    assert drift.exit_code is ExitCode.DRIFT
+    assert "dflash_config.mask_token_id: 248064 → 248070" in drift.diff.lines
+    (model_dir / "config.json").write_bytes(REFERENCE)
+    assert verify_config(local, target, loaded(REFERENCE)).status is VerifyStatus.MATCH
+
+
+def test_verify_counts_reformatted_json_as_drift_with_a_clear_message(local, model_dir):
+    (model_dir / "config.json").write_bytes(json.dumps(json.loads(REFERENCE)).encode())
+    result = verify_config(local, parse_target(str(model_dir)), loaded(REFERENCE))
+    assert result.status is VerifyStatus.DRIFT
+    assert result.diff.formatting_only
+    assert "same JSON, different bytes" in result.message
+
+
+# ---------------------------------------------------------------------------------------------
+# rollback
+
+
+def test_rollback_restores_previous_bytes_and_keeps_current_as_backup(local, model_dir):
+    target = parse_target(str(model_dir))
+    (model_dir / "config.json").write_bytes(INCIDENT)
+    push_config(local, target, loaded(REFERENCE))
+    result = rollback_config(local, target)
+    assert result.status is PushStatus.WRITTEN
+    assert (model_dir / "config.json").read_bytes() == INCIDENT
+    assert result.restored_from is not None
+    backups = list_remote_backups(local, target.config_path)
+    assert backups[-1].sha256 == hashlib.sha256(REFERENCE).hexdigest(), "current became a backup"
+    assert_no_temp_left(model_dir)
+
+
+def test_rollback_to_a_named_backup(local, model_dir):
+    target = parse_target(str(model_dir))
+    versions = [b'{"v": %d}\n' % i for i in range(3)]
+    for data in versions:
+        push_config(local, target, loaded(data), validate=False)
+    oldest = list_remote_backups(local, target.config_path)[0]
+    assert oldest.sha256 == hashlib.sha256(versions[0]).hexdigest()
+    rollback_config(local, target, to=oldest.name)
+    assert (model_dir / "config.json").read_bytes() == versions[0]
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def cli_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "dflash-provision"
+    return subprocess.run(
+        [str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
+    )
+
+
+def test_cli_push_dry_run_push_unchanged_verify_rollback(model_dir):
+    ref, inc = str(samples.REFERENCE_DRAFTER), str(samples.INCIDENT_DRAFTER)
+    target = str(model_dir / "m")
+
+    missing_dir = cli_main("push", target, "--from", ref)
+    assert missing_dir.returncode == ExitCode.REMOTE_FAILED
+    assert "--mkdir" in missing_dir.stderr
+
+    assert cli_main("push", target, "--from", inc, "--mkdir").returncode == 0
+    dry = cli_main("push", target, "--from", ref, "--dry-run")
+    assert dry.returncode == 0
+    assert "dflash_config.mask_token_id: 248064 → 248070" in dry.stdout
+    assert "nothing written" in dry.stdout
+
+    pushed = cli_main("push", target, "--from", ref, "--json")
+    assert pushed.returncode == 0
+    doc = json.loads(pushed.stdout)
+    assert doc["status"] == "written"
+    assert doc["durability"] == "fsync-file+dir"
+
+    again = cli_main("push", target, "--from", ref)
+    assert again.returncode == 0
+    assert "unchanged" in again.stdout
+
+    drift = cli_main("verify", target, "--from", inc)
+    assert drift.returncode == ExitCode.DRIFT
+    assert "248070 → 248064" in drift.stdout
+    assert cli_main("verify", target, "--from", ref).returncode == 0
+
+    listed = json.loads(cli_main("rollback", target, "--list", "--json").stdout)
+    assert len(listed["backups"]) == 1
+    assert cli_main("rollback", target).returncode == 0
+    assert (model_dir / "m" / "config.json").read_bytes() == INCIDENT
+
+
+def test_cli_push_without_a_source_explains_how_to_name_one(model_dir):
+    result = cli_main("push", str(model_dir), cwd=model_dir)
+    assert result.returncode == ExitCode.USAGE
+    assert "--repo" in result.stderr and "--lock" in result.stderr
+
+
+def test_cli_verify_of_missing_file_is_drift_with_clear_message(model_dir):
+    result = cli_main("verify", str(model_dir), "--from", str(samples.REFERENCE_DRAFTER))
+    assert result.returncode == ExitCode.DRIFT
+    assert "no config file" in result.stdout

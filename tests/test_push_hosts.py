@@ -1,0 +1,364 @@
+"""push / verify / rollback over real SSH (sshd in namespaces) and into real busybox LXC
+containers, with every failure produced for real. Each failure test checks that the old bytes
+are still there and that no temp file is left in the directory.
+
+How each failure is made:
+  connection refused     the host's sshd is stopped (nothing listens)
+  hung host              the host's sshd is SIGSTOPped (TCP accepts, no banner) -> timeout
+  disk full              a 16k tmpfs over the model dir, filled (Host.fill_disk)
+  read-only filesystem   a read-only bind mount of the model dir (Host.make_readonly)
+  killed mid-write       the per-connection sshd process is SIGKILLed while 24 MB stream in
+  not taking effect      an `mv` that exits 0 and does nothing, bind-mounted over the host's
+                         /usr/local/bin (first on sshd's PATH)
+  container not running  lxc-stop -k
+(Permission denied and immutable files are in test_remote_ops.py: root on these hosts bypasses
+modes; an unprivileged user via setpriv and chattr +i are used there.)
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import ContainerError, ExitCode, UnreachableError
+from dflash_provision.push import NOT_APPLIED_MESSAGE, PushStatus, push_config, rollback_config
+from dflash_provision.remote.ops import WriteStatus, write_remote_config
+from dflash_provision.sources import LoadedConfig
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import Host
+from dflash_provision.transport.factory import open_transport
+from dflash_provision.transport.options import SshOptions
+
+pytestmark = [pytest.mark.integration, pytest.mark.root]
+
+REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
+INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
+MODEL = "/root/models/Qwen3.6-27B-DFlash"
+
+
+def options(host: Host, **overrides: float) -> SshOptions:
+    assert host.client is not None
+    settings: dict = {
+        "connect_timeout": 3.0,
+        "banner_timeout": 3.0,
+        "auth_timeout": 3.0,
+        "command_timeout": 30.0,
+        "ssh_config_path": str(host.client.ssh_config),
+        "known_hosts_path": str(host.client.known_hosts),
+        "identity_files": (str(host.client.identity),),
+        "use_agent": False,
+    }
+    settings.update(overrides)
+    return SshOptions(**settings)
+
+
+def loaded(data: bytes) -> LoadedConfig:
+    return LoadedConfig(label="test", data=data)
+
+
+def host_path(host: Host, remote: str) -> Path:
+    """Controller-side path of a file under the host's private /root."""
+    assert remote.startswith("/root/")
+    return host.root_dir / remote[len("/root/") :]
+
+
+def seed(host: Host, data: bytes = INCIDENT) -> Path:
+    directory = host_path(host, MODEL)
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_bytes(data)
+    return directory
+
+
+def remote_listing(host: Host, directory: str) -> list[str]:
+    out = host.exec(["ls", "-A", directory], check=True).stdout
+    return sorted(out.split())
+
+
+def assert_old_kept_no_temp(host: Host, directory: str = MODEL, old: bytes = INCIDENT) -> None:
+    seen = host.exec(["cat", f"{directory}/config.json"], text=False, check=True).stdout
+    assert seen == old
+    leftovers = [n for n in remote_listing(host, directory) if "dflash-tmp" in n]
+    assert leftovers == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the happy path over SSH
+
+
+def test_push_over_ssh_then_unchanged_then_rollback(ssh_host):
+    seed(ssh_host)
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    with open_transport(target, options(ssh_host)) as transport:
+        pushed = push_config(transport, target, loaded(REFERENCE))
+        assert pushed.status is PushStatus.WRITTEN
+        assert "dflash_config.mask_token_id: 248064 → 248070" in pushed.diff.lines
+        assert host_path(ssh_host, MODEL + "/config.json").read_bytes() == REFERENCE
+        assert pushed.write.durability is not None
+
+        assert push_config(transport, target, loaded(REFERENCE)).status is PushStatus.UNCHANGED
+
+        rolled = rollback_config(transport, target)
+        assert rolled.status is PushStatus.WRITTEN
+    assert host_path(ssh_host, MODEL + "/config.json").read_bytes() == INCIDENT
+
+
+def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
+    canary = ssh_host.root_dir / "canary"
+    weird = "/root/models/sp ace/'q\"/$(touch /root/canary);touch /root/canary;`touch /root/canary`"
+    target = parse_target(f"{ssh_host.alias}:{weird}")
+    with open_transport(target, options(ssh_host)) as transport:
+        result = push_config(transport, target, loaded(REFERENCE), mkdir=True)
+    assert result.status is PushStatus.WRITTEN
+    assert host_path(ssh_host, weird + "/config.json").read_bytes() == REFERENCE
+    assert not canary.exists()
+
+
+def test_cli_push_and_verify_over_ssh(ssh_host):
+    seed(ssh_host)
+    assert ssh_host.client is not None
+    exe = Path(sys.executable).parent / "dflash-provision"
+    common = [
+        "--ssh-config",
+        str(ssh_host.client.ssh_config),
+        "--known-hosts",
+        str(ssh_host.client.known_hosts),
+        "-i",
+        str(ssh_host.client.identity),
+        "--no-agent",
+    ]
+    spec = f"{ssh_host.alias}:{MODEL}"
+    ref = str(samples.REFERENCE_DRAFTER)
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [str(exe), *args, *common], capture_output=True, text=True, timeout=120, check=False
+        )
+
+    drift = run("verify", spec, "--from", ref)
+    assert drift.returncode == ExitCode.DRIFT, drift.stderr
+    pushed = run("push", spec, "--from", ref, "--json")
+    assert pushed.returncode == 0, pushed.stderr
+    assert json.loads(pushed.stdout)["status"] == "written"
+    assert run("verify", spec, "--from", ref).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------------
+# failures
+
+
+def test_connection_refused_is_unreachable_and_leaves_file_alone(ssh_host):
+    seed(ssh_host)
+    ssh_host.stop()
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    started = time.monotonic()
+    with pytest.raises(UnreachableError), open_transport(target, options(ssh_host)) as transport:
+        push_config(transport, target, loaded(REFERENCE))
+    assert time.monotonic() - started < 10
+    directory = host_path(ssh_host, MODEL)
+    assert (directory / "config.json").read_bytes() == INCIDENT
+    assert sorted(os.listdir(directory)) == ["config.json"]
+
+
+def test_hung_host_times_out_and_leaves_file_alone(ssh_host):
+    seed(ssh_host)
+    ssh_host.hang()
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    try:
+        started = time.monotonic()
+        with (
+            pytest.raises(UnreachableError),
+            open_transport(
+                target, options(ssh_host, connect_timeout=1.0, banner_timeout=1.0)
+            ) as transport,
+        ):
+            push_config(transport, target, loaded(REFERENCE))
+        assert time.monotonic() - started < 10
+    finally:
+        ssh_host.resume()
+    assert_old_kept_no_temp(ssh_host)
+
+
+def test_disk_full_fails_at_the_write_step_and_keeps_old_file(ssh_host):
+    seed(ssh_host)
+    ssh_host.fill_disk(MODEL)
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    with open_transport(target, options(ssh_host)) as transport:
+        result = push_config(transport, target, loaded(REFERENCE))
+    assert result.status is PushStatus.FAILED
+    assert result.write is not None and result.write.reason == "no-space"
+    assert result.failed_step in ("write", "lock", "tmp")
+    assert "disk full" in result.message
+    assert_old_kept_no_temp(ssh_host)
+
+
+def test_read_only_filesystem_fails_and_keeps_old_file(ssh_host):
+    seed(ssh_host)
+    ssh_host.make_readonly(MODEL)
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    with open_transport(target, options(ssh_host)) as transport:
+        result = push_config(transport, target, loaded(REFERENCE))
+    assert result.status is PushStatus.FAILED
+    assert result.write is not None and result.write.reason == "read-only"
+    assert_old_kept_no_temp(ssh_host)
+    assert remote_listing(ssh_host, MODEL) == ["config.json"]
+
+
+def test_missing_directory_fails_and_mkdir_creates_it(ssh_host):
+    target = parse_target(f"{ssh_host.alias}:/root/models/new/X")
+    with open_transport(target, options(ssh_host)) as transport:
+        refused = push_config(transport, target, loaded(REFERENCE))
+        assert (refused.status, refused.failed_step) == (PushStatus.FAILED, "dir")
+        assert not host_path(ssh_host, "/root/models/new").exists()
+        created = push_config(transport, target, loaded(REFERENCE), mkdir=True)
+    assert created.status is PushStatus.WRITTEN
+    assert host_path(ssh_host, "/root/models/new/X/config.json").read_bytes() == REFERENCE
+
+
+def test_symlinked_destination_is_refused(ssh_host):
+    directory = seed(ssh_host)
+    (directory / "config.json").rename(directory / "real.json")
+    (directory / "config.json").symlink_to("real.json")
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    with open_transport(target, options(ssh_host)) as transport:
+        result = push_config(transport, target, loaded(REFERENCE))
+    assert (result.status, result.failed_step) == (PushStatus.FAILED, "symlink")
+    assert (directory / "real.json").read_bytes() == INCIDENT
+    assert (directory / "config.json").is_symlink()
+
+
+def _session_sshd_pids(host: Host) -> list[int]:
+    """Controller-side pids of the per-connection sshd processes (children of the listener)."""
+    assert host.sshd_pid is not None
+    children = Path(f"/proc/{host.sshd_pid}/task/{host.sshd_pid}/children").read_text().split()
+    return [int(pid) for pid in children]
+
+
+def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host):
+    seed(ssh_host)
+    directory = host_path(ssh_host, MODEL)
+    payload = b'{"pad": "' + b"x" * 24_000_000 + b'"}\n'
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    outcome: dict = {}
+
+    def push() -> None:
+        try:
+            with open_transport(target, options(ssh_host)) as transport:
+                outcome["result"] = write_remote_config(transport, target.config_path, payload)
+        except Exception as exc:  # the transport may raise when its connection dies
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=push)
+    thread.start()
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if any("dflash-tmp" in name for name in os.listdir(directory)):
+            break
+        time.sleep(0.002)
+    else:
+        pytest.fail("the temp file never appeared")
+    for pid in _session_sshd_pids(ssh_host):
+        os.kill(pid, signal.SIGKILL)
+    thread.join(30)
+    if "result" in outcome:  # the transport returned what little output arrived
+        assert outcome["result"].status is WriteStatus.FAILED
+        assert outcome["result"].failed_step in ("verify", "transport")
+    # The remote shell sees EOF (short write) or SIGPIPE and cleans up; give it a moment.
+    deadline = time.monotonic() + 10
+    while any("dflash-tmp" in n for n in os.listdir(directory)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert_old_kept_no_temp(ssh_host)
+
+
+def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
+    seed(ssh_host)
+    fake = ssh_host.dir / "fakebin"
+    fake.mkdir()
+    (fake / "mv").write_text("#!/bin/sh\n# reports success, changes nothing\nexit 0\n")
+    (fake / "mv").chmod(0o755)
+    ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
+    assert ssh_host.client is not None
+    exe = Path(sys.executable).parent / "dflash-provision"
+    result = subprocess.run(
+        [
+            str(exe),
+            "push",
+            f"{ssh_host.alias}:{MODEL}",
+            "--from",
+            str(samples.REFERENCE_DRAFTER),
+            "--ssh-config",
+            str(ssh_host.client.ssh_config),
+            "--known-hosts",
+            str(ssh_host.client.known_hosts),
+            "-i",
+            str(ssh_host.client.identity),
+            "--no-agent",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == ExitCode.REMOTE_FAILED
+    assert NOT_APPLIED_MESSAGE in result.stderr
+    assert_old_kept_no_temp(ssh_host)
+
+
+def test_concurrent_pushes_of_two_configs_leave_one_complete(ssh_host):
+    seed(ssh_host)
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    first = json.dumps({"who": "first", "pad": "a" * 300_000}).encode()
+    second = json.dumps({"who": "second", "pad": "b" * 300_000}).encode()
+    results: list = []
+
+    def push(data: bytes) -> None:
+        with open_transport(target, options(ssh_host)) as transport:
+            for _ in range(3):
+                results.append(write_remote_config(transport, target.config_path, data))
+
+    threads = [threading.Thread(target=push, args=(d,)) for d in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert len(results) == 6 and all(r.ok for r in results)
+    final = host_path(ssh_host, MODEL + "/config.json").read_bytes()
+    assert final in (first, second)
+    json.loads(final)
+    assert not [n for n in os.listdir(host_path(ssh_host, MODEL)) if "dflash-tmp" in n]
+
+
+# ---------------------------------------------------------------------------------------------
+# LXC containers
+
+
+@pytest.mark.lxc
+def test_push_into_busybox_container_through_ssh_host(lxc_container_on_host):
+    container = lxc_container_on_host
+    host = container.host
+    container.attach(["mkdir", "-p", "/models/X"])
+    container.attach(["sh", "-c", "cat > /models/X/config.json"], stdin=INCIDENT)
+    target = parse_target(f"{host.alias}/lxc:{container.name}:/models/X")
+    with open_transport(target, options(host)) as transport:
+        result = push_config(transport, target, loaded(REFERENCE))
+        assert result.status is PushStatus.WRITTEN, result.message
+        assert result.write.lock_method == "mkdir", "busybox has no flock: the mkdir lock"
+        assert (container.rootfs / "models/X/config.json").read_bytes() == REFERENCE
+        assert push_config(transport, target, loaded(REFERENCE)).status is PushStatus.UNCHANGED
+
+        container.stop()
+        with pytest.raises(ContainerError):
+            push_config(transport, target, loaded(INCIDENT))
+    assert (container.rootfs / "models/X/config.json").read_bytes() == REFERENCE
+    names = os.listdir(container.rootfs / "models/X")
+    assert not [n for n in names if "dflash-tmp" in n]
+    assert hashlib.sha256(REFERENCE).hexdigest() == result.new_sha256

@@ -1,0 +1,479 @@
+"""The remote scripts, run for real on this machine: under the system sh with coreutils, and
+under busybox sh with a PATH holding only busybox applets (no flock there: the mkdir lock).
+
+Failures are produced for real (tmpfs too small, read-only bind mount, immutable file, an
+unprivileged user, a fake ``mv``); each checks that the old bytes survive and no temp file is left.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import shutil
+import subprocess
+import tempfile
+import threading
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import UsageError
+from dflash_provision.remote.ops import (
+    Durability,
+    ReadStatus,
+    WriteStatus,
+    list_remote_backups,
+    read_remote_config,
+    script_argv,
+    write_remote_config,
+)
+from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResult
+from dflash_provision.transport.local import LocalTransport
+
+OLD = b'{"mask_token_id": 248064}\n'
+NEW = b'{"mask_token_id": 248070}\n'
+
+
+class PrefixTransport(LocalTransport):
+    """Runs every command behind a fixed argv prefix (env, setpriv, busybox...)."""
+
+    def __init__(self, prefix: Sequence[str], description: str) -> None:
+        self.prefix = list(prefix)
+        self.description = description
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    ) -> CommandResult:
+        return super().run([*self.prefix, *argv], stdin=stdin, timeout=timeout)
+
+
+def busybox_bin(root: Path) -> Path:
+    """A directory holding one symlink per busybox applet, nothing else."""
+    bindir = root / "busybox-bin"
+    if not bindir.exists():
+        bindir.mkdir(parents=True)
+        applets = subprocess.run(
+            ["busybox", "--list"], capture_output=True, text=True, check=True
+        ).stdout.split()
+        for applet in applets:
+            (bindir / applet).symlink_to(shutil.which("busybox") or "/bin/busybox")
+    return bindir
+
+
+def busybox_transport(root: Path, extra_path: Path | None = None) -> PrefixTransport:
+    path = str(busybox_bin(root))
+    if extra_path is not None:
+        path = f"{extra_path}:{path}"
+    busybox = shutil.which("busybox") or "/bin/busybox"
+    # argv arrives as ["sh", "-c", ...]: busybox runs its own sh applet with the same args.
+    return PrefixTransport(["/usr/bin/env", "-i", f"PATH={path}", busybox], "busybox")
+
+
+def with_path(extra: Path) -> PrefixTransport:
+    return PrefixTransport(
+        ["/usr/bin/env", f"PATH={extra}:{os.environ.get('PATH', '/usr/bin:/bin')}"], "fake-path"
+    )
+
+
+@pytest.fixture(scope="session")
+def bb_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if shutil.which("busybox") is None:
+        pytest.skip("busybox not installed")
+    return tmp_path_factory.mktemp("bb")
+
+
+@pytest.fixture(params=["coreutils", "busybox"])
+def transport(request: pytest.FixtureRequest, bb_root: Path) -> LocalTransport:
+    if request.param == "busybox":
+        return busybox_transport(bb_root)
+    return LocalTransport()
+
+
+@pytest.fixture
+def model_dir() -> Iterator[Path]:
+    # World-traversable (pytest's tmp_path is 0700), so an unprivileged user can reach it.
+    path = Path(tempfile.mkdtemp(prefix="dfp-model-"))
+    path.chmod(0o755)
+    yield path
+    subprocess.run(["chattr", "-R", "-i", str(path)], capture_output=True, check=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def listing(directory: Path) -> list[str]:
+    return sorted(p.name for p in directory.iterdir())
+
+
+def assert_no_temp_left(directory: Path) -> None:
+    leftovers = [name for name in listing(directory) if "dflash-tmp" in name]
+    assert leftovers == [], f"temp files left behind: {leftovers}"
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+# ---------------------------------------------------------------------------------------------
+# read
+
+
+def test_read_reports_present_file_with_bytes_size_hash_and_mode(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    config.chmod(0o640)
+    read = read_remote_config(transport, str(config))
+    assert read.status is ReadStatus.PRESENT
+    assert read.data == OLD
+    assert read.size == len(OLD)
+    assert read.sha256 == sha(OLD)
+    assert read.mode == "640"
+    assert read.uid == os.getuid()
+
+
+def test_read_is_binary_safe_even_when_bytes_look_like_protocol_lines(transport, model_dir):
+    config = model_dir / "config.json"
+    tricky = b"status missing\ndata\n\x00\xff\nresult ok\n"
+    config.write_bytes(tricky)
+    assert read_remote_config(transport, str(config)).data == tricky
+
+
+def test_read_tells_missing_file_from_missing_directory(transport, model_dir):
+    assert read_remote_config(transport, str(model_dir / "config.json")).status is (
+        ReadStatus.MISSING
+    )
+    assert read_remote_config(transport, str(model_dir / "nope" / "config.json")).status is (
+        ReadStatus.DIR_MISSING
+    )
+
+
+def test_read_reports_a_directory_as_not_regular(transport, model_dir):
+    (model_dir / "config.json").mkdir()
+    read = read_remote_config(transport, str(model_dir / "config.json"))
+    assert read.status is ReadStatus.NOT_REGULAR
+    assert "directory" in read.message
+
+
+def test_read_follows_a_symlink_and_says_so(transport, model_dir):
+    (model_dir / "real.json").write_bytes(OLD)
+    (model_dir / "config.json").symlink_to("real.json")
+    read = read_remote_config(transport, str(model_dir / "config.json"))
+    assert read.data == OLD
+    assert read.is_symlink
+
+
+def test_read_reports_permission_denied_for_an_unprivileged_user(model_dir):
+    if shutil.which("setpriv") is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv to become an unprivileged user")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    config.chmod(0o600)
+    nobody = PrefixTransport(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], "n")
+    read = read_remote_config(nobody, str(config))
+    assert read.status is ReadStatus.PERMISSION_DENIED
+    assert read.data is None
+
+
+def test_read_refuses_paths_with_line_breaks_before_running_anything():
+    with pytest.raises(UsageError):
+        read_remote_config(LocalTransport(), "/tmp/a\nb/config.json")
+
+
+# ---------------------------------------------------------------------------------------------
+# write: the happy paths
+
+
+def test_write_creates_directory_only_with_mkdir(transport, model_dir):
+    target = model_dir / "sub" / "config.json"
+    refused = write_remote_config(transport, str(target), NEW)
+    assert refused.status is WriteStatus.FAILED
+    assert (refused.failed_step, refused.reason) == ("dir", "dir-missing")
+    assert not target.parent.exists()
+
+    done = write_remote_config(transport, str(target), NEW, mkdir=True)
+    assert done.status is WriteStatus.WRITTEN
+    assert done.created_dir
+    assert done.old_data is None
+    assert target.read_bytes() == NEW
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert done.sha256_after == sha(NEW)
+
+
+def test_write_replaces_file_returns_old_bytes_and_keeps_a_backup(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    config.chmod(0o600)
+    outcome = write_remote_config(transport, str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN
+    assert outcome.old_data == OLD
+    assert config.read_bytes() == NEW
+    assert oct(config.stat().st_mode & 0o777) == "0o600", "mode copied from the old file"
+    assert outcome.durability is Durability.FSYNC_FILE_AND_DIR
+    backups = list_remote_backups(transport, str(config))
+    assert [b.name for b in backups] == [outcome.backup]
+    assert backups[0].sha256 == sha(OLD)
+    assert backups[0].size == len(OLD)
+    assert (model_dir / ".dflash-backups" / outcome.backup).read_bytes() == OLD
+    assert listing(model_dir) == [".dflash-backups", "config.json"]
+
+
+def test_write_of_identical_bytes_says_unchanged_and_touches_nothing(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(NEW)
+    before = config.stat()
+    outcome = write_remote_config(transport, str(config), NEW)
+    assert outcome.status is WriteStatus.UNCHANGED
+    after = config.stat()
+    assert (after.st_ino, after.st_mtime_ns) == (before.st_ino, before.st_mtime_ns)
+    assert listing(model_dir) == ["config.json"], "no backup dir, no lock, no temp file"
+
+
+def test_write_prunes_backups_to_keep_n(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    for i in range(5):
+        write_remote_config(transport, str(config), b'{"v": %d}\n' % i, keep_backups=2)
+    backups = list_remote_backups(transport, str(config))
+    assert len(backups) == 2
+    assert [b.sha256 for b in backups] == [sha(b'{"v": 2}\n'), sha(b'{"v": 3}\n')]
+
+
+def test_write_with_keep_zero_leaves_no_backup_but_still_returns_old_bytes(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    outcome = write_remote_config(transport, str(config), NEW, keep_backups=0)
+    assert outcome.old_data == OLD
+    assert list_remote_backups(transport, str(config)) == []
+
+
+def test_write_refuses_a_symlinked_destination_unless_told_to_follow(transport, model_dir):
+    real = model_dir / "real.json"
+    real.write_bytes(OLD)
+    link = model_dir / "config.json"
+    link.symlink_to("real.json")
+
+    refused = write_remote_config(transport, str(link), NEW)
+    assert (refused.failed_step, refused.reason) == ("symlink", "symlink-refused")
+    assert real.read_bytes() == OLD
+    assert link.is_symlink()
+
+    followed = write_remote_config(transport, str(link), NEW, follow_symlinks=True)
+    assert followed.status is WriteStatus.WRITTEN
+    assert followed.followed_symlink
+    assert link.is_symlink(), "the link is kept; the file it points to is replaced"
+    assert real.read_bytes() == NEW
+    assert_no_temp_left(model_dir)
+
+
+def test_write_refuses_a_directory_in_place_of_the_file(transport, model_dir):
+    (model_dir / "config.json").mkdir()
+    outcome = write_remote_config(transport, str(model_dir / "config.json"), NEW)
+    assert (outcome.failed_step, outcome.reason) == ("dest", "not-regular")
+
+
+def test_hostile_path_is_used_literally_never_executed(transport, model_dir):
+    canary = model_dir / "canary"
+    nasty_dir = model_dir / f"a b'c\"$(touch {canary});`touch {canary}`;touch {canary} &"
+    target = nasty_dir / "config.json"
+    outcome = write_remote_config(transport, str(target), NEW, mkdir=True)
+    assert outcome.status is WriteStatus.WRITTEN
+    assert target.read_bytes() == NEW
+    assert read_remote_config(transport, str(target)).data == NEW
+    write_remote_config(transport, str(target), OLD)
+    assert len(list_remote_backups(transport, str(target))) == 1
+    assert not canary.exists()
+
+
+def test_write_refuses_a_path_with_a_newline():
+    with pytest.raises(UsageError):
+        write_remote_config(LocalTransport(), "/tmp/x\n/config.json", NEW)
+
+
+# ---------------------------------------------------------------------------------------------
+# write: failures keep the old file and leave no temp file
+
+
+def run_write_script_directly(transport, path: Path, claimed: bytes, sent: bytes):
+    """Run write.sh promising ``claimed`` but sending ``sent``: what a cut connection looks like."""
+    args = [str(path), str(len(claimed)), sha(claimed), "5", "0", "0", "5"]
+    return transport.run(script_argv("write", *args), stdin=sent, timeout=30)
+
+
+def test_short_input_from_a_cut_connection_aborts_and_keeps_old_file(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    big = b"x" * 200_000
+    result = run_write_script_directly(transport, config, big, big[:70_000])
+    assert result.exit_status == 17
+    assert b"failed verify short-write" in result.stdout
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(model_dir)
+
+
+def test_corrupted_input_is_detected_by_hash(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    result = run_write_script_directly(transport, config, NEW, NEW.replace(b"0", b"1"))
+    assert b"failed verify hash-mismatch" in result.stdout
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(model_dir)
+
+
+def test_lock_held_by_another_push_times_out_and_writes_nothing(model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    (model_dir / ".dflash-backups").mkdir()
+    with open(model_dir / ".dflash-backups" / "config.json.lock", "a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        outcome = write_remote_config(LocalTransport(), str(config), NEW, lock_timeout=1)
+    assert (outcome.failed_step, outcome.reason) == ("lock", "lock-timeout")
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(model_dir)
+
+
+def test_busybox_mkdir_lock_waits_for_a_live_holder_and_breaks_a_dead_ones(bb_root, model_dir):
+    bb = busybox_transport(bb_root)
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    lockdir = model_dir / ".dflash-backups" / "config.json.lockdir"
+    lockdir.mkdir(parents=True)
+    (lockdir / "pid").write_text(str(os.getpid()))  # alive: this test process
+    outcome = write_remote_config(bb, str(config), NEW, lock_timeout=1)
+    assert (outcome.failed_step, outcome.reason) == ("lock", "lock-timeout")
+    assert config.read_bytes() == OLD
+
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    (lockdir / "pid").write_text(str(dead.pid))
+    outcome = write_remote_config(bb, str(config), NEW, lock_timeout=1)
+    assert outcome.status is WriteStatus.WRITTEN
+    assert outcome.lock_method == "mkdir"
+    assert not lockdir.exists(), "the mkdir lock is released"
+
+
+def test_permission_denied_for_an_unprivileged_user_keeps_old_file(model_dir):
+    if shutil.which("setpriv") is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv to become an unprivileged user")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    (model_dir / ".dflash-backups").mkdir()
+    (model_dir / ".dflash-backups" / "config.json.lock").touch(mode=0o666)
+    (model_dir / ".dflash-backups" / "config.json.lock").chmod(0o666)
+    nobody = PrefixTransport(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], "n")
+    outcome = write_remote_config(nobody, str(config), NEW)
+    assert (outcome.failed_step, outcome.reason) == ("tmp", "permission-denied")
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(model_dir)
+
+
+def test_immutable_file_refuses_replacement_and_stays_intact(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    if subprocess.run(["chattr", "+i", str(config)], capture_output=True).returncode != 0:
+        pytest.skip("filesystem does not support chattr +i")
+    outcome = write_remote_config(transport, str(config), NEW)
+    assert outcome.status is WriteStatus.FAILED
+    assert outcome.failed_step == "rename"
+    assert outcome.reason == "not-permitted"
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(model_dir)
+
+
+@pytest.fixture
+def small_tmpfs(model_dir: Path) -> Iterator[Path]:
+    if os.getuid() != 0:
+        pytest.skip("mounting a tmpfs needs root")
+    mount_point = model_dir / "full"
+    mount_point.mkdir()
+    subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=16k", "tmpfs", str(mount_point)], check=True
+    )
+    yield mount_point
+    subprocess.run(["umount", "-l", str(mount_point)], check=False)
+
+
+@pytest.mark.root
+def test_disk_full_fails_the_write_step_and_keeps_old_file(transport, small_tmpfs):
+    config = small_tmpfs / "config.json"
+    config.write_bytes(OLD)
+    outcome = write_remote_config(transport, str(config), b"{" + b" " * 40_000 + b"}")
+    assert (outcome.failed_step, outcome.reason) == ("write", "no-space")
+    assert outcome.old_data == OLD
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(small_tmpfs)
+
+
+@pytest.mark.root
+def test_read_only_filesystem_fails_and_keeps_old_file(transport, model_dir):
+    if os.getuid() != 0:
+        pytest.skip("bind mounts need root")
+    ro = model_dir / "ro"
+    ro.mkdir()
+    (ro / "config.json").write_bytes(OLD)
+    subprocess.run(["mount", "--bind", str(ro), str(ro)], check=True)
+    try:
+        subprocess.run(["mount", "-o", "remount,bind,ro", str(ro)], check=True)
+        outcome = write_remote_config(transport, str(ro / "config.json"), NEW)
+        assert outcome.status is WriteStatus.FAILED
+        assert outcome.reason == "read-only"
+        assert (ro / "config.json").read_bytes() == OLD
+        assert listing(ro) == ["config.json"]
+    finally:
+        subprocess.run(["umount", "-l", str(ro)], check=False)
+
+
+def test_write_that_does_not_take_effect_is_caught_by_the_read_back(model_dir, tmp_path):
+    # A real host quirk, reproduced for real: an `mv` that reports success and does nothing.
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    (fake / "mv").write_text("#!/bin/sh\nexit 0\n")
+    (fake / "mv").chmod(0o755)
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    outcome = write_remote_config(with_path(fake), str(config), NEW)
+    assert (outcome.failed_step, outcome.reason) == ("readback", "not-applied")
+    assert "did not take effect" in outcome.message
+    assert outcome.sha256_after == sha(OLD)
+    assert config.read_bytes() == OLD
+    assert_no_temp_left(model_dir)
+
+
+def test_durability_falls_back_when_sync_ignores_file_arguments(bb_root, model_dir, tmp_path):
+    # An old sync(1) that accepts no FILE: the script must not claim a per-file fsync it did not
+    # get from `sync FILE`; it uses dd conv=fsync for the file and a global sync for the dir.
+    fake = tmp_path / "oldsync"
+    fake.mkdir()
+    (fake / "sync").write_text(
+        '#!/bin/sh\n[ "$1" = --help ] && { echo "Usage: sync [OPTION]"; exit 0; }\n'
+        '[ $# -eq 0 ] || { echo "sync: extra operand" >&2; exit 1; }\nexit 0\n'
+    )
+    (fake / "sync").chmod(0o755)
+    config = model_dir / "config.json"
+    outcome = write_remote_config(busybox_transport(bb_root, fake), str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN
+    assert outcome.durability is Durability.FSYNC_FILE_GLOBAL_SYNC
+
+
+def test_concurrent_writes_of_two_configs_leave_exactly_one_complete(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    first = b'{"who": "first", "pad": "' + b"a" * 50_000 + b'"}\n'
+    second = b'{"who": "second", "pad": "' + b"b" * 50_000 + b'"}\n'
+    outcomes = []
+
+    def push(data: bytes) -> None:
+        for _ in range(4):
+            outcomes.append(write_remote_config(transport, str(config), data, lock_timeout=20))
+
+    threads = [threading.Thread(target=push, args=(d,)) for d in (first, second)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert all(o.ok for o in outcomes), [o.failure_text() for o in outcomes if not o.ok]
+    assert config.read_bytes() in (first, second)
+    assert_no_temp_left(model_dir)
