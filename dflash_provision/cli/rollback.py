@@ -41,7 +41,7 @@ def command(
     as_json: bool,
     connection: Connection,
 ) -> None:
-    from dflash_provision.cli.push import emit_push_result
+    from dflash_provision.cli.push import emit_push_result, recorded_change
     from dflash_provision.push import list_backups, rollback_config
     from dflash_provision.target import parse_target
 
@@ -51,14 +51,16 @@ def command(
         if list_only:
             backups = list_backups(transport, target, timeout=timeout)
         else:
-            result = rollback_config(
-                transport,
-                target,
-                to=to,
-                keep_backups=keep_backups,
-                follow_symlinks=follow_symlinks,
-                timeout=timeout,
-            )
+            with recorded_change("rollback", target) as rec:
+                result = rollback_config(
+                    transport,
+                    target,
+                    to=to,
+                    keep_backups=keep_backups,
+                    follow_symlinks=follow_symlinks,
+                    timeout=timeout,
+                )
+                rec.fill(result)
     if not list_only:
         emit_push_result(ctx, result, as_json=as_json, verb="rollback")
         return
