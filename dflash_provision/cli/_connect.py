@@ -54,9 +54,11 @@ _CONNECTION_OPTIONS = [
         help="Record unknown host keys in known_hosts (like StrictHostKeyChecking=accept-new). "
         "Changed keys are always refused.",
     ),
+    # An explicit --ssh-config or -i that does not exist is a typo: say so instead of silently
+    # ignoring it (the host alias would then fail to resolve, or another key would be used).
     click.option(
         "--ssh-config",
-        type=click.Path(dir_okay=False),
+        type=click.Path(exists=True, dir_okay=False),
         help="ssh_config file for host aliases (default ~/.ssh/config when it exists).",
     ),
     click.option(
@@ -66,7 +68,7 @@ _CONNECTION_OPTIONS = [
         "--identity",
         "-i",
         multiple=True,
-        type=click.Path(dir_okay=False),
+        type=click.Path(exists=True, dir_okay=False),
         help="Private key file (repeatable).",
     ),
     click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),

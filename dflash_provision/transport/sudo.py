@@ -16,6 +16,9 @@ _NOT_ALLOWED = re.compile(
     re.MULTILINE,
 )
 _SUDO_MISSING = re.compile(r"(?:^|\s)sudo: (?:command )?not found")
+# "Defaults requiretty" (old RHEL/CentOS sudoers): sudo refuses any session without a terminal,
+# and we never request a PTY (it would mangle the bytes on stdin).
+_NEEDS_TTY = re.compile(r"^sudo: sorry, you must have a tty to run sudo", re.MULTILINE)
 
 
 class SudoTransport(Transport):
@@ -48,6 +51,11 @@ class SudoTransport(Transport):
                 raise AuthError(
                     f"sudo on {where} needs a password; allow NOPASSWD for this command "
                     "or log in as root"
+                )
+            if result.exit_status == 1 and _NEEDS_TTY.search(stderr):
+                raise AuthError(
+                    f"sudo on {where} requires a terminal (sudoers has 'Defaults requiretty'); "
+                    "exempt this login with 'Defaults:USER !requiretty' or log in as root"
                 )
             if result.exit_status == 1 and _NOT_ALLOWED.search(stderr):
                 raise AuthError(

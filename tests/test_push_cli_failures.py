@@ -1,0 +1,492 @@
+"""`dflash-provision push` failing for real, seen the way a user sees it: the real CLI in a
+subprocess (``python -m dflash_provision push ...``) against sshd hosts in namespaces and busybox
+LXC containers inside them.
+
+Every failure checks the documented exit code (errors.ExitCode), exactly one ``error: ...`` line
+on stderr that names the host and says what to do, the target directory byte-identical
+afterwards (old config.json kept, no temp file, no backup, no lock left).
+
+How each failure is made:
+  auth failed            a fresh ssh-keygen key that is not in authorized_keys, IdentitiesOnly
+  host key unknown       an empty known_hosts file
+  host key changed       known_hosts files h02's key under h01's address
+  connection refused     h02's sshd stopped
+  hung host              h02's sshd SIGSTOPped (TCP accepts, no banner)
+  container stopped      lxc-stop -k; container missing: a name nobody created
+  permission denied      an unprivileged login user that exists only inside h01 (private
+                         /etc/passwd, /etc/group, /etc/shadow bind-mounted in h01's namespace)
+
+Proxmox VE (``pct``) and Incus cannot run here: the pct/incus targets go through the testbed's
+EMULATED ``pct``/``incus`` (POSIX sh over real lxc-*, mimicking exec syntax, error texts and exit
+codes; see dflash_provision.testbed.lxc.emulator_scripts). The busybox containers are real.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import ExitCode
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
+from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
+
+pytestmark = [pytest.mark.integration, pytest.mark.root]
+
+REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
+INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers shared with test_sudo.py
+
+
+@dataclass(frozen=True)
+class Cli:
+    """Runs the real CLI in a subprocess with its own history directory and working dir."""
+
+    workdir: Path
+
+    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
+        env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
+        env["DFLASH_PROVISION_HOME"] = str(self.workdir / "home")
+        started = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-m", "dflash_provision", *args],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            cwd=self.workdir,  # no stray ./dflash.lock is picked up
+            env=env,
+            check=False,
+        )
+        print(
+            f"$ dflash-provision {' '.join(args[:2])} ... -> {proc.returncode} "
+            f"in {time.monotonic() - started:.2f}s\n{proc.stderr}",
+            end="",
+        )
+        return proc
+
+
+def the_error_line(proc: subprocess.CompletedProcess[str], code: ExitCode, *words: str) -> str:
+    """Assert exit ``code`` and that stderr is one ``error:`` line containing every word."""
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    lines = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(lines) == 1, f"expected one error line, got:\n{proc.stderr}"
+    assert lines[0].startswith("error: "), lines[0]
+    for word in words:
+        assert word in lines[0], f"{word!r} missing from {lines[0]!r}"
+    return lines[0]
+
+
+def snapshot(directory: Path) -> dict[str, bytes | None]:
+    """Every entry under ``directory`` (recursively): file bytes, or None for a directory."""
+    entries: dict[str, bytes | None] = {}
+    for path in sorted(directory.rglob("*")):
+        rel = str(path.relative_to(directory))
+        entries[rel] = None if path.is_dir() and not path.is_symlink() else path.read_bytes()
+    return entries
+
+
+def seed(directory: Path, data: bytes = INCIDENT) -> dict[str, bytes | None]:
+    """Put the old config in ``directory`` (controller-side path); return its snapshot."""
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "config.json").write_bytes(data)
+    return snapshot(directory)
+
+
+def in_root(host: Host, remote: str) -> Path:
+    """Controller-side path of ``remote`` under the host's private /root."""
+    assert remote.startswith("/root/")
+    return host.root_dir / remote[len("/root/") :]
+
+
+@dataclass(frozen=True)
+class LoginUser:
+    """An unprivileged account; ``sudo_rule`` is its /etc/sudoers.d line after the name."""
+
+    name: str
+    uid: int
+    sudo_rule: str | None = None
+    sudo_defaults: str | None = None  # e.g. "requiretty" -> "Defaults:NAME requiretty"
+
+
+def free_uids(count: int, start: int = 4200) -> list[int]:
+    """Uids (= gids) that no account or group on this machine uses."""
+    used = {int(line.split(":")[2]) for line in Path("/etc/passwd").read_text().splitlines()}
+    used |= {int(line.split(":")[2]) for line in Path("/etc/group").read_text().splitlines()}
+    found: list[int] = []
+    uid = start
+    while len(found) < count:
+        if uid not in used:
+            found.append(uid)
+        uid += 1
+    return found
+
+
+def add_private_login_users(host: Host, users: Sequence[LoginUser]) -> None:
+    """Make ``users`` exist inside ``host`` only, able to log in with the fleet's client key.
+
+    Fleet hosts share /etc with the controller but each has a private mount namespace, so
+    copies of /etc/passwd, /etc/group, /etc/shadow (plus /etc/sudoers.d when a user has a sudo
+    rule) are bind-mounted over the originals inside ``host``; the controller's /etc is never
+    changed and the mounts vanish with the host. The shadow field is ``*`` (no password, not
+    locked: sshd without PAM refuses keys for accounts locked with ``!``). The testbed's
+    absolute AuthorizedKeysFile lets the client key log in as any account.
+    """
+    etc = host.dir / "private-etc"
+    if etc.exists():
+        raise RuntimeError(f"{host.name}: private /etc files are already set up")
+    etc.mkdir()
+    extra = {"passwd": "", "group": "", "shadow": ""}
+    for user in users:
+        home = host.dir / f"home-{user.name}"
+        home.mkdir()
+        os.chown(home, user.uid, user.uid)
+        extra["passwd"] += f"{user.name}:x:{user.uid}:{user.uid}::{home}:/bin/sh\n"
+        extra["group"] += f"{user.name}:x:{user.uid}:\n"
+        extra["shadow"] += f"{user.name}:*:19000:0:99999:7:::\n"
+    for name, lines in extra.items():
+        original = Path("/etc") / name
+        copy = etc / name
+        shutil.copy2(original, copy)  # keeps mode and group (shadow: 0640 root:shadow)
+        with copy.open("a") as f:
+            f.write(lines)
+        host.exec(["mount", "--bind", str(copy), str(original)], check=True)
+    rules = [u for u in users if u.sudo_rule is not None]
+    if rules:
+        sudoers = etc / "sudoers.d"
+        shutil.copytree("/etc/sudoers.d", sudoers)
+        for user in rules:
+            rule = sudoers / f"testbed-{user.name}"
+            text = f"{user.name} {user.sudo_rule}\n"
+            if user.sudo_defaults:
+                text += f"Defaults:{user.name} {user.sudo_defaults}\n"
+            rule.write_text(text)
+            rule.chmod(0o440)  # sudo ignores rule files others can write
+        host.exec(["mount", "--bind", str(sudoers), "/etc/sudoers.d"], check=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# one fleet for the module: h01 (general), h02 (stopped / hung), h03 (pct / incus emulators)
+
+
+@contextlib.contextmanager
+def fleet_for_any_user(count: int) -> Iterator[Fleet]:
+    """A started Fleet whose files non-root logins can reach.
+
+    sshd reads the (absolute) AuthorizedKeysFile as the logging-in user, so every directory
+    above it must be traversable: pytest's tmp dirs are 0700, hence a 0755 dir of our own.
+    """
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    base = Path(tempfile.mkdtemp(prefix="dflash-cli-fleet-"))
+    base.chmod(0o755)
+    try:
+        with Fleet(base, count, address_prefix=None) as fleet:
+            yield fleet
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def hosts() -> Iterator[Fleet]:
+    with fleet_for_any_user(3) as fleet:
+        yield fleet
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    return Cli(tmp_path)
+
+
+@pytest.fixture
+def model(request: pytest.FixtureRequest) -> str:
+    """A model directory under /root/models unique to the test."""
+    return f"/root/models/{request.node.name.replace('[', '-').rstrip(']')}"
+
+
+def ssh_args(fleet: Fleet) -> list[str]:
+    assert fleet.client is not None
+    return ["--ssh-config", str(fleet.client.ssh_config), "--no-agent"]
+
+
+def host_key_line(host: Host, name: str) -> str:
+    key_type, key_b64 = host.host_public_key.split()[:2]
+    return f"{name} {key_type} {key_b64}\n"
+
+
+REF = str(samples.REFERENCE_DRAFTER)
+
+
+# ---------------------------------------------------------------------------------------------
+# authentication and host keys (exit 6)
+
+
+def test_key_the_host_does_not_accept_exits_auth_and_names_host_and_key(
+    hosts: Fleet, cli: Cli, model: str, tmp_path: Path
+) -> None:
+    h01 = hosts.host("h01")
+    assert hosts.client is not None
+    before = seed(in_root(h01, model))
+    wrong = tmp_path / "id_not_authorized"
+    subprocess.run(
+        ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)], check=True, timeout=30
+    )
+    # Only the wrong key: the fleet's ssh_config would offer the authorized one as well.
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host h01\n    HostName {h01.address}\n    User root\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {hosts.client.known_hosts}\n"
+    )
+    proc = cli.run(
+        "push", f"h01:{model}", "--from", REF, "--ssh-config", str(config), "-i", str(wrong)
+    )
+    the_error_line(proc, ExitCode.AUTH, "authentication", "h01", h01.address, str(wrong))
+    assert snapshot(in_root(h01, model)) == before
+
+
+def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(
+    hosts: Fleet, cli: Cli, model: str, tmp_path: Path
+) -> None:
+    h01 = hosts.host("h01")
+    before = seed(in_root(h01, model))
+    known = tmp_path / "known_hosts"
+    known.write_text("")
+    args = ["push", f"h01:{model}", "--from", REF, *ssh_args(hosts), "--known-hosts", str(known)]
+
+    refused = cli.run(*args)
+    the_error_line(refused, ExitCode.AUTH, h01.address, "unknown", "--accept-new-host-key")
+    assert snapshot(in_root(h01, model)) == before
+    assert known.read_text() == ""
+
+    accepted = cli.run(*args, "--accept-new-host-key")
+    assert accepted.returncode == 0, accepted.stderr
+    assert (in_root(h01, model) / "config.json").read_bytes() == REFERENCE
+    assert known.read_text() == host_key_line(h01, h01.address)
+    # Recorded: the next run needs no flag.
+    verify = cli.run("verify", f"h01:{model}", "--from", REF, *args[4:])
+    assert verify.returncode == 0, verify.stderr
+
+
+def test_changed_host_key_exits_auth_even_with_accept_new_and_writes_nothing(
+    hosts: Fleet, cli: Cli, model: str, tmp_path: Path
+) -> None:
+    h01, h02 = hosts.host("h01"), hosts.host("h02")
+    before = seed(in_root(h01, model))
+    known = tmp_path / "known_hosts"
+    lie = host_key_line(h02, h01.address)  # h01's address filed with another host's key
+    known.write_text(lie)
+    proc = cli.run(
+        "push",
+        f"h01:{model}",
+        "--from",
+        REF,
+        *ssh_args(hosts),
+        "--known-hosts",
+        str(known),
+        "--accept-new-host-key",
+    )
+    the_error_line(proc, ExitCode.AUTH, h01.address, "CHANGED", "ssh-keygen -R")
+    assert snapshot(in_root(h01, model)) == before
+    assert known.read_text() == lie
+
+
+# ---------------------------------------------------------------------------------------------
+# unreachable (exit 5)
+
+
+def test_stopped_host_exits_unreachable_at_once(hosts: Fleet, cli: Cli, model: str) -> None:
+    h02 = hosts.host("h02")
+    before = seed(in_root(h02, model))
+    h02.stop()
+    try:
+        proc = cli.run("push", f"h02:{model}", "--from", REF, *ssh_args(hosts))
+    finally:
+        h02.start()
+    the_error_line(proc, ExitCode.UNREACHABLE, "h02", h02.address, "refused")
+    assert snapshot(in_root(h02, model)) == before
+
+
+def test_hung_host_exits_unreachable_after_connect_timeout(
+    hosts: Fleet, cli: Cli, model: str
+) -> None:
+    h02 = hosts.host("h02")
+    before = seed(in_root(h02, model))
+    h02.hang()
+    started = time.monotonic()
+    try:
+        proc = cli.run(
+            "push", f"h02:{model}", "--from", REF, *ssh_args(hosts), "--connect-timeout", "2"
+        )
+    finally:
+        h02.resume()
+    elapsed = time.monotonic() - started
+    print(f"hung host: exit {proc.returncode} after {elapsed:.2f}s with --connect-timeout 2")
+    line = the_error_line(proc, ExitCode.UNREACHABLE, "h02", h02.address)
+    assert elapsed < 20  # loose on purpose: a 2-core machine under load; the figure is printed
+    assert snapshot(in_root(h02, model)) == before
+    if "timed out" not in line:
+        # paramiko's start_client() waits `timeout` (= connect timeout) for the handshake and
+        # then returns WITHOUT an error; with banner timeout == connect timeout (what the CLI
+        # sets) it races the banner timeout, and auth then fails with "No existing session".
+        # Reported to the lead (fix belongs in transport/ssh.py).
+        pytest.xfail(f"known bug: hung host not reported as a timeout: {line}")
+
+
+# ---------------------------------------------------------------------------------------------
+# containers (exit 8)
+
+
+@pytest.fixture
+def lxc_on_h01(hosts: Fleet) -> Iterator[Container]:
+    reason = missing_prerequisites(need_lxc=True)
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    container = busybox_container(host=hosts.host("h01"))
+    yield container
+    container.destroy()
+
+
+@pytest.mark.lxc
+def test_push_into_stopped_lxc_container_exits_container_and_keeps_its_file(
+    hosts: Fleet, cli: Cli, lxc_on_h01: Container
+) -> None:
+    directory = lxc_on_h01.rootfs / "root/models/X"
+    before = seed(directory)
+    lxc_on_h01.stop()
+    proc = cli.run(
+        "push", f"h01/lxc:{lxc_on_h01.name}:/root/models/X", "--from", REF, *ssh_args(hosts)
+    )
+    the_error_line(proc, ExitCode.CONTAINER, lxc_on_h01.name, "h01", "not running")
+    assert snapshot(directory) == before
+
+
+@pytest.mark.lxc
+def test_push_into_missing_lxc_container_exits_container(hosts: Fleet, cli: Cli) -> None:
+    name = unique_name("missing")
+    proc = cli.run("push", f"h01/lxc:{name}:/root/models/X", "--from", REF, *ssh_args(hosts))
+    the_error_line(proc, ExitCode.CONTAINER, name, "h01", "does not exist")
+    assert not (hosts.host("h01").lxc_dir / name).exists()
+
+
+@pytest.fixture(scope="module")
+def emulated_h03(hosts: Fleet) -> Host:
+    reason = missing_prerequisites(need_lxc=True)
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    h03 = hosts.host("h03")
+    h03.install_container_cli_emulators()
+    return h03
+
+
+@pytest.mark.lxc
+@pytest.mark.parametrize(("kind", "name"), [("pct", "101"), ("incus", "web-1"), ("lxd", "web-2")])
+def test_emulated_pct_and_incus_push_verify_then_stopped_exits_container(
+    hosts: Fleet, cli: Cli, emulated_h03: Host, kind: str, name: str
+) -> None:
+    """pct / incus / lxd here are the testbed's EMULATIONS (Proxmox and Incus can't run on this
+    machine); the container behind them is a real busybox LXC container."""
+    with busybox_container(emulated_h03.container_name(name), host=emulated_h03) as container:
+        directory = container.rootfs / "root/models/X"
+        seed(directory)
+        spec = f"h03/{kind}:{name}:/root/models/X"
+
+        pushed = cli.run("push", spec, "--from", REF, *ssh_args(hosts))
+        assert pushed.returncode == 0, pushed.stderr
+        assert (directory / "config.json").read_bytes() == REFERENCE
+        verified = cli.run("verify", spec, "--from", REF, *ssh_args(hosts))
+        assert verified.returncode == 0, verified.stdout + verified.stderr
+
+        container.stop()
+        before = snapshot(directory)
+        stopped = cli.run(
+            "push", spec, "--from", str(samples.INCIDENT_DRAFTER), "--force", *ssh_args(hosts)
+        )
+        the_error_line(
+            stopped, ExitCode.CONTAINER, f"{kind} container {name}", "h03", "not running"
+        )
+        assert snapshot(directory) == before
+
+
+@pytest.mark.lxc
+@pytest.mark.parametrize(("kind", "name"), [("pct", "999"), ("incus", "nope")])
+def test_emulated_missing_container_exits_container(
+    hosts: Fleet, cli: Cli, emulated_h03: Host, kind: str, name: str
+) -> None:
+    """Through the EMULATED pct / incus (see the module docstring)."""
+    proc = cli.run("push", f"h03/{kind}:{name}:/root/models/X", "--from", REF, *ssh_args(hosts))
+    the_error_line(proc, ExitCode.CONTAINER, f"{kind} container {name}", "h03", "does not exist")
+
+
+# ---------------------------------------------------------------------------------------------
+# remote step failed (exit 7) and hostile paths
+
+
+@pytest.fixture(scope="module")
+def plain_user(hosts: Fleet) -> LoginUser:
+    """An unprivileged login on h01 only (private /etc files in h01's mount namespace)."""
+    user = LoginUser("dfpplain", free_uids(1)[0])
+    add_private_login_users(hosts.host("h01"), [user])
+    return user
+
+
+def test_unprivileged_login_pushing_into_a_root_directory_exits_permission_denied(
+    hosts: Fleet, cli: Cli, plain_user: LoginUser
+) -> None:
+    h01 = hosts.host("h01")
+    # Outside /root (which the user can't even enter): a directory it can read, not write.
+    directory = h01.dir / "srv" / "models" / "X"
+    before = seed(directory)
+    proc = cli.run("push", f"{plain_user.name}@h01:{directory}", "--from", REF, *ssh_args(hosts))
+    the_error_line(proc, ExitCode.REMOTE_FAILED, "h01", "permission denied")
+    assert snapshot(directory) == before
+
+
+def test_hostile_target_path_is_one_literal_directory_over_ssh(
+    hosts: Fleet, cli: Cli, tmp_path: Path
+) -> None:
+    h01 = hosts.host("h01")
+    token = unique_name("canary")
+    canaries = [Path(f"/tmp/{token}-{tag}") for tag in ("X", "Y", "Z")]
+    relative = f"{token}-R"  # lands in the remote home (/root) or the CLI's cwd if run
+    parts = [
+        f"$(touch {canaries[0]})",
+        f"; touch {canaries[1]}",
+        'it\'s "quoted" with spaces',
+        f"`touch {canaries[2]}` && touch {relative} | $HOME *",
+    ]
+    remote = "/root/models/" + "/".join(parts)
+    spec = f"h01:{remote}"
+
+    pushed = cli.run("push", spec, "--from", REF, "--mkdir", *ssh_args(hosts))
+    assert pushed.returncode == 0, pushed.stderr
+    assert (in_root(h01, remote) / "config.json").read_bytes() == REFERENCE
+    verified = cli.run("verify", spec, "--from", REF, *ssh_args(hosts))
+    assert verified.returncode == 0, verified.stdout + verified.stderr
+    # The hosts share /tmp with the controller: one look covers both sides.
+    assert [c for c in canaries if c.exists()] == []
+    assert not (h01.root_dir / relative).exists()
+    assert not (tmp_path / relative).exists()
+
+
+def test_ssh_config_or_identity_file_that_does_not_exist_is_a_usage_error(
+    cli: Cli, tmp_path: Path
+) -> None:
+    # No fleet needed: the CLI must refuse before connecting anywhere.
+    missing = tmp_path / "no-such-file"
+    for option in ("--ssh-config", "-i"):
+        proc = cli.run("push", "h01:/root/models/X", "--from", REF, option, str(missing))
+        assert proc.returncode == ExitCode.USAGE, proc.stderr
+        assert str(missing) in proc.stderr and "does not exist" in proc.stderr
