@@ -1,0 +1,292 @@
+"""Fleet audit / repair speed against the minimal paramiko script, on real sshd hosts.
+
+Run as root (the testbed puts each sshd in its own namespaces)::
+
+    .venv/bin/python bench/bench_fleet.py [--sizes 8,32,64] [--repeat 3]
+
+For each fleet size it prints, side by side, wall time, controller CPU per host
+(resource.getrusage: this process for in-process runs, children for CLI runs) and remote
+commands per host, for:
+
+    minimal read      bench/minimal_paramiko.py: one connection + one `cat` per host
+    audit core        dflash_provision.fleet.audit in this process
+    audit CLI         `dflash-provision audit` in a subprocess (includes interpreter start-up)
+    minimal write     one connection + one `cat > file` per host
+    repair core       dflash_provision.fleet.repair (read, atomic write, read-back, fresh read)
+    repair CLI        `dflash-provision repair` in a subprocess
+
+and the ratios the product promises: audit core <= 1.2x minimal read, repair core <= 1.5x minimal
+write. It also measures `dflash-provision --help` start-up and checks that it imports neither
+paramiko, transformers nor huggingface_hub. Timings are medians of ``--repeat`` runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import minimal_paramiko
+
+from dflash_provision.cli.audit import authority_loader
+from dflash_provision.fleet import FleetRun, audit, repair
+from dflash_provision.inventory import DrafterSpec, FleetMember
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import Fleet
+from dflash_provision.transport.options import SshOptions
+
+MODEL = "/root/models/Qwen3.6-27B-DFlash"
+REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
+INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
+
+
+@dataclass
+class Measure:
+    what: str
+    wall_s: float
+    cpu_s: float
+    execs_per_host: float
+    hosts: int
+
+    @property
+    def cpu_ms_per_host(self) -> float:
+        return 1000 * self.cpu_s / self.hosts
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed(fn: Callable[[], float], who: int = resource.RUSAGE_SELF) -> tuple[float, float, float]:
+    """(wall, cpu, execs-per-host) of one call; ``fn`` returns execs per host."""
+    cpu0, t0 = _cpu(who), time.monotonic()
+    execs = fn()
+    return time.monotonic() - t0, _cpu(who) - cpu0, execs
+
+
+def median_measure(
+    what: str,
+    hosts: int,
+    repeat: int,
+    fn: Callable[[], float],
+    prepare: Callable[[], None],
+    who: int = resource.RUSAGE_SELF,
+) -> Measure:
+    runs = []
+    for _ in range(repeat):
+        prepare()
+        runs.append(timed(fn, who))
+    wall = statistics.median(r[0] for r in runs)
+    cpu = statistics.median(r[1] for r in runs)
+    return Measure(what, wall, cpu, runs[-1][2], hosts)
+
+
+class Bench:
+    def __init__(self, fleet: Fleet, work: Path) -> None:
+        assert fleet.client is not None
+        self.fleet = fleet
+        self.client = fleet.client
+        self.work = work
+        self.home = work / "home"
+        self.authority_file = work / "authority.json"
+        self.authority_file.write_bytes(REFERENCE)
+        self.options = SshOptions(
+            # Like the minimal script: addresses, one key, no ssh_config to look hosts up in
+            # (a config with one block per host costs an O(hosts) lookup per connection).
+            ssh_config_path=None,
+            known_hosts_path=str(self.client.known_hosts),
+            identity_files=(str(self.client.identity),),
+            identities_only=True,
+            use_agent=False,
+        )
+        self.shared = minimal_paramiko.load_shared(
+            str(self.client.identity), str(self.client.known_hosts)
+        )
+
+    def seed(self, hosts: int, data: bytes) -> None:
+        for host in self.fleet.hosts[:hosts]:
+            model = host.root_dir / "models" / "Qwen3.6-27B-DFlash"
+            model.mkdir(parents=True, exist_ok=True)
+            (model / "config.json").write_bytes(data)
+
+    def members(self, hosts: int) -> list[FleetMember]:
+        source = DrafterSpec(from_file=str(self.authority_file))
+        return [
+            FleetMember(h.name, parse_target(f"root@{h.address}:{MODEL}"), source)
+            for h in self.fleet.hosts[:hosts]
+        ]
+
+    def inventory(self, hosts: int) -> Path:
+        path = self.work / f"fleet-{hosts}.yaml"
+        entries = "".join(
+            f"  - {{name: {h.name}, address: {h.address}, user: root}}\n"
+            for h in self.fleet.hosts[:hosts]
+        )
+        path.write_text(
+            f"defaults: {{path: {MODEL}, drafter: {{from: {self.authority_file}}}}}\n"
+            f"hosts:\n{entries}"
+        )
+        return path
+
+    def addresses(self, hosts: int) -> list[str]:
+        return [h.address for h in self.fleet.hosts[:hosts]]
+
+    # -- the contenders -------------------------------------------------------------------------
+
+    def minimal(self, hosts: int, data: bytes | None) -> float:
+        ok = minimal_paramiko.run(
+            self.shared, self.addresses(hosts), f"{MODEL}/config.json", data=data, workers=64
+        )
+        assert all(ok), "minimal script failed on some host"
+        return 1.0
+
+    def audit_core(self, hosts: int) -> float:
+        run = FleetRun(authority_loader(), ssh_options=self.options)
+        audits = audit(self.members(hosts), run.authority_for, workers=64, run=run)
+        assert all(a.status.audited for a in audits), [a.detail for a in audits][:3]
+        return statistics.mean(a.execs for a in audits)
+
+    def repair_core(self, hosts: int) -> float:
+        run = FleetRun(authority_loader(), ssh_options=self.options)
+        repairs = repair(self.members(hosts), run.authority_for, workers=64, run=run)
+        assert all(r.final.status.value == "in_sync" for r in repairs), repairs[0].to_dict()
+        return statistics.mean(r.execs for r in repairs)
+
+    def cli(self, command: str, hosts: int) -> float:
+        env = {**os.environ, "DFLASH_PROVISION_HOME": str(self.home)}
+        argv = [
+            sys.executable, "-m", "dflash_provision", command, "-i", str(self.inventory(hosts)),
+            "--ssh-config", "/dev/null", "--known-hosts", str(self.client.known_hosts),
+            "--identity", str(self.client.identity), "--no-agent", "--json",
+        ]  # fmt: skip
+        proc = subprocess.run(argv, env=env, capture_output=True, timeout=600, check=False)
+        if proc.returncode not in (0, 4):
+            raise RuntimeError(f"{command} exited {proc.returncode}: {proc.stderr.decode()}")
+        document = json.loads(proc.stdout)
+        if command == "audit":
+            return statistics.mean(h["execs"] for h in document["hosts"])
+        return statistics.mean(h["execs"] for h in document["hosts"])
+
+    def minimal_cli(self, hosts: int, data: bytes | None) -> float:
+        argv = [
+            sys.executable, str(Path(__file__).with_name("minimal_paramiko.py")),
+            "--key", str(self.client.identity), "--known-hosts", str(self.client.known_hosts),
+            "--path", f"{MODEL}/config.json", *self.addresses(hosts),
+        ]  # fmt: skip
+        if data is not None:
+            payload = self.work / "payload.json"
+            payload.write_bytes(data)
+            argv += ["--write", str(payload)]
+        subprocess.run(argv, capture_output=True, timeout=600, check=True)
+        return 1.0
+
+
+def startup(repeat: int) -> tuple[float, list[str]]:
+    code = (
+        "import sys\n"
+        "from dflash_provision.cli import main as m\n"
+        "try:\n    m.main(['--help'])\nexcept SystemExit:\n    pass\n"
+        "heavy = [n for n in ('paramiko', 'transformers', 'huggingface_hub') if n in sys.modules]\n"
+        "print(','.join(heavy), file=sys.stderr)\n"
+    )
+    walls, heavy = [], ""
+    for _ in range(repeat):
+        t0 = time.monotonic()
+        proc = subprocess.run(
+            [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        )
+        walls.append(time.monotonic() - t0)
+        heavy = proc.stderr.strip()
+    return statistics.median(walls), [h for h in heavy.split(",") if h]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="8,32,64")
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--no-cli", action="store_true", help="skip the subprocess runs")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.sizes.split(",")]
+    if os.geteuid() != 0:
+        sys.exit("bench_fleet.py needs root (the testbed's namespaces)")
+
+    with tempfile.TemporaryDirectory(prefix="dflash-bench-") as tmp:
+        work = Path(tmp)
+        with Fleet(work / "fleet", max(sizes), address_prefix=None) as fleet:
+            bench = Bench(fleet, work)
+            # Warm-up: imports (paramiko, transformers via a drifted file) and sshd caches.
+            bench.seed(max(sizes), INCIDENT)
+            bench.audit_core(min(sizes))
+            bench.minimal(min(sizes), None)
+            rows: list[tuple[Measure, Measure | None]] = []
+            for n in sizes:
+                in_sync = lambda n=n: bench.seed(n, REFERENCE)  # noqa: E731
+                drifted = lambda n=n: bench.seed(n, INCIDENT)  # noqa: E731
+                base_read = median_measure(
+                    "minimal read", n, args.repeat, lambda n=n: bench.minimal(n, None), in_sync
+                )
+                rows.append((base_read, None))
+                rows.append((median_measure(
+                    "audit core (in sync)", n, args.repeat, lambda n=n: bench.audit_core(n),
+                    in_sync), base_read))  # fmt: skip
+                rows.append((median_measure(
+                    "audit core (drifted)", n, args.repeat, lambda n=n: bench.audit_core(n),
+                    drifted), base_read))  # fmt: skip
+                base_write = median_measure(
+                    "minimal write",
+                    n,
+                    args.repeat,
+                    lambda n=n: bench.minimal(n, REFERENCE),
+                    drifted,
+                )
+                rows.append((base_write, None))
+                rows.append((median_measure(
+                    "repair core", n, args.repeat, lambda n=n: bench.repair_core(n), drifted
+                ), base_write))  # fmt: skip
+                if not args.no_cli:
+                    children = resource.RUSAGE_CHILDREN
+                    cli_read = median_measure(
+                        "minimal read CLI", n, args.repeat,
+                        lambda n=n: bench.minimal_cli(n, None), in_sync, children,
+                    )  # fmt: skip
+                    rows.append((cli_read, None))
+                    rows.append((median_measure(
+                        "audit CLI", n, args.repeat, lambda n=n: bench.cli("audit", n),
+                        in_sync, children), cli_read))  # fmt: skip
+                    cli_write = median_measure(
+                        "minimal write CLI", n, args.repeat,
+                        lambda n=n: bench.minimal_cli(n, REFERENCE), drifted, children,
+                    )  # fmt: skip
+                    rows.append((cli_write, None))
+                    rows.append((median_measure(
+                        "repair CLI", n, args.repeat, lambda n=n: bench.cli("repair", n),
+                        drifted, children), cli_write))  # fmt: skip
+
+    print(f"{'hosts':>5}  {'what':<22} {'wall s':>8} {'CPU ms/host':>12} "
+          f"{'execs/host':>10}  vs baseline")  # fmt: skip
+    for measure, baseline in rows:
+        ratio = f"{measure.wall_s / baseline.wall_s:5.2f}x wall" if baseline else ""
+        print(
+            f"{measure.hosts:>5}  {measure.what:<22} {measure.wall_s:8.3f} "
+            f"{measure.cpu_ms_per_host:12.1f} {measure.execs_per_host:10.1f}  {ratio}"
+        )
+    wall, heavy = startup(max(3, args.repeat))
+    print(f"\n`dflash-provision --help`: {wall * 1000:.0f} ms (median), heavy imports: "
+          f"{', '.join(heavy) or 'none'}")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()

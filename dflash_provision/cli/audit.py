@@ -1,0 +1,240 @@
+"""``dflash-provision audit``: check a whole fleet for drift in parallel.
+
+Hosts come from ``-i INVENTORY`` (our YAML, or an Ansible YAML/INI inventory: see
+dflash_provision.inventory) and/or TARGET arguments. ``--repo/--revision``, ``--from``,
+``--lock`` and ``--path`` override what the inventory says (and are needed for bare TARGETs).
+
+Each host gets one SSH connection and one remote command; ``--workers`` bounds the parallelism.
+Every result is recorded in the local history (``dflash-provision history``).
+
+Exit codes:
+
+    0  every host's config is the authoritative one (in_sync)
+    4  (DRIFT) at least one host answered and its file is wrong: drifted, missing, invalid or
+       loader_normalised. Takes precedence over 5: a known-wrong host is the more urgent news.
+    5  (UNREACHABLE) no host is known to be wrong, but at least one could not be checked:
+       refused, timed out, other network failure, authentication or host-key failure,
+       permission denied, container not running, or another error. ``--json`` says which.
+    2  bad arguments or inventory; other codes as for single-target commands when the
+       authoritative config cannot be loaded (e.g. 10-15 for Hub errors).
+
+``--prometheus FILE`` writes a node_exporter textfile-collector file atomically (metrics in
+dflash_provision.report). Progress is shown only when stdout is a terminal.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from dflash_provision.cli._connect import Connection, connection_options
+
+if TYPE_CHECKING:
+    from dflash_provision.fleet import FleetRun
+    from dflash_provision.inventory import FleetMember
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_FLEET_OPTIONS = [
+    click.option(
+        "--inventory",
+        "-i",
+        "inventory",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Inventory file: dflash-provision YAML, or an Ansible inventory (YAML or INI).",
+    ),
+    click.option(
+        "--repo",
+        metavar="OWNER/NAME[@REV]",
+        help="Authoritative config from the Hub (overrides the inventory).",
+    ),
+    click.option("--revision", metavar="REV", help="Revision for --repo (commit sha or tag)."),
+    click.option(
+        "--from", "from_file", type=click.Path(exists=True), help="Authoritative config file."
+    ),
+    click.option(
+        "--lock", type=click.Path(dir_okay=False), help="Authoritative config from a lock file."
+    ),
+    click.option(
+        "--path",
+        "model_path",
+        metavar="PATH",
+        help="Model directory (or .json file) on every host (overrides the inventory).",
+    ),
+    click.option(
+        "--workers",
+        type=click.IntRange(min=1, max=1024),
+        default=64,
+        show_default=True,
+        help="Hosts handled at the same time.",
+    ),
+]
+
+
+def fleet_options(func: F) -> F:
+    """Inventory, authority overrides, --workers and the shared SSH options.
+
+    The shared SSH options spell ``--identity`` with ``-i`` too; fleet commands keep ``-i`` for
+    the inventory (Ansible's convention), so ``--identity`` loses its short form here.
+    """
+    decorated = connection_options(func)
+    for param in getattr(decorated, "__click_params__", []):
+        if isinstance(param, click.Option) and param.name == "identity":
+            param.opts = [o for o in param.opts if o != "-i"]
+    for option in reversed(_FLEET_OPTIONS):
+        decorated = option(decorated)
+    return decorated  # type: ignore[return-value]
+
+
+def load_fleet(
+    inventory: Path | None,
+    targets: tuple[str, ...],
+    repo: str | None,
+    revision: str | None,
+    from_file: str | None,
+    lock: str | None,
+    model_path: str | None,
+) -> list[FleetMember]:
+    from dflash_provision.errors import UsageError
+    from dflash_provision.inventory import DrafterSpec, Overrides, load_members
+
+    given = [n for n, v in (("--repo", repo), ("--from", from_file), ("--lock", lock)) if v]
+    if len(given) > 1:
+        raise UsageError(f"give one authoritative source, not {' and '.join(given)}")
+    if revision and not repo:
+        raise UsageError("--revision needs --repo")
+    source = DrafterSpec(
+        repo=repo,
+        revision=revision,
+        lock=str(Path(lock).resolve()) if lock else None,
+        from_file=str(Path(from_file).resolve()) if from_file else None,
+    )
+    return load_members(inventory, targets, Overrides(source=source, path=model_path))
+
+
+def authority_loader() -> Callable[[FleetMember], Any]:
+    """``authority_for(member)``: load the member's drafter source (FleetRun caches per source)."""
+    from dflash_provision.authority import resolve_authoritative
+
+    def load(member: FleetMember) -> Any:
+        spec = member.source
+        repo = spec.repo
+        if repo and spec.revision:
+            repo = f"{repo.split('@', 1)[0]}@{spec.revision}"
+        return resolve_authoritative(repo=repo, from_file=spec.from_file, lock=spec.lock)
+
+    return load
+
+
+def make_run(connection: Connection) -> FleetRun:
+    from dflash_provision.fleet import FleetRun
+
+    return FleetRun(
+        authority_loader(),
+        ssh_options=connection.ssh,
+        open_transport=lambda member: connection.open(member.target),
+    )
+
+
+class ProgressDisplay:
+    """A transient rich progress bar on a terminal; nothing otherwise."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.enabled = sys.stdout.isatty()
+        self._progress: Any = None
+        self._task: Any = None
+        self.total, self.label = total, label
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[last]}"),
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(self.label, total=self.total, last="")
+        return self
+
+    def advance(self, name: str, status: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, last=f"{name}: {status}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def console() -> Any:
+    from rich.console import Console
+
+    # A pipe gets plain text, wide enough that rows do not wrap mid-word.
+    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
+
+
+@click.command("audit")
+@click.argument("targets", nargs=-1, metavar="[TARGET]...")
+@fleet_options
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--prometheus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Also write a node_exporter textfile-collector file (atomically).",
+)
+@click.pass_context
+def command(
+    ctx: click.Context,
+    targets: tuple[str, ...],
+    inventory: Path | None,
+    repo: str | None,
+    revision: str | None,
+    from_file: str | None,
+    lock: str | None,
+    model_path: str | None,
+    workers: int,
+    connection: Connection,
+    as_json: bool,
+    prometheus: Path | None,
+) -> None:
+    """Check a whole fleet for drift in parallel (exit 0 in sync, 4 drift, 5 unreachable)."""
+    from dflash_provision import report
+    from dflash_provision.fleet import audit, audit_exit_code
+    from dflash_provision.history import default_store
+
+    members = load_fleet(inventory, targets, repo, revision, from_file, lock, model_path)
+    run = make_run(connection)
+    started = time.monotonic()
+    with ProgressDisplay(len(members), "auditing") as display:
+        audits = audit(
+            members,
+            run.authority_for,
+            workers=workers,
+            progress=lambda a: display.advance(a.name, a.status.value),
+            history=default_store(),
+            run=run,
+        )
+    elapsed = time.monotonic() - started
+    code = audit_exit_code(audits)
+    if prometheus is not None:
+        report.write_textfile(
+            prometheus,
+            report.prometheus_text(audits, timestamp=time.time(), run_duration_s=elapsed),
+        )
+    if as_json:
+        document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
+        click.echo(report.to_json(document))
+    else:
+        out = console()
+        out.print(report.audit_table(audits))
+        out.print(report.summary_line(audits, elapsed), highlight=False)
+    ctx.exit(int(code))

@@ -1,0 +1,39 @@
+"""`dflash-provision history`: what this controller did to which host, newest first."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import click
+
+
+@click.command("history")
+@click.option("--host", "host", metavar="HOST", help="Only this host (its inventory name).")
+@click.option("--op", type=click.Choice(["push", "repair", "rollback", "audit", "verify"]))
+@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of records).")
+def command(host: str | None, op: str | None, limit: int, as_json: bool) -> None:
+    """Show the local history of pushes, repairs, rollbacks and audits.
+
+    A write still shown as "started (incomplete)" never recorded its end: the process was
+    killed or the controller crashed. Run `dflash-provision verify` on that host.
+    """
+    from dflash_provision.history import default_db_path, default_store
+    from dflash_provision.report import history_table
+
+    if not default_db_path().exists():
+        entries = []
+    else:
+        entries = default_store().query(host=host, op=op, limit=limit)
+    if as_json:
+        click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
+        return
+    if not entries:
+        click.echo(f"no history yet ({default_db_path()})")
+        return
+    from rich.console import Console
+
+    Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200).print(
+        history_table(entries)
+    )

@@ -1,0 +1,104 @@
+"""``dflash-provision repair``: audit a fleet, then push to every host whose file is wrong.
+
+Written to: every host that answered and whose file is drifted, missing, invalid or
+loader_normalised, through the full write protocol (atomic write, backup, read-back), on the
+connection the audit opened; then the host is audited again. Never written to: hosts in sync, and
+hosts that could not be read (unreachable, auth, permission, container). ``--max-failures N``
+stops starting new writes once N have failed. ``--dry-run`` only shows what would change. Every
+write is recorded in the local history as "started" before it begins.
+
+Exit codes:
+
+    0  every host ends in sync (written ones verified by a fresh audit)
+    1  (ERROR) a write failed, was skipped by --max-failures, or a written host is not in sync
+       afterwards
+    5  (UNREACHABLE) every write succeeded, but some hosts could not be checked at all, so the
+       fleet is not known to be right
+    3  (INVALID) the authoritative config itself fails validation: nothing is written
+    with --dry-run: the audit's codes (0 nothing to do, 4 something would change, 5 unreachable)
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import click
+
+from dflash_provision.cli._connect import Connection
+from dflash_provision.cli.audit import (
+    ProgressDisplay,
+    console,
+    fleet_options,
+    load_fleet,
+    make_run,
+)
+
+
+@click.command("repair")
+@click.argument("targets", nargs=-1, metavar="[TARGET]...")
+@fleet_options
+@click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
+@click.option(
+    "--max-failures",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Start no new write after N writes failed (default: no limit).",
+)
+@click.option(
+    "--keep-backups",
+    type=click.IntRange(min=0),
+    default=5,
+    show_default=True,
+    help="Backups of the old file to keep in <dir>/.dflash-backups.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.pass_context
+def command(
+    ctx: click.Context,
+    targets: tuple[str, ...],
+    inventory: Path | None,
+    repo: str | None,
+    revision: str | None,
+    from_file: str | None,
+    lock: str | None,
+    model_path: str | None,
+    workers: int,
+    connection: Connection,
+    dry_run: bool,
+    max_failures: int | None,
+    keep_backups: int,
+    as_json: bool,
+) -> None:
+    """Audit a fleet, then push to every host that drifted (exit 0 only if all end in sync)."""
+    from dflash_provision import report
+    from dflash_provision.fleet import repair, repair_exit_code
+    from dflash_provision.history import default_store
+
+    members = load_fleet(inventory, targets, repo, revision, from_file, lock, model_path)
+    run = make_run(connection)
+    started = time.monotonic()
+    with ProgressDisplay(len(members), "repairing") as display:
+        repairs = repair(
+            members,
+            run.authority_for,
+            workers=workers,
+            dry_run=dry_run,
+            max_failures=max_failures,
+            progress=lambda r: display.advance(r.name, r.action.value),
+            history=default_store(),
+            push_options={"keep_backups": keep_backups},
+            run=run,
+        )
+    elapsed = time.monotonic() - started
+    code = repair_exit_code(repairs, dry_run=dry_run)
+    if as_json:
+        document = report.repair_document(
+            repairs, elapsed_s=elapsed, exit_code=int(code), dry_run=dry_run
+        )
+        click.echo(report.to_json(document))
+    else:
+        out = console()
+        out.print(report.repair_table(repairs))
+        out.print(report.repair_summary_line(repairs, elapsed), highlight=False)
+    ctx.exit(int(code))

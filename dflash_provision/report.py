@@ -1,0 +1,283 @@
+"""Render fleet results: rich tables for people, JSON for programs, a node_exporter textfile.
+
+Renderers return values (tables, strings); the CLI prints them. ``write_textfile`` is the one
+writer here: node_exporter's textfile collector may read the file at any moment, so it is written
+to a temporary file in the same directory and renamed over the old one.
+
+Prometheus metrics (one series per host unless said otherwise)::
+
+    dflash_config_in_sync{host,group,path}                1 when the file is the authoritative one
+    dflash_config_status{host,group,path,status}          1 for the host's status, 0 for the others
+    dflash_config_audit_duration_seconds{host,group,path} time spent on the host
+    dflash_config_audit_hosts{status}                     hosts per status (fleet-wide)
+    dflash_config_audit_timestamp_seconds                 when the audit finished (Unix time)
+    dflash_config_audit_run_duration_seconds              wall time of the whole audit
+
+``dflash_config_in_sync`` is 0 for hosts that could not be read (unreachable...): "not known to
+be right" is what an alert wants; ``dflash_config_status`` tells the reasons apart.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.fleet import HostAudit, HostRepair, HostStatus, RepairAction
+
+if TYPE_CHECKING:
+    from rich.table import Table
+
+    from dflash_provision.history import HistoryEntry
+
+STATUS_STYLE: dict[HostStatus, str] = {
+    HostStatus.IN_SYNC: "green",
+    HostStatus.DRIFTED: "bold red",
+    HostStatus.MISSING: "red",
+    HostStatus.INVALID: "bold red",
+    HostStatus.LOADER_NORMALISED: "bold magenta",
+    HostStatus.UNREACHABLE_REFUSED: "yellow",
+    HostStatus.UNREACHABLE_TIMEOUT: "yellow",
+    HostStatus.UNREACHABLE: "yellow",
+    HostStatus.AUTH_FAILED: "yellow",
+    HostStatus.HOST_KEY_UNKNOWN: "yellow",
+    HostStatus.HOST_KEY_CHANGED: "bold yellow",
+    HostStatus.PERMISSION_DENIED: "yellow",
+    HostStatus.CONTAINER_NOT_RUNNING: "yellow",
+    HostStatus.ERROR: "yellow",
+}
+
+ACTION_STYLE: dict[RepairAction, str] = {
+    RepairAction.WROTE: "green",
+    RepairAction.WOULD_WRITE: "cyan",
+    RepairAction.FAILED: "bold red",
+    RepairAction.SKIPPED_IN_SYNC: "dim",
+    RepairAction.SKIPPED_NOT_AUDITED: "yellow",
+    RepairAction.SKIPPED_MAX_FAILURES: "yellow",
+}
+
+# Status order in summaries: good first, then what needs a write, then what could not be read.
+_ORDER = list(HostStatus)
+
+
+# -- summaries -----------------------------------------------------------------------------------
+
+
+def status_counts(audits: Iterable[HostAudit]) -> Counter[HostStatus]:
+    return Counter(a.status for a in audits)
+
+
+def summary_line(audits: Sequence[HostAudit], elapsed_s: float | None = None) -> str:
+    """E.g. ``20 hosts: 12 in sync, 3 drifted, 1 missing, 2 unreachable_timeout (1.3 s)``."""
+    counts = status_counts(audits)
+    parts = [f"{counts[s]} {s.value.replace('_', ' ')}" for s in _ORDER if counts[s]]
+    text = f"{len(audits)} host{'s' if len(audits) != 1 else ''}: " + ", ".join(parts or ["none"])
+    return text + (f" ({elapsed_s:.1f} s)" if elapsed_s is not None else "")
+
+
+def repair_summary_line(repairs: Sequence[HostRepair], elapsed_s: float | None = None) -> str:
+    counts = Counter(r.action for r in repairs)
+    in_sync_now = sum(1 for r in repairs if r.final.status is HostStatus.IN_SYNC)
+    parts = [f"{counts[a]} {a.value.replace('_', ' ')}" for a in RepairAction if counts[a]]
+    text = f"{len(repairs)} hosts: " + ", ".join(parts) + f"; {in_sync_now} in sync now"
+    return text + (f" ({elapsed_s:.1f} s)" if elapsed_s is not None else "")
+
+
+# -- rich tables ---------------------------------------------------------------------------------
+
+
+def audit_table(audits: Sequence[HostAudit], *, show_diff: bool = True) -> Table:
+    """Host, status, detail; drifted hosts list every changed field under the first line."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("host", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for audit in audits:
+        detail = "\n".join(audit.diff) if show_diff and audit.diff else audit.detail
+        table.add_row(
+            audit.name,
+            Text(audit.status.value, style=STATUS_STYLE[audit.status]),
+            Text(detail),
+        )
+    return table
+
+
+def repair_table(repairs: Sequence[HostRepair]) -> Table:
+    """Host, what it was, what was done, what it is now, and the message."""
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    table.add_column("host", no_wrap=True)
+    table.add_column("was", no_wrap=True)
+    table.add_column("action", no_wrap=True)
+    table.add_column("now", no_wrap=True)
+    table.add_column("detail", overflow="fold")
+    for r in repairs:
+        now = None if r.action is RepairAction.WOULD_WRITE else r.final.status
+        if r.action is RepairAction.WOULD_WRITE and r.before.diff:
+            detail = "\n".join(r.before.diff)
+        else:
+            detail = r.message
+        table.add_row(
+            r.name,
+            Text(r.before.status.value, style=STATUS_STYLE[r.before.status]),
+            Text(r.action.value, style=ACTION_STYLE[r.action]),
+            Text(now.value, style=STATUS_STYLE[now]) if now else Text("-", style="dim"),
+            Text(detail),
+        )
+    return table
+
+
+def history_table(entries: Sequence[HistoryEntry]) -> Table:
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
+    for name in ("when (UTC)", "who", "op", "host", "status", "sha256 before → after", "message"):
+        table.add_column(name, overflow="fold", no_wrap=name not in ("message",))
+    for e in entries:
+        status = (
+            Text("started (incomplete)", style="bold yellow")
+            if e.incomplete
+            else Text(e.status, style="green" if e.status in ("ok", "in_sync") else "red")
+        )
+        hashes = f"{(e.sha256_before or '-')[:12]} → {(e.sha256_after or '-')[:12]}"
+        table.add_row(
+            e.started_at[:19].replace("T", " "), e.who, e.op, e.host, status, hashes, e.message
+        )
+    return table
+
+
+# -- JSON ----------------------------------------------------------------------------------------
+
+
+def audit_document(
+    audits: Sequence[HostAudit], *, elapsed_s: float, exit_code: int
+) -> dict[str, Any]:
+    counts = status_counts(audits)
+    return {
+        "summary": {
+            "hosts": len(audits),
+            "elapsed_s": round(elapsed_s, 3),
+            "exit_code": exit_code,
+            "by_status": {s.value: counts[s] for s in _ORDER if counts[s]},
+        },
+        "hosts": [a.to_dict() for a in audits],
+    }
+
+
+def repair_document(
+    repairs: Sequence[HostRepair], *, elapsed_s: float, exit_code: int, dry_run: bool
+) -> dict[str, Any]:
+    actions = Counter(r.action for r in repairs)
+    return {
+        "summary": {
+            "hosts": len(repairs),
+            "dry_run": dry_run,
+            "elapsed_s": round(elapsed_s, 3),
+            "exit_code": exit_code,
+            "by_action": {a.value: actions[a] for a in RepairAction if actions[a]},
+            "in_sync_now": sum(1 for r in repairs if r.final.status is HostStatus.IN_SYNC),
+        },
+        "hosts": [r.to_dict() for r in repairs],
+    }
+
+
+def to_json(document: dict[str, Any]) -> str:
+    return json.dumps(document, indent=2, ensure_ascii=False)
+
+
+# -- Prometheus textfile -------------------------------------------------------------------------
+
+
+def _label_value(value: str) -> str:
+    # The exposition format escapes exactly these three.
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+def _labels(**labels: str) -> str:
+    return "{" + ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items()) + "}"
+
+
+def prometheus_text(audits: Sequence[HostAudit], *, timestamp: float, run_duration_s: float) -> str:
+    """The node_exporter textfile for one audit (see the module docstring)."""
+    lines: list[str] = []
+
+    def metric(name: str, kind: str, help_text: str) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+
+    metric(
+        "dflash_config_in_sync",
+        "gauge",
+        "1 when the host's DFlash drafter config is the authoritative one, else 0.",
+    )
+    for a in audits:
+        labels = _labels(host=a.name, group=a.group, path=a.path)
+        lines.append(f"dflash_config_in_sync{labels} {int(a.status is HostStatus.IN_SYNC)}")
+    metric(
+        "dflash_config_status",
+        "gauge",
+        "Audit status of the host's drafter config: 1 for the current status, 0 for the others.",
+    )
+    for a in audits:
+        for status in _ORDER:
+            labels = _labels(host=a.name, group=a.group, path=a.path, status=status.value)
+            lines.append(f"dflash_config_status{labels} {int(a.status is status)}")
+    metric(
+        "dflash_config_audit_duration_seconds",
+        "gauge",
+        "Seconds the last audit spent on the host (connect, read, classify).",
+    )
+    for a in audits:
+        labels = _labels(host=a.name, group=a.group, path=a.path)
+        lines.append(f"dflash_config_audit_duration_seconds{labels} {a.timings.total_s:.6f}")
+    metric("dflash_config_audit_hosts", "gauge", "Hosts per audit status in the last audit.")
+    counts = status_counts(audits)
+    for status in _ORDER:
+        lines.append(f"dflash_config_audit_hosts{_labels(status=status.value)} {counts[status]}")
+    metric(
+        "dflash_config_audit_timestamp_seconds",
+        "gauge",
+        "Unix time when the last audit finished.",
+    )
+    lines.append(f"dflash_config_audit_timestamp_seconds {timestamp:.3f}")
+    metric(
+        "dflash_config_audit_run_duration_seconds",
+        "gauge",
+        "Wall-clock seconds the last audit took for the whole fleet.",
+    )
+    lines.append(f"dflash_config_audit_run_duration_seconds {run_duration_s:.6f}")
+    return "\n".join(lines) + "\n"
+
+
+def write_textfile(path: Path, text: str) -> None:
+    """Write ``text`` to ``path`` atomically (temp file in the same dir, fsync, rename, 0644)."""
+    directory = path.parent if str(path.parent) else Path(".")
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        # mkstemp makes 0600; node_exporter usually runs as another user.
+        os.chmod(tmp_name, 0o644)
+        os.replace(tmp_name, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp_name)
+        raise
+    dir_fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(dir_fd)
+    finally:
+        os.close(dir_fd)

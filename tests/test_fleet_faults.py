@@ -1,0 +1,135 @@
+"""Fleet statuses for faults the 22-host scenario does not cover, and per-host cost rules."""
+
+from __future__ import annotations
+
+import shutil
+import threading
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.cli.audit import authority_loader
+from dflash_provision.errors import AuthError, UnreachableError
+from dflash_provision.fleet import (
+    FleetRun,
+    HostStatus,
+    _Memo,
+    audit,
+    classify_exception,
+)
+from dflash_provision.inventory import DrafterSpec, FleetMember
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import _ensure_ed25519
+from dflash_provision.transport.options import SshOptions
+
+MODEL = "/root/models/Qwen3.6-27B-DFlash"
+SOURCE = DrafterSpec(from_file=str(samples.REFERENCE_DRAFTER))
+
+
+def member(spec: str, name: str = "m") -> FleetMember:
+    return FleetMember(name, parse_target(spec), SOURCE)
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_wrong_key_is_auth_failed_and_missing_container_is_reported(ssh_host, tmp_path: Path):
+    assert ssh_host.client is not None
+    other_key = tmp_path / "id_other"
+    _ensure_ed25519(other_key, "not-authorized")
+    wrong_key = SshOptions(
+        connect_timeout=3,
+        ssh_config_path=None,
+        known_hosts_path=str(ssh_host.client.known_hosts),
+        identity_files=(str(other_key),),
+        identities_only=True,
+        use_agent=False,
+    )
+    (result,) = audit(
+        [member(f"root@{ssh_host.address}:{MODEL}")], authority_loader(), ssh_options=wrong_key
+    )
+    assert result.status is HostStatus.AUTH_FAILED, result.detail
+
+    if shutil.which("lxc-attach") is None:
+        pytest.skip("lxc tools not installed")
+    options = SshOptions(
+        connect_timeout=3,
+        ssh_config_path=str(ssh_host.client.ssh_config),
+        use_agent=False,
+    )
+    (container,) = audit(
+        [member(f"{ssh_host.alias}/lxc:no-such-ct:{MODEL}")],
+        authority_loader(),
+        ssh_options=options,
+    )
+    assert container.status is HostStatus.CONTAINER_NOT_RUNNING, container.detail
+    assert "no-such-ct" in container.detail
+
+
+def test_transport_messages_map_to_distinct_statuses():
+    cases = {
+        "connection to h1 (10.0.0.1 port 22) refused": HostStatus.UNREACHABLE_REFUSED,
+        "connecting to h1 timed out after 10s (tcp connect)": HostStatus.UNREACHABLE_TIMEOUT,
+        "cannot resolve host 'nope': Name or service not known": HostStatus.UNREACHABLE,
+    }
+    for message, status in cases.items():
+        assert classify_exception(UnreachableError(message))[0] is status
+    assert (
+        classify_exception(AuthError("host key for h1 has CHANGED (known_hosts ...)"))[0]
+        is HostStatus.HOST_KEY_CHANGED
+    )
+    assert (
+        classify_exception(AuthError("host key for h1 is unknown; add it to ..."))[0]
+        is HostStatus.HOST_KEY_UNKNOWN
+    )
+    assert (
+        classify_exception(AuthError("authentication to root@h1 port 22 failed"))[0]
+        is HostStatus.AUTH_FAILED
+    )
+    # A handshake that died only after the whole banner timeout is a timeout, whatever the words.
+    late = UnreachableError("ssh handshake with root@h1 failed: No existing session")
+    assert (
+        classify_exception(late, waited_s=10.0, timeout_s=10.0)[0] is HostStatus.UNREACHABLE_TIMEOUT
+    )
+    assert classify_exception(late, waited_s=0.1, timeout_s=10.0)[0] is HostStatus.UNREACHABLE
+
+
+def test_memo_computes_once_per_key_across_threads():
+    memo = _Memo()
+    calls: list[str] = []
+    gate = threading.Event()
+
+    def compute(key: str) -> str:
+        gate.wait(5)
+        calls.append(key)
+        return key.upper()
+
+    results: list[str] = []
+    threads = [
+        threading.Thread(target=lambda k=k: results.append(memo.get(k, lambda: compute(k))))
+        for k in ["a"] * 10 + ["b"] * 10
+    ]
+    for t in threads:
+        t.start()
+    gate.set()
+    for t in threads:
+        t.join()
+    assert sorted(calls) == ["a", "b"]
+    assert sorted(results) == ["A"] * 10 + ["B"] * 10
+
+
+def test_identical_files_are_judged_once(tmp_path: Path):
+    run = FleetRun(authority_loader())
+    authority = run.authority(member(f"/x{MODEL}"))
+    incident = samples.INCIDENT_DRAFTER.read_bytes()
+    import hashlib
+
+    sha = hashlib.sha256(incident).hexdigest()
+    verdicts = {run.verdict(incident, sha, authority) for _ in range(5)}
+    assert len(verdicts) == 1
+    (verdict,) = verdicts
+    assert verdict.status is HostStatus.DRIFTED
+    assert run.validations == 1
+    # The authoritative bytes themselves are never validated again.
+    run.verdict(authority.data, authority.sha256, authority)
+    assert run.validations == 1

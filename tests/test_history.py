@@ -1,0 +1,144 @@
+"""The local history store: recording, querying, interrupted writes, concurrency."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+
+from dflash_provision import history
+from dflash_provision.history import AuditRecord, HistoryStore
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> HistoryStore:
+    return HistoryStore(tmp_path / "history.sqlite3")
+
+
+def test_home_env_moves_the_database(tmp_path, monkeypatch):
+    monkeypatch.setenv(history.HOME_ENV, str(tmp_path / "home"))
+    assert history.default_db_path() == tmp_path / "home" / "history.sqlite3"
+    with history.recorded("push", "h01", "/m/config.json", command="dflash-provision push"):
+        pass
+    assert (tmp_path / "home" / "history.sqlite3").exists()
+    (entry,) = history.default_store().query()
+    assert (entry.op, entry.host, entry.status) == ("push", "h01", "ok")
+
+
+def test_recorded_write_stores_who_when_hashes_and_duration(store):
+    with store.recorded("push", "h01", "/m/config.json", sha256_before="aa" * 32) as rec:
+        rec.sha256_after = "bb" * 32
+        rec.message = "replaced"
+    (entry,) = store.query()
+    assert entry.status == "ok"
+    assert entry.sha256_before == "aa" * 32 and entry.sha256_after == "bb" * 32
+    assert entry.who == history.whoami() and "@" in entry.who
+    assert entry.started_at.endswith("+00:00") and entry.finished_at is not None
+    assert entry.duration_s is not None and entry.duration_s >= 0
+    assert not entry.incomplete
+
+
+def test_a_failing_write_is_recorded_as_failed_with_the_message(store):
+    from dflash_provision.errors import RemoteStepFailed
+
+    with pytest.raises(RemoteStepFailed), store.recorded("repair", "h02", "/m/config.json"):
+        raise RemoteStepFailed("rename failed: Read-only file system", step="rename")
+    (entry,) = store.query()
+    assert entry.status == "failed"
+    assert entry.message == "rename failed: Read-only file system"
+
+
+def test_a_write_killed_midway_stays_visible_as_incomplete(tmp_path):
+    db = tmp_path / "history.sqlite3"
+    # A real process records "started", then dies without running any cleanup (SIGKILL-like).
+    script = (
+        "import os, sys\n"
+        "from pathlib import Path\n"
+        "from dflash_provision.history import HistoryStore\n"
+        f"store = HistoryStore(Path({str(db)!r}))\n"
+        "cm = store.recorded('push', 'h03', '/m/config.json', sha256_before='cc'*32)\n"
+        "cm.__enter__()\n"
+        "os.kill(os.getpid(), 9)\n"
+    )
+    proc = subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
+    assert proc.returncode == -9
+    (entry,) = HistoryStore(db).query(host="h03")
+    assert entry.status == "started"
+    assert entry.incomplete
+    assert entry.finished_at is None
+    assert entry.sha256_before == "cc" * 32
+    assert entry.to_dict()["incomplete"] is True
+
+
+def test_query_filters_by_host_and_limits_newest_first(store):
+    for i in range(5):
+        rid = store.record_start("push", f"h{i % 2}", "/m/config.json")
+        store.record_finish(rid, status="ok", message=str(i))
+    entries = store.query(host="h0", limit=2)
+    assert [e.message for e in entries] == ["4", "2"]
+    assert len(store.query(limit=None)) == 5
+
+
+def test_audit_records_are_written_in_one_batch(store):
+    records = [
+        AuditRecord(f"h{i:02d}", "/m/config.json", "drifted" if i % 3 else "in_sync", "ab", "", 0.1)
+        for i in range(30)
+    ]
+    assert store.record_audits(records) == 30
+    assert len(store.query(op="audit", status="in_sync", limit=None)) == 10
+
+
+def test_concurrent_threads_and_processes_all_land(store):
+    def worker(n: int) -> None:
+        for j in range(20):
+            with store.recorded("repair", f"t{n}", f"/m/{j}"):
+                pass
+
+    child = (
+        "from pathlib import Path\n"
+        "from dflash_provision.history import HistoryStore\n"
+        f"s = HistoryStore(Path({str(store.path)!r}))\n"
+        "for j in range(40):\n"
+        "    s.record_finish(s.record_start('audit', 'proc', str(j)), status='ok')\n"
+    )
+    procs = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
+    threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in procs:
+        assert p.wait(timeout=60) == 0
+    entries = store.query(limit=None)
+    assert len(entries) == 8 * 20 + 2 * 40
+    assert all(e.status == "ok" for e in entries)
+
+
+def test_history_cli_shows_json_and_filters(tmp_path):
+    env = {**os.environ, history.HOME_ENV: str(tmp_path)}
+    store = HistoryStore(tmp_path / history.DB_FILENAME)
+    store.record_finish(store.record_start("push", "h01", "/m/config.json"), status="ok")
+    store.record_start("repair", "h02", "/m/config.json")  # never finished
+    out = subprocess.run(
+        [sys.executable, "-m", "dflash_provision", "history", "--json", "--host", "h02"],
+        env=env,
+        capture_output=True,
+        check=True,
+        timeout=60,
+    )
+    rows = json.loads(out.stdout)
+    assert [(r["host"], r["status"], r["incomplete"]) for r in rows] == [("h02", "started", True)]
+    table = subprocess.run(
+        [sys.executable, "-m", "dflash_provision", "history", "--limit", "5"],
+        env=env,
+        capture_output=True,
+        check=True,
+        text=True,
+        timeout=60,
+    )
+    assert "incomplete" in table.stdout and "h01" in table.stdout

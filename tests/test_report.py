@@ -1,0 +1,173 @@
+"""Renderers for fleet results: table, JSON, Prometheus textfile; exit-code rules."""
+
+from __future__ import annotations
+
+import json
+import re
+import threading
+from pathlib import Path
+
+from rich.console import Console
+
+from dflash_provision import report
+from dflash_provision.errors import ExitCode
+from dflash_provision.fleet import (
+    HostAudit,
+    HostRepair,
+    HostStatus,
+    RepairAction,
+    Timings,
+    audit_exit_code,
+    repair_exit_code,
+)
+
+
+def make(name: str, status: HostStatus, **kw) -> HostAudit:
+    return HostAudit(
+        name=name,
+        group=kw.pop("group", "gpu"),
+        target=f"{name}:/m",
+        path=kw.pop("path", "/m/config.json"),
+        status=status,
+        detail=kw.pop("detail", status.value),
+        authority="z-lab/Qwen3.6-27B-DFlash@abc",
+        expected_sha256="e" * 64,
+        timings=Timings(read_s=0.01, total_s=0.02),
+        **kw,
+    )
+
+
+FLEET = [
+    make("h01", HostStatus.IN_SYNC),
+    make(
+        "h02",
+        HostStatus.DRIFTED,
+        diff=["dflash_config.mask_token_id: 248064 → 248070", "sliding_window: null → 2048"],
+    ),
+    make("h03", HostStatus.UNREACHABLE_TIMEOUT, detail="timed out after 10s (banner)"),
+]
+
+
+def render(renderable) -> str:
+    console = Console(width=160, record=True, color_system=None)
+    console.print(renderable)
+    return console.export_text()
+
+
+def test_table_lists_every_host_with_status_and_each_drifted_field():
+    text = render(report.audit_table(FLEET))
+    assert re.search(r"h01\s+in_sync", text)
+    assert re.search(r"h02\s+drifted\s+dflash_config.mask_token_id: 248064 → 248070", text)
+    assert "sliding_window: null → 2048" in text
+    assert re.search(r"h03\s+unreachable_timeout\s+timed out after 10s", text)
+
+
+def test_summary_line_counts_statuses_in_a_stable_order():
+    line = report.summary_line(FLEET, 1.25)
+    assert line == "3 hosts: 1 in sync, 1 drifted, 1 unreachable timeout (1.2 s)"
+
+
+def test_json_document_carries_summary_and_per_host_evidence():
+    document = json.loads(report.to_json(report.audit_document(FLEET, elapsed_s=1.0, exit_code=4)))
+    assert document["summary"] == {
+        "hosts": 3,
+        "elapsed_s": 1.0,
+        "exit_code": 4,
+        "by_status": {"in_sync": 1, "drifted": 1, "unreachable_timeout": 1},
+    }
+    h02 = document["hosts"][1]
+    assert h02["status"] == "drifted" and len(h02["diff"]) == 2
+    assert h02["timings"]["total_s"] == 0.02
+
+
+def test_prometheus_text_is_valid_exposition_with_escaped_labels():
+    odd = make('h"4', HostStatus.MISSING, path='/m/we"ird\\dir\n/config.json')
+    text = report.prometheus_text([*FLEET, odd], timestamp=1700000000.5, run_duration_s=2.5)
+    assert 'dflash_config_in_sync{host="h01",group="gpu",path="/m/config.json"} 1' in text
+    assert 'dflash_config_in_sync{host="h02",group="gpu",path="/m/config.json"} 0' in text
+    assert (
+        'dflash_config_status{host="h02",group="gpu",path="/m/config.json",status="drifted"} 1'
+        in text
+    )
+    assert (
+        'dflash_config_status{host="h02",group="gpu",path="/m/config.json",status="in_sync"} 0'
+        in text
+    )
+    assert r'host="h\"4"' in text and r'path="/m/we\"ird\\dir\n/config.json"' in text
+    assert "dflash_config_audit_timestamp_seconds 1700000000.500" in text
+    assert 'dflash_config_audit_hosts{status="missing"} 1' in text
+    # Every sample line: name{labels} value, and each metric has HELP and TYPE before it.
+    sample = re.compile(r'^[a-z_]+(\{([a-z_]+="([^"\\]|\\.)*",?)*\})? -?[0-9.e+]+$')
+    for line in text.splitlines():
+        assert line.startswith("# ") or sample.match(line), line
+    names = {line.split()[2] for line in text.splitlines() if line.startswith("# TYPE")}
+    assert names == {
+        "dflash_config_in_sync",
+        "dflash_config_status",
+        "dflash_config_audit_duration_seconds",
+        "dflash_config_audit_hosts",
+        "dflash_config_audit_timestamp_seconds",
+        "dflash_config_audit_run_duration_seconds",
+    }
+    # One status series per known status per host.
+    assert text.count('dflash_config_status{host="h01"') == len(HostStatus)
+
+
+def test_textfile_is_replaced_atomically_and_readable_by_others(tmp_path: Path):
+    target = tmp_path / "dflash.prom"
+    target.write_text("old\n")
+    seen: set[str] = set()
+    stop = threading.Event()
+
+    def reader() -> None:
+        while not stop.is_set():
+            seen.add(target.read_text())
+
+    thread = threading.Thread(target=reader)
+    thread.start()
+    try:
+        for i in range(200):
+            report.write_textfile(target, f"generation {i}\n" * 50)
+    finally:
+        stop.set()
+        thread.join()
+    # A reader only ever saw whole files, never a half-written one.
+    whole = re.compile(r"(generation (\d+)\n)\1{49}")
+    assert all(t == "old\n" or whole.fullmatch(t) for t in seen)
+    assert oct(target.stat().st_mode & 0o777) == "0o644"
+    assert [p.name for p in tmp_path.iterdir()] == ["dflash.prom"]  # no temp files left
+
+
+def test_audit_exit_code_drift_wins_over_unreachable():
+    assert audit_exit_code([FLEET[0]]) is ExitCode.OK
+    assert audit_exit_code([FLEET[0], FLEET[2]]) is ExitCode.UNREACHABLE
+    assert audit_exit_code(FLEET) is ExitCode.DRIFT
+    assert audit_exit_code([make("x", HostStatus.PERMISSION_DENIED)]) is ExitCode.UNREACHABLE
+
+
+def test_repair_exit_code_zero_only_when_every_host_ends_in_sync():
+    fixed = HostRepair(FLEET[1], RepairAction.WROTE, after=make("h02", HostStatus.IN_SYNC))
+    in_sync = HostRepair(FLEET[0], RepairAction.SKIPPED_IN_SYNC)
+    unreachable = HostRepair(FLEET[2], RepairAction.SKIPPED_NOT_AUDITED)
+    failed = HostRepair(
+        make("h04", HostStatus.DRIFTED),
+        RepairAction.FAILED,
+        after=make("h04", HostStatus.DRIFTED),
+    )
+    assert repair_exit_code([fixed, in_sync], dry_run=False) is ExitCode.OK
+    assert repair_exit_code([fixed, unreachable], dry_run=False) is ExitCode.UNREACHABLE
+    assert repair_exit_code([fixed, failed, unreachable], dry_run=False) is ExitCode.ERROR
+    would = HostRepair(FLEET[1], RepairAction.WOULD_WRITE)
+    assert repair_exit_code([would, in_sync], dry_run=True) is ExitCode.DRIFT
+
+
+def test_repair_table_shows_before_action_and_after():
+    fixed = HostRepair(
+        FLEET[1],
+        RepairAction.WROTE,
+        message="fixed 2 field(s)",
+        after=make("h02", HostStatus.IN_SYNC),
+    )
+    text = render(report.repair_table([fixed]))
+    assert re.search(r"h02\s+drifted\s+wrote\s+in_sync\s+fixed 2 field\(s\)", text)
+    assert report.repair_summary_line([fixed]) == "1 hosts: 1 wrote; 1 in sync now"
