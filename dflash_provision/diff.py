@@ -8,6 +8,7 @@ given position (layer_types and layer ids are ordered) is.
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -49,20 +50,26 @@ class Change:
         return {"path": self.path, "kind": self.kind, "old": self.old, "new": self.new}
 
 
+# deepdiff's literal_eval path trips CPython 3.11's thread-unsafe AST constructor
+# (gh-106905: "AST constructor recursion depth mismatch") when fleet workers diff at once.
+_DEEPDIFF_LOCK = threading.Lock()
+
+
 def semantic_diff(old: object, new: object) -> list[Change]:
     """Every difference between two parsed configs, lists compared position by position."""
     from deepdiff import DeepDiff  # deferred: deepdiff pulls in numpy-sized import time
 
-    tree = DeepDiff(
-        old,
-        new,
-        view="tree",
-        # Position matters (layer_types, target_layer_ids): pair elements by index instead of
-        # letting difflib find "moves", and always descend into dicts rather than replacing them.
-        zip_ordered_iterables=True,
-        threshold_to_diff_deeper=0,
-        ignore_order=False,
-    )
+    with _DEEPDIFF_LOCK:
+        tree = DeepDiff(
+            old,
+            new,
+            view="tree",
+            # Position matters (layer_types, target_layer_ids): pair elements by index instead
+            # of letting difflib find "moves", and always descend into dicts.
+            zip_ordered_iterables=True,
+            threshold_to_diff_deeper=0,
+            ignore_order=False,
+        )
     keyed: list[tuple[tuple[tuple[int, str, int], ...], Change]] = []
     for report, levels in tree.items():
         kind = _KINDS.get(report)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+import threading
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -47,9 +48,20 @@ def _one_line(text: str) -> str:
     return text if len(text) <= _MAX_MESSAGE else text[: _MAX_MESSAGE - 1] + "…"
 
 
-@cache
+# Two threads importing transformers at once can see a half-initialised module ("module
+# 'transformers' has no attribute 'AutoConfig'"), and functools.cache does not stop the second
+# caller from running the body concurrently: serialise the first call.
+_IMPORT_LOCK = threading.Lock()
+
+
 def _auto_config() -> Any:
-    """Import transformers once per process, with its chatter (no-torch banner, warnings) off."""
+    """Import transformers once per process (thread-safe), with its chatter off."""
+    with _IMPORT_LOCK:
+        return _import_auto_config()
+
+
+@cache
+def _import_auto_config() -> Any:
     import logging
     import os
     import warnings

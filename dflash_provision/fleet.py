@@ -287,12 +287,11 @@ class FleetRun:
     def _judge(self, data: bytes, authority: _Authority) -> _Verdict:
         from dflash_provision.validate import validate_config
 
-        # One at a time: validation is CPU-bound (no gain from threads under the GIL), and
-        # transformers' lazy module breaks when two threads trigger its first import together
-        # ("module 'transformers' has no attribute 'AutoConfig'").
+        # The counter needs the lock; validation itself is thread-safe (effective.py serialises
+        # the transformers import) and runs once per distinct file thanks to the verdict cache.
         with self._cpu_lock:
             self.validations += 1
-            report = validate_config(data, label="host file", effective=True)
+        report = validate_config(data, label="host file", effective=True)
         findings = tuple(f.to_dict() for f in report.errors)
         by_layer = {f.layer for f in report.errors}
         if by_layer & {"parse", "schema"}:
@@ -309,10 +308,7 @@ class FleetRun:
         from dflash_provision.diff import render_changes, semantic_diff
 
         doc = json.loads(data)
-        # deepdiff calls ast.literal_eval, and CPython 3.11's AST constructor is not thread-safe
-        # ("SystemError: AST constructor recursion depth mismatch", cpython gh-106905).
-        with self._cpu_lock:
-            lines = tuple(render_changes(semantic_diff(doc, authority.doc)))
+        lines = tuple(render_changes(semantic_diff(doc, authority.doc)))  # thread-safe
         if not lines:
             return _Verdict(
                 HostStatus.IN_SYNC, "same values as the authoritative config (formatting differs)"

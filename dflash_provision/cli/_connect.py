@@ -33,57 +33,72 @@ class Connection:
         return open_transport(target, self.ssh, lxc_path=self.lxc_path)
 
 
-_CONNECTION_OPTIONS = [
-    click.option(
-        "--connect-timeout",
-        type=click.FloatRange(min=0.1),
-        default=10.0,
-        show_default=True,
-        help="Seconds for the TCP connect, the SSH banner and authentication, each.",
-    ),
-    click.option(
-        "--command-timeout",
-        type=click.FloatRange(min=0.1),
-        default=60.0,
-        show_default=True,
-        help="Seconds one remote command may run.",
-    ),
-    click.option(
-        "--accept-new-host-key",
-        is_flag=True,
-        help="Record unknown host keys in known_hosts (like StrictHostKeyChecking=accept-new). "
-        "Changed keys are always refused.",
-    ),
-    # An explicit --ssh-config or -i that does not exist is a typo: say so instead of silently
-    # ignoring it (the host alias would then fail to resolve, or another key would be used).
-    click.option(
-        "--ssh-config",
-        type=click.Path(exists=True, dir_okay=False),
-        help="ssh_config file for host aliases (default ~/.ssh/config when it exists).",
-    ),
-    click.option(
-        "--known-hosts", type=click.Path(dir_okay=False), help="known_hosts file to check keys in."
-    ),
-    click.option(
-        "--identity",
-        "-i",
-        multiple=True,
-        type=click.Path(exists=True, dir_okay=False),
-        help="Private key file (repeatable).",
-    ),
-    click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),
-    click.option(
-        "--sudo", is_flag=True, help="Run remote commands through `sudo -n` (no password prompt)."
-    ),
-    click.option(
-        "--lxc-path",
-        help="Classic LXC container directory on the host (lxc-attach -P), default /var/lib/lxc.",
-    ),
-]
+def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F], F]]:
+    return [
+        click.option(
+            "--connect-timeout",
+            type=click.FloatRange(min=0.1),
+            default=10.0,
+            show_default=True,
+            help="Seconds for the TCP connect, the SSH banner and authentication, each.",
+        ),
+        click.option(
+            "--command-timeout",
+            type=click.FloatRange(min=0.1),
+            default=60.0,
+            show_default=True,
+            help="Seconds one remote command may run.",
+        ),
+        click.option(
+            "--accept-new-host-key",
+            is_flag=True,
+            help="Record unknown host keys in known_hosts (like StrictHostKeyChecking=accept-new). "
+            "Changed keys are always refused.",
+        ),
+        # An explicit --ssh-config or -i that does not exist is a typo: say so instead of silently
+        # ignoring it (the host alias would then fail to resolve, or another key would be used).
+        click.option(
+            "--ssh-config",
+            type=click.Path(exists=True, dir_okay=False),
+            help="ssh_config file for host aliases (default ~/.ssh/config when it exists).",
+        ),
+        click.option(
+            "--known-hosts",
+            type=click.Path(dir_okay=False),
+            help="known_hosts file to check keys in.",
+        ),
+        click.option(
+            *identity_flags,
+            "identity",
+            multiple=True,
+            type=click.Path(exists=True, dir_okay=False),
+            help="Private key file (repeatable).",
+        ),
+        click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),
+        click.option(
+            "--sudo",
+            is_flag=True,
+            help="Run remote commands through `sudo -n` (no password prompt).",
+        ),
+        click.option(
+            "--lxc-path",
+            help="Classic LXC container directory on the host (lxc-attach -P).",
+        ),
+    ]
 
 
 def connection_options(func: F) -> F:
     """Add the connection options; the command receives ``connection: Connection``."""
+    return _with_connection_options(func, ("--identity", "-i"))
+
+
+def fleet_connection_options(func: F) -> F:
+    """The same, but ``-i`` stays free for the inventory (Ansible's convention), so the key
+    file is spelled ``--identity`` only."""
+    return _with_connection_options(func, ("--identity",))
+
+
+def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -105,7 +120,7 @@ def connection_options(func: F) -> F:
         kwargs["connection"] = Connection(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
         return func(*args, **kwargs)
 
-    for option in reversed(_CONNECTION_OPTIONS):
+    for option in reversed(_connection_option_list(identity_flags)):
         wrapper = option(wrapper)
     return wrapper  # type: ignore[return-value]
 

@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dflash_provision.cli._connect import Connection, connection_options
+from dflash_provision.cli._connect import Connection, fleet_connection_options
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
@@ -79,13 +79,9 @@ _FLEET_OPTIONS = [
 def fleet_options(func: F) -> F:
     """Inventory, authority overrides, --workers and the shared SSH options.
 
-    The shared SSH options spell ``--identity`` with ``-i`` too; fleet commands keep ``-i`` for
-    the inventory (Ansible's convention), so ``--identity`` loses its short form here.
+    ``-i`` is the inventory here (Ansible's convention); the key file is ``--identity``.
     """
-    decorated = connection_options(func)
-    for param in getattr(decorated, "__click_params__", []):
-        if isinstance(param, click.Option) and param.name == "identity":
-            param.opts = [o for o in param.opts if o != "-i"]
+    decorated = fleet_connection_options(func)
     for option in reversed(_FLEET_OPTIONS):
         decorated = option(decorated)
     return decorated  # type: ignore[return-value]
