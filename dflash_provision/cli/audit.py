@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from dflash_provision.cli._connect import Connection, fleet_connection_options
+from dflash_provision.cli._render import echo_rich
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
@@ -170,13 +171,6 @@ class ProgressDisplay:
             self._progress.stop()
 
 
-def console() -> Any:
-    from rich.console import Console
-
-    # A pipe gets plain text, wide enough that rows do not wrap mid-word.
-    return Console(width=None if sys.stdout.isatty() else 200, soft_wrap=False)
-
-
 @click.command("audit")
 @click.argument("targets", nargs=-1, metavar="[TARGET]...")
 @fleet_options
@@ -230,7 +224,5 @@ def command(
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
         click.echo(report.to_json(document))
     else:
-        out = console()
-        out.print(report.audit_table(audits))
-        out.print(report.summary_line(audits, elapsed), highlight=False)
+        echo_rich(report.audit_table(audits), report.summary_line(audits, elapsed))
     ctx.exit(int(code))

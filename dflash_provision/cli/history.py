@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
-import sys
 
 import click
+
+from dflash_provision.cli._render import echo_rich
 
 
 @click.command("history")
@@ -32,8 +33,4 @@ def command(host: str | None, op: str | None, limit: int, as_json: bool) -> None
     if not entries:
         click.echo(f"no history yet ({default_db_path()})")
         return
-    from rich.console import Console
-
-    Console(soft_wrap=False, width=None if sys.stdout.isatty() else 200).print(
-        history_table(entries)
-    )
+    echo_rich(history_table(entries))

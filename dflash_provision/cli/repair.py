@@ -26,9 +26,9 @@ from pathlib import Path
 import click
 
 from dflash_provision.cli._connect import Connection
+from dflash_provision.cli._render import echo_rich
 from dflash_provision.cli.audit import (
     ProgressDisplay,
-    console,
     fleet_options,
     load_fleet,
     make_run,
@@ -52,6 +52,9 @@ from dflash_provision.cli.audit import (
     show_default=True,
     help="Backups of the old file to keep in <dir>/.dflash-backups.",
 )
+@click.option(
+    "--mkdir", is_flag=True, help="Create the model directory on hosts where it is missing."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.pass_context
 def command(
@@ -68,6 +71,7 @@ def command(
     dry_run: bool,
     max_failures: int | None,
     keep_backups: int,
+    mkdir: bool,
     as_json: bool,
 ) -> None:
     """Audit a fleet, then push to every host that drifted (exit 0 only if all end in sync)."""
@@ -87,7 +91,7 @@ def command(
             max_failures=max_failures,
             progress=lambda r: display.advance(r.name, r.action.value),
             history=default_store(),
-            push_options={"keep_backups": keep_backups},
+            push_options={"keep_backups": keep_backups, "mkdir": mkdir},
             run=run,
         )
     elapsed = time.monotonic() - started
@@ -98,7 +102,5 @@ def command(
         )
         click.echo(report.to_json(document))
     else:
-        out = console()
-        out.print(report.repair_table(repairs))
-        out.print(report.repair_summary_line(repairs, elapsed), highlight=False)
+        echo_rich(report.repair_table(repairs), report.repair_summary_line(repairs, elapsed))
     ctx.exit(int(code))
