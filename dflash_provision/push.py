@@ -246,7 +246,7 @@ def _dry_run(
     if current.status not in (ReadStatus.PRESENT, ReadStatus.MISSING, ReadStatus.DIR_MISSING):
         result.status = PushStatus.FAILED
         result.failed_step = "read"
-        result.message = current.describe()
+        result.message = current.describe() + _read_hint(current)
         return result
     result.old_sha256 = current.sha256
     result.diff = config_diff(current.data, data)
@@ -275,7 +275,10 @@ def _write_and_prove(
     )
     result.write = outcome
     result.old_sha256 = _sha(outcome.old_data)
-    result.diff = config_diff(outcome.old_data, data)
+    # A write that failed before looking at the old file knows nothing about it: no diff then,
+    # rather than a "(new file)" that may be false.
+    if outcome.ok or outcome.old_seen:
+        result.diff = config_diff(outcome.old_data, data)
     if not outcome.ok:
         not_applied = outcome.failed_step == "readback"
         result.status = PushStatus.NOT_APPLIED if not_applied else PushStatus.FAILED
@@ -284,7 +287,9 @@ def _write_and_prove(
             f"{NOT_APPLIED_MESSAGE}: {result.path} still has sha256 {outcome.sha256_after} "
             f"after the rename, expected {result.new_sha256}"
             if not_applied
-            else f"{result.path}: {outcome.failure_text()}; the old file was left untouched"
+            # No path prefix: the caller names the target, and the step's message names the
+            # directory involved when it matters.
+            else f"{outcome.failure_text()}; the old file was left untouched"
         )
         return result
 
@@ -301,6 +306,13 @@ def _write_and_prove(
         PushStatus.UNCHANGED if outcome.status is WriteStatus.UNCHANGED else PushStatus.WRITTEN
     )
     return result
+
+
+def _read_hint(read: RemoteRead) -> str:
+    """What to do when a file could not be read for lack of permission (else "")."""
+    if read.status is ReadStatus.PERMISSION_DENIED:
+        return "; use --sudo, or log in as a user that can read it"
+    return ""
 
 
 def _not_applied_message(path: str, readback: RemoteRead, data: bytes) -> str:
@@ -377,7 +389,7 @@ def compare_read(target: str, read: RemoteRead, authority: LoadedConfig) -> Veri
         return result
     if not read.present:
         result.status = VerifyStatus.UNREADABLE
-        result.message = f"cannot verify: {read.describe()}"
+        result.message = f"cannot verify: {read.describe()}{_read_hint(read)}"
         return result
     result.diff = config_diff(read.data, authority.data)
     if result.diff.bytes_equal:

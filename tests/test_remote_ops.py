@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.errors import UsageError
+from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.remote.ops import (
     Durability,
     ReadStatus,
@@ -176,6 +176,88 @@ def test_read_reports_permission_denied_for_an_unprivileged_user(model_dir):
     read = read_remote_config(nobody, str(config))
     assert read.status is ReadStatus.PERMISSION_DENIED
     assert read.data is None
+
+
+def as_nobody(transport: LocalTransport, reachable: Path) -> PrefixTransport:
+    """The same shell (coreutils or busybox), run as uid/gid 65534 ("nobody"). ``reachable``:
+    a directory nobody can traverse, for busybox's applet links (pytest's tmp dirs are 0700)."""
+    if shutil.which("setpriv") is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv to become an unprivileged user")
+    if isinstance(transport, PrefixTransport) and transport.description == "busybox":
+        transport = busybox_transport(reachable)
+    prefix = transport.prefix if isinstance(transport, PrefixTransport) else []
+    return PrefixTransport(
+        ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *prefix], "nobody"
+    )
+
+
+@pytest.fixture
+def behind_closed_dir(model_dir: Path) -> Path:
+    """``locked/models/X/config.json`` (with one backup) under a 0700 root-owned ``locked``: as
+    /root/models/X is for a non-root login."""
+    directory = model_dir / "locked" / "models" / "X"
+    (directory / ".dflash-backups").mkdir(parents=True)
+    (directory / "config.json").write_bytes(OLD)
+    (directory / ".dflash-backups" / "config.json.20260101T000000Z").write_bytes(OLD)
+    (model_dir / "locked").chmod(0o700)
+    return directory / "config.json"
+
+
+def test_read_behind_a_directory_the_user_cannot_enter_is_permission_denied_not_missing(
+    transport, model_dir, behind_closed_dir
+):
+    nobody = as_nobody(transport, model_dir)
+    read = read_remote_config(nobody, str(behind_closed_dir))
+    assert read.status is ReadStatus.PERMISSION_DENIED
+    assert f"cannot enter {behind_closed_dir.parents[2]}" in read.message
+    # A file missing right inside the closed directory is not "missing" either.
+    inside = behind_closed_dir.parents[2] / "config.json"
+    assert read_remote_config(nobody, str(inside)).status is ReadStatus.PERMISSION_DENIED
+    # root sees the file: the layout itself is fine.
+    assert read_remote_config(transport, str(behind_closed_dir)).data == OLD
+
+
+def test_write_behind_a_directory_the_user_cannot_enter_fails_dir_step_permission_denied(
+    transport, model_dir, behind_closed_dir
+):
+    nobody = as_nobody(transport, model_dir)
+    for mkdir in (False, True):
+        outcome = write_remote_config(nobody, str(behind_closed_dir), NEW, mkdir=mkdir)
+        assert (outcome.failed_step, outcome.reason, outcome.exit_status) == (
+            "dir",
+            "permission-denied",
+            12,
+        )
+        assert not outcome.created_dir
+        text = outcome.failure_text()
+        assert "permission denied" in text and "--sudo" in text
+        assert text.count(str(behind_closed_dir.parents[2])) == 1, text
+    assert behind_closed_dir.read_bytes() == OLD
+
+
+def test_backups_behind_a_directory_the_user_cannot_enter_are_an_error_not_none(
+    transport, model_dir, behind_closed_dir
+):
+    with pytest.raises(RemoteStepFailed) as caught:
+        list_remote_backups(as_nobody(transport, model_dir), str(behind_closed_dir))
+    assert caught.value.step == "backups"
+    assert "cannot enter" in caught.value.message and "--sudo" in caught.value.message
+    assert [b.name for b in list_remote_backups(transport, str(behind_closed_dir))] == [
+        "config.json.20260101T000000Z"
+    ]
+
+
+def test_missing_directory_under_a_searchable_parent_is_still_dir_missing_for_any_user(
+    transport, model_dir
+):
+    nobody = as_nobody(transport, model_dir)
+    target = model_dir / "nope" / "deeper" / "config.json"
+    assert read_remote_config(nobody, str(target)).status is ReadStatus.DIR_MISSING
+    outcome = write_remote_config(nobody, str(target), NEW)
+    assert (outcome.failed_step, outcome.reason) == ("dir", "dir-missing")
+    (model_dir / "plain").write_bytes(b"")
+    beneath_a_file = write_remote_config(nobody, str(model_dir / "plain" / "config.json"), NEW)
+    assert (beneath_a_file.failed_step, beneath_a_file.reason) == ("dir", "not-a-directory")
 
 
 def test_read_refuses_paths_with_line_breaks_before_running_anything():

@@ -19,7 +19,8 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host
+from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
+from dflash_provision.testbed.lxc import busybox_container
 from tests.test_push_cli_failures import (
     INCIDENT,
     REFERENCE,
@@ -111,12 +112,33 @@ def test_same_user_without_sudo_exits_remote_failed_permission_denied(
     proc = cli.run(
         "push", f"{sudo_host.nopasswd.name}@h01:{model}", "--from", REF, *sudo_host.args()
     )
-    line = the_error_line(proc, ExitCode.REMOTE_FAILED, "h01")
+    # /root is 0700: `[ -d DIR ]` is false for this user, which must not read as "missing".
+    line = the_error_line(
+        proc, ExitCode.REMOTE_FAILED, "h01", "permission denied", "cannot enter /root", "--sudo"
+    )
+    assert "does not exist" not in line and "--mkdir" not in line
+    assert line.count(model) == 1, line  # named once, by the target
+    assert "(new file)" not in proc.stdout
     assert snapshot(directory) == before
-    if "permission denied" not in line:
-        # /root is 0700: the remote `[ -d DIR ]` is false for this user and write.sh reports
-        # "directory ... does not exist (--mkdir creates it)"; reported to the lead.
-        pytest.xfail(f"known bug: unsearchable parent reported as a missing directory: {line}")
+
+
+def test_same_user_without_sudo_cannot_verify_dry_run_or_roll_back_and_is_told_why(
+    sudo_host: SudoHost, cli: Cli, model: str
+) -> None:
+    directory = in_root(sudo_host.host, model)
+    seed(directory)
+    spec = f"{sudo_host.nopasswd.name}@h01:{model}"
+    pushed = cli.run("push", spec, "--from", REF, "--sudo", *sudo_host.args())
+    assert pushed.returncode == 0, pushed.stderr  # so there is a file and a backup to find
+    before = snapshot(directory)
+    for args in (
+        ["verify", spec, "--from", REF],  # was "no config file (dir-missing)", exit 4 (drift)
+        ["push", spec, "--from", REF, "--dry-run"],
+        ["rollback", spec],  # was "no backups", exit 1
+    ):
+        proc = cli.run(*args, *sudo_host.args())
+        the_error_line(proc, ExitCode.REMOTE_FAILED, "h01", "cannot enter /root", "--sudo")
+    assert snapshot(directory) == before
 
 
 def test_sudo_that_needs_a_password_exits_auth_and_says_what_to_do(
@@ -170,3 +192,35 @@ def test_sudo_requiring_a_tty_exits_auth_and_says_what_to_do(
         proc, ExitCode.AUTH, sudo_host.needs_tty.name, "h01", "requiretty", "log in as root"
     )
     assert snapshot(directory) == before
+
+
+@pytest.mark.lxc
+def test_lxc_container_as_non_root_login_exits_auth_needs_root_then_works_with_sudo(
+    sudo_host: SudoHost, cli: Cli
+) -> None:
+    reason = missing_prerequisites(need_lxc=True)
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    with busybox_container(host=sudo_host.host) as container:
+        directory = container.rootfs / "root/models/X"
+        before = seed(directory)
+        spec = f"{sudo_host.nopasswd.name}@h01/lxc:{container.name}:/root/models/X"
+        # Without -P lxc-attach looks in the login's own ~/.local/share/lxc ("You lack access
+        # to ..."); with -P /var/lib/lxc it says "Insufficent privileges to control NAME".
+        for extra in ([], ["--lxc-path", "/var/lib/lxc"]):
+            proc = cli.run("push", spec, "--from", REF, *extra, *sudo_host.args())
+            the_error_line(
+                proc,
+                ExitCode.AUTH,
+                container.name,
+                "h01",
+                "needs root on",
+                "--sudo",
+                "log in as root",
+            )
+            assert proc.stdout == ""
+        assert snapshot(directory) == before
+
+        pushed = cli.run("push", spec, "--from", REF, "--sudo", *sudo_host.args())
+        assert pushed.returncode == 0, pushed.stderr
+        assert (directory / "config.json").read_bytes() == REFERENCE

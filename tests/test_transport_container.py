@@ -9,14 +9,15 @@ them are real.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 
-from dflash_provision.errors import ContainerError, RemoteStepFailed
+from dflash_provision.errors import AuthError, ContainerError, RemoteStepFailed
 from dflash_provision.target import parse_target
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
+from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.container import ContainerTransport
 from dflash_provision.transport.factory import open_transport
 from dflash_provision.transport.local import LocalTransport
@@ -232,3 +233,53 @@ def test_ssh_command_timeout_applies_inside_the_container(
     with transport, pytest.raises(RemoteStepFailed) as caught:
         transport.run(["sleep", "30"])
     assert caught.value.step == "timeout"
+
+
+class _Answers(Transport):
+    """Answers every command with one fixed result (the tool's own refusal, as measured)."""
+
+    description = "alice@pve1"
+
+    def __init__(self, status: int, stderr: bytes) -> None:
+        self.result = CommandResult(status, b"", stderr, 0.01)
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60
+    ) -> CommandResult:
+        return self.result
+
+
+@pytest.mark.parametrize(
+    ("kind", "stderr", "words"),
+    [
+        # LXC 5.0 as a non-root login, measured on this machine: without -P, then with -P.
+        (
+            "lxc",
+            b"lxc-attach: c1: ../src/lxc/tools/lxc_attach.c: main: 302 You lack access to "
+            b"/home/alice/.local/share/lxc\n",
+            "lxc container c1 on alice@pve1: lxc-attach needs root on alice@pve1: use --sudo "
+            "or log in as root",
+        ),
+        (
+            "lxc",
+            b"lxc-attach: c1: ../src/lxc/tools/lxc_attach.c: main: 327 Insufficent privileges "
+            b"to control c1\n",
+            "needs root on alice@pve1",
+        ),
+        (
+            "incus",
+            b'Error: Get "http://unix.socket/1.0": dial unix /var/lib/incus/unix.socket: '
+            b"connect: permission denied\n",
+            "this login may not use incus on alice@pve1",
+        ),
+    ],
+)
+def test_container_tool_refusing_a_non_root_login_is_an_auth_error_naming_the_fix(
+    kind: str, stderr: bytes, words: str
+) -> None:
+    # AuthError (exit 6), not ContainerError (exit 8): the container is fine, the login is not,
+    # and a fleet audit must not file the host as "container not running".
+    with pytest.raises(AuthError) as caught:
+        ContainerTransport(_Answers(1, stderr), kind, "c1").run(["true"])  # type: ignore[arg-type]
+    assert words in caught.value.message
+    assert "--sudo" in caught.value.message

@@ -255,6 +255,12 @@ _REASON_TEXT = {
 }
 
 
+# What to do about a failure, for the reasons a user can fix by logging in differently.
+REASON_HINTS = {
+    "permission-denied": "use --sudo, or log in as a user that can write there",
+}
+
+
 @dataclass(frozen=True)
 class WriteOutcome:
     """What one run of the write protocol did."""
@@ -262,6 +268,9 @@ class WriteOutcome:
     path: str
     status: WriteStatus
     old_data: bytes | None = None  # the file's bytes before the write (None: there was none)
+    #: Whether the script got as far as looking at the old file; if not, ``old_data`` None says
+    #: nothing (e.g. the directory could not be entered).
+    old_seen: bool = False
     sha256_after: str | None = None  # of the file as read back from disk by the script
     durability: Durability | None = None  # set when a rename happened
     backup: str | None = None  # backup file name inside <dir>/.dflash-backups
@@ -286,7 +295,10 @@ class WriteOutcome:
     def failure_text(self) -> str:
         """One line: which step failed and why, e.g. "step write failed (disk full): ..."."""
         reason = _REASON_TEXT.get(self.reason or "", self.reason or "error")
-        return f"step {self.failed_step} failed ({reason}): {self.message}"
+        hint = REASON_HINTS.get(self.reason or "")
+        return f"step {self.failed_step} failed ({reason}): {self.message}" + (
+            f"; {hint}" if hint else ""
+        )
 
     def raise_for_failure(self, where: str) -> None:
         """Raise RemoteStepFailed naming the step when the write failed."""
@@ -341,6 +353,7 @@ def _outcome_from(path: str, result: CommandResult, parsed: _Parsed) -> WriteOut
     common = {
         "path": path,
         "old_data": old_data,
+        "old_seen": "old" in f,
         "sha256_after": f.get("sha256_after") or None,
         "durability": durability,
         "backup": f.get("backup"),
@@ -406,6 +419,15 @@ def list_remote_backups(
     """The backups of ``path``, oldest first (one exec)."""
     check_remote_path(path)
     result, parsed = _run(transport, "backups", [path], stdin=None, timeout=timeout)
+    if parsed.fields.get("result") == "failed" and "failed" in parsed.fields:
+        reason = parsed.fields["failed"]
+        denied = reason == "permission-denied"
+        hint = "; use --sudo, or log in as a user that can read it" if denied else ""
+        raise RemoteStepFailed(
+            f"{transport.description}: cannot list the backups of {path}: "
+            f"{parsed.fields.get('error') or reason}{hint}",
+            step="backups",
+        )
     if parsed.fields.get("result") != "ok":
         raise RemoteProtocolError(
             f"{transport.description}: listing backups of {path} failed: {_stderr_line(result)}",

@@ -13,8 +13,11 @@ session's PATH, HOME, LANG... leak in), so we clear it and set a plain PATH: bus
 then find their applets in /bin and /sbin whatever the host's PATH is.
 
 When the wrapper tool itself says the container is missing or stopped, ``run`` raises
-ContainerError with one line; any other result (including the tool's exit 127 for a command that
-does not exist inside) is returned as it is.
+ContainerError with one line; when it says this login may not use it (classic LXC as a non-root
+user; the Incus/LXD socket closed to it), AuthError: the fix is a different login or ``--sudo``,
+not the container (and a fleet audit must not file it as "container not running"). Any other
+result (including the tool's exit 127 for a command that does not exist inside) is returned as
+it is.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Sequence
 
-from dflash_provision.errors import ContainerError
+from dflash_provision.errors import AuthError, ContainerError
 from dflash_provision.target import ContainerKind
 from dflash_provision.transport.base import CommandResult, Transport
 
@@ -39,6 +42,14 @@ _PCT_MISSING = re.compile(r"Configuration file '[^']*\b\d+\.conf' does not exist
 _PCT_STOPPED = re.compile(r"container '\d+' not running!|\bCT \d+ not running\b")
 _INCUS_MISSING = re.compile(r"^Error: (?:Instance not found|not found)\s*$", re.MULTILINE)
 _INCUS_STOPPED = re.compile(r"^Error: Instance is not running\s*$", re.MULTILINE)
+# A non-root login (measured with LXC 5.0): without -P, lxc-attach looks in the user's own
+# ~/.local/share/lxc ("You lack access to <home>/.local/share/lxc"); with -P /var/lib/lxc it says
+# "Insufficent privileges to control NAME" (sic). Incus/LXD: the daemon's unix socket refuses
+# users outside its admin group ('dial unix .../unix.socket: connect: permission denied').
+_LXC_NOT_ROOT = re.compile(
+    r"You lack access to \S*\.local/share/lxc|Insuffici?ent privileges to control "
+)
+_INCUS_SOCKET_DENIED = re.compile(r"unix\.socket: connect: permission denied")
 
 
 class ContainerTransport(Transport):
@@ -88,6 +99,7 @@ class ContainerTransport(Transport):
         limit = {} if timeout is None else {"timeout": timeout}
         result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
         if result.exit_status != 0:
+            self._raise_if_access_denied(result)
             problem = self._container_problem(result)
             if problem:
                 raise ContainerError(problem)
@@ -97,6 +109,21 @@ class ContainerTransport(Transport):
         self.inner.close()
 
     # -- recognising the wrapper's own failures -------------------------------------------------
+
+    def _raise_if_access_denied(self, result: CommandResult) -> None:
+        stderr = result.stderr.decode("utf-8", "replace")
+        host = self.inner.description
+        where = f"{self.kind} container {self.name} on {host}"
+        if self.kind == "lxc" and _LXC_NOT_ROOT.search(stderr):
+            raise AuthError(
+                f"{where}: lxc-attach needs root on {host}: use --sudo or log in as root"
+            )
+        if self.kind in ("incus", "lxd") and _INCUS_SOCKET_DENIED.search(stderr):
+            raise AuthError(
+                f"{where}: this login may not use {self.tool} on {host} (the daemon's socket "
+                "refused it): use --sudo, log in as root, or add the user to the daemon's "
+                "admin group"
+            )
 
     def _container_problem(self, result: CommandResult) -> str | None:
         stderr = result.stderr.decode("utf-8", "replace")

@@ -260,7 +260,12 @@ class SshTransport(Transport):
                 port=endpoint.port,
                 username=endpoint.user,
                 sock=sock,
-                timeout=opts.connect_timeout,
+                # With our own socket, paramiko uses ``timeout`` only as start_client()'s wait
+                # for the whole handshake (banner + key exchange), and when it runs out it
+                # returns WITHOUT an error. Equal to the banner timeout, it races it; longer,
+                # the banner timeout always fires first for a silent host.
+                timeout=_handshake_budget(opts),
+                transport_factory=_transport_factory(opts),
                 banner_timeout=opts.banner_timeout,
                 auth_timeout=opts.auth_timeout,
                 channel_timeout=opts.connect_timeout,
@@ -269,9 +274,10 @@ class SshTransport(Transport):
                 look_for_keys=False,
             )
         except BaseException as exc:
+            phase = _handshake_phase(client)  # read before close() tears the transport down
             client.close()
             sock.close()
-            raise _map_connect_error(exc, endpoint, opts) from None
+            raise _map_connect_error(exc, endpoint, opts, phase) from None
         return client
 
     def close(self) -> None:
@@ -410,16 +416,69 @@ def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
         raise UnreachableError(f"cannot connect to {where}: {exc.strerror or exc}") from None
 
 
-def _map_connect_error(exc: BaseException, endpoint: Endpoint, opts: SshOptions) -> BaseException:
+def _handshake_budget(opts: SshOptions) -> float:
+    """How long start_client() may wait: the banner timeout, then connect_timeout for the key
+    exchange (paramiko's only other limit on it is a fixed 15 s, see _transport_factory)."""
+    return opts.banner_timeout + opts.connect_timeout
+
+
+def _transport_factory(opts: SshOptions) -> Callable[..., paramiko.Transport]:
+    def make(sock: socket.socket | paramiko.Channel, **kwargs: object) -> paramiko.Transport:
+        transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
+        # paramiko's own key-exchange limit (15 s, counted from the banner) must not end before
+        # start_client()'s wait, or a stalled key exchange surfaces as a bare EOFError.
+        transport.handshake_timeout = _handshake_budget(opts) + 1.0
+        return transport
+
+    return make
+
+
+def _handshake_phase(client: paramiko.SSHClient) -> str | None:
+    """Where the SSH handshake stopped: "banner", "key exchange", or None (it completed, or
+    never started)."""
+    transport = client.get_transport()
+    if transport is None or transport.initial_kex_done:
+        return None
+    return "key exchange" if transport.remote_version else "banner"
+
+
+def _handshake_timeout(exc: BaseException, phase: str | None, opts: SshOptions) -> float | None:
+    """Seconds after which the handshake gave up, when ``exc`` means it timed out (else None).
+
+    Two shapes, depending on which timer fires first: paramiko's transport thread raises
+    "Error reading SSH protocol banner" caused by a socket timeout; or start_client() stops
+    waiting silently and the next call fails with "No existing session".
+    """
+    if phase is None or not isinstance(exc, paramiko.SSHException):
+        return None
+    if "No existing session" in str(exc):
+        return _handshake_budget(opts)  # start_client()'s own wait ran out
+    if "protocol banner" in str(exc) and (
+        isinstance(exc.__context__, TimeoutError) or "timed out" in str(exc).lower()
+    ):
+        return opts.banner_timeout
+    return None
+
+
+def _host_key_name(endpoint: Endpoint) -> str:
+    """The host as the user typed it plus the name its key is filed under, e.g.
+    "h01 (127.0.1.1)"; just the latter when they are the same."""
+    filed = endpoint.known_hosts_name
+    return filed if endpoint.alias in (filed, endpoint.hostname) else f"{endpoint.alias} ({filed})"
+
+
+def _map_connect_error(
+    exc: BaseException, endpoint: Endpoint, opts: SshOptions, phase: str | None = None
+) -> BaseException:
     label = endpoint.label
     if isinstance(exc, _UnknownHostKey):
         return AuthError(
-            f"host key for {endpoint.known_hosts_name} is unknown; add it to "
+            f"host key for {_host_key_name(endpoint)} is unknown; add it to "
             f"{endpoint.known_hosts_path} or use --accept-new-host-key"
         )
     if isinstance(exc, paramiko.BadHostKeyException):
         return AuthError(
-            f"host key for {endpoint.known_hosts_name} has CHANGED (known_hosts "
+            f"host key for {_host_key_name(endpoint)} has CHANGED (known_hosts "
             f"{endpoint.known_hosts_path} has {exc.expected_key.get_name()} "
             f"{exc.expected_key.fingerprint}, the server sent {exc.key.fingerprint}); refusing to "
             "connect. If the change is expected, remove the old key with "
@@ -431,12 +490,14 @@ def _map_connect_error(exc: BaseException, endpoint: Endpoint, opts: SshOptions)
             return UnreachableError(f"ssh to {label} timed out after {opts.auth_timeout:g}s (auth)")
         tried = ", ".join(endpoint.identity_files) or "no key files"
         agent = " and the ssh agent" if opts.use_agent and not endpoint.identities_only else ""
-        return AuthError(f"authentication to {label} failed (tried {tried}{agent})")
+        return AuthError(
+            f"authentication to {label} failed (tried {tried}{agent}); check the key (-i KEY), "
+            f"the user, and authorized_keys on {endpoint.alias}"
+        )
+    waited = _handshake_timeout(exc, phase, opts)
+    if waited is not None:
+        return UnreachableError(f"ssh to {label} timed out after {waited:g}s ({phase})")
     if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
-        if "timed out" in str(exc).lower() or "timeout" in type(exc.__context__).__name__.lower():
-            return UnreachableError(
-                f"ssh to {label} timed out after {opts.banner_timeout:g}s (banner)"
-            )
         return UnreachableError(f"ssh to {label}: no SSH banner ({_reason(exc)})")
     if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
         return UnreachableError(f"ssh handshake with {label} failed: {_reason(exc)}")

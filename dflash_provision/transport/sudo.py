@@ -48,9 +48,11 @@ class SudoTransport(Transport):
             stderr = result.stderr.decode("utf-8", "replace")
             where = self.inner.description
             if result.exit_status == 1 and _NEEDS_PASSWORD.search(stderr):
+                # sudo asks for the password before it looks at the rules, so with -n a user
+                # who may not run the command at all gets this same answer.
                 raise AuthError(
-                    f"sudo on {where} needs a password; allow NOPASSWD for this command "
-                    "or log in as root"
+                    f"sudo -n on {where} refused: it needs a password or this user may not run "
+                    "the command; allow NOPASSWD for it, or log in as root"
                 )
             if result.exit_status == 1 and _NEEDS_TTY.search(stderr):
                 raise AuthError(
@@ -59,7 +61,8 @@ class SudoTransport(Transport):
                 )
             if result.exit_status == 1 and _NOT_ALLOWED.search(stderr):
                 raise AuthError(
-                    f"sudo on {where} refused: the user may not run {argv[0]!r} as root"
+                    f"sudo -n on {where} refused: this user may not run {argv[0]!r} as root; "
+                    "allow it (NOPASSWD) in sudoers, or log in as root"
                 )
             if result.exit_status == 127 and _SUDO_MISSING.search(stderr):
                 raise AuthError(f"sudo is not installed on {where}; log in as root instead")

@@ -3,6 +3,8 @@
 #   dflash-backups 1
 #   backup SIZE MTIME SHA256 NAME     (one line per backup; NAME is the rest of the line)
 #   result ok
+# or, when the backups cannot be looked at (a directory on the way may not be entered):
+#   failed permission-denied / error MESSAGE / result failed
 # Backups live in <dir>/.dflash-backups/<basename>.<UTC timestamp>[.<n>].
 
 path=$1
@@ -12,6 +14,21 @@ base=${path##*/}
 bdir=$dir/.dflash-backups
 
 say "dflash-backups 1"
+# No backup directory is "no backups" only when we could have seen one: a directory we may not
+# enter (or read) would otherwise look empty.
+examine_dir "$bdir"
+denied=
+if [ "$dir_state" = permission-denied ]; then
+	denied="cannot enter $dir_at"
+elif [ "$dir_state" = ok ] && [ ! -r "$bdir" ]; then
+	denied="cannot list $bdir"
+fi
+if [ -n "$denied" ]; then
+	say "failed permission-denied"
+	say "error user $(whoami_text) $(oneline "$denied")"
+	say "result failed"
+	exit 0
+fi
 if [ -d "$bdir" ]; then
 	for f in "$bdir"/*; do
 		name=${f##*/}

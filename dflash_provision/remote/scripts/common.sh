@@ -35,3 +35,32 @@ sha256_of() {
 size_of() {
 	wc -c <"$1" | tr -d ' \t'
 }
+
+# Why DIR cannot be used, for a login that is not root. Sets dir_state to ok, permission-denied,
+# not-a-directory or missing, and dir_at to the directory concerned. `[ -d DIR ]` alone is false
+# both when DIR is missing and when an ancestor cannot be entered (/root is 0700 and we are not
+# root), so walk up to the nearest ancestor that can be seen and judge from there.
+examine_dir() {
+	dir_at=$1
+	if [ -d "$dir_at" ]; then
+		if [ -x "$dir_at" ]; then dir_state=ok; else dir_state=permission-denied; fi
+		return 0
+	fi
+	while [ ! -e "$dir_at" ]; do
+		dir_at=${dir_at%/*}
+		[ -n "$dir_at" ] || dir_at=/
+	done
+	if [ ! -d "$dir_at" ]; then
+		dir_state=not-a-directory
+	elif [ ! -x "$dir_at" ]; then
+		dir_state=permission-denied
+	else
+		dir_state=missing
+		dir_at=$1
+	fi
+}
+
+# Who we run as, for messages ("user alice").
+whoami_text() {
+	id -un 2>/dev/null || id -u
+}

@@ -17,16 +17,25 @@ say "dflash-read 1"
 [ -L "$path" ] && say "symlink 1"
 
 if [ ! -e "$path" ]; then
-	if [ -d "$dir" ]; then
+	examine_dir "$dir"
+	case $dir_state in
+	ok)
 		say "status missing"
 		say "error no such file"
-	elif [ -e "$dir" ]; then
+		;;
+	permission-denied)
+		say "status permission-denied"
+		say "error user $(whoami_text) cannot enter $(oneline "$dir_at")"
+		;;
+	not-a-directory)
 		say "status dir-missing"
-		say "error parent is not a directory"
-	else
+		say "error $(oneline "$dir_at") is not a directory"
+		;;
+	*)
 		say "status dir-missing"
 		say "error directory does not exist"
-	fi
+		;;
+	esac
 	say data
 	exit 0
 fi

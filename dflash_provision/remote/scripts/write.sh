@@ -78,6 +78,17 @@ fail() {
 	finish "$4"
 }
 
+# fail_tool STEP EXIT_STATUS WHAT TOOL_ERROR: a tool failed to WHAT. A permission problem gets
+# one plain sentence (the tool's own text only repeats the path); other errors keep the tool's
+# words as evidence.
+fail_tool() {
+	why=$(reason_of "$4")
+	if [ "$why" = permission-denied ]; then
+		fail "$1" "$why" "user $(whoami_text) may not $3" "$2"
+	fi
+	fail "$1" "$why" "cannot $3: $4" "$2"
+}
+
 say "dflash-write 1"
 
 # --- args -------------------------------------------------------------------------------------
@@ -94,16 +105,17 @@ base=${dest##*/}
 [ -n "$base" ] || fail args bad-argument "destination must name a file" 10
 
 # --- dir --------------------------------------------------------------------------------------
-if [ ! -d "$dir" ]; then
-	if [ -e "$dir" ]; then
-		fail dir not-a-directory "$dir exists but is not a directory" 12
-	elif [ "$do_mkdir" = 1 ]; then
-		err=$(mkdir -p "$dir" 2>&1) || fail dir "$(reason_of "$err")" "cannot create $dir: $err" 12
-		say "created-dir 1"
-	else
-		fail dir dir-missing "directory $dir does not exist (--mkdir creates it)" 12
-	fi
-fi
+examine_dir "$dir"
+case $dir_state in
+ok) ;;
+permission-denied) fail dir permission-denied "user $(whoami_text) cannot enter $dir_at" 12 ;;
+not-a-directory) fail dir not-a-directory "$dir_at exists but is not a directory" 12 ;;
+*)
+	[ "$do_mkdir" = 1 ] || fail dir dir-missing "directory $dir does not exist (--mkdir creates it)" 12
+	err=$(mkdir -p "$dir" 2>&1) || fail_tool dir 12 "create $dir" "$err"
+	say "created-dir 1"
+	;;
+esac
 
 # --- symlink ----------------------------------------------------------------------------------
 if [ -L "$dest" ]; then
@@ -135,13 +147,12 @@ fi
 
 # --- lock -------------------------------------------------------------------------------------
 if [ ! -d "$bdir" ]; then
-	err=$(mkdir "$bdir" 2>&1) || [ -d "$bdir" ] ||
-		fail lock "$(reason_of "$err")" "cannot create $bdir: $err" 11
+	err=$(mkdir "$bdir" 2>&1) || [ -d "$bdir" ] || fail_tool lock 11 "create $bdir" "$err"
 fi
 if command -v flock >/dev/null 2>&1; then
 	lockfile=$bdir/$base.lock
 	# Probe in a subshell first: a failed redirection on "exec" would end this shell.
-	err=$( (: >>"$lockfile") 2>&1) || fail lock "$(reason_of "$err")" "cannot open $lockfile: $err" 11
+	err=$( (: >>"$lockfile") 2>&1) || fail_tool lock 11 "open $lockfile" "$err"
 	exec 9>>"$lockfile"
 	flock -w "$lock_timeout" 9 ||
 		fail lock lock-timeout "another push holds $lockfile (waited ${lock_timeout}s)" 11
@@ -151,7 +162,7 @@ else
 	until err=$(mkdir "$bdir/$base.lockdir" 2>&1); do
 		case $(reason_of "$err") in
 		read-only | no-space | permission-denied | not-permitted)
-			fail lock "$(reason_of "$err")" "cannot create lock $bdir/$base.lockdir: $err" 11
+			fail_tool lock 11 "create lock $bdir/$base.lockdir" "$err"
 			;;
 		esac
 		holder=$(cat "$bdir/$base.lockdir/pid" 2>/dev/null)
@@ -187,7 +198,7 @@ say "old $old"
 if ! tmp=$(mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>&1); then
 	err=$tmp
 	tmp=
-	fail tmp "$(reason_of "$err")" "cannot create a temp file in $dir: $err" 15
+	fail_tool tmp 15 "create a temp file in $dir" "$err"
 fi
 
 # --- write ------------------------------------------------------------------------------------
@@ -204,7 +215,7 @@ got_size=$(size_of "$tmp")
 	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
 
 # --- attrs ------------------------------------------------------------------------------------
-err=$(chmod "${old_mode:-644}" "$tmp" 2>&1) || fail attrs "$(reason_of "$err")" "chmod failed: $err" 18
+err=$(chmod "${old_mode:-644}" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
 if [ -n "${old_owner:-}" ] && [ "$old_owner" != "$(stat -c %u:%g "$tmp" 2>/dev/null)" ]; then
 	err=$(chown "$old_owner" "$tmp" 2>&1) || fail attrs "$(reason_of "$err")" "chown $old_owner failed: $err" 18
 fi
@@ -243,14 +254,14 @@ if [ "$old" = present ]; then
 		err=$(cp -p "$dest" "$bdir/$backup" 2>&1) || {
 			rm -f "$bdir/$backup"
 			backup=
-			fail backup "$(reason_of "$err")" "cannot keep a backup of $dest: $err" 20
+			fail_tool backup 20 "keep a backup of $dest in $bdir" "$err"
 		}
 	fi
 	say "backup $backup"
 fi
 
 # --- rename -----------------------------------------------------------------------------------
-err=$(mv -f "$tmp" "$dest" 2>&1) || fail rename "$(reason_of "$err")" "rename over $dest failed: $err" 21
+err=$(mv -f "$tmp" "$dest" 2>&1) || fail_tool rename 21 "rename the new file over $dest" "$err"
 renamed=1
 
 # --- fsync-dir --------------------------------------------------------------------------------
