@@ -23,22 +23,13 @@ PUBLISHED = [
 ]
 
 
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-@pytest.fixture
-def reference() -> dict[str, Any]:
-    return load(samples.REFERENCE_DRAFTER)
-
-
 def by_path(findings: list[Any]) -> dict[str, str]:
     return {f.path: f.message for f in findings}
 
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name)
 def test_published_config_loads_unchanged(path: Path) -> None:
-    assert check_effective(load(path)) == []
+    assert check_effective(samples.load_json(path)) == []
 
 
 def test_use_sliding_window_false_makes_loader_drop_the_window(reference: dict[str, Any]) -> None:
@@ -67,7 +58,8 @@ def test_rope_theta_hidden_by_rope_parameters_is_caught(reference: dict[str, Any
 
 
 def test_rope_theta_moved_into_rope_parameters_is_not_a_change() -> None:
-    doc = load(samples.QWEN36_35B_A3B_DRAFTER)  # top-level rope_theta + YaRN rope_scaling
+    # top-level rope_theta + YaRN rope_scaling
+    doc = samples.load_json(samples.QWEN36_35B_A3B_DRAFTER)
     assert "rope_parameters" not in doc
     assert check_effective(doc) == []
 

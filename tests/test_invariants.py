@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -19,20 +18,6 @@ PUBLISHED = [
 ]
 
 
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-@pytest.fixture
-def reference() -> dict[str, Any]:
-    return load(samples.REFERENCE_DRAFTER)
-
-
-@pytest.fixture
-def target() -> dict[str, Any]:
-    return load(samples.REFERENCE_TARGET)
-
-
 def only(findings: list[Any]) -> Any:
     assert len(findings) == 1, [f.message for f in findings]
     return findings[0]
@@ -40,7 +25,7 @@ def only(findings: list[Any]) -> Any:
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name)
 def test_published_config_satisfies_every_invariant(path: Path) -> None:
-    assert check_invariants(load(path), num_speculative_tokens=7) == []
+    assert check_invariants(samples.load_json(path), num_speculative_tokens=7) == []
 
 
 def test_layer_types_length_must_match_num_hidden_layers(reference: dict[str, Any]) -> None:
@@ -70,7 +55,7 @@ def test_sliding_layers_need_use_sliding_window_true(reference: dict[str, Any]) 
 
 
 def test_all_full_attention_needs_no_window() -> None:
-    assert check_invariants(load(samples.INCIDENT_DRAFTER)) == []
+    assert check_invariants(samples.load_json(samples.INCIDENT_DRAFTER)) == []
 
 
 @pytest.mark.parametrize(
@@ -110,7 +95,8 @@ def test_mask_token_id_must_be_inside_the_vocabulary(reference: dict[str, Any], 
 
 def test_block_size_is_read_from_dflash_config_before_top_level(reference: dict[str, Any]) -> None:
     assert block_size_of(reference) == (16, "block_size")
-    assert block_size_of(load(samples.DFLASH2_DRAFTER)) == (8, "dflash_config.block_size")
+    dflash2 = samples.load_json(samples.DFLASH2_DRAFTER)
+    assert block_size_of(dflash2) == (8, "dflash_config.block_size")
 
 
 def test_block_size_must_exist_somewhere(reference: dict[str, Any]) -> None:
@@ -125,7 +111,7 @@ def test_two_different_block_sizes_are_an_error(reference: dict[str, Any]) -> No
 
 
 def test_speculative_tokens_beyond_block_size_minus_one_are_an_error() -> None:
-    dflash2 = load(samples.DFLASH2_DRAFTER)  # block_size 8 in dflash_config
+    dflash2 = samples.load_json(samples.DFLASH2_DRAFTER)  # block_size 8 in dflash_config
     assert check_invariants(dflash2, num_speculative_tokens=7) == []
     finding = only(check_invariants(dflash2, num_speculative_tokens=8))
     assert finding.path == "dflash_config.block_size"
@@ -133,7 +119,7 @@ def test_speculative_tokens_beyond_block_size_minus_one_are_an_error() -> None:
 
 
 def test_dflash2_must_declare_is_causal_false() -> None:
-    dflash2 = load(samples.DFLASH2_DRAFTER)
+    dflash2 = samples.load_json(samples.DFLASH2_DRAFTER)
     del dflash2["is_causal"]
     finding = only(check_invariants(dflash2))
     assert finding.path == "is_causal"
@@ -152,7 +138,7 @@ def test_reference_drafter_fits_its_target(reference: dict[str, Any], target: di
 
 
 def test_drafter_for_another_target_names_every_mismatch(target: dict[str, Any]) -> None:
-    findings = check_target(load(samples.QWEN3_8B_DRAFTER), target)
+    findings = check_target(samples.load_json(samples.QWEN3_8B_DRAFTER), target)
     assert [f.path for f in findings] == ["hidden_size", "vocab_size", "num_target_layers"]
     assert all(f.layer == "target" for f in findings)
     assert "drafter 4096, target 5120" in findings[0].message
@@ -172,5 +158,5 @@ def test_layer_ids_beyond_a_smaller_target_are_errors(
 
 
 def test_multimodal_target_is_read_through_text_config(reference: dict[str, Any]) -> None:
-    target = {"architectures": ["X"], "text_config": load(samples.REFERENCE_TARGET)}
+    target = {"architectures": ["X"], "text_config": samples.load_json(samples.REFERENCE_TARGET)}
     assert check_target(reference, target) == []

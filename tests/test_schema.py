@@ -22,15 +22,6 @@ PUBLISHED = [
 ]
 
 
-def load(path: Path) -> dict[str, Any]:
-    return json.loads(path.read_text(encoding="utf-8"))
-
-
-@pytest.fixture
-def reference() -> dict[str, Any]:
-    return load(samples.REFERENCE_DRAFTER)
-
-
 def paths(findings: list[Any]) -> list[str]:
     return [f.path for f in findings]
 
@@ -46,7 +37,7 @@ def test_schema_files_are_valid_draft_2020_12() -> None:
 
 @pytest.mark.parametrize("path", PUBLISHED, ids=lambda p: p.name)
 def test_published_config_passes_schema(path: Path) -> None:
-    assert check_schema(load(path)) == []
+    assert check_schema(samples.load_json(path)) == []
 
 
 def test_wrong_value_is_reported_at_its_json_path(reference: dict[str, Any]) -> None:
@@ -104,7 +95,7 @@ def test_unknown_or_missing_architecture_is_one_clear_error(
 
 
 def test_dflash2_requires_block_size_in_dflash_config_and_explicit_non_causal() -> None:
-    doc = load(samples.DFLASH2_DRAFTER)
+    doc = samples.load_json(samples.DFLASH2_DRAFTER)
     broken = copy.deepcopy(doc)
     del broken["dflash_config"]["block_size"]
     del broken["is_causal"]

@@ -40,7 +40,8 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
             type=click.FloatRange(min=0.1),
             default=10.0,
             show_default=True,
-            help="Seconds for the TCP connect, the SSH banner and authentication, each.",
+            help="Seconds for each connection step: TCP connect, SSH banner, key exchange, "
+            "authentication.",
         ),
         click.option(
             "--command-timeout",

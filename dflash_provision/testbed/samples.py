@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
+from typing import Any
 
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -15,3 +17,8 @@ DFLASH2_DRAFTER = DATA_DIR / "qwen3.8-27b-dflash2.config.json"
 
 REFERENCE_REPO = "z-lab/Qwen3.6-27B-DFlash"
 REFERENCE_TARGET_REPO = "Qwen/Qwen3.6-27B"
+
+def load_json(path: Path) -> dict[str, Any]:
+    """A sample config, parsed."""
+    data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+    return data

@@ -52,3 +52,37 @@ class Transport(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class WrappingTransport(Transport):
+    """Runs each argv through ``inner``, rewritten by :meth:`wrap` (``sudo -n --``,
+    ``lxc-attach -n NAME --``...), then lets :meth:`check` turn the wrapper tool's own refusals
+    into errors. Composes: a container wrapper over a sudo wrapper over SSH."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+
+    @abc.abstractmethod
+    def wrap(self, argv: Sequence[str]) -> list[str]:
+        """The argv the inner transport runs."""
+
+    def check(self, argv: Sequence[str], result: CommandResult) -> None:
+        """Raise if ``result`` is the wrapper refusing, not the command failing."""
+
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        if not argv:
+            raise ValueError("empty argv")
+        # No timeout given: the inner transport's default applies (SshOptions.command_timeout).
+        limit = {} if timeout is None else {"timeout": timeout}
+        result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
+        self.check(argv, result)
+        return result
+
+    def close(self) -> None:
+        self.inner.close()

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 
 from dflash_provision.errors import AuthError, ContainerError
 from dflash_provision.target import ContainerKind
-from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.transport.base import CommandResult, Transport, WrappingTransport
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 TOOLS: dict[str, str] = {"lxc": "lxc-attach", "pct": "pct", "incus": "incus", "lxd": "lxc"}
@@ -52,7 +52,7 @@ _LXC_NOT_ROOT = re.compile(
 _INCUS_SOCKET_DENIED = re.compile(r"unix\.socket: connect: permission denied")
 
 
-class ContainerTransport(Transport):
+class ContainerTransport(WrappingTransport):
     """Runs argv inside container ``name`` of ``kind`` on the machine ``inner`` reaches."""
 
     def __init__(
@@ -60,7 +60,7 @@ class ContainerTransport(Transport):
     ) -> None:
         if kind not in TOOLS:
             raise ValueError(f"unknown container kind {kind!r}")
-        self.inner = inner
+        super().__init__(inner)
         self.kind = kind
         self.name = name
         self.lxc_path = lxc_path  # classic LXC only: lxc-attach -P (default /var/lib/lxc)
@@ -86,27 +86,12 @@ class ContainerTransport(Transport):
     def _lxc_path_args(self) -> list[str]:
         return ["-P", self.lxc_path] if self.lxc_path else []
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        if not argv:
-            raise ValueError("empty argv")
-        # No timeout given: the inner transport's default applies (SshOptions.command_timeout).
-        limit = {} if timeout is None else {"timeout": timeout}
-        result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
+    def check(self, argv: Sequence[str], result: CommandResult) -> None:
         if result.exit_status != 0:
             self._raise_if_access_denied(result)
             problem = self._container_problem(result)
             if problem:
                 raise ContainerError(problem)
-        return result
-
-    def close(self) -> None:
-        self.inner.close()
 
     # -- recognising the wrapper's own failures -------------------------------------------------
 

@@ -6,7 +6,7 @@ import re
 from collections.abc import Sequence
 
 from dflash_provision.errors import AuthError
-from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.transport.base import CommandResult, Transport, WrappingTransport
 
 # sudo's own refusals (sudo 1.9 texts). They start with "sudo: " and sudo exits 1.
 _NEEDS_PASSWORD = re.compile(r"^sudo: (?:a )?password is required", re.MULTILINE)
@@ -21,29 +21,17 @@ _SUDO_MISSING = re.compile(r"(?:^|\s)sudo: (?:command )?not found")
 _NEEDS_TTY = re.compile(r"^sudo: sorry, you must have a tty to run sudo", re.MULTILINE)
 
 
-class SudoTransport(Transport):
+class SudoTransport(WrappingTransport):
     """Wraps every argv as ``sudo -n -- argv...`` on the machine ``inner`` reaches."""
 
     def __init__(self, inner: Transport) -> None:
-        self.inner = inner
+        super().__init__(inner)
         self.description = inner.description
 
-    @staticmethod
-    def wrap(argv: Sequence[str]) -> list[str]:
+    def wrap(self, argv: Sequence[str]) -> list[str]:
         return ["sudo", "-n", "--", *argv]
 
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout: float | None = None,
-    ) -> CommandResult:
-        if not argv:
-            raise ValueError("empty argv")
-        # No timeout given: the inner transport's default applies (SshOptions.command_timeout).
-        limit = {} if timeout is None else {"timeout": timeout}
-        result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
+    def check(self, argv: Sequence[str], result: CommandResult) -> None:
         if result.exit_status in (1, 127):
             stderr = result.stderr.decode("utf-8", "replace")
             where = self.inner.description
@@ -66,7 +54,3 @@ class SudoTransport(Transport):
                 )
             if result.exit_status == 127 and _SUDO_MISSING.search(stderr):
                 raise AuthError(f"sudo is not installed on {where}; log in as root instead")
-        return result
-
-    def close(self) -> None:
-        self.inner.close()
