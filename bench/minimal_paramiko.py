@@ -1,8 +1,9 @@
 """The baseline dflash-provision's fleet layer is measured against: the least a script can do.
 
-A thread pool; per host one SSH connection (host key checked against known_hosts, parsed once;
-the private key loaded once and shared), one exec (``cat FILE`` to read, ``cat > FILE`` to
-write), then close. No validation, no atomicity, no backups, no history: that is the point.
+A thread pool; per host one SSH connection (TCP_NODELAY; host key checked against known_hosts,
+parsed once; the private key loaded once and shared), one exec (``cat FILE`` to read,
+``cat > FILE`` to write), then close. No validation, no atomicity, no backups, no history: that
+is the point.
 
     python bench/minimal_paramiko.py --key ID --known-hosts KH --path /root/m/config.json \\
         [--write FILE] [--workers 64] 127.0.1.1 127.0.1.2 ...
@@ -47,7 +48,17 @@ def load_shared(key_path: str, known_hosts_path: str, user: str = "root") -> Sha
 
 
 def _exec(shared: Shared, address: str, command: str, stdin: bytes | None) -> tuple[int, bytes]:
+    results = _execs(shared, address, [(command, stdin)])
+    return results[0]
+
+
+def _execs(
+    shared: Shared, address: str, commands: list[tuple[str, bytes | None]]
+) -> list[tuple[int, bytes]]:
+    """One connection, the commands one after the other on it (one exec channel each)."""
     sock = socket.create_connection((address, shared.port), timeout=TIMEOUT_S)
+    # As dflash-provision does: without it Nagle + delayed ACKs add ~40 ms to each exec.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     transport = paramiko.Transport(sock)
     try:
         transport.banner_timeout = TIMEOUT_S
@@ -58,19 +69,22 @@ def _exec(shared: Shared, address: str, command: str, stdin: bytes | None) -> tu
         if known is None or known.get(server_key.get_name()) != server_key:
             raise paramiko.BadHostKeyException(address, server_key, server_key)
         transport.auth_publickey(shared.user, shared.key)
-        channel = transport.open_session(timeout=TIMEOUT_S)
-        channel.settimeout(TIMEOUT_S)
-        channel.exec_command(command)
-        if stdin is not None:
-            channel.sendall(stdin)
-        channel.shutdown_write()
-        chunks = []
-        while True:
-            chunk = channel.recv(65536)
-            if not chunk:
-                break
-            chunks.append(chunk)
-        return channel.recv_exit_status(), b"".join(chunks)
+        results = []
+        for command, stdin in commands:
+            channel = transport.open_session(timeout=TIMEOUT_S)
+            channel.settimeout(TIMEOUT_S)
+            channel.exec_command(command)
+            if stdin is not None:
+                channel.sendall(stdin)
+            channel.shutdown_write()
+            chunks = []
+            while True:
+                chunk = channel.recv(65536)
+                if not chunk:
+                    break
+                chunks.append(chunk)
+            results.append((channel.recv_exit_status(), b"".join(chunks)))
+        return results
     finally:
         transport.close()
 
@@ -86,15 +100,33 @@ def write_one(shared: Shared, address: str, path: str, data: bytes) -> bool:
     return status == 0
 
 
+def write_read_one(shared: Shared, address: str, path: str, data: bytes) -> bool:
+    """``cat > FILE`` then ``cat FILE`` on the same connection: the least a write with a separate
+    read-back can cost (two execs), for comparison with dflash-provision's push."""
+    (wrote, _), (read, back) = _execs(
+        shared, address, [(f"cat > {shlex.quote(path)}", data), (shlex.join(["cat", path]), None)]
+    )
+    return wrote == 0 and read == 0 and back == data
+
+
 def run(
-    shared: Shared, addresses: list[str], path: str, *, data: bytes | None, workers: int
+    shared: Shared,
+    addresses: list[str],
+    path: str,
+    *,
+    data: bytes | None,
+    workers: int,
+    read_back: bool = False,
 ) -> list[bool]:
-    """Read (``data`` None) or write every host; True per host that succeeded."""
+    """Read (``data`` None) or write every host (``read_back``: and read it back on the same
+    connection); True per host that succeeded."""
 
     def one(address: str) -> bool:
         try:
             if data is None:
                 return read_one(shared, address, path) is not None
+            if read_back:
+                return write_read_one(shared, address, path, data)
             return write_one(shared, address, path, data)
         except (OSError, paramiko.SSHException):
             return False

@@ -391,7 +391,7 @@ def _audit_on(
     try:
         if read is None:
             read = read_remote_config(
-                transport, member.target.config_path, timeout=run.command_timeout
+                transport, member.target.config_path, timeout=run.command_timeout, metadata=False
             )
     except DflashProvisionError as exc:
         audit.timings.read_s = time.monotonic() - t0
@@ -555,7 +555,11 @@ def repair(
 ) -> list[HostRepair]:
     """Audit, then write the authoritative config to every reachable host that needs it.
 
-    Each host is handled on one connection: read, (write + read-back), fresh read. With
+    Each host is handled on one connection: read, then (write + read-back, the read-back being
+    the fresh audit). The read comes first on purpose, although the write exec also returns the
+    old bytes: whether a host may be written is judged on the controller (a file with the right
+    values in other bytes is in sync and must not be rewritten; a file this login cannot read is
+    not audited and must not be replaced), and the history row opens before a write starts. With
     ``dry_run`` nothing is written. ``max_failures`` stops starting new writes after that many
     failed. Writes are recorded in ``history`` as "started" before they begin.
     """

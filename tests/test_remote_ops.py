@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import threading
 from collections.abc import Iterator, Sequence
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -135,6 +136,19 @@ def test_read_reports_present_file_with_bytes_size_hash_and_mode(transport, mode
     assert read.uid == os.getuid()
 
 
+def test_read_without_metadata_still_reports_bytes_and_hash(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    read = read_remote_config(transport, str(config), metadata=False)
+    assert (read.status, read.data, read.sha256, read.size) == (
+        ReadStatus.PRESENT,
+        OLD,
+        sha(OLD),
+        len(OLD),
+    )
+    assert (read.mode, read.uid, read.mtime) == (None, None, None)
+
+
 def test_read_is_binary_safe_even_when_bytes_look_like_protocol_lines(transport, model_dir):
     config = model_dir / "config.json"
     tricky = b"status missing\ndata\n\x00\xff\nresult ok\n"
@@ -173,9 +187,11 @@ def test_read_reports_permission_denied_for_an_unprivileged_user(model_dir):
     config.write_bytes(OLD)
     config.chmod(0o600)
     nobody = PrefixTransport(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], "n")
-    read = read_remote_config(nobody, str(config))
-    assert read.status is ReadStatus.PERMISSION_DENIED
-    assert read.data is None
+    for metadata in (True, False):
+        read = read_remote_config(nobody, str(config), metadata=metadata)
+        assert read.status is ReadStatus.PERMISSION_DENIED
+        assert "Permission denied" in read.message
+        assert read.data is None
 
 
 def as_nobody(transport: LocalTransport, reachable: Path) -> PrefixTransport:
@@ -301,6 +317,63 @@ def test_write_replaces_file_returns_old_bytes_and_keeps_a_backup(transport, mod
     assert backups[0].size == len(OLD)
     assert (model_dir / ".dflash-backups" / outcome.backup).read_bytes() == OLD
     assert listing(model_dir) == [".dflash-backups", "config.json"]
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("mode", [0o640, 0o755, 0o2644])
+def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_dir, mode):
+    # 0640: the temp file is created with it (umask); 0755 and 0o2644: bits a umask cannot give
+    # (x, set-gid) are set by chmod. The owner is copied too.
+    if os.getuid() != 0:
+        pytest.skip("chown needs root")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    os.chown(config, 65534, 65534)
+    config.chmod(mode)
+    outcome = write_remote_config(transport, str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    st = config.stat()
+    assert (oct(st.st_mode & 0o7777), st.st_uid, st.st_gid) == (oct(mode), 65534, 65534)
+    assert config.read_bytes() == NEW
+    assert_no_temp_left(model_dir)
+
+
+def test_new_file_is_0644_and_backup_is_named_after_the_utc_time(transport, model_dir):
+    config = model_dir / "config.json"
+    write_remote_config(transport, str(config), OLD)
+    assert oct(config.stat().st_mode & 0o777) == "0o644"
+    before = datetime.now(UTC).replace(microsecond=0)
+    outcome = write_remote_config(transport, str(config), NEW)
+    after = datetime.now(UTC)
+    [backup] = list_remote_backups(transport, str(config))
+    assert backup.name == outcome.backup
+    assert backup.backed_up_at is not None
+    assert before - timedelta(seconds=1) <= backup.backed_up_at <= after
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("shell", ["coreutils", "busybox"])
+def test_write_never_follows_a_symlink_planted_at_the_temp_files_name(bb_root, model_dir, shell):
+    # In a new PID namespace the script's shell is pid 1, so its temp name is predictable: plant
+    # a symlink there, as an attacker sharing the directory could. O_EXCL refuses it and a
+    # random mktemp name is used instead; the symlink's target is never written.
+    if os.getuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare for a PID namespace")
+    inner = busybox_transport(bb_root).prefix if shell == "busybox" else []
+    transport = PrefixTransport(["unshare", "--pid", "--fork", *inner], shell)
+    victim = model_dir / "victim"
+    victim.write_bytes(b"precious\n")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    planted = model_dir / ".config.json.dflash-tmp.1"
+    planted.symlink_to(victim)
+    outcome = write_remote_config(transport, str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    assert victim.read_bytes() == b"precious\n"
+    assert config.read_bytes() == NEW and not config.is_symlink()
+    assert planted.is_symlink()
+    planted.unlink()
+    assert_no_temp_left(model_dir)
 
 
 def test_write_of_identical_bytes_says_unchanged_and_touches_nothing(transport, model_dir):

@@ -542,3 +542,61 @@ def test_command_timeout_option_applies_when_run_gets_no_timeout(fleet: Fleet) -
             ssh.run(["sleep", "30"])
     assert caught.value.step == "timeout"
     assert time.monotonic() - started < 3
+
+
+# -- per-process caches of ssh_config, known_hosts and keys ---------------------------------------
+
+
+def test_ssh_config_is_parsed_once_and_read_again_when_it_changes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import paramiko
+
+    from dflash_provision.transport.ssh import resolve_endpoint
+
+    parses: list[str] = []
+    real_from_path = paramiko.SSHConfig.from_path
+
+    def counting(path: str) -> paramiko.SSHConfig:
+        parses.append(path)
+        return real_from_path(path)
+
+    monkeypatch.setattr(paramiko.SSHConfig, "from_path", staticmethod(counting))
+    config = tmp_path / "config"
+    blocks = "".join(f"Host h{i:02d}\n    HostName 127.0.9.{i}\n    Port 22\n" for i in range(40))
+    config.write_text(blocks)
+    options = SshOptions(ssh_config_path=str(config), use_agent=False)
+    for i in range(40):
+        endpoint = resolve_endpoint(f"h{i:02d}", user="root", port=None, options=options)
+        assert (endpoint.hostname, endpoint.port) == (f"127.0.9.{i}", 22)
+    assert len(parses) == 1
+    # Rewritten in place, same length: a new version all the same.
+    config.write_text(blocks.replace("Port 22", "Port 23"))
+    assert resolve_endpoint("h07", user="root", port=None, options=options).port == 23
+    assert len(parses) == 2
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_known_hosts_changes_are_seen_by_the_next_connection_in_the_same_process(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    known = tmp_path / "known_hosts"
+    known.write_text(f"{h02.address} {' '.join(h02.host_public_key.split()[:2])}\n")
+    strict = _options_with_known_hosts(h01, known, "reject")
+    with SshTransport(h02.address, user="root", options=strict) as ssh:
+        assert ssh.run(["true"]).ok  # the file is parsed and cached now
+    # accept-new appends h01; a strict connection right after must know it.
+    accept = _options_with_known_hosts(h01, known, "accept-new")
+    with SshTransport(h01.address, user="root", options=accept) as ssh:
+        assert ssh.run(["true"]).ok
+    with SshTransport(h01.address, user="root", options=strict) as ssh:
+        assert ssh.run(["true"]).ok
+    # Rewritten in place (same inode, same length): h01's line now holds h02's key.
+    lines = known.read_text().splitlines()
+    lie = f"{h01.address} {' '.join(h02.host_public_key.split()[:2])}"
+    known.write_text("\n".join([lines[0], lie]) + "\n")
+    with pytest.raises(AuthError) as caught:
+        SshTransport(h01.address, user="root", options=strict).run(["true"])
+    assert "CHANGED" in caught.value.message

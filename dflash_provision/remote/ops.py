@@ -149,16 +149,23 @@ class RemoteRead:
 
 
 def read_remote_config(
-    transport: Transport, path: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport,
+    path: str,
+    *,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    metadata: bool = True,
 ) -> RemoteRead:
     """Read ``path`` on the transport's machine in one exec: status, bytes, size, sha256, mode.
 
+    ``metadata=False`` leaves mode, uid, gid and mtime None (the remote side then spawns no
+    ``stat``): for callers that judge only the bytes, such as fleet audits and read-backs.
     A file that changes while being read (the remote hash no longer matches the bytes) is read
     again once; a second mismatch raises RemoteStepFailed(step="read").
     """
     check_remote_path(path)
+    args = [path, "1" if metadata else "0"]
     for _attempt in range(2):
-        result, parsed = _run(transport, "read", [path], stdin=None, timeout=timeout)
+        result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
                 f"{transport.description}: reading {path} failed: {_stderr_line(result)}",

@@ -18,6 +18,7 @@ DFLASH2_DRAFTER = DATA_DIR / "qwen3.8-27b-dflash2.config.json"
 REFERENCE_REPO = "z-lab/Qwen3.6-27B-DFlash"
 REFERENCE_TARGET_REPO = "Qwen/Qwen3.6-27B"
 
+
 def load_json(path: Path) -> dict[str, Any]:
     """A sample config, parsed."""
     data: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))

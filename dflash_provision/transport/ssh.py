@@ -7,6 +7,13 @@ followed). ProxyCommand is not supported. Precedence is OpenSSH's: what the targ
 (user, port) wins over the config file, which wins over defaults.
 
 One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
+
+Per process, the ssh_config file (and each host's lookup in it), known_hosts files and private
+keys are parsed once per version of the file (see _FileCache): a fleet of N hosts would otherwise
+re-parse them N times (known_hosts parsing is quadratic in its length in paramiko). A file that
+changes (an edit, an accept-new append) is read again by the next connection. TCP_NODELAY is set
+on every connection (see _tcp_connect).
+
 Each ``run`` opens one exec channel, no PTY, runs ``shlex.join(argv)`` in the remote user's
 shell, writes stdin then EOF, drains stdout and stderr concurrently and returns the exit status.
 """
@@ -14,6 +21,7 @@ shell, writes stdin then EOF, drains stdout and stderr concurrently and returns 
 from __future__ import annotations
 
 import getpass
+import hashlib
 import logging
 import os
 import shlex
@@ -22,7 +30,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import cast
+from typing import Generic, TypeVar, cast
 
 import paramiko
 
@@ -72,8 +80,7 @@ def resolve_endpoint(
     entry: dict[str, object] = {}
     if options.ssh_config_path and os.path.isfile(options.ssh_config_path):
         try:
-            config = paramiko.SSHConfig.from_path(options.ssh_config_path)
-            entry = dict(config.lookup(host))
+            entry = _SSH_CONFIGS.get(options.ssh_config_path).lookup(host)
         except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
             raise UsageError(f"cannot read ssh config {options.ssh_config_path}: {exc}") from None
     hostname = str(entry.get("hostname") or host)
@@ -113,6 +120,120 @@ def resolve_endpoint(
         known_hosts_path=known_hosts,
         proxy_jump=hops,
     )
+
+
+# -- per-process caches of the files every connection reads ------------------------------------
+
+_T = TypeVar("_T")
+_Stamp = bytes | None
+
+
+def _stamp(path: str) -> _Stamp:
+    """What identifies one version of a file: the sha256 of its bytes (None when it does not
+    exist). Reading and hashing a few kilobytes costs microseconds; parsing is what costs. Unlike
+    size + mtime, a digest cannot miss an in-place rewrite of the same length within one clock
+    tick (known_hosts lines for one key type all have the same length)."""
+    try:
+        with open(path, "rb") as handle:
+            return hashlib.sha256(handle.read()).digest()
+    except FileNotFoundError:
+        return None
+
+
+class _FileCache(Generic[_T]):
+    """``parse(path)`` once per version of the file(s) it depends on, shared by all threads.
+
+    ``depends(path)`` lists the files whose versions decide the value (default: ``path``).
+    Parsing happens under the lock so a fleet's first N connections do not all parse at once;
+    the stamp is taken before parsing, so a file that changes meanwhile is parsed again next time
+    (a file whose bytes change in between is parsed at least as new as its stamp).
+    """
+
+    def __init__(
+        self,
+        parse: Callable[[str], _T],
+        depends: Callable[[str], tuple[str, ...]] | None = None,
+    ) -> None:
+        self._parse = parse
+        self._depends = depends or (lambda path: (path,))
+        self._lock = threading.Lock()
+        self._entries: dict[str, tuple[tuple[_Stamp, ...], _T]] = {}
+
+    def get(self, path: str) -> _T:
+        stamps = tuple(_stamp(p) for p in self._depends(path))
+        with self._lock:
+            hit = self._entries.get(path)
+            if hit is not None and hit[0] == stamps:
+                return hit[1]
+            value = self._parse(path)
+            self._entries[path] = (stamps, value)
+            return value
+
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
+
+class _ParsedSshConfig:
+    """One ssh_config file, with each host's lookup remembered (a config with one block per host
+    makes every lookup walk the whole file)."""
+
+    def __init__(self, path: str) -> None:
+        self._config = paramiko.SSHConfig.from_path(path)
+        self._lock = threading.Lock()
+        self._lookups: dict[str, dict[str, object]] = {}
+
+    def lookup(self, host: str) -> dict[str, object]:
+        with self._lock:
+            entry = self._lookups.get(host)
+            if entry is None:
+                entry = dict(self._config.lookup(host))
+                self._lookups[host] = entry
+        # A copy with copied lists: callers may not change what other threads read.
+        return {k: list(v) if isinstance(v, list) else v for k, v in entry.items()}
+
+
+def _load_private_key(path: str) -> paramiko.PKey | None:
+    """The key (with its ``-cert.pub`` certificate, as paramiko loads it), or None when it cannot
+    be loaded without a passphrase or is of an unknown type: paramiko then tries the file itself,
+    as before, and reports what is wrong with it."""
+    try:
+        return paramiko.PKey.from_path(path)
+    except (OSError, ValueError, TypeError, paramiko.SSHException):
+        return None
+
+
+_SSH_CONFIGS: _FileCache[_ParsedSshConfig] = _FileCache(_ParsedSshConfig)
+_KNOWN_HOSTS: _FileCache[paramiko.HostKeys] = _FileCache(paramiko.HostKeys)
+_PRIVATE_KEYS: _FileCache[paramiko.PKey | None] = _FileCache(
+    _load_private_key, depends=lambda path: (path, path + "-cert.pub")
+)
+
+
+def _cached_key(path: str) -> paramiko.PKey | None:
+    try:
+        return _PRIVATE_KEYS.get(path)
+    except OSError:
+        return None  # unreadable: paramiko tries the file and reports it as before
+
+
+def clear_caches() -> None:
+    """Forget every parsed ssh_config, known_hosts and key file (tests)."""
+    for cache in (_SSH_CONFIGS, _KNOWN_HOSTS, _PRIVATE_KEYS):
+        cache.clear()
+
+
+def _add_known_keys(client: paramiko.SSHClient, endpoint: Endpoint) -> None:
+    """Give ``client`` the known_hosts keys filed for this endpoint (paramiko's own check then
+    compares them with the server's key exactly as after load_host_keys)."""
+    if not os.path.isfile(endpoint.known_hosts_path):
+        return
+    name = endpoint.known_hosts_name
+    found = _KNOWN_HOSTS.get(endpoint.known_hosts_path).lookup(name)
+    if found:
+        keys = client.get_host_keys()
+        for key_type, key in found.items():
+            keys.add(name, key_type, key)
 
 
 def parse_jump(hop: str, endpoint: Endpoint) -> tuple[str, str | None, int | None]:
@@ -247,14 +368,19 @@ class SshTransport(Transport):
             sock = _tcp_connect(endpoint, opts.connect_timeout)
         client = paramiko.SSHClient()
         try:
-            if os.path.isfile(endpoint.known_hosts_path):
-                client.load_host_keys(endpoint.known_hosts_path)
+            _add_known_keys(client, endpoint)
             client.set_missing_host_key_policy(
                 _AcceptNew(endpoint.known_hosts_path)
                 if opts.host_key_policy == "accept-new"
                 else _RejectUnknown()
             )
             use_agent = opts.use_agent and not endpoint.identities_only
+            # The first key, parsed once per process; paramiko tries it before the other files
+            # (which it only loads if this one is refused), then the agent: the same order.
+            key_files = list(endpoint.identity_files)
+            first_key = _cached_key(key_files[0]) if key_files else None
+            if first_key is not None:
+                key_files = key_files[1:]
             client.connect(
                 endpoint.hostname,
                 port=endpoint.port,
@@ -269,7 +395,8 @@ class SshTransport(Transport):
                 banner_timeout=opts.banner_timeout,
                 auth_timeout=opts.auth_timeout,
                 channel_timeout=opts.connect_timeout,
-                key_filename=list(endpoint.identity_files) or None,
+                pkey=first_key,
+                key_filename=key_files or None,
                 allow_agent=use_agent,
                 look_for_keys=False,
             )
@@ -401,7 +528,7 @@ def _drain(recv: Callable[[int], bytes], chunks: list[bytes], deadline: float) -
 def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
     where = f"{endpoint.alias} ({endpoint.hostname} port {endpoint.port})"
     try:
-        return socket.create_connection((endpoint.hostname, endpoint.port), timeout=timeout)
+        sock = socket.create_connection((endpoint.hostname, endpoint.port), timeout=timeout)
     except socket.gaierror as exc:
         raise UnreachableError(
             f"cannot resolve host {endpoint.hostname!r}: {exc.strerror}"
@@ -414,6 +541,11 @@ def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
         raise UnreachableError(f"connection to {where} refused") from None
     except OSError as exc:
         raise UnreachableError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+    # SSH packets are small and each exec waits for the answer to the last one: without
+    # TCP_NODELAY, Nagle's algorithm holds a packet back until the peer's delayed ACK (~40 ms)
+    # on every request/response turn (channel open, exec, EOF), per command.
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return sock
 
 
 def _handshake_budget(opts: SshOptions) -> float:

@@ -38,7 +38,7 @@ if [ -d "$bdir" ]; then
 		esac
 		[ -f "$f" ] || continue
 		meta=$(stat -c '%s %Y' "$f" 2>/dev/null) || continue
-		hash=$(sha256_of "$f" 2>/dev/null) || continue
+		hash_of "$f" 2>/dev/null || continue
 		say "backup $meta $hash $name"
 	done
 fi

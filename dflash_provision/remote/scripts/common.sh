@@ -27,13 +27,41 @@ reason_of() {
 	esac
 }
 
-# The first 64 characters of sha256sum's output (coreutils prints "HEX  -", busybox the same).
-sha256_of() {
-	sha256sum <"$1" | cut -c1-64
+# Cost matters: these scripts run once per host per command, on hosts that may be busy, so the
+# hot paths spawn as few processes as they can (shell builtins and parameter expansion rather than
+# cut/tr/grep/date; one command substitution per group of facts).
+
+nl='
+'
+
+# hash_of FILE: sets $hash to the sha256 (hex) of FILE's bytes; false when it cannot be read.
+# One process: the shell cuts sha256sum's "HEX  -" (coreutils and busybox print the same).
+hash_of() {
+	hash=$(sha256sum <"$1") || {
+		hash=
+		return 1
+	}
+	hash=${hash%% *}
 }
 
-size_of() {
-	wc -c <"$1" | tr -d ' \t'
+# stat_and_hash FILE FORMAT: one command substitution for `stat -c FORMAT` and the sha256 of FILE.
+# Sets $meta (the stat line, "-" when stat failed), $hash (empty when FILE could not be read) and
+# $hash_err (what went wrong reading it, else empty).
+stat_and_hash() {
+	meta=$(
+		stat -c "$2" "$1" 2>/dev/null || echo -
+		sha256sum 2>&1 <"$1" || echo "${nl}failed"
+	)
+	hash=${meta#*"$nl"}
+	meta=${meta%%"$nl"*}
+	hash_err=
+	case $hash in
+	*"${nl}failed")
+		hash_err=${hash%"${nl}failed"}
+		hash=
+		;;
+	*) hash=${hash%% *} ;;
+	esac
 }
 
 # Why DIR cannot be used, for a login that is not root. Sets dir_state to ok, permission-denied,

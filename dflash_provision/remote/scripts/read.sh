@@ -1,15 +1,18 @@
 # dflash read: report one file's state and bytes in ONE exec (used by verify, push and audit).
-# Argument: PATH.  Output lines ("key value"), then a "data" line, then the raw bytes to EOF:
+# Arguments: PATH [METADATA(1|0), default 1: 0 leaves out size/mode/uid/gid/mtime, which costs
+# a `stat` process that the fleet audit and the push read-back do not need].  Output lines ("key value"), then a "data" line, then the raw bytes to EOF:
 #   dflash-read 1
 #   status present|missing|permission-denied|not-regular|dir-missing|error
 #   symlink 1                     (only when PATH is a symlink; it is followed for reading)
-#   size N / sha256 HEX / mode OCT / uid N / gid N / mtime EPOCH   (present only)
+#   sha256 HEX                    (present only)
+#   size N / mode OCT / uid N / gid N / mtime EPOCH   (present, METADATA 1 only)
 #   error MESSAGE                 (not present only)
 #   data
 #   <bytes>
 # Exit status 0 whenever the state could be reported, whatever it is.
 
 path=$1
+with_meta=${2:-1}
 dir=${path%/*}
 [ -n "$dir" ] || dir=/
 
@@ -47,25 +50,31 @@ if [ ! -f "$path" ]; then
 	exit 0
 fi
 
-# Hash first (it also proves the file is readable), then describe, then stream the bytes. The
-# caller re-hashes the bytes it receives, which catches a file that changed in between.
-if ! hash_out=$({ sha256sum <"$path"; } 2>&1); then
-	reason=$(reason_of "$hash_out")
+# Hash (it also proves the file is readable) and describe in one command substitution, then
+# stream the bytes. The caller re-hashes the bytes it receives, which catches a file that changed
+# in between.
+if [ "$with_meta" = 1 ]; then
+	stat_and_hash "$path" '%s %a %u %g %Y'
+else
+	meta=-
+	hash_of "$path" 2>/dev/null || hash_err=$({ sha256sum <"$path"; } 2>&1)
+fi
+if [ -z "$hash" ]; then
+	reason=$(reason_of "$hash_err")
 	if [ "$reason" = permission-denied ]; then say "status permission-denied"; else say "status error"; fi
-	say "error $(oneline "$hash_out")"
+	say "error $(oneline "$hash_err")"
 	say data
 	exit 0
 fi
-stat_out=$(stat -c '%s %a %u %g %Y' "$path" 2>/dev/null) || stat_out=""
-set -- $stat_out
 say "status present"
-say "sha256 $(printf '%s' "$hash_out" | cut -c1-64)"
-[ -n "$stat_out" ] && {
+say "sha256 $hash"
+if [ "$meta" != - ]; then
+	set -- $meta
 	say "size $1"
 	say "mode $2"
 	say "uid $3"
 	say "gid $4"
 	say "mtime $5"
-}
+fi
 say data
 exec cat "$path"

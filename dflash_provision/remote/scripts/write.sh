@@ -13,10 +13,12 @@
 #   (if DEST already has SHA256: "result unchanged", nothing is written, no lock needed)
 #   lock      flock on <dir>/.dflash-backups/<base>.lock if flock exists, else an mkdir lock
 #             (stale when its recorded pid is gone); gives up after LOCK_TIMEOUT_S
-#   tmp       mktemp in the destination dir (same filesystem, so the rename is atomic)
+#   tmp       create the temp file in the destination dir (same filesystem, so the rename is
+#             atomic) exclusively (O_EXCL, never through a symlink), already with the old file's
+#             permissions (0644 for a new file): .<base>.dflash-tmp.<pid>, else mktemp
 #   write     cat stdin > tmp
 #   verify    tmp has SIZE bytes and SHA256 (a connection cut mid-write leaves a short tmp)
-#   attrs     chmod/chown tmp like the old file (0644 and our owner for a new file)
+#   attrs     chmod (when the mode did not come out right) / chown tmp like the old file
 #   fsync     fsync tmp
 #   backup    hard link (or copy) the old file to <dir>/.dflash-backups/<base>.<UTC stamp>
 #   rename    mv tmp over DEST
@@ -89,6 +91,43 @@ fail_tool() {
 	fail "$1" "$why" "cannot $3: $4" "$2"
 }
 
+# letters DIGIT: sets $letters to the permissions of one octal digit, for a symbolic umask.
+letters() {
+	case $1 in
+	0) letters= ;;
+	1) letters=x ;;
+	2) letters=w ;;
+	3) letters=wx ;;
+	4) letters=r ;;
+	5) letters=rx ;;
+	6) letters=rw ;;
+	*) letters=rwx ;;
+	esac
+}
+
+# utc_stamp EPOCH: sets $stamp to YYYYmmddTHHMMSSZ (UTC) with shell arithmetic only (the civil
+# calendar from a day count, as in H. Hinnant's days_from_civil inverse).
+utc_stamp() {
+	days=$(($1 / 86400))
+	secs=$(($1 % 86400))
+	z=$((days + 719468))
+	era=$((z / 146097))
+	doe=$((z - era * 146097))
+	yoe=$(((doe - doe / 1460 + doe / 36524 - doe / 146096) / 365))
+	doy=$((doe - (365 * yoe + yoe / 4 - yoe / 100)))
+	mp=$(((5 * doy + 2) / 153))
+	day=$((doy - (153 * mp + 2) / 5 + 1))
+	if [ "$mp" -lt 10 ]; then month=$((mp + 3)); else month=$((mp - 9)); fi
+	year=$((yoe + era * 400))
+	[ "$month" -gt 2 ] || year=$((year + 1))
+	stamp=$year
+	for part in "$month" "$day" "$((secs / 3600))" "$((secs % 3600 / 60))" "$((secs % 60))"; do
+		[ "$part" -lt 10 ] && part=0$part
+		stamp=$stamp$part
+	done
+	stamp=${stamp%??????}T${stamp#????????}Z
+}
+
 say "dflash-write 1"
 
 # --- args -------------------------------------------------------------------------------------
@@ -137,7 +176,7 @@ if [ -e "$dest" ] && [ ! -f "$dest" ]; then
 fi
 
 # Already right? Then write nothing (and need no lock: the check is a single read).
-if [ -f "$dest" ] && [ "$(sha256_of "$dest" 2>/dev/null)" = "$want_sha" ]; then
+if [ -f "$dest" ] && hash_of "$dest" 2>/dev/null && [ "$hash" = "$want_sha" ]; then
 	old=present
 	say "old present"
 	say "sha256_after $want_sha"
@@ -149,7 +188,7 @@ fi
 if [ ! -d "$bdir" ]; then
 	err=$(mkdir "$bdir" 2>&1) || [ -d "$bdir" ] || fail_tool lock 11 "create $bdir" "$err"
 fi
-if command -v flock >/dev/null 2>&1; then
+if command -v flock >/dev/null; then
 	lockfile=$bdir/$base.lock
 	# Probe in a subshell first: a failed redirection on "exec" would end this shell.
 	err=$( (: >>"$lockfile") 2>&1) || fail_tool lock 11 "open $lockfile" "$err"
@@ -181,11 +220,16 @@ else
 fi
 
 # --- old file (re-checked under the lock) ------------------------------------------------------
+old_mode=
+old_owner=
 if [ -f "$dest" ]; then
 	old=present
-	old_mode=$(stat -c %a "$dest" 2>/dev/null)
-	old_owner=$(stat -c %u:%g "$dest" 2>/dev/null)
-	if [ "$(sha256_of "$dest" 2>/dev/null)" = "$want_sha" ]; then
+	stat_and_hash "$dest" '%a %u:%g'
+	if [ "$meta" != - ]; then
+		old_mode=${meta%% *}
+		old_owner=${meta#* }
+	fi
+	if [ "$hash" = "$want_sha" ]; then
 		say "old present"
 		say "sha256_after $want_sha"
 		result=unchanged
@@ -195,7 +239,31 @@ fi
 say "old $old"
 
 # --- tmp --------------------------------------------------------------------------------------
-if ! tmp=$(mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>&1); then
+# The shell creates it, exclusively: noclobber opens with O_EXCL, which also refuses a symlink
+# planted under that name. The umask gives it the old file's permission bits from the start
+# (0644 for a new file), so it is never readable by more users than the old file while it fills
+# and usually needs no chmod (bits a umask cannot give, x and set-id, are set in the attrs step).
+# Under the lock a file of that name can only be left over from a killed run whose pid came round
+# again; for that (and any other failure) mktemp tries a random name before the step fails.
+want_mode=${old_mode:-644}
+create_mask=u=rw,g=,o=
+case $want_mode in
+[0-7][0-7][0-7])
+	group_digit=${want_mode#?}
+	letters "${want_mode%??}"
+	create_mask=u=$letters
+	letters "${group_digit%?}"
+	create_mask=$create_mask,g=$letters
+	letters "${want_mode#??}"
+	create_mask=$create_mask,o=$letters
+	;;
+esac
+tmp_name=$dir/.$base.dflash-tmp.$$
+if err=$( {
+	umask "$create_mask" && set -C && true >"$tmp_name"
+} 2>&1); then
+	tmp=$tmp_name
+elif ! tmp=$(mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>&1); then
 	err=$tmp
 	tmp=
 	fail_tool tmp 15 "create a temp file in $dir" "$err"
@@ -208,22 +276,33 @@ stdin_done=1
 [ "$status" -eq 0 ] || fail write "$(reason_of "$err")" "writing $tmp failed: $err" 16
 
 # --- verify -----------------------------------------------------------------------------------
-got_size=$(size_of "$tmp")
-[ "$got_size" = "$want_size" ] ||
-	fail verify short-write "received $got_size of $want_size bytes (connection lost mid-write?)" 17
-[ "$(sha256_of "$tmp")" = "$want_sha" ] ||
+# One stat for size, mode, owner and mtime (the backup's timestamp), one sha256sum.
+stat_and_hash "$tmp" '%s %a %u:%g %Y'
+set -- $meta
+if [ "$hash" != "$want_sha" ]; then
+	[ "$meta" = - ] || [ "$1" = "$want_size" ] ||
+		fail verify short-write "received $1 of $want_size bytes (connection lost mid-write?)" 17
 	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
+fi
+tmp_mode=${2:-}
+tmp_owner=${3:-}
+tmp_mtime=${4:-}
 
 # --- attrs ------------------------------------------------------------------------------------
-err=$(chmod "${old_mode:-644}" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-if [ -n "${old_owner:-}" ] && [ "$old_owner" != "$(stat -c %u:%g "$tmp" 2>/dev/null)" ]; then
+if [ "$tmp_mode" != "$want_mode" ]; then
+	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
+fi
+if [ -n "$old_owner" ] && [ "$old_owner" != "$tmp_owner" ]; then
 	err=$(chown "$old_owner" "$tmp" 2>&1) || fail attrs "$(reason_of "$err")" "chown $old_owner failed: $err" 18
 fi
 
 # --- fsync ------------------------------------------------------------------------------------
 # "sync FILE" fsyncs one file with coreutils >= 8.24 and busybox builds that list FILE in their
 # usage; older ones ignore or reject arguments, so fall back to dd conv=fsync, then global sync.
-if sync --help 2>&1 | grep -q 'FILE'; then sync_files=1; else sync_files=0; fi
+case $(sync --help 2>&1) in
+*FILE*) sync_files=1 ;;
+*) sync_files=0 ;;
+esac
 if [ "$sync_files" = 1 ] && sync "$tmp" 2>/dev/null; then
 	file_sync=fsync
 elif dd if="$tmp" of="$tmp" conv=notrunc,fsync 2>/dev/null; then
@@ -235,7 +314,12 @@ fi
 
 # --- backup -----------------------------------------------------------------------------------
 if [ "$old" = present ]; then
-	stamp=$(date -u +%Y%m%dT%H%M%SZ)
+	# The new file's mtime is "now" on this host's clock (no `date` process); date only when
+	# stat could not say.
+	case $tmp_mtime in
+	'' | *[!0-9]*) stamp=$(date -u +%Y%m%dT%H%M%SZ) ;;
+	*) utc_stamp "$tmp_mtime" ;;
+	esac
 	backup=$base.$stamp
 	# Same second as an earlier backup: number it after the highest one still there, so names
 	# keep sorting in the order the backups were taken (pruning relies on that order).
@@ -248,7 +332,9 @@ if [ "$old" = present ]; then
 		[ "$m" -gt "$n" ] && n=$m
 	done
 	if [ -e "$bdir/$backup" ] || [ "$n" -gt 0 ]; then
-		backup=$base.$stamp.$(printf '%03d' $((n + 1)))
+		n=$((n + 1))
+		while [ ${#n} -lt 3 ]; do n=0$n; done
+		backup=$base.$stamp.$n
 	fi
 	if ! err=$(ln "$dest" "$bdir/$backup" 2>&1); then
 		err=$(cp -p "$dest" "$bdir/$backup" 2>&1) || {
@@ -280,9 +366,9 @@ else
 fi
 
 # --- readback ---------------------------------------------------------------------------------
-after=$(sha256_of "$dest" 2>/dev/null)
-say "sha256_after $after"
-[ "$after" = "$want_sha" ] ||
+hash_of "$dest" 2>/dev/null
+say "sha256_after $hash"
+[ "$hash" = "$want_sha" ] ||
 	fail readback not-applied "write did not take effect: $dest does not have the new sha256 after the rename" 22
 
 # --- prune (best effort) ----------------------------------------------------------------------
