@@ -57,11 +57,24 @@ class HubError(DflashProvisionError):
     """Fetching from the Hub failed; the exit code says which way (10-15)."""
 
 
-class UnreachableError(DflashProvisionError):
+class ConnectionFailure(DflashProvisionError):
+    """Could not get a working session on a host. ``reason`` is a stable machine-readable cause
+    (fleet reports classify on it, never on the wording of ``message``)."""
+
+    def __init__(self, message: str, *, reason: str, exit_code: ExitCode | None = None) -> None:
+        super().__init__(message, exit_code=exit_code)
+        self.reason = reason
+
+
+class UnreachableError(ConnectionFailure):
+    """reason: "refused", "timeout", or "network" (name not resolved, no route, handshake)."""
+
     exit_code = ExitCode.UNREACHABLE
 
 
-class AuthError(DflashProvisionError):
+class AuthError(ConnectionFailure):
+    """reason: "auth", "host-key-unknown", "host-key-changed", "sudo" or "needs-root"."""
+
     exit_code = ExitCode.AUTH
 
 

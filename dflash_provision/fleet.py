@@ -328,31 +328,38 @@ def _first(errors: Sequence[Any], layers: set[str]) -> str:
 # -- one host ------------------------------------------------------------------------------------
 
 
+_UNREACHABLE_BY_REASON = {
+    "refused": HostStatus.UNREACHABLE_REFUSED,
+    "timeout": HostStatus.UNREACHABLE_TIMEOUT,
+}
+_AUTH_BY_REASON = {
+    "host-key-unknown": HostStatus.HOST_KEY_UNKNOWN,
+    "host-key-changed": HostStatus.HOST_KEY_CHANGED,
+}
+
+
 def classify_exception(
     exc: BaseException, *, waited_s: float | None = None, timeout_s: float | None = None
 ) -> tuple[HostStatus, str]:
-    """Map a transport / remote error to a status. The transport distinguishes by message.
+    """Map a transport / remote error to a status, by the error's type and ``reason``.
 
     ``waited_s`` / ``timeout_s``: a handshake that failed only after the whole connect/banner
     timeout had passed is a timeout, whatever paramiko's words (it sometimes reports a banner
     timeout as "No existing session").
     """
     message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
-    lowered = message.lower()
     if isinstance(exc, UnreachableError):
-        if "refused" in lowered:
-            return HostStatus.UNREACHABLE_REFUSED, message
-        if "timed out" in lowered or "timeout" in lowered:
-            return HostStatus.UNREACHABLE_TIMEOUT, message
-        if waited_s is not None and timeout_s is not None and waited_s >= timeout_s * 0.95:
+        status = _UNREACHABLE_BY_REASON.get(exc.reason, HostStatus.UNREACHABLE)
+        if (
+            status is HostStatus.UNREACHABLE
+            and waited_s is not None
+            and timeout_s is not None
+            and waited_s >= timeout_s * 0.95
+        ):
             return HostStatus.UNREACHABLE_TIMEOUT, f"{message} (no answer within {timeout_s:g} s)"
-        return HostStatus.UNREACHABLE, message
+        return status, message
     if isinstance(exc, AuthError):
-        if "host key" in lowered and "changed" in lowered:
-            return HostStatus.HOST_KEY_CHANGED, message
-        if "host key" in lowered and "unknown" in lowered:
-            return HostStatus.HOST_KEY_UNKNOWN, message
-        return HostStatus.AUTH_FAILED, message
+        return _AUTH_BY_REASON.get(exc.reason, HostStatus.AUTH_FAILED), message
     if isinstance(exc, ContainerError):
         return HostStatus.CONTAINER_NOT_RUNNING, message
     if isinstance(exc, RemoteStepFailed) and exc.step == "timeout":

@@ -66,28 +66,20 @@ def test_wrong_key_is_auth_failed_and_missing_container_is_reported(ssh_host, tm
     assert "no-such-ct" in container.detail
 
 
-def test_transport_messages_map_to_distinct_statuses():
-    cases = {
-        "connection to h1 (10.0.0.1 port 22) refused": HostStatus.UNREACHABLE_REFUSED,
-        "connecting to h1 timed out after 10s (tcp connect)": HostStatus.UNREACHABLE_TIMEOUT,
-        "cannot resolve host 'nope': Name or service not known": HostStatus.UNREACHABLE,
-    }
-    for message, status in cases.items():
-        assert classify_exception(UnreachableError(message))[0] is status
-    assert (
-        classify_exception(AuthError("host key for h1 has CHANGED (known_hosts ...)"))[0]
-        is HostStatus.HOST_KEY_CHANGED
-    )
-    assert (
-        classify_exception(AuthError("host key for h1 is unknown; add it to ..."))[0]
-        is HostStatus.HOST_KEY_UNKNOWN
-    )
-    assert (
-        classify_exception(AuthError("authentication to root@h1 port 22 failed"))[0]
-        is HostStatus.AUTH_FAILED
-    )
+def test_connection_failure_reasons_map_to_distinct_statuses():
+    cases = [
+        (UnreachableError("connection refused", reason="refused"), HostStatus.UNREACHABLE_REFUSED),
+        (UnreachableError("timed out (banner)", reason="timeout"), HostStatus.UNREACHABLE_TIMEOUT),
+        (UnreachableError("cannot resolve host", reason="network"), HostStatus.UNREACHABLE),
+        (AuthError("host key CHANGED", reason="host-key-changed"), HostStatus.HOST_KEY_CHANGED),
+        (AuthError("host key unknown", reason="host-key-unknown"), HostStatus.HOST_KEY_UNKNOWN),
+        (AuthError("authentication failed", reason="auth"), HostStatus.AUTH_FAILED),
+        (AuthError("sudo -n refused", reason="sudo"), HostStatus.AUTH_FAILED),
+    ]
+    for error, status in cases:
+        assert classify_exception(error)[0] is status, error.message
     # A handshake that died only after the whole banner timeout is a timeout, whatever the words.
-    late = UnreachableError("ssh handshake with root@h1 failed: No existing session")
+    late = UnreachableError("ssh handshake with root@h1 failed: EOF", reason="network")
     assert (
         classify_exception(late, waited_s=10.0, timeout_s=10.0)[0] is HostStatus.UNREACHABLE_TIMEOUT
     )

@@ -142,7 +142,7 @@ def test_command_that_outlives_its_timeout_fails_with_step_timeout(fleet: Fleet)
         elapsed = time.monotonic() - started
         assert caught.value.step == "timeout"
         assert "1 s" in caught.value.message
-        assert elapsed < 3
+        assert elapsed < 10
         # The connection survives a timed-out command.
         assert ssh.run(["true"]).ok
 
@@ -301,6 +301,7 @@ def test_wrong_key_is_an_auth_error(fleet: Fleet, tmp_path: Path) -> None:
     with pytest.raises(AuthError) as caught:
         SshTransport(h01.address, user="root", options=options).run(["true"])
     assert "authentication to root@" in caught.value.message
+    assert caught.value.reason == "auth"
     assert str(wrong) in caught.value.message
 
 
@@ -330,6 +331,7 @@ def test_unknown_host_key_is_refused_by_default(fleet: Fleet, tmp_path: Path) ->
         ).run(["true"])
     assert f"host key for {h01.address} is unknown" in caught.value.message
     assert "--accept-new-host-key" in caught.value.message
+    assert caught.value.reason == "host-key-unknown"
     assert not known.exists()
 
 
@@ -367,6 +369,7 @@ def test_changed_host_key_is_refused_under_every_policy(
             h01.address, user="root", options=_options_with_known_hosts(h01, known, policy)
         ).run(["true"])
     assert "CHANGED" in caught.value.message
+    assert caught.value.reason == "host-key-changed"
     assert "ssh-keygen -R" in caught.value.message
     assert known.read_text() == lie
 
@@ -383,8 +386,9 @@ def test_refused_connection_is_unreachable_at_once_and_names_host_and_port(
     started = time.monotonic()
     with pytest.raises(UnreachableError) as caught:
         SshTransport(address, port=port, options=options_for(fleet.hosts[0])).run(["true"])
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 10
     assert "refused" in caught.value.message
+    assert caught.value.reason == "refused"
     assert address in caught.value.message and f"port {port}" in caught.value.message
 
 
@@ -401,8 +405,9 @@ def test_hung_sshd_times_out_within_banner_timeout(ssh_host: Host) -> None:
         elapsed = time.monotonic() - started
     finally:
         ssh_host.resume()
-    assert 0.9 < elapsed < 3
+    assert 0.9 < elapsed < 10
     assert "timed out after 1s (banner)" in caught.value.message
+    assert caught.value.reason == "timeout"
 
 
 @pytest.mark.integration
@@ -420,7 +425,7 @@ def test_port_that_accepts_and_never_speaks_times_out_within_banner_timeout(
                 options=options_for(fleet.hosts[0], banner_timeout=1.0),
             ).run(["true"])
         elapsed = time.monotonic() - started
-    assert elapsed < 3
+    assert elapsed < 10
     assert f"port {hole.port} timed out after 1s (banner)" in caught.value.message
 
 
@@ -446,7 +451,7 @@ def test_silent_port_is_a_banner_timeout_even_when_the_handshake_wait_runs_out_f
                 ["true"]
             )
         elapsed = time.monotonic() - started
-    assert elapsed < 3
+    assert elapsed < 10
     assert f"port {hole.port} timed out after 0.5s (banner)" in caught.value.message
 
 
@@ -479,7 +484,7 @@ def test_server_that_sends_a_banner_then_stalls_times_out_in_key_exchange() -> N
         for conn in held:
             conn.close()
         listener.close()
-    assert elapsed < 5
+    assert elapsed < 10
     # budget: banner timeout + connect timeout for the key exchange
     assert f"port {port} timed out after 2s (key exchange)" in caught.value.message
 
@@ -541,7 +546,11 @@ def test_command_timeout_option_applies_when_run_gets_no_timeout(fleet: Fleet) -
         with pytest.raises(RemoteStepFailed) as caught:
             ssh.run(["sleep", "30"])
     assert caught.value.step == "timeout"
-    assert time.monotonic() - started < 3
+    assert time.monotonic() - started < 10
+
+
+# Time bounds above are loose on purpose (a loaded 2-core CI machine): they prove that the
+# configured timeout fired, not paramiko's defaults (15 s banner, 30 s auth) or no timeout at all.
 
 
 # -- per-process caches of ssh_config, known_hosts and keys ---------------------------------------

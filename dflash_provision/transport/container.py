@@ -101,13 +101,15 @@ class ContainerTransport(WrappingTransport):
         where = f"{self.kind} container {self.name} on {host}"
         if self.kind == "lxc" and _LXC_NOT_ROOT.search(stderr):
             raise AuthError(
-                f"{where}: lxc-attach needs root on {host}: use --sudo or log in as root"
+                f"{where}: lxc-attach needs root on {host}: use --sudo or log in as root",
+                reason="needs-root",
             )
         if self.kind in ("incus", "lxd") and _INCUS_SOCKET_DENIED.search(stderr):
             raise AuthError(
                 f"{where}: this login may not use {self.tool} on {host} (the daemon's socket "
                 "refused it): use --sudo, log in as root, or add the user to the daemon's "
-                "admin group"
+                "admin group",
+                reason="needs-root",
             )
 
     def _container_problem(self, result: CommandResult) -> str | None:

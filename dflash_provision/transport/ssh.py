@@ -357,7 +357,8 @@ class SshTransport(Transport):
             )
         except (paramiko.SSHException, OSError) as exc:
             raise UnreachableError(
-                f"cannot reach {dest.label} through jump host {via.label}: {_reason(exc)}"
+                f"cannot reach {dest.label} through jump host {via.label}: {_reason(exc)}",
+                reason="network",
             ) from None
 
     def _connect(
@@ -531,16 +532,18 @@ def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
         sock = socket.create_connection((endpoint.hostname, endpoint.port), timeout=timeout)
     except socket.gaierror as exc:
         raise UnreachableError(
-            f"cannot resolve host {endpoint.hostname!r}: {exc.strerror}"
+            f"cannot resolve host {endpoint.hostname!r}: {exc.strerror}", reason="network"
         ) from None
     except TimeoutError:
         raise UnreachableError(
-            f"connecting to {where} timed out after {timeout:g}s (tcp connect)"
+            f"connecting to {where} timed out after {timeout:g}s (tcp connect)", reason="timeout"
         ) from None
     except ConnectionRefusedError:
-        raise UnreachableError(f"connection to {where} refused") from None
+        raise UnreachableError(f"connection to {where} refused", reason="refused") from None
     except OSError as exc:
-        raise UnreachableError(f"cannot connect to {where}: {exc.strerror or exc}") from None
+        raise UnreachableError(
+            f"cannot connect to {where}: {exc.strerror or exc}", reason="network"
+        ) from None
     # SSH packets are small and each exec waits for the answer to the last one: without
     # TCP_NODELAY, Nagle's algorithm holds a packet back until the peer's delayed ACK (~40 ms)
     # on every request/response turn (channel open, exec, EOF), per command.
@@ -606,7 +609,8 @@ def _map_connect_error(
     if isinstance(exc, _UnknownHostKey):
         return AuthError(
             f"host key for {_host_key_name(endpoint)} is unknown; add it to "
-            f"{endpoint.known_hosts_path} or use --accept-new-host-key"
+            f"{endpoint.known_hosts_path} or use --accept-new-host-key",
+            reason="host-key-unknown",
         )
     if isinstance(exc, paramiko.BadHostKeyException):
         return AuthError(
@@ -615,24 +619,32 @@ def _map_connect_error(
             f"{exc.expected_key.fingerprint}, the server sent {exc.key.fingerprint}); refusing to "
             "connect. If the change is expected, remove the old key with "
             f"ssh-keygen -R {shlex.quote(endpoint.known_hosts_name)} -f "
-            f"{shlex.quote(endpoint.known_hosts_path)}"
+            f"{shlex.quote(endpoint.known_hosts_path)}",
+            reason="host-key-changed",
         )
     if isinstance(exc, paramiko.AuthenticationException):
         if "timeout" in str(exc).lower():
-            return UnreachableError(f"ssh to {label} timed out after {opts.auth_timeout:g}s (auth)")
+            return UnreachableError(
+                f"ssh to {label} timed out after {opts.auth_timeout:g}s (auth)", reason="timeout"
+            )
         tried = ", ".join(endpoint.identity_files) or "no key files"
         agent = " and the ssh agent" if opts.use_agent and not endpoint.identities_only else ""
         return AuthError(
             f"authentication to {label} failed (tried {tried}{agent}); check the key (-i KEY), "
-            f"the user, and authorized_keys on {endpoint.alias}"
+            f"the user, and authorized_keys on {endpoint.alias}",
+            reason="auth",
         )
     waited = _handshake_timeout(exc, phase, opts)
     if waited is not None:
-        return UnreachableError(f"ssh to {label} timed out after {waited:g}s ({phase})")
+        return UnreachableError(
+            f"ssh to {label} timed out after {waited:g}s ({phase})", reason="timeout"
+        )
     if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
-        return UnreachableError(f"ssh to {label}: no SSH banner ({_reason(exc)})")
+        return UnreachableError(f"ssh to {label}: no SSH banner ({_reason(exc)})", reason="network")
     if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
-        return UnreachableError(f"ssh handshake with {label} failed: {_reason(exc)}")
+        return UnreachableError(
+            f"ssh handshake with {label} failed: {_reason(exc)}", reason="network"
+        )
     return exc
 
 

@@ -40,17 +40,22 @@ class SudoTransport(WrappingTransport):
                 # who may not run the command at all gets this same answer.
                 raise AuthError(
                     f"sudo -n on {where} refused: it needs a password or this user may not run "
-                    "the command; allow NOPASSWD for it, or log in as root"
+                    "the command; allow NOPASSWD for it, or log in as root",
+                    reason="sudo",
                 )
             if result.exit_status == 1 and _NEEDS_TTY.search(stderr):
                 raise AuthError(
                     f"sudo on {where} requires a terminal (sudoers has 'Defaults requiretty'); "
-                    "exempt this login with 'Defaults:USER !requiretty' or log in as root"
+                    "exempt this login with 'Defaults:USER !requiretty' or log in as root",
+                    reason="sudo",
                 )
             if result.exit_status == 1 and _NOT_ALLOWED.search(stderr):
                 raise AuthError(
                     f"sudo -n on {where} refused: this user may not run {argv[0]!r} as root; "
-                    "allow it (NOPASSWD) in sudoers, or log in as root"
+                    "allow it (NOPASSWD) in sudoers, or log in as root",
+                    reason="sudo",
                 )
             if result.exit_status == 127 and _SUDO_MISSING.search(stderr):
-                raise AuthError(f"sudo is not installed on {where}; log in as root instead")
+                raise AuthError(
+                    f"sudo is not installed on {where}; log in as root instead", reason="sudo"
+                )
