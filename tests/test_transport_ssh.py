@@ -269,6 +269,49 @@ def test_default_key_in_home_ssh_is_used_without_identityfile(
 
 @pytest.mark.integration
 @pytest.mark.root
+def test_key_held_only_by_a_real_ssh_agent_authenticates(
+    fleet: Fleet, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key file anywhere the transport looks: only the agent (OpenSSH's ssh-agent) has it."""
+    h01 = fleet.hosts[0]
+    assert h01.client is not None
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(h01.client.known_hosts.read_text())
+    socket_path = tmp_path / "agent.sock"
+    agent = subprocess.Popen(
+        ["ssh-agent", "-D", "-a", str(socket_path)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        for _ in range(200):
+            if socket_path.exists():
+                break
+            time.sleep(0.01)
+        env = {**os.environ, "SSH_AUTH_SOCK": str(socket_path)}
+        subprocess.run(
+            ["ssh-add", "-q", str(h01.client.identity)], env=env, check=True, capture_output=True
+        )
+        monkeypatch.setenv("HOME", str(home))
+        monkeypatch.setenv("SSH_AUTH_SOCK", str(socket_path))
+        with SshTransport(
+            h01.address, user="root", options=SshOptions(ssh_config_path=None, use_agent=True)
+        ) as ssh:
+            assert ssh.run(["hostname"]).stdout == b"h01\n"
+        # And the same login fails when the agent is not to be used: the agent really did it.
+        with pytest.raises(AuthError) as caught:
+            SshTransport(
+                h01.address, user="root", options=SshOptions(ssh_config_path=None, use_agent=False)
+            ).run(["true"])
+        assert caught.value.reason == "auth"
+    finally:
+        agent.terminate()
+        agent.wait(timeout=10)
+
+
+@pytest.mark.integration
+@pytest.mark.root
 def test_openssh_generated_ecdsa_key_authenticates(ssh_host: Host, tmp_path: Path) -> None:
     key = ssh_keygen(tmp_path / "id_ecdsa", "ecdsa")
     authorized = ssh_host.dir / "authorized_keys"

@@ -634,6 +634,13 @@ def _map_connect_error(
             f"the user, and authorized_keys on {endpoint.alias}",
             reason="auth",
         )
+    if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in str(exc):
+        # paramiko's words when it had no key at all to offer (no -i, no default key, no agent).
+        return AuthError(
+            f"no SSH key to log in to {label} with: give one with -i KEY or IdentityFile, put "
+            "one in ~/.ssh (id_ed25519, id_ecdsa, id_rsa), or load it into ssh-agent",
+            reason="auth",
+        )
     waited = _handshake_timeout(exc, phase, opts)
     if waited is not None:
         return UnreachableError(
