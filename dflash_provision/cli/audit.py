@@ -24,9 +24,11 @@ dflash_provision.report). Progress is shown only when stdout is a terminal.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -77,41 +79,58 @@ _FLEET_OPTIONS = [
 ]
 
 
+@dataclass(frozen=True)
+class FleetSelection:
+    """Which hosts a fleet command works on and what they must hold, as the options gave it."""
+
+    targets: tuple[str, ...]
+    inventory: Path | None
+    repo: str | None
+    revision: str | None
+    from_file: str | None
+    lock: str | None
+    model_path: str | None
+    workers: int
+
+    def members(self) -> list[FleetMember]:
+        from dflash_provision.errors import UsageError
+        from dflash_provision.inventory import DrafterSpec, Overrides, load_members
+
+        sources = (("--repo", self.repo), ("--from", self.from_file), ("--lock", self.lock))
+        given = [name for name, value in sources if value]
+        if len(given) > 1:
+            raise UsageError(f"give one authoritative source, not {' and '.join(given)}")
+        if self.revision and not self.repo:
+            raise UsageError("--revision needs --repo")
+        source = DrafterSpec(
+            repo=self.repo,
+            revision=self.revision,
+            lock=str(Path(self.lock).resolve()) if self.lock else None,
+            from_file=str(Path(self.from_file).resolve()) if self.from_file else None,
+        )
+        return load_members(
+            self.inventory, self.targets, Overrides(source=source, path=self.model_path)
+        )
+
+
 def fleet_options(func: F) -> F:
-    """Inventory, authority overrides, --workers and the shared SSH options.
+    """TARGETs, inventory, authority overrides, --workers and the shared SSH options; the
+    command receives ``selection: FleetSelection`` and ``connection: Connection``.
 
     ``-i`` is the inventory here (Ansible's convention); the key file is ``--identity``.
     """
-    decorated = fleet_connection_options(func)
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["selection"] = FleetSelection(
+            **{name: kwargs.pop(name) for name in FleetSelection.__dataclass_fields__}
+        )
+        return func(*args, **kwargs)
+
+    decorated = fleet_connection_options(wrapper)
     for option in reversed(_FLEET_OPTIONS):
         decorated = option(decorated)
-    return decorated  # type: ignore[return-value]
-
-
-def load_fleet(
-    inventory: Path | None,
-    targets: tuple[str, ...],
-    repo: str | None,
-    revision: str | None,
-    from_file: str | None,
-    lock: str | None,
-    model_path: str | None,
-) -> list[FleetMember]:
-    from dflash_provision.errors import UsageError
-    from dflash_provision.inventory import DrafterSpec, Overrides, load_members
-
-    given = [n for n, v in (("--repo", repo), ("--from", from_file), ("--lock", lock)) if v]
-    if len(given) > 1:
-        raise UsageError(f"give one authoritative source, not {' and '.join(given)}")
-    if revision and not repo:
-        raise UsageError("--revision needs --repo")
-    source = DrafterSpec(
-        repo=repo,
-        revision=revision,
-        lock=str(Path(lock).resolve()) if lock else None,
-        from_file=str(Path(from_file).resolve()) if from_file else None,
-    )
-    return load_members(inventory, targets, Overrides(source=source, path=model_path))
+    return click.argument("targets", nargs=-1, metavar="[TARGET]...")(decorated)  # type: ignore[return-value]
 
 
 def authority_loader() -> Callable[[FleetMember], Any]:
@@ -172,7 +191,6 @@ class ProgressDisplay:
 
 
 @click.command("audit")
-@click.argument("targets", nargs=-1, metavar="[TARGET]...")
 @fleet_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option(
@@ -184,14 +202,7 @@ class ProgressDisplay:
 @click.pass_context
 def command(
     ctx: click.Context,
-    targets: tuple[str, ...],
-    inventory: Path | None,
-    repo: str | None,
-    revision: str | None,
-    from_file: str | None,
-    lock: str | None,
-    model_path: str | None,
-    workers: int,
+    selection: FleetSelection,
     connection: Connection,
     as_json: bool,
     prometheus: Path | None,
@@ -201,14 +212,14 @@ def command(
     from dflash_provision.fleet import audit, audit_exit_code
     from dflash_provision.history import default_store
 
-    members = load_fleet(inventory, targets, repo, revision, from_file, lock, model_path)
+    members = selection.members()
     run = make_run(connection)
     started = time.monotonic()
     with ProgressDisplay(len(members), "auditing") as display:
         audits = audit(
             members,
             run.authority_for,
-            workers=workers,
+            workers=selection.workers,
             progress=lambda a: display.advance(a.name, a.status.value),
             history=default_store(),
             run=run,

@@ -21,22 +21,20 @@ Exit codes:
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import click
 
 from dflash_provision.cli._connect import Connection
 from dflash_provision.cli._render import echo_rich
 from dflash_provision.cli.audit import (
+    FleetSelection,
     ProgressDisplay,
     fleet_options,
-    load_fleet,
     make_run,
 )
 
 
 @click.command("repair")
-@click.argument("targets", nargs=-1, metavar="[TARGET]...")
 @fleet_options
 @click.option("--dry-run", is_flag=True, help="Show what would be written; write nothing.")
 @click.option(
@@ -59,14 +57,7 @@ from dflash_provision.cli.audit import (
 @click.pass_context
 def command(
     ctx: click.Context,
-    targets: tuple[str, ...],
-    inventory: Path | None,
-    repo: str | None,
-    revision: str | None,
-    from_file: str | None,
-    lock: str | None,
-    model_path: str | None,
-    workers: int,
+    selection: FleetSelection,
     connection: Connection,
     dry_run: bool,
     max_failures: int | None,
@@ -79,14 +70,14 @@ def command(
     from dflash_provision.fleet import repair, repair_exit_code
     from dflash_provision.history import default_store
 
-    members = load_fleet(inventory, targets, repo, revision, from_file, lock, model_path)
+    members = selection.members()
     run = make_run(connection)
     started = time.monotonic()
     with ProgressDisplay(len(members), "repairing") as display:
         repairs = repair(
             members,
             run.authority_for,
-            workers=workers,
+            workers=selection.workers,
             dry_run=dry_run,
             max_failures=max_failures,
             progress=lambda r: display.advance(r.name, r.action.value),
