@@ -1,0 +1,120 @@
+"""Helpers shared by the inventory formats: YAML nodes, line numbers, targets, files."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from dflash_provision.errors import UsageError
+from dflash_provision.inventory.model import DrafterSpec, FleetMember
+from dflash_provision.target import ContainerRef, Target, parse_target
+
+
+def yaml_module() -> Any:
+    import yaml  # deferred: keeps `--help` fast
+
+    return yaml
+
+
+def compose(path: Path, text: str) -> Any:
+    yaml = yaml_module()
+    try:
+        return yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.MarkedYAMLError as exc:
+        mark = exc.problem_mark or exc.context_mark
+        line = f":{mark.line + 1}" if mark is not None else ""
+        raise UsageError(f"inventory {path}{line}: not valid YAML: {exc.problem}") from None
+    except yaml.YAMLError as exc:
+        raise UsageError(f"inventory {path}: not valid YAML: {exc}") from None
+
+
+def looks_like_ini(text: str) -> bool:
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith(("#", ";")):
+            continue
+        # "[group]" opens an INI section; YAML flow sequences never end a line like "[x:vars]".
+        if re.fullmatch(r"\[[^\[\]]+\]", stripped):
+            return True
+        # "h1 ansible_host=..." is a plain scalar to YAML, never a mapping.
+        return ":" not in stripped.split("=", 1)[0] and not stripped.startswith("-")
+    return False
+
+
+def is_ours(root: Any) -> bool:
+    yaml = yaml_module()
+    keys = {k.value: v for k, v in root.value if isinstance(k, yaml.ScalarNode)}
+    if "groups" in keys or "defaults" in keys:
+        return True
+    hosts = keys.get("hosts")
+    return isinstance(hosts, yaml.SequenceNode)
+
+
+def where_in(path: Path, node: Any) -> str:
+    return f"{path}:{node.start_mark.line + 1}"
+
+
+def check_unique(members: Sequence[FleetMember]) -> None:
+    seen: dict[str, FleetMember] = {}
+    for member in members:
+        first = seen.get(member.name)
+        if first is not None:
+            raise UsageError(
+                f"{member.origin}: host name {member.name!r} is used twice"
+                f" (first at {first.origin}); give one of them a distinct name"
+            )
+        seen[member.name] = member
+
+
+def with_path(target: Target, path: str, where: str, field_name: str) -> Target:
+    if not path.startswith("/"):
+        raise UsageError(f"{where}: {field_name}: the path must be absolute, got {path!r}")
+    return build_target(target.host, target.user, target.port, target.container, path, where)
+
+
+def build_target(
+    host: str | None,
+    user: str | None,
+    port: int | None,
+    container: ContainerRef | None,
+    path: str,
+    where: str,
+) -> Target:
+    """Assemble a Target and run it through parse_target so every field obeys one grammar."""
+    draft = Target("", host, user, port, container, path)
+    try:
+        parsed = parse_target(draft.display())
+    except UsageError as exc:
+        raise UsageError(f"{where}: {exc.message}") from None
+    return replace(parsed, raw=parsed.display())
+
+
+def parse_container(text: str, where: str) -> ContainerRef:
+    kind, sep, name = text.partition(":")
+    if not sep:
+        raise UsageError(
+            f"{where}: container: expected KIND:NAME (lxc, pct, incus, lxd), got {text!r}"
+        )
+    try:
+        parsed = parse_target(f"{kind}:{name}:/x")
+    except UsageError as exc:
+        raise UsageError(f"{where}: container: {exc.message}") from None
+    if parsed.container is None:  # "lxc:/x" style would be a host called lxc
+        raise UsageError(f"{where}: container: expected KIND:NAME, got {text!r}")
+    return parsed.container
+
+
+def merge_source(base: DrafterSpec, override: DrafterSpec) -> DrafterSpec:
+    return override if override.is_set else base
+
+
+def resolve_file(base: Path, value: str | None) -> str | None:
+    if value is None:
+        return None
+    candidate = Path(value).expanduser()
+    if not candidate.is_absolute():
+        candidate = base.parent / candidate
+    return str(candidate)
