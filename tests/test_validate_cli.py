@@ -173,3 +173,15 @@ def test_diff_command_output_and_exit_codes(tmp_path: Path) -> None:
     assert {"path": "sliding_window", "kind": "changed", "old": None, "new": 2048} in payload[
         "changes"
     ]
+
+
+def test_cli_num_speculative_tokens_must_fit_the_block() -> None:
+    too_many = run_cli(
+        "validate", samples.REFERENCE_DRAFTER, "--no-effective", "--num-speculative-tokens", "16"
+    )
+    assert too_many.returncode == ExitCode.INVALID
+    assert "num_speculative_tokens 16 exceeds block_size - 1 = 15" in too_many.stdout
+    fits = run_cli(
+        "validate", samples.REFERENCE_DRAFTER, "--no-effective", "--num-speculative-tokens", "15"
+    )
+    assert fits.returncode == ExitCode.OK, fits.stdout

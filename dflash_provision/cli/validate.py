@@ -48,6 +48,13 @@ def render_report(report: ValidationReport, *, against_label: str | None = None)
     is_flag=True,
     help="Skip loading through transformers (faster; misses loader rewrites).",
 )
+@click.option(
+    "--num-speculative-tokens",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="The vLLM --speculative-config num_speculative_tokens you will serve with: it must be "
+    "at most block_size - 1 (more drafts than that accept nothing).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @click.pass_context
 def command(
@@ -56,6 +63,7 @@ def command(
     target_source: str | None,
     against_source: str | None,
     no_effective: bool,
+    num_speculative_tokens: int | None,
     as_json: bool,
 ) -> None:
     """Check a config: JSON, schema, DFlash invariants, loader effects, target fit, drift.
@@ -75,6 +83,7 @@ def command(
         target=target.data if target else None,
         against=against.data if against else None,
         effective=not no_effective,
+        num_speculative_tokens=num_speculative_tokens,
     )
     if as_json:
         payload = report.to_dict()
