@@ -35,8 +35,9 @@ test: install system-deps
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pytest -m "not slow"
 
+# Reserved for the real-vLLM tier; pytest's exit 5 ("no tests collected") is not a failure here.
 test-slow: install system-deps
-	$(VENV)/bin/pytest -m slow
+	$(VENV)/bin/pytest -m slow || [ $$? -eq 5 ]
 
 test-all: install system-deps
 	$(VENV)/bin/pytest
