@@ -295,7 +295,9 @@ def _write_and_prove(
 
     # The separate read-back: a fresh exec, so whatever the write exec believed, this is what
     # a reader (vLLM) will see.
-    readback = read_remote_config(transport, result.path, timeout=timeout, metadata=False)
+    readback = read_remote_config(
+        transport, result.path, timeout=timeout, metadata=False, remote_hash=False
+    )
     result.readback = readback
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED

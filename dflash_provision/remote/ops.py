@@ -46,7 +46,15 @@ def script_text(name: str) -> str:
     folder = resources.files("dflash_provision.remote") / "scripts"
     common = (folder / "common.sh").read_text(encoding="utf-8")
     body = (folder / f"{name}.sh").read_text(encoding="utf-8")
-    return common + "\n" + body
+    return _without_comments(common + "\n" + body)
+
+
+def _without_comments(text: str) -> str:
+    """The script without its comment-only and blank lines: the text travels with every exec
+    (and the login shell and sh parse it each time); the comments are for people reading the
+    .sh files. The scripts have no here-documents or multi-line strings with such lines."""
+    kept = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    return "\n".join(kept) + "\n"
 
 
 def script_argv(name: str, *args: str, shell: str = "sh") -> list[str]:
@@ -154,25 +162,37 @@ def read_remote_config(
     *,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
     metadata: bool = True,
+    remote_hash: bool = True,
 ) -> RemoteRead:
     """Read ``path`` on the transport's machine in one exec: status, bytes, size, sha256, mode.
 
     ``metadata=False`` leaves mode, uid, gid and mtime None (the remote side then spawns no
     ``stat``): for callers that judge only the bytes, such as fleet audits and read-backs.
-    A file that changes while being read (the remote hash no longer matches the bytes) is read
-    again once; a second mismatch raises RemoteStepFailed(step="read").
+    ``remote_hash=False`` (implies no metadata) also skips the remote sha256sum: for a read-back,
+    whose caller compares the bytes with the ones it wrote and so needs no second opinion on them.
+    With the remote hash, a file that changes while being read (the remote hash no longer matches
+    the bytes) is read again once; a second mismatch raises RemoteStepFailed(step="read").
     """
     check_remote_path(path)
-    args = [path, "1" if metadata else "0"]
+    mode = "bytes" if not remote_hash else "1" if metadata else "0"
     for _attempt in range(2):
-        result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
+        result, parsed = _run(transport, "read", [path, mode], stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
                 f"{transport.description}: reading {path} failed: {_stderr_line(result)}",
                 step="read",
             )
+        if not remote_hash and result.exit_status != 0:
+            # cat failed after the script saw a readable file (I/O error, a race with chmod).
+            message = _stderr_line(result)
+            denied = "Permission denied" in message
+            return RemoteRead(
+                path=path,
+                status=ReadStatus.PERMISSION_DENIED if denied else ReadStatus.ERROR,
+                message=message,
+            )
         read = _read_from_fields(path, parsed)
-        if not read.present or read.sha256 == parsed.fields.get("sha256"):
+        if not read.present or not remote_hash or read.sha256 == parsed.fields.get("sha256"):
             return read
     raise RemoteStepFailed(
         f"{transport.description}: {path} kept changing while it was read", step="read"
@@ -278,7 +298,10 @@ class WriteOutcome:
     #: Whether the script got as far as looking at the old file; if not, ``old_data`` None says
     #: nothing (e.g. the directory could not be entered).
     old_seen: bool = False
-    sha256_after: str | None = None  # of the file as read back from disk by the script
+    #: What DEST holds after the script: the sha256 it verified in the temp file the rename put
+    #: in place (the old file's when the rename did not happen). The proof from disk is the
+    #: caller's separate read-back.
+    sha256_after: str | None = None
     durability: Durability | None = None  # set when a rename happened
     backup: str | None = None  # backup file name inside <dir>/.dflash-backups
     pruned: int = 0
@@ -350,12 +373,14 @@ def write_remote_config(
         str(max(1, int(lock_timeout))),
     ]
     result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
-    return _outcome_from(path, result, parsed)
+    return _outcome_from(path, data, result, parsed)
 
 
-def _outcome_from(path: str, result: CommandResult, parsed: _Parsed) -> WriteOutcome:
+def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: _Parsed) -> WriteOutcome:
     f = parsed.fields
     old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
+    if f.get("result") == "unchanged" and result.exit_status == 0:
+        old_data = data  # the script sends no bytes back: they are the ones we sent
     durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
     common = {
         "path": path,

@@ -45,6 +45,8 @@ logging.getLogger("paramiko").addHandler(logging.NullHandler())
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
 _POLL_S = 0.2  # how often blocked channel reads/writes look at the deadline
 _CHUNK = 64 * 1024
+# Input up to this size is sent before the output is read (the channel window is 2 MiB).
+_INLINE_STDIN = 512 * 1024
 # OpenSSH's ssh exits 255 when the remote command died by a signal; paramiko drops exit-signal.
 _NO_EXIT_STATUS = 255
 
@@ -457,27 +459,38 @@ class SshTransport(Transport):
         timeout: float,
         argv: Sequence[str],
     ) -> CommandResult:
+        # One thread reads both streams (stderr whenever some has arrived, so a chatty command
+        # can never fill the channel window and stall). Input that fits well inside the window
+        # is sent before reading, from this thread; only a bigger one gets a writer thread, so
+        # the command's output can flow while it is still being sent. Threads cost more of the
+        # controller's CPU per exec than a config-sized command does in total.
+        stdout_chunks: list[bytes] = []
         stderr_chunks: list[bytes] = []
         writer_error: list[BaseException] = []
-        writer = threading.Thread(
-            target=_write_stdin, args=(channel, stdin or b"", deadline, writer_error), daemon=True
-        )
-        reader = threading.Thread(
-            target=_drain, args=(channel.recv_stderr, stderr_chunks, deadline), daemon=True
-        )
-        writer.start()
-        reader.start()
-        stdout_chunks: list[bytes] = []
-        _drain(channel.recv, stdout_chunks, deadline)
-        reader.join(max(0.0, deadline - time.monotonic()))
+        writer: threading.Thread | None = None
+        data = stdin or b""
+        if len(data) <= _INLINE_STDIN:
+            _write_stdin(channel, data, deadline, writer_error)
+        else:
+            writer = threading.Thread(
+                target=_write_stdin, args=(channel, data, deadline, writer_error), daemon=True
+            )
+            writer.start()
+        stdout_done = stderr_done = False
+        while not (stdout_done and stderr_done) and time.monotonic() < deadline:
+            if not stderr_done and (stdout_done or channel.recv_stderr_ready()):
+                stderr_done = _read_some(channel.recv_stderr, stderr_chunks)
+            if not stdout_done:
+                stdout_done = _read_some(channel.recv, stdout_chunks)
         finished = channel.status_event.wait(max(0.0, deadline - time.monotonic()))
-        if not finished or reader.is_alive():
+        if not finished or not (stdout_done and stderr_done):
             channel.close()  # unblocks the writer; the remote command gets SIGHUP-like EOF
             raise RemoteStepFailed(
                 f"{self.description}: command {argv[0]!r} did not finish within {timeout:g} s",
                 step="timeout",
             )
-        writer.join(1.0)
+        if writer is not None:
+            writer.join(1.0)
         stdout, stderr = b"".join(stdout_chunks), b"".join(stderr_chunks)
         if not channel.exit_status_ready() or channel.exit_status < 0:
             live = channel.get_transport()
@@ -514,16 +527,17 @@ def _write_stdin(
         errors.append(exc)
 
 
-def _drain(recv: Callable[[int], bytes], chunks: list[bytes], deadline: float) -> None:
-    # recv is channel.recv or channel.recv_stderr; both honour the channel's poll timeout.
-    while time.monotonic() < deadline:
-        try:
-            chunk = recv(_CHUNK)
-        except TimeoutError:
-            continue
-        if not chunk:
-            return
-        chunks.append(chunk)
+def _read_some(recv: Callable[[int], bytes], chunks: list[bytes]) -> bool:
+    """One read from a channel stream (channel.recv or recv_stderr, which wait at most the
+    channel's poll timeout); True at end of stream."""
+    try:
+        chunk = recv(_CHUNK)
+    except TimeoutError:
+        return False
+    if not chunk:
+        return True
+    chunks.append(chunk)
+    return False
 
 
 def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:

@@ -5,9 +5,6 @@
 LC_ALL=C
 export LC_ALL
 
-say() {
-	printf '%s\n' "$*"
-}
 
 # A message on one line: protocol lines are newline-delimited.
 oneline() {
@@ -33,6 +30,18 @@ reason_of() {
 
 nl='
 '
+
+# Protocol lines are collected and sent together: each write would be an SSH packet, which costs
+# both ends CPU. `flush` sends them: before streaming bytes, before waiting for input, and on exit.
+said=
+say() {
+	said=$said$*$nl
+}
+flush() {
+	[ -z "$said" ] || printf '%s' "$said"
+	said=
+}
+trap flush EXIT
 
 # hash_of FILE: sets $hash to the sha256 (hex) of FILE's bytes; false when it cannot be read.
 # One process: the shell cuts sha256sum's "HEX  -" (coreutils and busybox print the same).

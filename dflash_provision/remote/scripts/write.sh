@@ -9,26 +9,39 @@
 #   symlink   a symlinked DEST is refused unless FOLLOW_SYMLINKS=1; then the file it points to
 #             is replaced and the link itself is kept (symlinked *directories* are always
 #             followed: that is how model dirs are commonly laid out)
-#   dest      DEST, if present, is a regular file
-#   (if DEST already has SHA256: "result unchanged", nothing is written, no lock needed)
+#   dest      DEST, if present, is a regular file; if it already has SHA256 (same size, then
+#             same hash): "result unchanged", and nothing is written, locked or created
 #   lock      flock on <dir>/.dflash-backups/<base>.lock if flock exists, else an mkdir lock
 #             (stale when its recorded pid is gone); gives up after LOCK_TIMEOUT_S
 #   tmp       create the temp file in the destination dir (same filesystem, so the rename is
 #             atomic) exclusively (O_EXCL, never through a symlink), already with the old file's
 #             permissions (0644 for a new file): .<base>.dflash-tmp.<pid>, else mktemp
-#   write     cat stdin > tmp
-#   verify    tmp has SIZE bytes and SHA256 (a connection cut mid-write leaves a short tmp)
-#   attrs     chmod (when the mode did not come out right) / chown tmp like the old file
-#   fsync     fsync tmp
+#   attrs     chmod (when the mode did not come out right) / chown the still empty temp file
+#             like the old file
+#   write     stdin > tmp with dd conv=fsync: the bytes and their fsync in one process
+#   verify    tmp has SHA256 (a connection cut mid-write leaves a short tmp); the same
+#             sha256sum hashes the old file under the lock (written meanwhile by someone else
+#             with SHA256: "result unchanged", nothing is replaced)
 #   backup    hard link (or copy) the old file to <dir>/.dflash-backups/<base>.<UTC stamp>
-#   rename    mv tmp over DEST
+#   rename    mv tmp over DEST; a temp file still there afterwards means the rename did not
+#             happen ("readback": the write did not take effect)
 #   fsync-dir fsync the directory
-#   readback  sha256 of DEST read back from disk must equal SHA256
 #   (prune    keep the newest KEEP_BACKUPS backups; never fails the write)
 #
+# The bytes now in DEST are proven by the caller's separate read-back (another exec), so this
+# script does not hash DEST again: "sha256_after" is the hash verified in the temp file that the
+# rename put in place (the old file's hash when the rename did not happen).
+#
 # Output lines "key value", then "data" and the OLD file's bytes to EOF (so the caller can show
-# a diff without another round trip). On any failure: "failed STEP REASON" and "error MESSAGE",
-# the temp file is removed, the old file is left as it was, and the exit status names the step.
+# a diff without another round trip; nothing after "data" when the result is "unchanged", since
+# the old bytes are then the caller's own). On any failure: "failed STEP REASON" and
+# "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
+# names the step.
+#
+# Cost: a drifted file costs stat (old file), flock, stat (temp file), dd, sha256sum, ln, mv,
+# sync and the cat of the old bytes, plus a rm when pruning; an unchanged one a stat and, when
+# the size matches, a sha256sum. Each process is ~1 ms of a host's CPU, and a fleet command runs
+# this on every host at once.
 
 dest=$1
 want_size=$2
@@ -50,6 +63,8 @@ result=failed
 cleanup() {
 	if [ -n "$tmp" ] && [ -e "$tmp" ]; then rm -f "$tmp"; fi
 	if [ -n "$lockdir" ]; then rm -rf "$lockdir"; fi
+	# Last: with the caller gone, this write ends the shell by SIGPIPE.
+	flush
 }
 trap cleanup EXIT
 trap 'exit 129' HUP
@@ -63,7 +78,10 @@ finish() {
 	# Drain unread input so the sender never blocks on a full pipe.
 	[ "$stdin_done" = 1 ] || cat >/dev/null 2>&1
 	say data
-	if [ "$renamed" = 1 ] && [ -n "$backup" ]; then
+	flush
+	if [ "$result" = unchanged ]; then
+		: # the old bytes are the caller's own
+	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
 		cat "$bdir/$backup" 2>/dev/null
 		[ "$keep" -gt 0 ] || rm -f "$bdir/$backup"
 	elif [ "$old" = present ] && [ "$renamed" = 0 ]; then
@@ -175,14 +193,30 @@ if [ -e "$dest" ] && [ ! -f "$dest" ]; then
 	fail dest not-regular "$dest exists and is not a regular file" 14
 fi
 
-# Already right? Then write nothing (and need no lock: the check is a single read).
-if [ -f "$dest" ] && hash_of "$dest" 2>/dev/null && [ "$hash" = "$want_sha" ]; then
+# Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
+# read-only directory holding the right file is fine). A file of another size cannot be right,
+# so the common drifted case costs one stat here and no hashing; the stat also gives the mode and
+# owner the new file gets.
+old_size=
+old_mode=
+old_owner=
+if [ -f "$dest" ]; then
 	old=present
-	say "old present"
-	say "sha256_after $want_sha"
-	result=unchanged
-	finish 0
+	meta=$(stat -c '%s %a %u:%g' "$dest" 2>/dev/null)
+	set -- $meta
+	old_size=${1:-}
+	old_mode=${2:-}
+	old_owner=${3:-}
+	if { [ -z "$old_size" ] || [ "$old_size" = "$want_size" ]; } &&
+		hash_of "$dest" 2>/dev/null && [ "$hash" = "$want_sha" ]; then
+		say "old present"
+		say "old_sha256 $hash"
+		say "sha256_after $want_sha"
+		result=unchanged
+		finish 0
+	fi
 fi
+say "old $old"
 
 # --- lock -------------------------------------------------------------------------------------
 if [ ! -d "$bdir" ]; then
@@ -190,8 +224,12 @@ if [ ! -d "$bdir" ]; then
 fi
 if command -v flock >/dev/null; then
 	lockfile=$bdir/$base.lock
-	# Probe in a subshell first: a failed redirection on "exec" would end this shell.
-	err=$( (: >>"$lockfile") 2>&1) || fail_tool lock 11 "open $lockfile" "$err"
+	# A failed redirection on "exec" would end this shell: try it on a regular builtin first
+	# (no subshell on the way that works), and only on failure ask a subshell for the message.
+	if ! true 2>/dev/null 9>>"$lockfile"; then
+		err=$( (: >>"$lockfile") 2>&1)
+		fail_tool lock 11 "open $lockfile" "$err"
+	fi
 	exec 9>>"$lockfile"
 	flock -w "$lock_timeout" 9 ||
 		fail lock lock-timeout "another push holds $lockfile (waited ${lock_timeout}s)" 11
@@ -219,30 +257,11 @@ else
 	say "lock mkdir"
 fi
 
-# --- old file (re-checked under the lock) ------------------------------------------------------
-old_mode=
-old_owner=
-if [ -f "$dest" ]; then
-	old=present
-	stat_and_hash "$dest" '%a %u:%g'
-	if [ "$meta" != - ]; then
-		old_mode=${meta%% *}
-		old_owner=${meta#* }
-	fi
-	if [ "$hash" = "$want_sha" ]; then
-		say "old present"
-		say "sha256_after $want_sha"
-		result=unchanged
-		finish 0
-	fi
-fi
-say "old $old"
-
 # --- tmp --------------------------------------------------------------------------------------
 # The shell creates it, exclusively: noclobber opens with O_EXCL, which also refuses a symlink
 # planted under that name. The umask gives it the old file's permission bits from the start
-# (0644 for a new file), so it is never readable by more users than the old file while it fills
-# and usually needs no chmod (bits a umask cannot give, x and set-id, are set in the attrs step).
+# (0644 for a new file), so while it fills it is never readable by more users than the old file
+# (bits a umask cannot give, x and set-id, are set in the attrs step, before any byte is in it).
 # Under the lock a file of that name can only be left over from a killed run whose pid came round
 # again; for that (and any other failure) mktemp tries a random name before the step fails.
 want_mode=${old_mode:-644}
@@ -259,63 +278,93 @@ case $want_mode in
 	;;
 esac
 tmp_name=$dir/.$base.dflash-tmp.$$
-if err=$( {
-	umask "$create_mask" && set -C && true >"$tmp_name"
-} 2>&1); then
+umask "$create_mask"
+set -C
+if { true >"$tmp_name"; } 2>/dev/null; then
 	tmp=$tmp_name
-elif ! tmp=$(mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>&1); then
-	err=$tmp
+elif tmp=$(umask 077 && mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>/dev/null); then
+	:
+else
+	# Both failed: ask a subshell for the shell's own words about the first attempt.
+	err=$( { true >"$tmp_name"; } 2>&1)
 	tmp=
+	set +C
 	fail_tool tmp 15 "create a temp file in $dir" "$err"
 fi
-
-# --- write ------------------------------------------------------------------------------------
-err=$(cat 2>&1 >"$tmp")
-status=$?
-stdin_done=1
-[ "$status" -eq 0 ] || fail write "$(reason_of "$err")" "writing $tmp failed: $err" 16
-
-# --- verify -----------------------------------------------------------------------------------
-# One stat for size, mode, owner and mtime (the backup's timestamp), one sha256sum.
-stat_and_hash "$tmp" '%s %a %u:%g %Y'
-set -- $meta
-if [ "$hash" != "$want_sha" ]; then
-	[ "$meta" = - ] || [ "$1" = "$want_size" ] ||
-		fail verify short-write "received $1 of $want_size bytes (connection lost mid-write?)" 17
-	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
-fi
-tmp_mode=${2:-}
-tmp_owner=${3:-}
-tmp_mtime=${4:-}
+set +C
+umask 022
 
 # --- attrs ------------------------------------------------------------------------------------
+# One stat of the (still empty) temp file: its mode, its owner, and its mtime, which is "now" on
+# this host's clock and names the backup without a `date` process.
+meta=$(stat -c '%a %u:%g %Y' "$tmp" 2>/dev/null)
+set -- $meta
+tmp_mode=${1:-}
+tmp_owner=${2:-}
+tmp_mtime=${3:-}
 if [ "$tmp_mode" != "$want_mode" ]; then
 	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
 fi
-if [ -n "$old_owner" ] && [ "$old_owner" != "$tmp_owner" ]; then
+if [ -n "$old_owner" ] && [ -n "$tmp_owner" ] && [ "$old_owner" != "$tmp_owner" ]; then
 	err=$(chown "$old_owner" "$tmp" 2>&1) || fail attrs "$(reason_of "$err")" "chown $old_owner failed: $err" 18
 fi
 
-# --- fsync ------------------------------------------------------------------------------------
-# "sync FILE" fsyncs one file with coreutils >= 8.24 and busybox builds that list FILE in their
-# usage; older ones ignore or reject arguments, so fall back to dd conv=fsync, then global sync.
-case $(sync --help 2>&1) in
-*FILE*) sync_files=1 ;;
-*) sync_files=0 ;;
-esac
-if [ "$sync_files" = 1 ] && sync "$tmp" 2>/dev/null; then
-	file_sync=fsync
-elif dd if="$tmp" of="$tmp" conv=notrunc,fsync 2>/dev/null; then
-	file_sync=fsync
+# --- write ------------------------------------------------------------------------------------
+# dd writes and fsyncs in one process. A dd without conv=fsync fails before reading anything
+# (the temp file is still empty): then cat writes it and `sync` follows, globally if `sync FILE`
+# is not understood.
+file_sync=fsync
+flush # the steps so far, in case the input never comes
+if ! err=$(dd of="$tmp" bs=65536 conv=fsync 2>&1); then
+	err=${err%%"$nl"*} # the error; dd's statistics follow it
+	why=$(reason_of "$err")
+	if [ "$why" != error ] || [ -s "$tmp" ]; then
+		fail write "$why" "writing $tmp failed: $err" 16
+	fi
+	err=$(cat 2>&1 >"$tmp") || fail write "$(reason_of "$err")" "writing $tmp failed: $err" 16
+	if ! sync "$tmp" 2>/dev/null; then
+		sync
+		file_sync=global
+	fi
+fi
+stdin_done=1
+
+# --- verify -----------------------------------------------------------------------------------
+# One sha256sum for the temp file and the old one (as it is now, under the lock; its hash goes
+# into the history), read in that order. GNU sha256sum marks a
+# line whose name it had to escape with a leading backslash.
+if [ "$old" = present ]; then
+	hashes=$(sha256sum "$tmp" "$dest" 2>/dev/null)
 else
-	sync
-	file_sync=global
+	hashes=$(sha256sum "$tmp" 2>/dev/null)
+fi
+hash=${hashes%%"$nl"*}
+hash=${hash#\\}
+hash=${hash%% *}
+old_hash=
+case $hashes in
+*"$nl"*)
+	old_hash=${hashes#*"$nl"}
+	old_hash=${old_hash#\\}
+	old_hash=${old_hash%% *}
+	;;
+esac
+if [ "$hash" != "$want_sha" ]; then
+	size=$(stat -c %s "$tmp" 2>/dev/null)
+	[ -z "$size" ] || [ "$size" = "$want_size" ] ||
+		fail verify short-write "received $size of $want_size bytes (connection lost mid-write?)" 17
+	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
+fi
+[ -z "$old_hash" ] || say "old_sha256 $old_hash"
+# Someone else wrote these very bytes while we waited for the lock.
+if [ "$old_hash" = "$want_sha" ]; then
+	say "sha256_after $want_sha"
+	result=unchanged
+	finish 0
 fi
 
 # --- backup -----------------------------------------------------------------------------------
 if [ "$old" = present ]; then
-	# The new file's mtime is "now" on this host's clock (no `date` process); date only when
-	# stat could not say.
 	case $tmp_mtime in
 	'' | *[!0-9]*) stamp=$(date -u +%Y%m%dT%H%M%SZ) ;;
 	*) utc_stamp "$tmp_mtime" ;;
@@ -348,10 +397,20 @@ fi
 
 # --- rename -----------------------------------------------------------------------------------
 err=$(mv -f "$tmp" "$dest" 2>&1) || fail_tool rename 21 "rename the new file over $dest" "$err"
+if [ -e "$tmp" ]; then
+	# mv said yes and did nothing: the old file is still there (under our lock).
+	say "sha256_after ${old_hash:-none}"
+	fail readback not-applied "write did not take effect: $dest was not replaced by the new file (mv reported success)" 22
+fi
 renamed=1
+tmp=
+say "sha256_after $want_sha"
 
 # --- fsync-dir --------------------------------------------------------------------------------
-if [ "$sync_files" = 1 ] && sync "$dir" 2>/dev/null; then
+# "sync DIR" fsyncs the directory with coreutils >= 8.24 and busybox >= 1.24. Older coreutils
+# print "ignoring all arguments" and sync everything; others reject the argument: both are a
+# global sync, and reported as one.
+if err=$(sync "$dir" 2>&1) && [ -z "$err" ]; then
 	dir_sync=fsync
 else
 	sync
@@ -365,12 +424,6 @@ else
 	say "durability global-sync"
 fi
 
-# --- readback ---------------------------------------------------------------------------------
-hash_of "$dest" 2>/dev/null
-say "sha256_after $hash"
-[ "$hash" = "$want_sha" ] ||
-	fail readback not-applied "write did not take effect: $dest does not have the new sha256 after the rename" 22
-
 # --- prune (best effort) ----------------------------------------------------------------------
 limit=$keep
 [ "$limit" -gt 0 ] || limit=1 # our own backup is removed after its bytes are sent
@@ -380,17 +433,19 @@ for f in "$bdir"/*; do
 done
 excess=$((count - limit))
 pruned=0
+# The oldest names sort first; one rm for all of them.
+set --
 for f in "$bdir"/*; do
-	[ "$excess" -gt 0 ] || break
+	[ "$pruned" -lt "$excess" ] || break
 	case ${f##*/} in
 	"$base".[0-9]*)
-		if [ -f "$f" ] && rm -f "$f"; then
-			excess=$((excess - 1))
-			pruned=$((pruned + 1))
-		fi
+		[ -f "$f" ] || continue
+		set -- "$@" "$f"
+		pruned=$((pruned + 1))
 		;;
 	esac
 done
+[ "$pruned" -eq 0 ] || rm -f "$@" || pruned=0
 say "pruned $pruned"
 
 result=written
