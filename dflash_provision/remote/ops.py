@@ -53,7 +53,9 @@ def _without_comments(text: str) -> str:
     """The script without its comment-only and blank lines: the text travels with every exec
     (and the login shell and sh parse it each time); the comments are for people reading the
     .sh files. The scripts have no here-documents or multi-line strings with such lines."""
-    kept = [line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")]
+    kept = [
+        line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
+    ]
     return "\n".join(kept) + "\n"
 
 
