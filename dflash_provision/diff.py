@@ -8,7 +8,7 @@ given position (layer_types and layer ids are ordered) is.
 from __future__ import annotations
 
 import json
-import threading
+import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,16 +17,6 @@ from dflash_provision.findings import json_path
 ChangeKind = Literal["changed", "added", "removed", "type_changed"]
 
 _MAX_VALUE = 300
-
-# deepdiff report name -> our kind
-_KINDS: dict[str, ChangeKind] = {
-    "values_changed": "changed",
-    "type_changes": "type_changed",
-    "dictionary_item_added": "added",
-    "iterable_item_added": "added",
-    "dictionary_item_removed": "removed",
-    "iterable_item_removed": "removed",
-}
 
 
 def canonical_bytes(obj: Any) -> bytes:
@@ -50,42 +40,52 @@ class Change:
         return {"path": self.path, "kind": self.kind, "old": self.old, "new": self.new}
 
 
-# deepdiff's literal_eval path trips CPython 3.11's thread-unsafe AST constructor
-# (gh-106905: "AST constructor recursion depth mismatch") when fleet workers diff at once.
-_DEEPDIFF_LOCK = threading.Lock()
-
-
 def semantic_diff(old: object, new: object) -> list[Change]:
-    """Every difference between two parsed configs, lists compared position by position."""
-    from deepdiff import DeepDiff  # deferred: deepdiff pulls in numpy-sized import time
+    """Every difference between two parsed configs, lists compared position by position.
 
-    with _DEEPDIFF_LOCK:
-        tree = DeepDiff(
-            old,
-            new,
-            view="tree",
-            # Position matters (layer_types, target_layer_ids): pair elements by index instead
-            # of letting difflib find "moves", and always descend into dicts.
-            zip_ordered_iterables=True,
-            threshold_to_diff_deeper=0,
-            ignore_order=False,
-        )
-    keyed: list[tuple[tuple[tuple[int, str, int], ...], Change]] = []
-    for report, levels in tree.items():
-        kind = _KINDS.get(report)
-        if kind is None:
-            raise ValueError(f"unexpected deepdiff report {report!r}")  # e.g. set items: not JSON
-        for level in levels:
-            parts = level.path(output_format="list")
-            old_value = None if kind == "added" else level.t1
-            new_value = None if kind == "removed" else level.t2
-            if kind == "type_changed" and (old_value is None or new_value is None):
-                kind_here: ChangeKind = "changed"  # null <-> value is a plain change of value
-            else:
-                kind_here = kind
-            change = Change(json_path(parts), kind_here, old_value, new_value)
-            keyed.append((_sort_key(parts), change))
-    return [change for _, change in sorted(keyed, key=lambda pair: pair[0])]
+    A walk over the two JSON trees (dicts by key, lists by index), sorted by path. Types are
+    compared exactly: 2048 vs 2048.0 and 1 vs true are type changes; null vs a value is a change
+    of value. Written out rather than delegated to a general diff library: it runs once per host
+    in fleet commands, where a general library cost ~1 ms per config.
+    """
+    found: list[tuple[tuple[tuple[int, str, int], ...], Change]] = []
+    _walk(old, new, [], found)
+    return [change for _, change in sorted(found, key=lambda pair: pair[0])]
+
+
+def _walk(
+    old: object,
+    new: object,
+    parts: list[str | int],
+    found: list[tuple[tuple[tuple[int, str, int], ...], Change]],
+) -> None:
+    def report(kind: ChangeKind, at: list[str | int], before: object, after: object) -> None:
+        found.append((_sort_key(at), Change(json_path(at), kind, before, after)))
+
+    if type(old) is not type(new):
+        kind: ChangeKind = "changed" if old is None or new is None else "type_changed"
+        report(kind, parts, old, new)
+    elif isinstance(old, dict) and isinstance(new, dict):
+        for key in old.keys() - new.keys():
+            report("removed", [*parts, key], old[key], None)
+        for key in new.keys() - old.keys():
+            report("added", [*parts, key], None, new[key])
+        for key in old.keys() & new.keys():
+            _walk(old[key], new[key], [*parts, key], found)
+    elif isinstance(old, list) and isinstance(new, list):
+        for index, (before, after) in enumerate(zip(old, new, strict=False)):
+            _walk(before, after, [*parts, index], found)
+        for index in range(len(new), len(old)):
+            report("removed", [*parts, index], old[index], None)
+        for index in range(len(old), len(new)):
+            report("added", [*parts, index], None, new[index])
+    elif old != new and not (_is_nan(old) and _is_nan(new)):
+        report("changed", parts, old, new)
+
+
+def _is_nan(value: object) -> bool:
+    # json.loads accepts NaN; it never equals itself, but two NaNs are no drift.
+    return isinstance(value, float) and math.isnan(value)
 
 
 def _sort_key(parts: list[str | int]) -> tuple[tuple[int, str, int], ...]:

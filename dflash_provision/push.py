@@ -33,6 +33,7 @@ from dflash_provision.remote.ops import (
     WriteOutcome,
     WriteStatus,
     list_remote_backups,
+    read_back,
     read_remote_config,
     write_remote_config,
 )
@@ -295,9 +296,7 @@ def _write_and_prove(
 
     # The separate read-back: a fresh exec, so whatever the write exec believed, this is what
     # a reader (vLLM) will see.
-    readback = read_remote_config(
-        transport, result.path, timeout=timeout, metadata=False, remote_hash=False
-    )
+    readback = read_back(transport, result.path, data, timeout=timeout)
     result.readback = readback
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED

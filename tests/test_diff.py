@@ -105,3 +105,27 @@ def test_canonical_form_round_trips_the_reference_without_drift() -> None:
     again = json.loads(canonical_bytes(reference))
     assert semantic_diff(reference, again) == []
     assert canonical_bytes(again) == canonical_bytes(reference)
+
+
+def test_boolean_versus_integer_is_a_type_change() -> None:
+    # 1 == True in Python; in a config they mean different things to the loader.
+    (change,) = semantic_diff({"use_sliding_window": 1}, {"use_sliding_window": True})
+    assert change.kind == "type_changed"
+    assert render_changes([change]) == ["use_sliding_window: 1 → true (integer → boolean)"]
+
+
+def test_object_versus_array_is_a_type_change_not_a_descent() -> None:
+    (change,) = semantic_diff({"rope": {"theta": 1.0}}, {"rope": [1.0]})
+    assert change == Change("rope", "type_changed", {"theta": 1.0}, [1.0])
+
+
+def test_nested_lists_and_objects_name_the_exact_position() -> None:
+    old = {"a": [{"b": [1, 2]}, {"c": 3}]}
+    new = {"a": [{"b": [1, 5, 6]}, {"c": 3, "d": None}]}
+    assert lines(old, new) == ["a[0].b[1]: 2 → 5", "+ a[0].b[2]: 6", "+ a[1].d: null"]
+
+
+def test_nan_on_both_sides_is_not_drift_but_nan_against_a_number_is() -> None:
+    assert semantic_diff(json.loads('{"x": NaN}'), json.loads('{"x": NaN}')) == []
+    (change,) = semantic_diff(json.loads('{"x": NaN}'), {"x": 1.0})
+    assert change.kind == "changed"

@@ -26,6 +26,7 @@ from dflash_provision.remote.ops import (
     ReadStatus,
     WriteStatus,
     list_remote_backups,
+    read_back,
     read_remote_config,
     script_argv,
     write_remote_config,
@@ -279,6 +280,38 @@ def test_missing_directory_under_a_searchable_parent_is_still_dir_missing_for_an
 def test_read_refuses_paths_with_line_breaks_before_running_anything():
     with pytest.raises(UsageError):
         read_remote_config(LocalTransport(), "/tmp/a\nb/config.json")
+
+
+class CountingTransport(PrefixTransport):
+    def __init__(self, inner: PrefixTransport | None = None) -> None:
+        super().__init__(inner.prefix if inner else [], "counting")
+        self.commands: list[list[str]] = []
+
+    def run(self, argv: Sequence[str], **kwargs: object) -> CommandResult:  # type: ignore[override]
+        self.commands.append(list(argv))
+        return super().run(argv, **kwargs)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("flavour", ["coreutils", "busybox"])
+def test_read_back_of_the_expected_bytes_is_one_plain_cat(flavour, bb_root, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(NEW)
+    counting = CountingTransport(busybox_transport(bb_root) if flavour == "busybox" else None)
+    read = read_back(counting, str(config), NEW)
+    assert read.present and read.data == NEW and read.sha256 == sha(NEW)
+    assert counting.commands == [["cat", "--", str(config)]]
+
+
+def test_read_back_that_finds_other_bytes_or_nothing_describes_what_is_there(model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    counting = CountingTransport()
+    other = read_back(counting, str(config), NEW)
+    assert other.present and other.data == OLD and other.sha256 == sha(OLD)
+    assert len(counting.commands) == 2, "a plain cat, then the full read that describes it"
+    config.unlink()
+    missing = read_back(counting, str(config), NEW)
+    assert missing.status is ReadStatus.MISSING
 
 
 # ---------------------------------------------------------------------------------------------

@@ -164,41 +164,56 @@ def read_remote_config(
     *,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
     metadata: bool = True,
-    remote_hash: bool = True,
 ) -> RemoteRead:
     """Read ``path`` on the transport's machine in one exec: status, bytes, size, sha256, mode.
 
     ``metadata=False`` leaves mode, uid, gid and mtime None (the remote side then spawns no
-    ``stat``): for callers that judge only the bytes, such as fleet audits and read-backs.
-    ``remote_hash=False`` (implies no metadata) also skips the remote sha256sum: for a read-back,
-    whose caller compares the bytes with the ones it wrote and so needs no second opinion on them.
-    With the remote hash, a file that changes while being read (the remote hash no longer matches
-    the bytes) is read again once; a second mismatch raises RemoteStepFailed(step="read").
+    ``stat``): for callers that judge only the bytes, such as fleet audits.
+    A file that changes while being read (the remote hash no longer matches the bytes) is read
+    again once; a second mismatch raises RemoteStepFailed(step="read").
     """
     check_remote_path(path)
-    mode = "bytes" if not remote_hash else "1" if metadata else "0"
+    args = [path, "1" if metadata else "0"]
     for _attempt in range(2):
-        result, parsed = _run(transport, "read", [path, mode], stdin=None, timeout=timeout)
+        result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
                 f"{transport.description}: reading {path} failed: {_stderr_line(result)}",
                 step="read",
             )
-        if not remote_hash and result.exit_status != 0:
-            # cat failed after the script saw a readable file (I/O error, a race with chmod).
-            message = _stderr_line(result)
-            denied = "Permission denied" in message
-            return RemoteRead(
-                path=path,
-                status=ReadStatus.PERMISSION_DENIED if denied else ReadStatus.ERROR,
-                message=message,
-            )
         read = _read_from_fields(path, parsed)
-        if not read.present or not remote_hash or read.sha256 == parsed.fields.get("sha256"):
+        if not read.present or read.sha256 == parsed.fields.get("sha256"):
             return read
     raise RemoteStepFailed(
         f"{transport.description}: {path} kept changing while it was read", step="read"
     )
+
+
+def read_back(
+    transport: Transport,
+    path: str,
+    expected: bytes,
+    *,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> RemoteRead:
+    """Read ``path`` back after a write, in a fresh exec: what any reader will now see.
+
+    The common case needs no script: ``cat -- PATH`` on the login shell, the same single process
+    a plain ``ssh host cat`` costs, and the bytes are compared here. Anything else (cat failed,
+    other bytes) is described by a full read (one more exec, only then), so a failed read-back
+    reports missing / permission denied / other bytes exactly as verify would.
+    """
+    check_remote_path(path)
+    result = transport.run(["cat", "--", path], stdin=None, timeout=timeout)
+    if result.exit_status == 0 and result.stdout == expected:
+        return RemoteRead(
+            path=path,
+            status=ReadStatus.PRESENT,
+            data=result.stdout,
+            sha256=hashlib.sha256(result.stdout).hexdigest(),
+            size=len(result.stdout),
+        )
+    return read_remote_config(transport, path, timeout=timeout, metadata=False)
 
 
 def _read_from_fields(path: str, parsed: _Parsed) -> RemoteRead:

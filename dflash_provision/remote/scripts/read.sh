@@ -1,20 +1,16 @@
 # dflash read: report one file's state and bytes in ONE exec (used by verify, push and audit).
-# Arguments: PATH [MODE, default 1]:
-#   1      sha256, size, mode, uid, gid, mtime
-#   0      sha256 only: no `stat` process (the fleet audit judges only the bytes)
-#   bytes  no remote hashing at all, just the bytes: for a read-back, where the caller compares
-#          them with the bytes it wrote (one process fewer than 0)
+# Arguments: PATH [METADATA(1|0), default 1: 0 leaves out size/mode/uid/gid/mtime, which costs
+# a `stat` process that the fleet audit does not need].
 # Output lines ("key value"), then a "data" line, then the raw bytes to EOF:
 #   dflash-read 1
 #   status present|missing|permission-denied|not-regular|dir-missing|error
 #   symlink 1                     (only when PATH is a symlink; it is followed for reading)
-#   sha256 HEX                    (present only, not in mode bytes)
-#   size N / mode OCT / uid N / gid N / mtime EPOCH   (present, mode 1 only)
+#   sha256 HEX                    (present only)
+#   size N / mode OCT / uid N / gid N / mtime EPOCH   (present, METADATA 1 only)
 #   error MESSAGE                 (not present only)
 #   data
 #   <bytes>
-# Exit status 0 whenever the state could be reported, whatever it is (in mode bytes, a file
-# that could not be read after all makes cat fail: non-zero, with its message on stderr).
+# Exit status 0 whenever the state could be reported, whatever it is.
 
 path=$1
 with_meta=${2:-1}
@@ -58,12 +54,6 @@ fi
 # Hash (it also proves the file is readable) and describe in one command substitution, then
 # stream the bytes. The caller re-hashes the bytes it receives, which catches a file that changed
 # in between.
-if [ "$with_meta" = bytes ] && [ -r "$path" ]; then
-	say "status present"
-	say data
-	flush
-	exec cat "$path"
-fi
 if [ "$with_meta" = 1 ]; then
 	stat_and_hash "$path" '%s %a %u %g %Y'
 else
