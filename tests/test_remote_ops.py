@@ -430,6 +430,26 @@ def test_write_prunes_backups_to_keep_n(transport, model_dir):
     assert [b.sha256 for b in backups] == [sha(b'{"v": 2}\n'), sha(b'{"v": 3}\n')]
 
 
+def test_backup_names_keep_their_order_when_a_later_named_backup_is_already_there(
+    transport, model_dir
+):
+    # Another controller whose clock runs ahead pushed first: the next backup must still sort
+    # after it, or pruning would delete the newest backup instead of the oldest.
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    backups = model_dir / ".dflash-backups"
+    backups.mkdir()
+    (backups / "config.json.29990101T000000Z").write_bytes(b'{"v": "future"}\n')
+    first = write_remote_config(transport, str(config), NEW)
+    second = write_remote_config(transport, str(config), b'{"v": 3}\n')
+    assert (first.backup, second.backup) == (
+        "config.json.29990101T000000Z.001",
+        "config.json.29990101T000000Z.002",
+    )
+    names = [b.name for b in list_remote_backups(transport, str(config))]
+    assert names == sorted(names) and names[-1] == second.backup
+
+
 def test_write_with_keep_zero_leaves_no_backup_but_still_returns_old_bytes(transport, model_dir):
     config = model_dir / "config.json"
     config.write_bytes(OLD)

@@ -388,6 +388,9 @@ def write_remote_config(
         "1" if mkdir else "0",
         "1" if follow_symlinks else "0",
         str(max(1, int(lock_timeout))),
+        # The backup's name: this machine's UTC time, as in the history (the script keeps names
+        # in order should the host already hold a backup named after a later time).
+        datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
     ]
     result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)

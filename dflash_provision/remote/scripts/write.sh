@@ -1,6 +1,7 @@
 # dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one.
 #
-# Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S
+# Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S [STAMP]
+#            (STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name)
 # stdin:     exactly SIZE bytes whose sha256 is SHA256.
 #
 # Steps (the name is what a failure reports):
@@ -50,6 +51,7 @@ keep=$4
 do_mkdir=$5
 follow=$6
 lock_timeout=$7
+stamp=${8:-}
 
 umask 022
 tmp=
@@ -123,27 +125,10 @@ letters() {
 	esac
 }
 
-# utc_stamp EPOCH: sets $stamp to YYYYmmddTHHMMSSZ (UTC) with shell arithmetic only (the civil
-# calendar from a day count, as in H. Hinnant's days_from_civil inverse).
-utc_stamp() {
-	days=$(($1 / 86400))
-	secs=$(($1 % 86400))
-	z=$((days + 719468))
-	era=$((z / 146097))
-	doe=$((z - era * 146097))
-	yoe=$(((doe - doe / 1460 + doe / 36524 - doe / 146096) / 365))
-	doy=$((doe - (365 * yoe + yoe / 4 - yoe / 100)))
-	mp=$(((5 * doy + 2) / 153))
-	day=$((doy - (153 * mp + 2) / 5 + 1))
-	if [ "$mp" -lt 10 ]; then month=$((mp + 3)); else month=$((mp - 9)); fi
-	year=$((yoe + era * 400))
-	[ "$month" -gt 2 ] || year=$((year + 1))
-	stamp=$year
-	for part in "$month" "$day" "$((secs / 3600))" "$((secs % 3600 / 60))" "$((secs % 60))"; do
-		[ "$part" -lt 10 ] && part=0$part
-		stamp=$stamp$part
-	done
-	stamp=${stamp%??????}T${stamp#????????}Z
+# digits STAMP: sets $digits to YYYYmmddTHHMMSSZ as one number (YYYYmmddHHMMSS), to compare.
+digits() {
+	digits=${1%Z}
+	digits=${digits%T*}${digits#*T}
 }
 
 say "dflash-write 1"
@@ -295,18 +280,21 @@ set +C
 umask 022
 
 # --- attrs ------------------------------------------------------------------------------------
-# One stat of the (still empty) temp file: its mode, its owner, and its mtime, which is "now" on
-# this host's clock and names the backup without a `date` process.
-meta=$(stat -c '%a %u:%g %Y' "$tmp" 2>/dev/null)
-set -- $meta
-tmp_mode=${1:-}
-tmp_owner=${2:-}
-tmp_mtime=${3:-}
-if [ "$tmp_mode" != "$want_mode" ]; then
+# Before any byte is in the temp file. A umask gives only r and w bits: x and set-id bits need a
+# chmod. The owner: a file we own, in our group, needs nothing (the shell tests that without a
+# process); any other gets the old owner, and when that chown is refused (not root) it only
+# fails the write if the temp file's owner really differs (a setgid directory gives both files
+# its group).
+case $want_mode in
+*[1357]* | ????*)
 	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-fi
-if [ -n "$old_owner" ] && [ -n "$tmp_owner" ] && [ "$old_owner" != "$tmp_owner" ]; then
-	err=$(chown "$old_owner" "$tmp" 2>&1) || fail attrs "$(reason_of "$err")" "chown $old_owner failed: $err" 18
+	;;
+esac
+if [ -n "$old_owner" ] && ! { [ -O "$dest" ] && [ -G "$dest" ]; }; then
+	if ! err=$(chown "$old_owner" "$tmp" 2>&1); then
+		[ "$(stat -c %u:%g "$tmp" 2>/dev/null)" = "$old_owner" ] ||
+			fail attrs "$(reason_of "$err")" "chown $old_owner failed: $err" 18
+	fi
 fi
 
 # --- write ------------------------------------------------------------------------------------
@@ -365,13 +353,29 @@ fi
 
 # --- backup -----------------------------------------------------------------------------------
 if [ "$old" = present ]; then
-	case $tmp_mtime in
-	'' | *[!0-9]*) stamp=$(date -u +%Y%m%dT%H%M%SZ) ;;
-	*) utc_stamp "$tmp_mtime" ;;
+	# Named after STAMP (the caller's UTC time, so it matches the history) or this host's
+	# clock; never before the newest backup already there (another controller's clock may be
+	# ahead), and numbered within one second, so names keep sorting in the order the backups
+	# were taken (pruning relies on that order).
+	case $stamp in
+	[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]T[0-9][0-9][0-9][0-9][0-9][0-9]Z) ;;
+	*) stamp=$(date -u +%Y%m%dT%H%M%SZ) ;;
 	esac
+	newest=
+	for f in "$bdir/$base".[0-9]*; do
+		[ -e "$f" ] || continue
+		f=${f#"$bdir/$base".}
+		case $f in
+		[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]T[0-9][0-9][0-9][0-9][0-9][0-9]Z*) newest=${f%%Z*}Z ;;
+		esac
+	done
+	if [ -n "$newest" ]; then
+		digits "$stamp"
+		ours=$digits
+		digits "$newest"
+		[ "$digits" -le "$ours" ] || stamp=$newest
+	fi
 	backup=$base.$stamp
-	# Same second as an earlier backup: number it after the highest one still there, so names
-	# keep sorting in the order the backups were taken (pruning relies on that order).
 	n=0
 	for f in "$bdir/$backup".[0-9][0-9][0-9]; do
 		[ -e "$f" ] || continue
