@@ -265,6 +265,11 @@ def _write_and_prove(
     keep_backups: int,
     timeout: float,
 ) -> PushResult:
+    # With a backup kept, the old bytes come back with the read-back (one cat reads the backup
+    # and the new file) instead of costing the write exec a process of its own. Without one
+    # (--keep-backups 0), or when a followed symlink keeps its backups elsewhere, the write
+    # sends them.
+    old_via_read_back = keep_backups > 0 and not follow_symlinks
     outcome = write_remote_config(
         transport,
         result.path,
@@ -273,14 +278,15 @@ def _write_and_prove(
         mkdir=mkdir,
         follow_symlinks=follow_symlinks,
         timeout=timeout,
+        send_old=not old_via_read_back,
     )
     result.write = outcome
-    result.old_sha256 = _sha(outcome.old_data)
-    # A write that failed before looking at the old file knows nothing about it: no diff then,
-    # rather than a "(new file)" that may be false.
-    if outcome.ok or outcome.old_seen:
-        result.diff = config_diff(outcome.old_data, data)
     if not outcome.ok:
+        result.old_sha256 = _sha(outcome.old_data)
+        # A write that failed before looking at the old file knows nothing about it: no diff
+        # then, rather than a "(new file)" that may be false.
+        if outcome.old_seen:
+            result.diff = config_diff(outcome.old_data, data)
         not_applied = outcome.failed_step == "readback"
         result.status = PushStatus.NOT_APPLIED if not_applied else PushStatus.FAILED
         result.failed_step = outcome.failed_step
@@ -296,8 +302,18 @@ def _write_and_prove(
 
     # The separate read-back: a fresh exec, so whatever the write exec believed, this is what
     # a reader (vLLM) will see.
-    readback = read_back(transport, result.path, data, timeout=timeout)
+    backup = outcome.backup_path if outcome.old_present and outcome.old_data is None else None
+    readback, kept = read_back(transport, result.path, data, timeout=timeout, before=backup)
     result.readback = readback
+    old = outcome.old_data
+    if backup is not None:
+        old = _old_bytes_from_backup(transport, outcome, backup, kept, timeout)
+    result.old_sha256 = _sha(old) or outcome.old_sha256
+    result.diff = (
+        config_diff(old, data)
+        if old is not None or not outcome.old_present
+        else ConfigDiff([], [f"({OLD_UNREADABLE})"], bytes_equal=False, note=OLD_UNREADABLE)
+    )
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED
         result.failed_step = "readback"
@@ -307,6 +323,29 @@ def _write_and_prove(
         PushStatus.UNCHANGED if outcome.status is WriteStatus.UNCHANGED else PushStatus.WRITTEN
     )
     return result
+
+
+OLD_UNREADABLE = "the old file's bytes could not be read from its backup"
+
+
+def _old_bytes_from_backup(
+    transport: Transport,
+    outcome: WriteOutcome,
+    backup: str,
+    kept: bytes | None,
+    timeout: float,
+) -> bytes | None:
+    """The replaced file's bytes: what the read-back's cat gave ahead of the new file, checked
+    against the hash the write reported; else one read of the backup (another push may have
+    pruned it meanwhile: None then)."""
+
+    def matches(candidate: bytes) -> bool:
+        return outcome.old_sha256 is None or _sha(candidate) == outcome.old_sha256
+
+    if kept is not None and matches(kept):
+        return kept
+    read = read_remote_config(transport, backup, timeout=timeout, metadata=False)
+    return read.data if read.present and read.data is not None and matches(read.data) else None
 
 
 def _read_hint(read: RemoteRead) -> str:

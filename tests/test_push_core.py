@@ -21,6 +21,7 @@ from dflash_provision.authority import resolve_authoritative
 from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
 from dflash_provision.push import (
     NOT_APPLIED_MESSAGE,
+    OLD_UNREADABLE,
     PushStatus,
     VerifyStatus,
     push_config,
@@ -93,6 +94,25 @@ def test_push_writes_exact_bytes_shows_diff_then_says_unchanged(local, model_dir
     second = push_config(local, target, loaded(REFERENCE))
     assert second.status is PushStatus.UNCHANGED
     assert len(list_remote_backups(local, target.config_path)) == 1, "unchanged adds no backup"
+
+
+class PruningAfterWrite(LocalTransport):
+    """Another push's pruning, between our write exec and our read-back: the backup is gone."""
+
+    def run(self, argv, *, stdin=None, timeout=60.0):  # type: ignore[no-untyped-def]
+        result = super().run(argv, stdin=stdin, timeout=timeout)
+        if argv[:1] == ["sh"] and argv[3] == "dflash-write":
+            shutil.rmtree(Path(argv[4]).parent / ".dflash-backups")
+        return result
+
+
+def test_push_whose_backup_vanished_before_the_read_back_still_proves_the_write(model_dir):
+    (model_dir / "config.json").write_bytes(INCIDENT)
+    result = push_config(PruningAfterWrite(), parse_target(str(model_dir)), loaded(REFERENCE))
+    assert result.status is PushStatus.WRITTEN
+    assert result.readback is not None and result.readback.data == REFERENCE
+    assert result.diff is not None and result.diff.note == OLD_UNREADABLE
+    assert result.old_sha256 == hashlib.sha256(INCIDENT).hexdigest(), "hashed by the write"
 
 
 def test_dry_run_shows_the_diff_and_writes_nothing(local, model_dir):

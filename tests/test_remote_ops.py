@@ -297,8 +297,9 @@ def test_read_back_of_the_expected_bytes_is_one_plain_cat(flavour, bb_root, mode
     config = model_dir / "config.json"
     config.write_bytes(NEW)
     counting = CountingTransport(busybox_transport(bb_root) if flavour == "busybox" else None)
-    read = read_back(counting, str(config), NEW)
+    read, before = read_back(counting, str(config), NEW)
     assert read.present and read.data == NEW and read.sha256 == sha(NEW)
+    assert before is None
     assert counting.commands == [["cat", "--", str(config)]]
 
 
@@ -306,12 +307,29 @@ def test_read_back_that_finds_other_bytes_or_nothing_describes_what_is_there(mod
     config = model_dir / "config.json"
     config.write_bytes(OLD)
     counting = CountingTransport()
-    other = read_back(counting, str(config), NEW)
+    other, _ = read_back(counting, str(config), NEW)
     assert other.present and other.data == OLD and other.sha256 == sha(OLD)
     assert len(counting.commands) == 2, "a plain cat, then the full read that describes it"
     config.unlink()
-    missing = read_back(counting, str(config), NEW)
+    missing, _ = read_back(counting, str(config), NEW)
     assert missing.status is ReadStatus.MISSING
+
+
+def test_write_can_leave_the_old_bytes_for_the_read_back_to_bring(transport, model_dir):
+    # push's two execs: the write keeps the old file as a backup and does not send it; the
+    # read-back's one cat brings the backup's bytes and then the new file's.
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    outcome = write_remote_config(transport, str(config), NEW, send_old=False)
+    assert outcome.status is WriteStatus.WRITTEN
+    assert (outcome.old_data, outcome.old_present, outcome.old_sha256) == (None, True, sha(OLD))
+    assert outcome.backup_path == f"{model_dir}/.dflash-backups/{outcome.backup}"
+    read, before = read_back(transport, str(config), NEW, before=outcome.backup_path)
+    assert (read.data, before) == (NEW, OLD)
+    # Without a backup to read from (--keep-backups 0) the write sends them after all.
+    config.write_bytes(OLD)
+    sent = write_remote_config(transport, str(config), NEW, send_old=False, keep_backups=0)
+    assert sent.old_data == OLD
 
 
 # ---------------------------------------------------------------------------------------------

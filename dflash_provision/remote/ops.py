@@ -195,25 +195,31 @@ def read_back(
     expected: bytes,
     *,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
-) -> RemoteRead:
+    before: str | None = None,
+) -> tuple[RemoteRead, bytes | None]:
     """Read ``path`` back after a write, in a fresh exec: what any reader will now see.
 
     The common case needs no script: ``cat -- PATH`` on the login shell, the same single process
-    a plain ``ssh host cat`` costs, and the bytes are compared here. Anything else (cat failed,
+    a plain ``ssh host cat`` costs, and the bytes are compared here. ``before`` (the backup the
+    write kept) is read by the same cat, ahead of PATH: the bytes ahead of ``expected`` are its
+    bytes, returned second (None when they could not be told apart). Anything else (cat failed,
     other bytes) is described by a full read (one more exec, only then), so a failed read-back
     reports missing / permission denied / other bytes exactly as verify would.
     """
     check_remote_path(path)
-    result = transport.run(["cat", "--", path], stdin=None, timeout=timeout)
-    if result.exit_status == 0 and result.stdout == expected:
-        return RemoteRead(
+    files = [before, path] if before is not None else [path]
+    result = transport.run(["cat", "--", *files], stdin=None, timeout=timeout)
+    out = result.stdout
+    if result.exit_status == 0 and len(out) >= len(expected) and out.endswith(expected):
+        read = RemoteRead(
             path=path,
             status=ReadStatus.PRESENT,
-            data=result.stdout,
-            sha256=hashlib.sha256(result.stdout).hexdigest(),
-            size=len(result.stdout),
+            data=expected,
+            sha256=hashlib.sha256(expected).hexdigest(),
+            size=len(expected),
         )
-    return read_remote_config(transport, path, timeout=timeout, metadata=False)
+        return read, out[: len(out) - len(expected)] if before is not None else None
+    return read_remote_config(transport, path, timeout=timeout, metadata=False), None
 
 
 def _read_from_fields(path: str, parsed: _Parsed) -> RemoteRead:
@@ -311,10 +317,14 @@ class WriteOutcome:
 
     path: str
     status: WriteStatus
-    old_data: bytes | None = None  # the file's bytes before the write (None: there was none)
+    #: The file's bytes before the write: None when there was none, and when the script was
+    #: told not to send them (``send_old=False``: they are in the backup; see ``old_present``).
+    old_data: bytes | None = None
     #: Whether the script got as far as looking at the old file; if not, ``old_data`` None says
     #: nothing (e.g. the directory could not be entered).
     old_seen: bool = False
+    old_present: bool = False  # there was an old file
+    old_sha256: str | None = None  # its sha256, when the script hashed it
     #: What DEST holds after the script: the sha256 it verified in the temp file the rename put
     #: in place (the old file's when the rename did not happen). The proof from disk is the
     #: caller's separate read-back.
@@ -337,7 +347,14 @@ class WriteOutcome:
 
     @property
     def old_existed(self) -> bool:
-        return self.old_data is not None
+        return self.old_present
+
+    @property
+    def backup_path(self) -> str | None:
+        """Where the old file was kept (None: no backup taken, or it was removed)."""
+        if not self.backup or self.followed_symlink:
+            return None  # a followed symlink's backups live beside the file it points to
+        return f"{backup_dir(self.path)}/{self.backup}"
 
     def failure_text(self) -> str:
         """One line: which step failed and why, e.g. "step write failed (disk full): ..."."""
@@ -369,11 +386,14 @@ def write_remote_config(
     follow_symlinks: bool = False,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
     lock_timeout: float | None = None,
+    send_old: bool = True,
 ) -> WriteOutcome:
     """Replace ``path`` with ``data`` through the atomic write protocol (scripts/write.sh).
 
     One exec, ``data`` on stdin. Returns a WriteOutcome whatever the remote reported; raises only
-    for transport failures (unreachable, auth, timeout, container down).
+    for transport failures (unreachable, auth, timeout, container down). ``send_old=False``: a
+    write that kept a backup does not send the old bytes back (``old_data`` None; read them from
+    ``backup_path``, e.g. with read_back's ``before``), which saves the host a process.
     """
     check_remote_path(path)
     if keep_backups < 0:
@@ -391,6 +411,7 @@ def write_remote_config(
         # The backup's name: this machine's UTC time, as in the history (the script keeps names
         # in order should the host already hold a backup named after a later time).
         datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
+        "1" if send_old else "0",
     ]
     result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)
@@ -401,11 +422,15 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: _Parsed
     old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
     if f.get("result") == "unchanged" and result.exit_status == 0:
         old_data = data  # the script sends no bytes back: they are the ones we sent
+    if f.get("old_sent") == "0":
+        old_data = None  # left in the backup (send_old=False)
     durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
     common = {
         "path": path,
         "old_data": old_data,
         "old_seen": "old" in f,
+        "old_present": f.get("old") == "present",
+        "old_sha256": f.get("old_sha256") or None,
         "sha256_after": f.get("sha256_after") or None,
         "durability": durability,
         "backup": f.get("backup"),

@@ -1,7 +1,10 @@
 # dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one.
 #
-# Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S [STAMP]
-#            (STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name)
+# Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S
+#            [STAMP [SEND_OLD(1|0)]]
+#            STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name.
+#            SEND_OLD=0: after a write that kept a backup, do not send the old bytes (the caller
+#            reads them with its read-back, in the same process as the new file's bytes).
 # stdin:     exactly SIZE bytes whose sha256 is SHA256.
 #
 # Steps (the name is what a failure reports):
@@ -35,7 +38,7 @@
 #
 # Output lines "key value", then "data" and the OLD file's bytes to EOF (so the caller can show
 # a diff without another round trip; nothing after "data" when the result is "unchanged", since
-# the old bytes are then the caller's own). On any failure: "failed STEP REASON" and
+# the old bytes are then the caller's own, nor after a write with SEND_OLD=0 that kept a backup). On any failure: "failed STEP REASON" and
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
 # names the step.
 #
@@ -52,6 +55,7 @@ do_mkdir=$5
 follow=$6
 lock_timeout=$7
 stamp=${8:-}
+send_old=${9:-1}
 
 umask 022
 tmp=
@@ -79,13 +83,20 @@ finish() {
 	say "result $result"
 	# Drain unread input so the sender never blocks on a full pipe.
 	[ "$stdin_done" = 1 ] || cat >/dev/null 2>&1
+	if [ "$renamed" = 1 ] && [ -n "$backup" ] && [ "$keep" -gt 0 ] && [ "$send_old" != 1 ]; then
+		say "old_sent 0" # they are in the backup
+	fi
 	say data
 	flush
 	if [ "$result" = unchanged ]; then
 		: # the old bytes are the caller's own
 	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
-		cat "$bdir/$backup" 2>/dev/null
-		[ "$keep" -gt 0 ] || rm -f "$bdir/$backup"
+		if [ "$keep" -eq 0 ]; then
+			cat "$bdir/$backup" 2>/dev/null
+			rm -f "$bdir/$backup"
+		elif [ "$send_old" = 1 ]; then
+			cat "$bdir/$backup" 2>/dev/null
+		fi
 	elif [ "$old" = present ] && [ "$renamed" = 0 ]; then
 		cat "$dest" 2>/dev/null
 	fi
@@ -302,7 +313,6 @@ fi
 # (the temp file is still empty): then cat writes it and `sync` follows, globally if `sync FILE`
 # is not understood.
 file_sync=fsync
-flush # the steps so far, in case the input never comes
 if ! err=$(dd of="$tmp" bs=65536 conv=fsync 2>&1); then
 	err=${err%%"$nl"*} # the error; dd's statistics follow it
 	why=$(reason_of "$err")
