@@ -37,13 +37,14 @@
 # rename put in place (the old file's hash when the rename did not happen).
 #
 # Output lines "key value", then "data" and the OLD file's bytes to EOF (so the caller can show
-# a diff without another round trip; nothing after "data" when the result is "unchanged", since
-# the old bytes are then the caller's own, nor after a write with SEND_OLD=0 that kept a backup). On any failure: "failed STEP REASON" and
+# a diff without another round trip). Nothing follows "data" when the result is "unchanged" (the
+# old bytes are the caller's own), nor after a write with SEND_OLD=0 that kept a backup ("old_sent
+# 0": the caller's read-back brings them). On any failure: "failed STEP REASON" and
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
 # names the step.
 #
-# Cost: a drifted file costs stat (old file), flock, stat (temp file), dd, sha256sum, ln, mv,
-# sync and the cat of the old bytes, plus a rm when pruning; an unchanged one a stat and, when
+# Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv and sync, plus a rm
+# when pruning and the cat of the old bytes when SEND_OLD=1; an unchanged one a stat and, when
 # the size matches, a sha256sum. Each process is ~1 ms of a host's CPU, and a fleet command runs
 # this on every host at once.
 
