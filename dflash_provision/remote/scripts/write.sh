@@ -143,6 +143,19 @@ digits() {
 	digits=${digits%T*}${digits#*T}
 }
 
+# quietly CMD...: run CMD with its stderr in the scratch file $errf rather than in a command
+# substitution: the shell then starts CMD with a vfork instead of forking a subshell first. On
+# failure $err holds the first line of what CMD said; when even the scratch file could not be
+# written (a full disk), CMD runs again in a subshell that captures it. Only for commands that
+# may run twice when they failed once (ln, cp, mv).
+quietly() {
+	"$@" 2>"$errf" && return 0
+	err=
+	read -r err <"$errf" 2>/dev/null
+	[ -z "$err" ] || return 1
+	err=$("$@" 2>&1)
+}
+
 say "dflash-write 1"
 
 # --- args -------------------------------------------------------------------------------------
@@ -219,6 +232,8 @@ say "old $old"
 if [ ! -d "$bdir" ]; then
 	err=$(mkdir "$bdir" 2>&1) || [ -d "$bdir" ] || fail_tool lock 11 "create $bdir" "$err"
 fi
+# Scratch file for the messages of the tools below (see quietly), kept beside the lock.
+errf=$bdir/$base.out
 if command -v flock >/dev/null; then
 	lockfile=$bdir/$base.lock
 	# A failed redirection on "exec" would end this shell: try it on a regular builtin first
@@ -330,24 +345,20 @@ stdin_done=1
 
 # --- verify -----------------------------------------------------------------------------------
 # One sha256sum for the temp file and the old one (as it is now, under the lock; its hash goes
-# into the history), read in that order. GNU sha256sum marks a
-# line whose name it had to escape with a leading backslash.
-if [ "$old" = present ]; then
-	hashes=$(sha256sum "$tmp" "$dest" 2>/dev/null)
-else
-	hashes=$(sha256sum "$tmp" 2>/dev/null)
-fi
-hash=${hashes%%"$nl"*}
-hash=${hash#\\}
-hash=${hash%% *}
+# into the history), read in that order from the scratch file. GNU sha256sum marks a line whose
+# name it had to escape with a leading backslash.
+hash=
 old_hash=
-case $hashes in
-*"$nl"*)
-	old_hash=${hashes#*"$nl"}
-	old_hash=${old_hash#\\}
-	old_hash=${old_hash%% *}
-	;;
-esac
+if [ "$old" = present ]; then
+	sha256sum "$tmp" "$dest" >"$errf" 2>/dev/null
+else
+	sha256sum "$tmp" >"$errf" 2>/dev/null
+fi
+{
+	read -r hash _ && read -r old_hash _
+} <"$errf" 2>/dev/null
+hash=${hash#\\}
+old_hash=${old_hash#\\}
 if [ "$hash" != "$want_sha" ]; then
 	size=$(stat -c %s "$tmp" 2>/dev/null)
 	[ -z "$size" ] || [ "$size" = "$want_size" ] ||
@@ -400,8 +411,8 @@ if [ "$old" = present ]; then
 		while [ ${#n} -lt 3 ]; do n=0$n; done
 		backup=$base.$stamp.$n
 	fi
-	if ! err=$(ln "$dest" "$bdir/$backup" 2>&1); then
-		err=$(cp -p "$dest" "$bdir/$backup" 2>&1) || {
+	if ! quietly ln "$dest" "$bdir/$backup"; then
+		quietly cp -p "$dest" "$bdir/$backup" || {
 			rm -f "$bdir/$backup"
 			backup=
 			fail_tool backup 20 "keep a backup of $dest in $bdir" "$err"
@@ -411,7 +422,7 @@ if [ "$old" = present ]; then
 fi
 
 # --- rename -----------------------------------------------------------------------------------
-err=$(mv -f "$tmp" "$dest" 2>&1) || fail_tool rename 21 "rename the new file over $dest" "$err"
+quietly mv -f "$tmp" "$dest" || fail_tool rename 21 "rename the new file over $dest" "$err"
 if [ -e "$tmp" ]; then
 	# mv said yes and did nothing: the old file is still there (under our lock).
 	say "sha256_after ${old_hash:-none}"
@@ -425,7 +436,7 @@ say "sha256_after $want_sha"
 # "sync DIR" fsyncs the directory with coreutils >= 8.24 and busybox >= 1.24. Older coreutils
 # print "ignoring all arguments" and sync everything; others reject the argument: both are a
 # global sync, and reported as one.
-if err=$(sync "$dir" 2>&1) && [ -z "$err" ]; then
+if sync "$dir" 2>"$errf" && [ ! -s "$errf" ]; then
 	dir_sync=fsync
 else
 	sync
