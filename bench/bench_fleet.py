@@ -343,6 +343,10 @@ def main() -> None:
                     args.pairs, lambda: bench.seed(n, REFERENCE),
                     lambda: bench.minimal(n, None), lambda: bench.audit_core(n),
                 ),
+                "audit core (drifted)": paired_ratios(
+                    args.pairs, lambda: bench.seed(n, INCIDENT),
+                    lambda: bench.minimal(n, None), lambda: bench.audit_core(n),
+                ),
                 "push core": paired_ratios(
                     args.pairs, lambda: bench.seed(n, INCIDENT),
                     lambda: bench.minimal(n, REFERENCE), lambda: bench.push_core(n),
