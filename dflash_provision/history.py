@@ -327,22 +327,71 @@ class HistoryStore:
         status: str | None = None,
         limit: int | None = 50,
     ) -> list[HistoryEntry]:
-        """Newest first. ``limit=None`` returns everything."""
+        """Newest first. ``limit=None`` returns everything.
+
+        ``host`` names a machine the way a user would (see same_machine): ``gpu1`` finds rows
+        recorded as ``gpu1`` (fleet commands, inventory names), ``root@gpu1`` and
+        ``root@gpu1:2222`` (push and rollback, which name the login) and ``gpu1/lxc:c1`` (its
+        containers).
+        """
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("host", host), ("op", op), ("status", status)):
+        for column, value in (("op", op), ("status", status)):
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
+        if host is not None:
+            # A cheap pre-filter in SQL; same_machine decides.
+            clauses.append("host LIKE ? ESCAPE '\\'")
+            params.append(f"%{_like_escaped(_machine_of(host)[0])}%")
         sql = "SELECT * FROM events"
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY id DESC"
-        if limit is not None:
-            sql += " LIMIT ?"
-            params.append(limit)
-        rows = self._conn().execute(sql, params).fetchall()
-        return [HistoryEntry(**dict(row)) for row in rows]
+        entries: list[HistoryEntry] = []
+        for row in self._conn().execute(sql, params):
+            if host is not None and not same_machine(row["host"], host):
+                continue
+            entries.append(HistoryEntry(**dict(row)))
+            if limit is not None and len(entries) >= limit:
+                break
+        return entries
+
+
+def same_machine(recorded: str, wanted: str) -> bool:
+    """Whether the host column ``recorded`` is on the machine ``wanted`` names.
+
+    Both are read as ``[user@]machine[:port][/container]``. The login and port of ``wanted``
+    count only when given, and so does its container: ``gpu1`` covers ``root@gpu1:22`` and
+    ``gpu1/lxc:c1``; ``gpu1/lxc:c1`` covers only that container.
+    """
+    if recorded == wanted:
+        return True
+    have_machine, have_user, have_port, have_container = _machine_of(recorded)
+    want_machine, want_user, want_port, want_container = _machine_of(wanted)
+    return (
+        have_machine == want_machine
+        and want_user in (None, have_user)
+        and want_port in (None, have_port)
+        and want_container in (None, have_container)
+    )
+
+
+def _machine_of(host: str) -> tuple[str, str | None, str | None, str | None]:
+    """(machine, user, port, container) of ``[user@]machine[:port][/container]``."""
+    where, slash, container = host.partition("/")
+    user, at, machine = where.rpartition("@")
+    port: str | None = None
+    if machine.startswith("[") and "]" in machine:  # [v6::addr]:port
+        inside, _, rest = machine[1:].partition("]")
+        machine, port = inside, rest[1:] or None
+    elif machine.count(":") == 1:
+        machine, port = machine.split(":")
+    return machine, user if at else None, port, container if slash else None
+
+
+def _like_escaped(text: str) -> str:
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 @dataclass

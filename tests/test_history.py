@@ -84,6 +84,29 @@ def test_query_filters_by_host_and_limits_newest_first(store):
     assert len(store.query(limit=None)) == 5
 
 
+def test_host_filter_finds_a_machine_however_each_command_named_it(store):
+    # push and rollback name the login (root@gpu1), fleet commands the inventory name (gpu1).
+    for host in ("root@gpu1", "root@gpu1:2222", "gpu1/lxc:c1", "gpu1", "alice@gpu1", "gpu10"):
+        store.record_finish(store.record_start("push", host, "/m/config.json"), status="ok")
+    assert {e.host for e in store.query(host="gpu1")} == {
+        "root@gpu1",
+        "root@gpu1:2222",
+        "gpu1/lxc:c1",
+        "gpu1",
+        "alice@gpu1",
+    }
+    assert {e.host for e in store.query(host="root@gpu1")} == {"root@gpu1", "root@gpu1:2222"}
+    assert [e.host for e in store.query(host="gpu1/lxc:c1")] == ["gpu1/lxc:c1"]
+    assert [e.host for e in store.query(host="gpu1:2222")] == ["root@gpu1:2222"]
+
+
+def test_host_filter_takes_sql_wildcards_literally(store):
+    for host in ("h_1", "hx1", "[fe80::1]:22"):
+        store.record_finish(store.record_start("push", host, "/m/config.json"), status="ok")
+    assert [e.host for e in store.query(host="h_1")] == ["h_1"]
+    assert [e.host for e in store.query(host="fe80::1")] == ["[fe80::1]:22"]
+
+
 def test_audit_records_are_written_in_one_batch(store):
     records = [
         AuditRecord(f"h{i:02d}", "/m/config.json", "drifted" if i % 3 else "in_sync", "ab", "", 0.1)

@@ -10,7 +10,13 @@ from dflash_provision.cli._render import echo_rich
 
 
 @click.command("history")
-@click.option("--host", "host", metavar="HOST", help="Only this host (its inventory name).")
+@click.option(
+    "--host",
+    "host",
+    metavar="HOST",
+    help="Only this machine: an inventory name or SSH host (covers every login, port and "
+    "container recorded on it; USER@HOST, HOST:PORT or HOST/lxc:NAME narrow it).",
+)
 @click.option("--op", type=click.Choice(["push", "repair", "rollback", "audit", "verify"]))
 @click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of records).")
