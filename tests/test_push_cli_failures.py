@@ -24,6 +24,8 @@ codes; see dflash_provision.testbed.lxc.emulator_scripts). The busybox container
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -288,6 +290,20 @@ def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(
     # Recorded: the next run needs no flag.
     verify = cli.run("verify", f"h01:{model}", "--from", REF, *args[4:])
     assert verify.returncode == 0, verify.stderr
+
+
+def test_history_host_finds_a_push_made_as_user_at_host(hosts: Fleet, cli: Cli, model: str) -> None:
+    seed(in_root(hosts.host("h01"), model))
+    seed(in_root(hosts.host("h02"), model))
+    for spec in (f"root@h01:{model}", f"h02:{model}"):
+        pushed = cli.run("push", spec, "--from", REF, *ssh_args(hosts))
+        assert pushed.returncode == 0, pushed.stderr
+    shown = cli.run("history", "--json", "--host", "h01")
+    assert shown.returncode == 0, shown.stderr
+    rows = json.loads(shown.stdout)
+    assert [(r["op"], r["host"], r["status"]) for r in rows] == [("push", "root@h01", "written")]
+    assert rows[0]["sha256_after"] == hashlib.sha256(REFERENCE).hexdigest()
+    assert rows[0]["sha256_before"] == hashlib.sha256(INCIDENT).hexdigest()
 
 
 def test_changed_host_key_exits_auth_even_with_accept_new_and_writes_nothing(
