@@ -10,13 +10,8 @@ import pytest
 
 from dflash_provision.cli.audit import authority_loader
 from dflash_provision.errors import AuthError, UnreachableError
-from dflash_provision.fleet import (
-    FleetRun,
-    HostStatus,
-    _Memo,
-    audit,
-    classify_exception,
-)
+from dflash_provision.fleet import FleetRun, HostStatus, audit, classify_exception
+from dflash_provision.fleet.run import Memo
 from dflash_provision.inventory import DrafterSpec, FleetMember
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
@@ -87,7 +82,7 @@ def test_connection_failure_reasons_map_to_distinct_statuses():
 
 
 def test_memo_computes_once_per_key_across_threads():
-    memo = _Memo()
+    memo = Memo()
     calls: list[str] = []
     gate = threading.Event()
 

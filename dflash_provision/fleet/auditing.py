@@ -1,0 +1,166 @@
+"""Audit: read every host's config in parallel and classify it (one connection, one exec each)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from typing import TYPE_CHECKING
+
+from dflash_provision.errors import DflashProvisionError
+from dflash_provision.fleet.classify import classify_exception
+from dflash_provision.fleet.results import HostAudit, HostStatus
+from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun, TransportOpener
+from dflash_provision.inventory import FleetMember
+
+if TYPE_CHECKING:
+    from dflash_provision.history import HistoryStore
+    from dflash_provision.remote.ops import RemoteRead
+    from dflash_provision.transport.options import SshOptions
+
+DEFAULT_WORKERS = 64
+
+AuditProgress = Callable[[HostAudit], None]
+
+
+def _new_audit(run: FleetRun, member: FleetMember) -> HostAudit:
+    authority = run.authority(member)
+    return HostAudit(
+        name=member.name,
+        group=member.group,
+        target=member.target.display(),
+        path=member.target.config_path,
+        status=HostStatus.ERROR,
+        detail="",
+        authority=authority.label,
+        expected_sha256=authority.sha256,
+    )
+
+
+def audit_on(
+    run: FleetRun,
+    member: FleetMember,
+    transport: CountingTransport,
+    started: float,
+    read: RemoteRead | None = None,
+) -> HostAudit:
+    """Read the member's file (unless ``read`` is given: a read already made) and classify it."""
+    from dflash_provision.remote.ops import read_remote_config
+
+    audit = _new_audit(run, member)
+    execs_before = transport.execs
+    t0 = time.monotonic()
+    try:
+        if read is None:
+            read = read_remote_config(
+                transport, member.target.config_path, timeout=run.command_timeout, metadata=False
+            )
+    except DflashProvisionError as exc:
+        audit.timings.read_s = time.monotonic() - t0
+        audit.status, audit.detail = classify_exception(
+            exc, waited_s=audit.timings.read_s, timeout_s=run.handshake_timeout
+        )
+    except Exception as exc:  # a bug must not abort the other hosts' audits: report it here
+        audit.timings.read_s = time.monotonic() - t0
+        audit.status, audit.detail = HostStatus.ERROR, internal_error(exc)
+    else:
+        audit.timings.read_s = time.monotonic() - t0
+        t1 = time.monotonic()
+        try:
+            _classify_read(run, member, read, audit)
+        except Exception as exc:
+            audit.status, audit.detail = HostStatus.ERROR, internal_error(exc)
+        audit.timings.classify_s = time.monotonic() - t1
+    audit.execs = transport.execs - execs_before
+    audit.timings.total_s = time.monotonic() - started
+    return audit
+
+
+def internal_error(exc: BaseException) -> str:
+    return f"internal error ({type(exc).__name__}: {exc}); please report it"
+
+
+def _classify_read(run: FleetRun, member: FleetMember, read: RemoteRead, audit: HostAudit) -> None:
+    from dflash_provision.remote.ops import ReadStatus
+
+    if read.status is ReadStatus.PRESENT and read.data is not None and read.sha256:
+        audit.sha256 = read.sha256
+        verdict = run.verdict(read.data, read.sha256, run.authority(member))
+        audit.status, audit.detail = verdict.status, verdict.detail
+        audit.diff, audit.findings = list(verdict.diff), list(verdict.findings)
+    elif read.status is ReadStatus.MISSING:
+        audit.status, audit.detail = HostStatus.MISSING, f"{read.path}: no such file"
+    elif read.status is ReadStatus.DIR_MISSING:
+        audit.status = HostStatus.MISSING
+        audit.detail = f"{member.target.model_dir}: model directory does not exist"
+    elif read.status is ReadStatus.PERMISSION_DENIED:
+        audit.status, audit.detail = HostStatus.PERMISSION_DENIED, read.describe()
+    else:
+        audit.status, audit.detail = HostStatus.ERROR, read.describe()
+
+
+def audit_host(run: FleetRun, member: FleetMember) -> HostAudit:
+    """Audit one member on its own connection (opened and closed here)."""
+    started = time.monotonic()
+    transport = run.open(member)
+    try:
+        return audit_on(run, member, transport, started)
+    finally:
+        transport.close()
+
+
+def audit(
+    members: Sequence[FleetMember],
+    authority_for: AuthorityFor,
+    *,
+    workers: int = DEFAULT_WORKERS,
+    ssh_options: SshOptions | None = None,
+    progress: AuditProgress | None = None,
+    history: HistoryStore | None = None,
+    open_transport: TransportOpener | None = None,
+    run: FleetRun | None = None,
+) -> list[HostAudit]:
+    """Audit every member in parallel; results come back in the members' order.
+
+    ``progress`` is called in the calling thread as each host finishes. With ``history`` every
+    result is recorded (one transaction for the whole fleet).
+    """
+    run = run or FleetRun(authority_for, ssh_options=ssh_options, open_transport=open_transport)
+    resolve_authorities(run, members)
+    results: dict[str, HostAudit] = {}
+    with ThreadPoolExecutor(
+        max_workers=pool_size(workers, members), thread_name_prefix="audit"
+    ) as pool:
+        futures = {pool.submit(audit_host, run, m): m for m in members}
+        for future in as_completed(futures):
+            result = future.result()
+            results[result.name] = result
+            if progress is not None:
+                progress(result)
+    ordered = [results[m.name] for m in members]
+    if history is not None:
+        record_audits(history, ordered)
+    return ordered
+
+
+def pool_size(workers: int, members: Sequence[FleetMember]) -> int:
+    return max(1, min(workers, len(members)))
+
+
+def resolve_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
+    # Sequentially and up front: a Hub error stops the run before any host is touched, and
+    # workers never wait on each other's Hub requests.
+    for member in members:
+        run.authority(member)
+
+
+def record_audits(history: HistoryStore, audits: Sequence[HostAudit], op: str = "audit") -> None:
+    from dflash_provision.history import AuditRecord
+
+    history.record_audits(
+        [
+            AuditRecord(a.name, a.path, a.status.value, a.sha256, a.detail, a.timings.total_s)
+            for a in audits
+        ],
+        op=op,
+    )

@@ -1,0 +1,179 @@
+"""State shared by the workers of one audit or repair: authoritative configs, verdicts, counters."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.fleet.results import HostStatus
+from dflash_provision.inventory import DrafterSpec, FleetMember
+from dflash_provision.sources import LoadedConfig
+from dflash_provision.transport.base import CommandResult, Transport
+
+if TYPE_CHECKING:
+    from dflash_provision.transport.options import SshOptions
+
+AuthorityFor = Callable[[FleetMember], LoadedConfig]
+TransportOpener = Callable[[FleetMember], Transport]
+
+
+class Memo:
+    """Compute a value once per key, even when many threads ask at the same time."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._futures: dict[Any, Future[Any]] = {}
+
+    def get(self, key: Any, compute: Callable[[], Any]) -> Any:
+        with self._lock:
+            future = self._futures.get(key)
+            owner = future is None
+            if future is None:
+                future = Future()
+                self._futures[key] = future
+        if owner:
+            try:
+                future.set_result(compute())
+            except BaseException as exc:
+                future.set_exception(exc)
+        return future.result()
+
+    def __len__(self) -> int:
+        return len(self._futures)
+
+
+@dataclass(frozen=True)
+class Authority:
+    label: str
+    data: bytes
+    sha256: str
+    doc: Any
+
+
+@dataclass(frozen=True)
+class Verdict:
+    status: HostStatus
+    detail: str
+    diff: tuple[str, ...] = ()
+    findings: tuple[dict[str, str], ...] = ()
+
+
+class CountingTransport(Transport):
+    """Counts the commands run through it (the benchmark's "round trips per host")."""
+
+    def __init__(self, inner: Transport) -> None:
+        self.inner = inner
+        self.description = inner.description
+        self.execs = 0
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0
+    ) -> CommandResult:
+        self.execs += 1
+        return self.inner.run(argv, stdin=stdin, timeout=timeout)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class FleetRun:
+    """State shared by the workers of one audit or repair: authorities and verdict caches."""
+
+    def __init__(
+        self,
+        authority_for: AuthorityFor,
+        *,
+        ssh_options: SshOptions | None = None,
+        open_transport: TransportOpener | None = None,
+        command_timeout: float | None = None,
+    ) -> None:
+        self.authority_for = authority_for
+        self._ssh_options = ssh_options
+        self._open = open_transport
+        self.command_timeout = command_timeout or (
+            ssh_options.command_timeout if ssh_options is not None else 60.0
+        )
+        self._authorities = Memo()
+        self._verdicts = Memo()
+        # The shortest wait after which a silent host counts as timed out (see classify_exception).
+        self.handshake_timeout = (
+            min(ssh_options.connect_timeout, ssh_options.banner_timeout)
+            if ssh_options is not None
+            else None
+        )
+        self._cpu_lock = threading.Lock()
+        self.validations = 0  # how many times validate_config ran (tests, benchmark)
+
+    def authority(self, member: FleetMember) -> Authority:
+        def load() -> Authority:
+            loaded = self.authority_for(member)
+            return Authority(
+                loaded.label,
+                loaded.data,
+                hashlib.sha256(loaded.data).hexdigest(),
+                json.loads(loaded.data),
+            )
+
+        key: DrafterSpec | str = member.source if member.source.is_set else member.name
+        result: Authority = self._authorities.get(key, load)
+        return result
+
+    def open(self, member: FleetMember) -> CountingTransport:
+        if self._open is not None:
+            return CountingTransport(self._open(member))
+        from dflash_provision.transport.factory import open_transport
+
+        return CountingTransport(open_transport(member.target, self._ssh_options))
+
+    def verdict(self, data: bytes, sha256: str, authority: Authority) -> Verdict:
+        if sha256 == authority.sha256:
+            return Verdict(HostStatus.IN_SYNC, "matches " + authority.label)
+        result: Verdict = self._verdicts.get(
+            (sha256, authority.sha256), lambda: self._judge(data, authority)
+        )
+        return result
+
+    def _judge(self, data: bytes, authority: Authority) -> Verdict:
+        from dflash_provision.validate import validate_config
+
+        # The counter needs the lock; validation itself is thread-safe (effective.py serialises
+        # the transformers import) and runs once per distinct file thanks to the verdict cache.
+        with self._cpu_lock:
+            self.validations += 1
+        report = validate_config(data, label="host file", effective=True)
+        findings = tuple(f.to_dict() for f in report.errors)
+        by_layer = {f.layer for f in report.errors}
+        if by_layer & {"parse", "schema"}:
+            return Verdict(
+                HostStatus.INVALID, _first(report.errors, {"parse", "schema"}), (), findings
+            )
+        if "effective" in by_layer:
+            # The file may also break an invariant; what the loader does to it is the sharper fact.
+            return Verdict(
+                HostStatus.LOADER_NORMALISED, _first(report.errors, {"effective"}), (), findings
+            )
+        if by_layer:
+            return Verdict(HostStatus.INVALID, _first(report.errors, by_layer), (), findings)
+        from dflash_provision.diff import render_changes, semantic_diff
+
+        doc = json.loads(data)
+        lines = tuple(render_changes(semantic_diff(doc, authority.doc)))  # thread-safe
+        if not lines:
+            return Verdict(
+                HostStatus.IN_SYNC, "same values as the authoritative config (formatting differs)"
+            )
+        more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
+        return Verdict(HostStatus.DRIFTED, lines[0] + more, lines)
+
+
+def _first(errors: Sequence[Any], layers: set[str]) -> str:
+    chosen = [f for f in errors if f.layer in layers]
+    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
+    head = chosen[0]
+    where = f"{head.path}: " if head.path and not head.message.startswith(head.path) else ""
+    return f"{head.layer}: {where}{head.message}{more}"
