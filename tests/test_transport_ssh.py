@@ -485,8 +485,11 @@ def test_silent_port_is_a_banner_timeout_even_when_the_handshake_wait_runs_out_f
     # happens before the banner timeout fires (the race the CLI used to lose about 1 run in 3),
     # the next call fails with "No existing session". Force that order here.
     import dflash_provision.transport.ssh as ssh_module
+    import dflash_provision.transport.ssh_errors as ssh_errors
 
-    monkeypatch.setattr(ssh_module, "_handshake_budget", lambda opts: 0.5)
+    # The wait the transport gives start_client() and the one the error message names.
+    for module in (ssh_module, ssh_errors):
+        monkeypatch.setattr(module, "handshake_budget", lambda opts: 0.5)
     with BlackholeHost("127.0.0.1") as hole:
         started = time.monotonic()
         with pytest.raises(UnreachableError) as caught:

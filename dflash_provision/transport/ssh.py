@@ -8,283 +8,51 @@ followed). ProxyCommand is not supported. Precedence is OpenSSH's: what the targ
 
 One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
 
-Per process, the ssh_config file (and each host's lookup in it), known_hosts files and private
-keys are parsed once per version of the file (see _FileCache): a fleet of N hosts would otherwise
-re-parse them N times (known_hosts parsing is quadratic in its length in paramiko). A file that
-changes (an edit, an accept-new append) is read again by the next connection. TCP_NODELAY is set
-on every connection (see _tcp_connect).
+The pieces around it: ssh_endpoint.py applies ~/.ssh/config, ssh_files.py caches the parsed
+ssh_config, known_hosts and key files per process (once per version of each file),
+ssh_hostkeys.py checks host keys, ssh_errors.py turns paramiko's failures into one-line errors.
+TCP_NODELAY is set on every connection (see _tcp_connect).
 
 Each ``run`` opens one exec channel, no PTY, runs ``shlex.join(argv)`` in the remote user's
-shell, writes stdin then EOF, drains stdout and stderr concurrently and returns the exit status.
+shell, writes stdin then EOF, reads stdout and stderr (one loop) and returns the exit status.
 """
 
 from __future__ import annotations
 
-import getpass
-import hashlib
 import logging
-import os
 import shlex
 import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
 
 import paramiko
 
-from dflash_provision.errors import AuthError, RemoteStepFailed, UnreachableError, UsageError
+from dflash_provision.errors import RemoteStepFailed, UnreachableError
 from dflash_provision.transport.base import CommandResult, Transport
-from dflash_provision.transport.options import SshOptions, default_known_hosts_path
+from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.ssh_endpoint import Endpoint, parse_jump, resolve_endpoint
+from dflash_provision.transport.ssh_errors import (
+    handshake_budget,
+    handshake_phase,
+    map_connect_error,
+    reason_text,
+)
+from dflash_provision.transport.ssh_files import cached_key
+from dflash_provision.transport.ssh_hostkeys import AcceptNew, RejectUnknown, add_known_keys
+
+__all__ = ["SshTransport", "resolve_endpoint"]
 
 # paramiko's transport thread logs tracebacks (e.g. a banner timeout) at ERROR; without a handler
 # Python prints them on stderr. We turn those failures into one-line errors instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
-DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
 _POLL_S = 0.2  # how often blocked channel reads/writes look at the deadline
 _CHUNK = 64 * 1024
 # Input up to this size is sent before the output is read (the channel window is 2 MiB).
 _INLINE_STDIN = 512 * 1024
 # OpenSSH's ssh exits 255 when the remote command died by a signal; paramiko drops exit-signal.
 _NO_EXIT_STATUS = 255
-
-
-@dataclass(frozen=True)
-class Endpoint:
-    """One SSH server after applying ssh_config: where to connect and as whom."""
-
-    alias: str  # what the user typed, for messages
-    hostname: str
-    port: int
-    user: str
-    identity_files: tuple[str, ...]
-    identities_only: bool
-    known_hosts_path: str
-    proxy_jump: tuple[str, ...]
-
-    @property
-    def label(self) -> str:
-        where = self.hostname if self.hostname == self.alias else f"{self.alias} ({self.hostname})"
-        return f"{self.user}@{where} port {self.port}"
-
-    @property
-    def known_hosts_name(self) -> str:
-        """The name the host key is filed under, as OpenSSH writes it."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
-
-
-def resolve_endpoint(
-    host: str, *, user: str | None, port: int | None, options: SshOptions
-) -> Endpoint:
-    """Apply the ssh_config file to ``host`` (an alias or a real name)."""
-    entry: dict[str, object] = {}
-    if options.ssh_config_path and os.path.isfile(options.ssh_config_path):
-        try:
-            entry = _SSH_CONFIGS.get(options.ssh_config_path).lookup(host)
-        except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
-            raise UsageError(f"cannot read ssh config {options.ssh_config_path}: {exc}") from None
-    hostname = str(entry.get("hostname") or host)
-    config_port = str(entry.get("port") or "22")
-    if port is None and not config_port.isdigit():
-        raise UsageError(f"ssh config: bad Port {config_port!r} for {host}")
-    resolved_port = port if port is not None else int(config_port)
-    resolved_user = user or str(entry.get("user") or "") or getpass.getuser()
-    identities_only = (
-        options.identities_only or str(entry.get("identitiesonly", "")).lower() == "yes"
-    )
-    raw_keys = cast("list[str]", entry.get("identityfile") or [])  # paramiko gives a list
-    config_keys = [os.path.expanduser(p) for p in raw_keys]
-    keys = [os.path.expanduser(p) for p in options.identity_files] + config_keys
-    if not identities_only:
-        keys += [os.path.expanduser(f"~/.ssh/{name}") for name in DEFAULT_KEY_NAMES]
-    existing = tuple(dict.fromkeys(k for k in keys if os.path.isfile(k)))
-    known_hosts = options.known_hosts_path
-    if known_hosts is None:
-        config_known = str(entry.get("userknownhostsfile") or "").split()
-        known_hosts = (
-            os.path.expanduser(config_known[0]) if config_known else default_known_hosts_path()
-        )
-    jump = str(entry.get("proxyjump") or "")
-    hops = (
-        ()
-        if jump.lower() in ("", "none")
-        else tuple(h.strip() for h in jump.split(",") if h.strip())
-    )
-    return Endpoint(
-        alias=host,
-        hostname=hostname,
-        port=resolved_port,
-        user=resolved_user,
-        identity_files=existing,
-        identities_only=identities_only,
-        known_hosts_path=known_hosts,
-        proxy_jump=hops,
-    )
-
-
-# -- per-process caches of the files every connection reads ------------------------------------
-
-_T = TypeVar("_T")
-_Stamp = bytes | None
-
-
-def _stamp(path: str) -> _Stamp:
-    """What identifies one version of a file: the sha256 of its bytes (None when it does not
-    exist). Reading and hashing a few kilobytes costs microseconds; parsing is what costs. Unlike
-    size + mtime, a digest cannot miss an in-place rewrite of the same length within one clock
-    tick (known_hosts lines for one key type all have the same length)."""
-    try:
-        with open(path, "rb") as handle:
-            return hashlib.sha256(handle.read()).digest()
-    except FileNotFoundError:
-        return None
-
-
-class _FileCache(Generic[_T]):
-    """``parse(path)`` once per version of the file(s) it depends on, shared by all threads.
-
-    ``depends(path)`` lists the files whose versions decide the value (default: ``path``).
-    Parsing happens under the lock so a fleet's first N connections do not all parse at once;
-    the stamp is taken before parsing, so a file that changes meanwhile is parsed again next time
-    (a file whose bytes change in between is parsed at least as new as its stamp).
-    """
-
-    def __init__(
-        self,
-        parse: Callable[[str], _T],
-        depends: Callable[[str], tuple[str, ...]] | None = None,
-    ) -> None:
-        self._parse = parse
-        self._depends = depends or (lambda path: (path,))
-        self._lock = threading.Lock()
-        self._entries: dict[str, tuple[tuple[_Stamp, ...], _T]] = {}
-
-    def get(self, path: str) -> _T:
-        stamps = tuple(_stamp(p) for p in self._depends(path))
-        with self._lock:
-            hit = self._entries.get(path)
-            if hit is not None and hit[0] == stamps:
-                return hit[1]
-            value = self._parse(path)
-            self._entries[path] = (stamps, value)
-            return value
-
-    def clear(self) -> None:
-        with self._lock:
-            self._entries.clear()
-
-
-class _ParsedSshConfig:
-    """One ssh_config file, with each host's lookup remembered (a config with one block per host
-    makes every lookup walk the whole file)."""
-
-    def __init__(self, path: str) -> None:
-        self._config = paramiko.SSHConfig.from_path(path)
-        self._lock = threading.Lock()
-        self._lookups: dict[str, dict[str, object]] = {}
-
-    def lookup(self, host: str) -> dict[str, object]:
-        with self._lock:
-            entry = self._lookups.get(host)
-            if entry is None:
-                entry = dict(self._config.lookup(host))
-                self._lookups[host] = entry
-        # A copy with copied lists: callers may not change what other threads read.
-        return {k: list(v) if isinstance(v, list) else v for k, v in entry.items()}
-
-
-def _load_private_key(path: str) -> paramiko.PKey | None:
-    """The key (with its ``-cert.pub`` certificate, as paramiko loads it), or None when it cannot
-    be loaded without a passphrase or is of an unknown type: paramiko then tries the file itself,
-    as before, and reports what is wrong with it."""
-    try:
-        return paramiko.PKey.from_path(path)
-    except (OSError, ValueError, TypeError, paramiko.SSHException):
-        return None
-
-
-_SSH_CONFIGS: _FileCache[_ParsedSshConfig] = _FileCache(_ParsedSshConfig)
-_KNOWN_HOSTS: _FileCache[paramiko.HostKeys] = _FileCache(paramiko.HostKeys)
-_PRIVATE_KEYS: _FileCache[paramiko.PKey | None] = _FileCache(
-    _load_private_key, depends=lambda path: (path, path + "-cert.pub")
-)
-
-
-def _cached_key(path: str) -> paramiko.PKey | None:
-    try:
-        return _PRIVATE_KEYS.get(path)
-    except OSError:
-        return None  # unreadable: paramiko tries the file and reports it as before
-
-
-def clear_caches() -> None:
-    """Forget every parsed ssh_config, known_hosts and key file (tests)."""
-    for cache in (_SSH_CONFIGS, _KNOWN_HOSTS, _PRIVATE_KEYS):
-        cache.clear()
-
-
-def _add_known_keys(client: paramiko.SSHClient, endpoint: Endpoint) -> None:
-    """Give ``client`` the known_hosts keys filed for this endpoint (paramiko's own check then
-    compares them with the server's key exactly as after load_host_keys)."""
-    if not os.path.isfile(endpoint.known_hosts_path):
-        return
-    name = endpoint.known_hosts_name
-    found = _KNOWN_HOSTS.get(endpoint.known_hosts_path).lookup(name)
-    if found:
-        keys = client.get_host_keys()
-        for key_type, key in found.items():
-            keys.add(name, key_type, key)
-
-
-def parse_jump(hop: str, endpoint: Endpoint) -> tuple[str, str | None, int | None]:
-    """``[user@]host[:port]`` (host may be ``[v6]``) -> (host, user, port)."""
-    user, _, rest = hop.rpartition("@")
-    port_text = ""
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail.startswith(":"):
-            port_text = tail[1:]
-    else:
-        host, _, port_text = rest.partition(":")
-    if not host or (port_text and not port_text.isdigit()):
-        raise UsageError(f"ssh config: bad ProxyJump hop {hop!r} for {endpoint.alias}")
-    return host, user or None, int(port_text) if port_text else None
-
-
-class _UnknownHostKey(paramiko.SSHException):
-    pass
-
-
-class _RejectUnknown(paramiko.MissingHostKeyPolicy):
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        raise _UnknownHostKey(hostname)
-
-
-class _AcceptNew(paramiko.MissingHostKeyPolicy):
-    """Record an unknown host's key by appending one line to known_hosts (OpenSSH accept-new).
-
-    Appending (rather than paramiko's save_host_keys rewrite) keeps the user's comments, hashed
-    entries and markers intact.
-    """
-
-    def __init__(self, path: str) -> None:
-        self.path = path
-
-    def missing_host_key(
-        self, client: paramiko.SSHClient, hostname: str, key: paramiko.PKey
-    ) -> None:
-        client.get_host_keys().add(hostname, key.get_name(), key)
-        directory = os.path.dirname(self.path)
-        if directory:
-            os.makedirs(directory, mode=0o700, exist_ok=True)
-        line = f"{hostname} {key.get_name()} {key.get_base64()}\n"
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-        with os.fdopen(fd, "a", encoding="ascii") as handle:
-            handle.write(line)
 
 
 class SshTransport(Transport):
@@ -359,7 +127,7 @@ class SshTransport(Transport):
             )
         except (paramiko.SSHException, OSError) as exc:
             raise UnreachableError(
-                f"cannot reach {dest.label} through jump host {via.label}: {_reason(exc)}",
+                f"cannot reach {dest.label} through jump host {via.label}: {reason_text(exc)}",
                 reason="network",
             ) from None
 
@@ -371,17 +139,17 @@ class SshTransport(Transport):
             sock = _tcp_connect(endpoint, opts.connect_timeout)
         client = paramiko.SSHClient()
         try:
-            _add_known_keys(client, endpoint)
+            add_known_keys(client, endpoint)
             client.set_missing_host_key_policy(
-                _AcceptNew(endpoint.known_hosts_path)
+                AcceptNew(endpoint.known_hosts_path)
                 if opts.host_key_policy == "accept-new"
-                else _RejectUnknown()
+                else RejectUnknown()
             )
             use_agent = opts.use_agent and not endpoint.identities_only
             # The first key, parsed once per process; paramiko tries it before the other files
             # (which it only loads if this one is refused), then the agent: the same order.
             key_files = list(endpoint.identity_files)
-            first_key = _cached_key(key_files[0]) if key_files else None
+            first_key = cached_key(key_files[0]) if key_files else None
             if first_key is not None:
                 key_files = key_files[1:]
             client.connect(
@@ -393,7 +161,7 @@ class SshTransport(Transport):
                 # for the whole handshake (banner + key exchange), and when it runs out it
                 # returns WITHOUT an error. Equal to the banner timeout, it races it; longer,
                 # the banner timeout always fires first for a silent host.
-                timeout=_handshake_budget(opts),
+                timeout=handshake_budget(opts),
                 transport_factory=_transport_factory(opts),
                 banner_timeout=opts.banner_timeout,
                 auth_timeout=opts.auth_timeout,
@@ -404,10 +172,10 @@ class SshTransport(Transport):
                 look_for_keys=False,
             )
         except BaseException as exc:
-            phase = _handshake_phase(client)  # read before close() tears the transport down
+            phase = handshake_phase(client)  # read before close() tears the transport down
             client.close()
             sock.close()
-            raise _map_connect_error(exc, endpoint, opts, phase) from None
+            raise map_connect_error(exc, endpoint, opts, phase) from None
         return client
 
     def close(self) -> None:
@@ -443,7 +211,8 @@ class SshTransport(Transport):
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
             raise RemoteStepFailed(
-                f"{self.description}: could not start a command: {_reason(exc)}", step="connection"
+                f"{self.description}: could not start a command: {reason_text(exc)}",
+                step="connection",
             ) from None
         try:
             return self._exchange(channel, stdin, started, deadline, timeout, argv)
@@ -565,110 +334,12 @@ def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
     return sock
 
 
-def _handshake_budget(opts: SshOptions) -> float:
-    """How long start_client() may wait: the banner timeout, then connect_timeout for the key
-    exchange (paramiko's only other limit on it is a fixed 15 s, see _transport_factory)."""
-    return opts.banner_timeout + opts.connect_timeout
-
-
 def _transport_factory(opts: SshOptions) -> Callable[..., paramiko.Transport]:
     def make(sock: socket.socket | paramiko.Channel, **kwargs: object) -> paramiko.Transport:
         transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
         # paramiko's own key-exchange limit (15 s, counted from the banner) must not end before
         # start_client()'s wait, or a stalled key exchange surfaces as a bare EOFError.
-        transport.handshake_timeout = _handshake_budget(opts) + 1.0
+        transport.handshake_timeout = handshake_budget(opts) + 1.0
         return transport
 
     return make
-
-
-def _handshake_phase(client: paramiko.SSHClient) -> str | None:
-    """Where the SSH handshake stopped: "banner", "key exchange", or None (it completed, or
-    never started)."""
-    transport = client.get_transport()
-    if transport is None or transport.initial_kex_done:
-        return None
-    return "key exchange" if transport.remote_version else "banner"
-
-
-def _handshake_timeout(exc: BaseException, phase: str | None, opts: SshOptions) -> float | None:
-    """Seconds after which the handshake gave up, when ``exc`` means it timed out (else None).
-
-    Two shapes, depending on which timer fires first: paramiko's transport thread raises
-    "Error reading SSH protocol banner" caused by a socket timeout; or start_client() stops
-    waiting silently and the next call fails with "No existing session".
-    """
-    if phase is None or not isinstance(exc, paramiko.SSHException):
-        return None
-    if "No existing session" in str(exc):
-        return _handshake_budget(opts)  # start_client()'s own wait ran out
-    if "protocol banner" in str(exc) and (
-        isinstance(exc.__context__, TimeoutError) or "timed out" in str(exc).lower()
-    ):
-        return opts.banner_timeout
-    return None
-
-
-def _host_key_name(endpoint: Endpoint) -> str:
-    """The host as the user typed it plus the name its key is filed under, e.g.
-    "h01 (127.0.1.1)"; just the latter when they are the same."""
-    filed = endpoint.known_hosts_name
-    return filed if endpoint.alias in (filed, endpoint.hostname) else f"{endpoint.alias} ({filed})"
-
-
-def _map_connect_error(
-    exc: BaseException, endpoint: Endpoint, opts: SshOptions, phase: str | None = None
-) -> BaseException:
-    label = endpoint.label
-    if isinstance(exc, _UnknownHostKey):
-        return AuthError(
-            f"host key for {_host_key_name(endpoint)} is unknown; add it to "
-            f"{endpoint.known_hosts_path} or use --accept-new-host-key",
-            reason="host-key-unknown",
-        )
-    if isinstance(exc, paramiko.BadHostKeyException):
-        return AuthError(
-            f"host key for {_host_key_name(endpoint)} has CHANGED (known_hosts "
-            f"{endpoint.known_hosts_path} has {exc.expected_key.get_name()} "
-            f"{exc.expected_key.fingerprint}, the server sent {exc.key.fingerprint}); refusing to "
-            "connect. If the change is expected, remove the old key with "
-            f"ssh-keygen -R {shlex.quote(endpoint.known_hosts_name)} -f "
-            f"{shlex.quote(endpoint.known_hosts_path)}",
-            reason="host-key-changed",
-        )
-    if isinstance(exc, paramiko.AuthenticationException):
-        if "timeout" in str(exc).lower():
-            return UnreachableError(
-                f"ssh to {label} timed out after {opts.auth_timeout:g}s (auth)", reason="timeout"
-            )
-        tried = ", ".join(endpoint.identity_files) or "no key files"
-        agent = " and the ssh agent" if opts.use_agent and not endpoint.identities_only else ""
-        return AuthError(
-            f"authentication to {label} failed (tried {tried}{agent}); check the key (-i KEY), "
-            f"the user, and authorized_keys on {endpoint.alias}",
-            reason="auth",
-        )
-    if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in str(exc):
-        # paramiko's words when it had no key at all to offer (no -i, no default key, no agent).
-        return AuthError(
-            f"no SSH key to log in to {label} with: give one with -i KEY or IdentityFile, put "
-            "one in ~/.ssh (id_ed25519, id_ecdsa, id_rsa), or load it into ssh-agent",
-            reason="auth",
-        )
-    waited = _handshake_timeout(exc, phase, opts)
-    if waited is not None:
-        return UnreachableError(
-            f"ssh to {label} timed out after {waited:g}s ({phase})", reason="timeout"
-        )
-    if isinstance(exc, paramiko.SSHException) and "protocol banner" in str(exc):
-        return UnreachableError(f"ssh to {label}: no SSH banner ({_reason(exc)})", reason="network")
-    if isinstance(exc, (paramiko.SSHException, OSError, EOFError)):
-        return UnreachableError(
-            f"ssh handshake with {label} failed: {_reason(exc)}", reason="network"
-        )
-    return exc
-
-
-def _reason(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text or type(exc).__name__

@@ -1,0 +1,104 @@
+"""Where and as whom to connect: a host alias after ``~/.ssh/config`` (OpenSSH precedence)."""
+
+from __future__ import annotations
+
+import getpass
+import os
+from dataclasses import dataclass
+from typing import cast
+
+import paramiko
+
+from dflash_provision.errors import UsageError
+from dflash_provision.transport.options import SshOptions, default_known_hosts_path
+from dflash_provision.transport.ssh_files import SSH_CONFIGS
+
+DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    """One SSH server after applying ssh_config: where to connect and as whom."""
+
+    alias: str  # what the user typed, for messages
+    hostname: str
+    port: int
+    user: str
+    identity_files: tuple[str, ...]
+    identities_only: bool
+    known_hosts_path: str
+    proxy_jump: tuple[str, ...]
+
+    @property
+    def label(self) -> str:
+        where = self.hostname if self.hostname == self.alias else f"{self.alias} ({self.hostname})"
+        return f"{self.user}@{where} port {self.port}"
+
+    @property
+    def known_hosts_name(self) -> str:
+        """The name the host key is filed under, as OpenSSH writes it."""
+        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+
+
+def resolve_endpoint(
+    host: str, *, user: str | None, port: int | None, options: SshOptions
+) -> Endpoint:
+    """Apply the ssh_config file to ``host`` (an alias or a real name)."""
+    entry: dict[str, object] = {}
+    if options.ssh_config_path and os.path.isfile(options.ssh_config_path):
+        try:
+            entry = SSH_CONFIGS.get(options.ssh_config_path).lookup(host)
+        except (OSError, paramiko.ssh_exception.ConfigParseError) as exc:
+            raise UsageError(f"cannot read ssh config {options.ssh_config_path}: {exc}") from None
+    hostname = str(entry.get("hostname") or host)
+    config_port = str(entry.get("port") or "22")
+    if port is None and not config_port.isdigit():
+        raise UsageError(f"ssh config: bad Port {config_port!r} for {host}")
+    resolved_port = port if port is not None else int(config_port)
+    resolved_user = user or str(entry.get("user") or "") or getpass.getuser()
+    identities_only = (
+        options.identities_only or str(entry.get("identitiesonly", "")).lower() == "yes"
+    )
+    raw_keys = cast("list[str]", entry.get("identityfile") or [])  # paramiko gives a list
+    config_keys = [os.path.expanduser(p) for p in raw_keys]
+    keys = [os.path.expanduser(p) for p in options.identity_files] + config_keys
+    if not identities_only:
+        keys += [os.path.expanduser(f"~/.ssh/{name}") for name in DEFAULT_KEY_NAMES]
+    existing = tuple(dict.fromkeys(k for k in keys if os.path.isfile(k)))
+    known_hosts = options.known_hosts_path
+    if known_hosts is None:
+        config_known = str(entry.get("userknownhostsfile") or "").split()
+        known_hosts = (
+            os.path.expanduser(config_known[0]) if config_known else default_known_hosts_path()
+        )
+    jump = str(entry.get("proxyjump") or "")
+    hops = (
+        ()
+        if jump.lower() in ("", "none")
+        else tuple(h.strip() for h in jump.split(",") if h.strip())
+    )
+    return Endpoint(
+        alias=host,
+        hostname=hostname,
+        port=resolved_port,
+        user=resolved_user,
+        identity_files=existing,
+        identities_only=identities_only,
+        known_hosts_path=known_hosts,
+        proxy_jump=hops,
+    )
+
+
+def parse_jump(hop: str, endpoint: Endpoint) -> tuple[str, str | None, int | None]:
+    """``[user@]host[:port]`` (host may be ``[v6]``) -> (host, user, port)."""
+    user, _, rest = hop.rpartition("@")
+    port_text = ""
+    if rest.startswith("["):
+        host, _, tail = rest[1:].partition("]")
+        if tail.startswith(":"):
+            port_text = tail[1:]
+    else:
+        host, _, port_text = rest.partition(":")
+    if not host or (port_text and not port_text.isdigit()):
+        raise UsageError(f"ssh config: bad ProxyJump hop {hop!r} for {endpoint.alias}")
+    return host, user or None, int(port_text) if port_text else None
