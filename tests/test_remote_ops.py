@@ -282,6 +282,33 @@ def test_read_refuses_paths_with_line_breaks_before_running_anything():
         read_remote_config(LocalTransport(), "/tmp/a\nb/config.json")
 
 
+def test_read_without_remote_hash_brings_the_bytes_and_hashes_them_here(transport, model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    read = read_remote_config(transport, str(config), metadata=False, remote_hash=False)
+    assert (read.status, read.data, read.sha256) == (ReadStatus.PRESENT, OLD, sha(OLD))
+
+
+def test_read_without_remote_hash_never_streams_a_device(transport, model_dir):
+    # A config.json that is a symlink to /dev/zero must not make the host stream zeros forever.
+    (model_dir / "config.json").symlink_to("/dev/zero")
+    read = read_remote_config(
+        transport, str(model_dir / "config.json"), metadata=False, remote_hash=False, timeout=10
+    )
+    assert read.status is ReadStatus.NOT_REGULAR
+
+
+def test_read_without_remote_hash_reports_an_unreadable_file(model_dir):
+    if shutil.which("setpriv") is None or os.getuid() != 0:
+        pytest.skip("needs root and setpriv to become an unprivileged user")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    config.chmod(0o600)
+    nobody = PrefixTransport(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"], "n")
+    read = read_remote_config(nobody, str(config), metadata=False, remote_hash=False)
+    assert read.status is ReadStatus.PERMISSION_DENIED
+
+
 class CountingTransport(PrefixTransport):
     def __init__(self, inner: PrefixTransport | None = None) -> None:
         super().__init__(inner.prefix if inner else [], "counting")

@@ -53,7 +53,11 @@ def audit_on(
     try:
         if read is None:
             read = read_remote_config(
-                transport, member.target.config_path, timeout=run.command_timeout, metadata=False
+                transport,
+                member.target.config_path,
+                timeout=run.command_timeout,
+                metadata=False,
+                remote_hash=False,  # one process less per host; the bytes are hashed here
             )
     except DflashProvisionError as exc:
         audit.timings.read_s = time.monotonic() - t0

@@ -164,25 +164,37 @@ def read_remote_config(
     *,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
     metadata: bool = True,
+    remote_hash: bool = True,
 ) -> RemoteRead:
     """Read ``path`` on the transport's machine in one exec: status, bytes, size, sha256, mode.
 
     ``metadata=False`` leaves mode, uid, gid and mtime None (the remote side then spawns no
-    ``stat``): for callers that judge only the bytes, such as fleet audits.
-    A file that changes while being read (the remote hash no longer matches the bytes) is read
-    again once; a second mismatch raises RemoteStepFailed(step="read").
+    ``stat``). ``remote_hash=False`` (fleet audits; implies no metadata) spawns no ``sha256sum``
+    either: the bytes are hashed here. With the remote hash, a file that changes while being read
+    (the remote hash no longer matches the bytes) is read again once; a second mismatch raises
+    RemoteStepFailed(step="read"). Without it, such a file is judged as read, as any reader would
+    have seen it at that moment.
     """
     check_remote_path(path)
-    args = [path, "1" if metadata else "0"]
+    mode = "bytes" if not remote_hash else "1" if metadata else "0"
     for _attempt in range(2):
-        result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
+        result, parsed = _run(transport, "read", [path, mode], stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
                 f"{transport.description}: reading {path} failed: {_stderr_line(result)}",
                 step="read",
             )
+        if not remote_hash and result.exit_status != 0:
+            # The script saw a readable regular file, then cat failed (an I/O error, a race).
+            message = _stderr_line(result)
+            denied = "Permission denied" in message
+            return RemoteRead(
+                path=path,
+                status=ReadStatus.PERMISSION_DENIED if denied else ReadStatus.ERROR,
+                message=message,
+            )
         read = _read_from_fields(path, parsed)
-        if not read.present or read.sha256 == parsed.fields.get("sha256"):
+        if not read.present or not remote_hash or read.sha256 == parsed.fields.get("sha256"):
             return read
     raise RemoteStepFailed(
         f"{transport.description}: {path} kept changing while it was read", step="read"

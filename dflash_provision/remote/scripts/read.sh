@@ -1,12 +1,15 @@
 # dflash read: report one file's state and bytes in ONE exec (used by verify, push and audit).
-# Arguments: PATH [METADATA(1|0), default 1: 0 leaves out size/mode/uid/gid/mtime, which costs
-# a `stat` process that the fleet audit does not need].
+# Arguments: PATH [MODE, default 1]:
+#   1      sha256, size, mode, uid, gid, mtime
+#   0      sha256 only: no `stat` process
+#   bytes  no remote hash either, just the bytes (the caller hashes them): the fleet audit, where
+#          a process less per host is worth more than a second opinion on a torn read
 # Output lines ("key value"), then a "data" line, then the raw bytes to EOF:
 #   dflash-read 1
 #   status present|missing|permission-denied|not-regular|dir-missing|error
 #   symlink 1                     (only when PATH is a symlink; it is followed for reading)
-#   sha256 HEX                    (present only)
-#   size N / mode OCT / uid N / gid N / mtime EPOCH   (present, METADATA 1 only)
+#   sha256 HEX                    (present only, not in mode bytes)
+#   size N / mode OCT / uid N / gid N / mtime EPOCH   (present, mode 1 only)
 #   error MESSAGE                 (not present only)
 #   data
 #   <bytes>
@@ -49,6 +52,13 @@ if [ ! -f "$path" ]; then
 	if [ -d "$path" ]; then say "error is a directory"; else say "error not a regular file"; fi
 	say data
 	exit 0
+fi
+
+if [ "$with_meta" = bytes ] && [ -r "$path" ]; then
+	say "status present"
+	say data
+	flush
+	exec cat "$path"
 fi
 
 # Hash (it also proves the file is readable) and describe in one command substitution, then
