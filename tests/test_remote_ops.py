@@ -445,10 +445,12 @@ def test_write_never_follows_a_symlink_planted_at_the_temp_files_name(bb_root, m
     config.write_bytes(OLD)
     planted = model_dir / ".config.json.dflash-tmp.1"
     planted.symlink_to(victim)
+    config.chmod(0o640)
     outcome = write_remote_config(transport, str(config), NEW)
     assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
     assert victim.read_bytes() == b"precious\n"
     assert config.read_bytes() == NEW and not config.is_symlink()
+    assert oct(config.stat().st_mode & 0o777) == "0o640", "the mktemp name keeps the old mode"
     assert planted.is_symlink()
     planted.unlink()
     assert_no_temp_left(model_dir)

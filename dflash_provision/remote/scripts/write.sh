@@ -289,13 +289,16 @@ case $want_mode in
 	create_mask=$create_mask,o=$letters
 	;;
 esac
+# A umask gives only r and w bits: x and set-id bits need a chmod (the attrs step).
+need_chmod=0
+case $want_mode in *[1357]* | ????*) need_chmod=1 ;; esac
 tmp_name=$dir/.$base.dflash-tmp.$$
 umask "$create_mask"
 set -C
 if { true >"$tmp_name"; } 2>/dev/null; then
 	tmp=$tmp_name
 elif tmp=$(umask 077 && mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>/dev/null); then
-	:
+	need_chmod=1 # mktemp makes it 0600 whatever the umask
 else
 	# Both failed: ask a subshell for the shell's own words about the first attempt.
 	err=$( { true >"$tmp_name"; } 2>&1)
@@ -307,16 +310,13 @@ set +C
 umask 022
 
 # --- attrs ------------------------------------------------------------------------------------
-# Before any byte is in the temp file. A umask gives only r and w bits: x and set-id bits need a
-# chmod. The owner: a file we own, in our group, needs nothing (the shell tests that without a
-# process); any other gets the old owner, and when that chown is refused (not root) it only
-# fails the write if the temp file's owner really differs (a setgid directory gives both files
-# its group).
-case $want_mode in
-*[1357]* | ????*)
+# Before any byte is in the temp file: the mode, when the umask could not give it, and the
+# owner. A file we own, in our group, needs nothing (the shell tests that without a process);
+# any other gets the old owner, and when that chown is refused (not root) it only fails the write
+# if the temp file's owner really differs (a setgid directory gives both files its group).
+if [ "$need_chmod" = 1 ]; then
 	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-	;;
-esac
+fi
 if [ -n "$old_owner" ] && ! { [ -O "$dest" ] && [ -G "$dest" ]; }; then
 	if ! err=$(chown "$old_owner" "$tmp" 2>&1); then
 		[ "$(stat -c %u:%g "$tmp" 2>/dev/null)" = "$old_owner" ] ||
