@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor, as_completed
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.classify import classify_exception
@@ -131,24 +131,37 @@ def audit(
     """
     run = run or FleetRun(authority_for, ssh_options=ssh_options, open_transport=open_transport)
     resolve_authorities(run, members)
-    results: dict[str, HostAudit] = {}
-    with ThreadPoolExecutor(
-        max_workers=pool_size(workers, members), thread_name_prefix="audit"
-    ) as pool:
-        futures = {pool.submit(audit_host, run, m): m for m in members}
-        for future in as_completed(futures):
-            result = future.result()
-            results[result.name] = result
-            if progress is not None:
-                progress(result)
-    ordered = [results[m.name] for m in members]
+    ordered = for_each_host(
+        members, lambda member: audit_host(run, member), workers, "audit", progress
+    )
     if history is not None:
         record_audits(history, ordered)
     return ordered
 
 
-def pool_size(workers: int, members: Sequence[FleetMember]) -> int:
-    return max(1, min(workers, len(members)))
+_Result = TypeVar("_Result")
+
+
+def for_each_host(
+    members: Sequence[FleetMember],
+    work: Callable[[FleetMember], _Result],
+    workers: int,
+    name: str,
+    progress: Callable[[_Result], None] | None,
+) -> list[_Result]:
+    """``work`` on every member in a bounded pool; ``progress`` is called in this thread as each
+    host finishes; the results come back in the members' order."""
+    results: dict[int, _Result] = {}
+    with ThreadPoolExecutor(
+        max_workers=max(1, min(workers, len(members))), thread_name_prefix=name
+    ) as pool:
+        futures = {pool.submit(work, m): index for index, m in enumerate(members)}
+        for future in as_completed(futures):
+            result = future.result()
+            results[futures[future]] = result
+            if progress is not None:
+                progress(result)
+    return [results[index] for index in range(len(members))]
 
 
 def resolve_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:

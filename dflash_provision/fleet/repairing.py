@@ -5,15 +5,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.auditing import (
     DEFAULT_WORKERS,
     audit_on,
+    for_each_host,
     internal_error,
-    pool_size,
     record_audits,
     resolve_authorities,
 )
@@ -89,21 +88,11 @@ def repair(
     if not dry_run:
         check_authorities(run, members)
     budget = _FailureBudget(max_failures)
-    results: dict[str, HostRepair] = {}
 
     def one(member: FleetMember) -> HostRepair:
         return _repair_host(run, member, dry_run, budget, history, push_options or {})
 
-    with ThreadPoolExecutor(
-        max_workers=pool_size(workers, members), thread_name_prefix="repair"
-    ) as pool:
-        futures = {pool.submit(one, m): m for m in members}
-        for future in as_completed(futures):
-            result = future.result()
-            results[result.name] = result
-            if progress is not None:
-                progress(result)
-    ordered = [results[m.name] for m in members]
+    ordered = for_each_host(members, one, workers, "repair", progress)
     if history is not None:
         # Each host's latest known state (after the write, for written hosts); the writes
         # themselves were recorded as they happened.
