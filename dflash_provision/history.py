@@ -11,8 +11,9 @@ process was killed stays visible as ``started`` (shown as "incomplete"): the hos
 file and deserves a ``verify``.
 
 Concurrency: each thread gets its own connection (sqlite3 connections must not be shared across
-threads without care); processes coordinate through WAL mode and a busy timeout, so two audits
-started by cron at the same minute do not fail with "database is locked".
+threads without care); processes coordinate through WAL mode, a busy timeout and a bounded retry
+for the moments SQLite reports "database is locked" without waiting (see ``_when_not_busy``), so
+two audits started by cron at the same minute both get recorded.
 """
 
 from __future__ import annotations
@@ -20,17 +21,20 @@ from __future__ import annotations
 import contextlib
 import getpass
 import os
+import random
 import shlex
 import socket
 import sqlite3
 import sys
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 HOME_ENV = "DFLASH_PROVISION_HOME"
 DB_FILENAME = "history.sqlite3"
@@ -167,14 +171,7 @@ class HistoryStore:
         with self._init_lock:
             if self._initialised:
                 return
-            # WAL lets readers and one writer proceed together across processes; NORMAL sync is
-            # durable against a killed process (the case "started" rows exist for).
-            conn.execute("PRAGMA journal_mode = WAL")
-            conn.execute("PRAGMA synchronous = NORMAL")
-            version = conn.execute("PRAGMA user_version").fetchone()[0]
-            if version < _SCHEMA_VERSION:
-                conn.executescript(_SCHEMA)
-                conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+            _when_not_busy(lambda: _set_up(conn))
             self._initialised = True
 
     def close(self) -> None:
@@ -197,20 +194,23 @@ class HistoryStore:
         who: str | None = None,
     ) -> int:
         """Record that ``op`` is about to change ``host:path``; returns the row id."""
-        cursor = self._conn().execute(
-            "INSERT INTO events (started_at, who, command, op, host, path, sha256_before,"
-            " status, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                utc_now(),
-                who or whoami(),
-                command or current_command(),
-                op,
-                host,
-                path,
-                sha256_before,
-                STARTED,
-                os.getpid(),
-            ),
+        conn = self._conn()
+        cursor = _when_not_busy(
+            lambda: conn.execute(
+                "INSERT INTO events (started_at, who, command, op, host, path, sha256_before,"
+                " status, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    utc_now(),
+                    who or whoami(),
+                    command or current_command(),
+                    op,
+                    host,
+                    path,
+                    sha256_before,
+                    STARTED,
+                    os.getpid(),
+                ),
+            )
         )
         row_id = cursor.lastrowid
         assert row_id is not None
@@ -227,11 +227,14 @@ class HistoryStore:
         duration_s: float | None = None,
     ) -> None:
         """Close a row opened by :meth:`record_start`. ``None`` hashes keep what was stored."""
-        self._conn().execute(
-            "UPDATE events SET finished_at = ?, duration_s = ?, status = ?, message = ?,"
-            " sha256_before = COALESCE(?, sha256_before), sha256_after = COALESCE(?, sha256_after)"
-            " WHERE id = ?",
-            (utc_now(), duration_s, status, message, sha256_before, sha256_after, entry_id),
+        conn = self._conn()
+        _when_not_busy(
+            lambda: conn.execute(
+                "UPDATE events SET finished_at = ?, duration_s = ?, status = ?, message = ?,"
+                " sha256_before = COALESCE(?, sha256_before),"
+                " sha256_after = COALESCE(?, sha256_after) WHERE id = ?",
+                (utc_now(), duration_s, status, message, sha256_before, sha256_after, entry_id),
+            )
         )
 
     def record_audits(
@@ -263,18 +266,22 @@ class HistoryStore:
             for r in records
         ]
         conn = self._conn()
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            conn.executemany(
-                "INSERT INTO events (started_at, finished_at, duration_s, who, command, op, host,"
-                " path, sha256_before, sha256_after, status, message, pid)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                rows,
-            )
-        except BaseException:
-            conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+
+        def insert_all() -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                conn.executemany(
+                    "INSERT INTO events (started_at, finished_at, duration_s, who, command, op,"
+                    " host, path, sha256_before, sha256_after, status, message, pid)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    rows,
+                )
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+            conn.execute("COMMIT")
+
+        _when_not_busy(insert_all)
         return len(rows)
 
     @contextlib.contextmanager
@@ -349,7 +356,8 @@ class HistoryStore:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY id DESC"
         entries: list[HistoryEntry] = []
-        for row in self._conn().execute(sql, params):
+        conn = self._conn()
+        for row in _when_not_busy(lambda: conn.execute(sql, params).fetchall()):
             if host is not None and not same_machine(row["host"], host):
                 continue
             entries.append(HistoryEntry(**dict(row)))
@@ -429,3 +437,49 @@ def recorded(
 ) -> contextlib.AbstractContextManager[Recording]:
     """Shortcut for ``default_store().recorded(...)``, for the push / rollback commands."""
     return default_store().recorded(op, host, path, sha256_before=sha256_before, command=command)
+
+
+def _set_up(conn: sqlite3.Connection) -> None:
+    """Switch the database to WAL and create the schema; safe to repeat, and racing processes."""
+    # WAL lets readers and one writer proceed together across processes; NORMAL sync is
+    # durable against a killed process (the case "started" rows exist for). WAL is stored in
+    # the file, so only the first run on a new database has to change it.
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+        conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA synchronous = NORMAL")
+    conn.execute("BEGIN IMMEDIATE")  # one process creates the schema; the others then see it
+    try:
+        if conn.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
+            for statement in _SCHEMA.split(";"):
+                if statement.strip():
+                    conn.execute(statement)
+            conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
+    except BaseException:
+        conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _when_not_busy(action: Callable[[], _T], budget_s: float = BUSY_TIMEOUT_S) -> _T:
+    """Run ``action``, retrying while another process holds the database.
+
+    The busy timeout does not cover every case: SQLite answers "database is locked" at once,
+    without waiting, when two connections both try to turn a new database into WAL (each holds
+    the shared lock the other must wait out), and while the last connection to close cleans up
+    the WAL files. Those are short; this waits them out within the same budget.
+    """
+    deadline = time.monotonic() + budget_s
+    pause = 0.002
+    while True:
+        try:
+            return action()
+        except sqlite3.OperationalError as exc:
+            if not _is_busy(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause * (0.5 + random.random()))  # noqa: S311 -- jitter: racing processes spread out
+        pause = min(pause * 2, 0.1)

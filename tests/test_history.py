@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -140,6 +142,68 @@ def test_concurrent_threads_and_processes_all_land(store):
     entries = store.query(limit=None)
     assert len(entries) == 8 * 20 + 2 * 40
     assert all(e.status == "ok" for e in entries)
+
+
+_FIRST_USE = (
+    "import os, sys, time\n"
+    "from pathlib import Path\n"
+    "from dflash_provision.history import HistoryStore\n"
+    "store = HistoryStore(Path(sys.argv[1]))\n"
+    "Path(sys.argv[2] + '.' + str(os.getpid())).touch()\n"
+    "while not os.path.exists(sys.argv[2]):\n"
+    "    time.sleep(0.0005)\n"
+    "store.record_finish(store.record_start('audit', 'cron', 'x'), status='ok')\n"
+)
+
+
+def test_processes_opening_a_new_database_at_the_same_moment_all_record(tmp_path):
+    # Cron starting several commands in the same second on a controller with no history yet:
+    # each first connection turns the new file into WAL, which SQLite refuses at once (no busy
+    # wait) to all but one. Released together, 8 processes collided in about a third of rounds.
+    processes, rounds = 8, 4
+    for round_no in range(rounds):
+        db, go = tmp_path / f"h{round_no}.sqlite3", tmp_path / f"go{round_no}"
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _FIRST_USE, str(db), str(go)], stderr=subprocess.PIPE
+            )
+            for _ in range(processes)
+        ]
+        while len(list(tmp_path.glob(f"go{round_no}.*"))) < processes:
+            assert all(p.poll() is None for p in procs), "a child died before the start line"
+            time.sleep(0.005)
+        go.touch()
+        errors = [p.communicate(timeout=60)[1].decode() for p in procs]
+        assert [p.returncode for p in procs] == [0] * processes, errors
+        assert len(HistoryStore(db).query(limit=None)) == processes
+
+
+def test_busy_retry_waits_out_a_lock_and_gives_up_after_its_budget():
+    calls: list[int] = []
+
+    def locked_twice() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise sqlite3.OperationalError("database is locked")
+        return "done"
+
+    assert history._when_not_busy(locked_twice) == "done"
+    assert len(calls) == 3
+
+    def always_locked() -> None:
+        raise sqlite3.OperationalError("database is locked")
+
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        history._when_not_busy(always_locked, budget_s=0.05)
+
+    def broken() -> None:
+        calls.append(1)
+        raise sqlite3.OperationalError("no such table: events")
+
+    calls.clear()
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        history._when_not_busy(broken)
+    assert len(calls) == 1  # only "busy" is worth waiting for
 
 
 def test_history_cli_shows_json_and_filters(tmp_path):
