@@ -11,7 +11,7 @@ One connection per transport, opened on the first ``run`` and reused; ``close`` 
 The pieces around it: ssh_endpoint.py applies ~/.ssh/config, ssh_files.py caches the parsed
 ssh_config, known_hosts and key files per process (once per version of each file),
 ssh_hostkeys.py checks host keys, ssh_errors.py turns paramiko's failures into one-line errors.
-TCP_NODELAY is set on every connection (see _tcp_connect).
+ssh_tcp.py opens the TCP connection (name lookup and connect within the connect timeout).
 
 Each ``run`` opens one exec channel, no PTY, runs ``shlex.join(argv)`` in the remote user's
 shell, writes stdin then EOF, reads stdout and stderr (one loop) and returns the exit status.
@@ -40,6 +40,7 @@ from dflash_provision.transport.ssh_errors import (
 )
 from dflash_provision.transport.ssh_files import cached_key
 from dflash_provision.transport.ssh_hostkeys import AcceptNew, RejectUnknown, add_known_keys
+from dflash_provision.transport.ssh_tcp import open_tcp
 
 __all__ = ["SshTransport", "resolve_endpoint"]
 
@@ -136,7 +137,8 @@ class SshTransport(Transport):
     ) -> paramiko.SSHClient:
         opts = self.options
         if sock is None:
-            sock = _tcp_connect(endpoint, opts.connect_timeout)
+            where = f"{endpoint.alias} ({endpoint.hostname} port {endpoint.port})"
+            sock = open_tcp(endpoint.hostname, endpoint.port, opts.connect_timeout, where)
         client = paramiko.SSHClient()
         try:
             add_known_keys(client, endpoint)
@@ -307,31 +309,6 @@ def _read_some(recv: Callable[[int], bytes], chunks: list[bytes]) -> bool:
         return True
     chunks.append(chunk)
     return False
-
-
-def _tcp_connect(endpoint: Endpoint, timeout: float) -> socket.socket:
-    where = f"{endpoint.alias} ({endpoint.hostname} port {endpoint.port})"
-    try:
-        sock = socket.create_connection((endpoint.hostname, endpoint.port), timeout=timeout)
-    except socket.gaierror as exc:
-        raise UnreachableError(
-            f"cannot resolve host {endpoint.hostname!r}: {exc.strerror}", reason="network"
-        ) from None
-    except TimeoutError:
-        raise UnreachableError(
-            f"connecting to {where} timed out after {timeout:g}s (tcp connect)", reason="timeout"
-        ) from None
-    except ConnectionRefusedError:
-        raise UnreachableError(f"connection to {where} refused", reason="refused") from None
-    except OSError as exc:
-        raise UnreachableError(
-            f"cannot connect to {where}: {exc.strerror or exc}", reason="network"
-        ) from None
-    # SSH packets are small and each exec waits for the answer to the last one: without
-    # TCP_NODELAY, Nagle's algorithm holds a packet back until the peer's delayed ACK (~40 ms)
-    # on every request/response turn (channel open, exec, EOF), per command.
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    return sock
 
 
 def _transport_factory(opts: SshOptions) -> Callable[..., paramiko.Transport]:
