@@ -1,10 +1,10 @@
 """Run commands over SSH with paramiko, behaving the way OpenSSH users expect.
 
 What this honours from ``~/.ssh/config`` (via paramiko.SSHConfig): Host aliases, HostName, User,
-Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile and ProxyJump (a comma-separated chain of
-``[user@]host[:port]`` hops; each hop gets its own config block, but a hop's own ProxyJump is not
-followed). ProxyCommand is not supported. Precedence is OpenSSH's: what the target spec says
-(user, port) wins over the config file, which wins over defaults.
+Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile, ProxyJump (a comma-separated chain of
+``[user@]host[:port]`` hops; each hop gets its own config block, but a hop's own ProxyJump or
+ProxyCommand is not followed) and ProxyCommand (see ssh_proxy.py). Precedence is OpenSSH's: what
+the target spec says (user, port) wins over the config file, which wins over defaults.
 
 One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
 
@@ -40,6 +40,7 @@ from dflash_provision.transport.ssh_errors import (
 )
 from dflash_provision.transport.ssh_files import cached_key
 from dflash_provision.transport.ssh_hostkeys import AcceptNew, RejectUnknown, add_known_keys
+from dflash_provision.transport.ssh_proxy import ProxyCommandSocket, expand_proxy_command
 from dflash_provision.transport.ssh_tcp import open_tcp
 
 __all__ = ["SshTransport", "resolve_endpoint"]
@@ -96,7 +97,7 @@ class SshTransport(Transport):
     def _connect_chain(self, endpoint: Endpoint) -> list[paramiko.SSHClient]:
         clients: list[paramiko.SSHClient] = []
         try:
-            sock: socket.socket | paramiko.Channel | None = None
+            sock: socket.socket | paramiko.Channel | ProxyCommandSocket | None = None
             via: Endpoint | None = None
             for hop in endpoint.proxy_jump:
                 hop_host, hop_user, hop_port = parse_jump(hop, endpoint)
@@ -109,6 +110,16 @@ class SshTransport(Transport):
                 via = hop_endpoint
             if clients and via is not None:
                 sock = self._tunnel(clients[-1], via, endpoint)
+            elif endpoint.proxy_command is not None:
+                sock = ProxyCommandSocket(
+                    expand_proxy_command(
+                        endpoint.proxy_command,
+                        hostname=endpoint.hostname,
+                        port=endpoint.port,
+                        user=endpoint.user,
+                        alias=endpoint.alias,
+                    )
+                )
             clients.append(self._connect(endpoint, sock))
         except BaseException:
             for client in reversed(clients):
@@ -133,7 +144,9 @@ class SshTransport(Transport):
             ) from None
 
     def _connect(
-        self, endpoint: Endpoint, sock: socket.socket | paramiko.Channel | None
+        self,
+        endpoint: Endpoint,
+        sock: socket.socket | paramiko.Channel | ProxyCommandSocket | None,
     ) -> paramiko.SSHClient:
         opts = self.options
         if sock is None:
@@ -175,8 +188,13 @@ class SshTransport(Transport):
             )
         except BaseException as exc:
             phase = handshake_phase(client)  # read before close() tears the transport down
+            proxy_failure = sock.failure() if isinstance(sock, ProxyCommandSocket) else None
             client.close()
             sock.close()
+            if proxy_failure is not None:
+                raise UnreachableError(
+                    f"cannot reach {endpoint.label}: {proxy_failure}", reason="network"
+                ) from None
             raise map_connect_error(exc, endpoint, opts, phase) from None
         return client
 

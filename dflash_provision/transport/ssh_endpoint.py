@@ -28,6 +28,7 @@ class Endpoint:
     identities_only: bool
     known_hosts_path: str
     proxy_jump: tuple[str, ...]
+    proxy_command: str | None = None  # as written in ssh_config, tokens not yet expanded
 
     @property
     def label(self) -> str:
@@ -77,6 +78,13 @@ def resolve_endpoint(
         if jump.lower() in ("", "none")
         else tuple(h.strip() for h in jump.split(",") if h.strip())
     )
+    proxy_command = entry.get("proxycommand")  # paramiko reads "ProxyCommand none" as None
+    if proxy_command is not None and hops:
+        # OpenSSH takes whichever of the two comes first in the file; paramiko's lookup does
+        # not say which that was, so guessing could silently take the wrong route.
+        raise UsageError(
+            f"ssh config: both ProxyJump and ProxyCommand apply to {host}; keep one of them"
+        )
     return Endpoint(
         alias=host,
         hostname=hostname,
@@ -86,6 +94,7 @@ def resolve_endpoint(
         identities_only=identities_only,
         known_hosts_path=known_hosts,
         proxy_jump=hops,
+        proxy_command=str(proxy_command) if proxy_command is not None else None,
     )
 
 

@@ -64,12 +64,21 @@ class FileCache(Generic[_T]):
             self._entries.clear()
 
 
+class _RawProxyCommandConfig(paramiko.SSHConfig):
+    """paramiko's parser, leaving ProxyCommand's ``%`` tokens alone: paramiko fills ``%p`` and
+    ``%r`` from the config file only, while OpenSSH uses the port and user the connection really
+    has (a ``user@host:port`` target overrides them). ssh_proxy expands them instead."""
+
+    def _allowed_tokens(self, key: str) -> list[str]:
+        return [] if key == "proxycommand" else super()._allowed_tokens(key)
+
+
 class ParsedSshConfig:
     """One ssh_config file, with each host's lookup remembered (a config with one block per host
     makes every lookup walk the whole file)."""
 
     def __init__(self, path: str) -> None:
-        self._config = paramiko.SSHConfig.from_path(path)
+        self._config = _RawProxyCommandConfig.from_path(path)
         self._lock = threading.Lock()
         self._lookups: dict[str, dict[str, object]] = {}
 

@@ -1,0 +1,191 @@
+"""ProxyCommand from ssh_config, against real sshd hosts and a real OpenSSH ``ssh -W`` proxy."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import UnreachableError, UsageError
+from dflash_provision.testbed.hosts import Fleet, Host
+from dflash_provision.testbed.samples import REFERENCE_DRAFTER
+from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.ssh import SshTransport
+from dflash_provision.transport.ssh_endpoint import resolve_endpoint
+from dflash_provision.transport.ssh_files import clear_caches
+from dflash_provision.transport.ssh_proxy import expand_proxy_command
+
+
+def config_behind(jump: Host, target: Host, tmp_path: Path, proxy: str) -> Path:
+    """An ssh_config whose ``behind`` alias is ``target``, reached through ``proxy``."""
+    assert jump.client is not None
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "Host behind\n"
+        f"    HostName {target.address}\n"
+        "    User root\n"
+        f"    IdentityFile {jump.client.identity}\n"
+        "    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {jump.client.known_hosts}\n"
+        f"    ProxyCommand {proxy}\n\n" + jump.client.ssh_config.read_text()
+    )
+    return config
+
+
+def options(config: Path, **changes: object) -> SshOptions:
+    settings: dict[str, object] = {
+        "ssh_config_path": str(config),
+        "use_agent": False,
+        "connect_timeout": 5.0,
+        "banner_timeout": 5.0,
+        "auth_timeout": 5.0,
+    }
+    settings.update(changes)
+    return SshOptions(**settings)  # type: ignore[arg-type]
+
+
+def logins(host: Host) -> int:
+    return host.log_path.read_text(errors="replace").count("Accepted publickey for")
+
+
+def processes_mentioning(marker: str) -> list[str]:
+    """Command lines of live processes that contain ``marker`` (zombies have none)."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+        except OSError:
+            continue
+        if marker in cmdline and str(os.getpid()) != pid:
+            found.append(cmdline)
+    return found
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_ssh_w_proxy_reaches_the_target_and_ends_with_the_connection(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    assert h01.client is not None
+    # A real OpenSSH client as the proxy, as most bastion set-ups write it.
+    config = config_behind(h01, h02, tmp_path, f"ssh -F {h01.client.ssh_config} -W %h:%p h01")
+    jump_before, target_before = logins(h01), logins(h02)
+    with SshTransport("behind", options=options(config)) as ssh:
+        assert ssh.run(["hostname"]).stdout == b"h02\n"
+        assert ssh.run(["hostname"]).stdout == b"h02\n"
+        assert processes_mentioning(f"-W {h02.address}:22 h01")
+    assert logins(h01) - jump_before == 1  # the proxy's own login, once
+    assert logins(h02) - target_before == 1  # one connection for both commands
+    assert processes_mentioning(f"-W {h02.address}:22 h01") == []
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_failing_proxy_is_unreachable_with_its_own_message(fleet: Fleet, tmp_path: Path) -> None:
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    config = config_behind(
+        h01, h02, tmp_path, "sh -c 'echo \"bastion: no route to %h\" >&2; exit 3'"
+    )
+    with pytest.raises(UnreachableError) as caught:
+        SshTransport("behind", options=options(config)).run(["true"])
+    assert caught.value.reason == "network"
+    assert caught.value.message.endswith(
+        f"ProxyCommand exited with status 3: bastion: no route to {h02.address}"
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_proxy_that_never_speaks_times_out_and_is_killed(fleet: Fleet, tmp_path: Path) -> None:
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    config = config_behind(h01, h02, tmp_path, "sleep 4321")
+    with pytest.raises(UnreachableError) as caught:
+        SshTransport("behind", options=options(config, banner_timeout=1.0)).run(["true"])
+    assert caught.value.reason == "timeout"
+    assert processes_mentioning("sleep 4321") == []
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_audit_cli_through_a_proxycommand_alias(fleet: Fleet, tmp_path: Path) -> None:
+    h01, h03 = fleet.hosts[0], fleet.hosts[2]
+    assert h01.client is not None
+    config = config_behind(h01, h03, tmp_path, f"ssh -F {h01.client.ssh_config} -W %h:%p h01")
+    audit = [
+        sys.executable, "-m", "dflash_provision", "audit", "behind:/root/models/proxied",
+        "--from", str(REFERENCE_DRAFTER), "--ssh-config", str(config), "--no-agent", "--json",
+    ]  # fmt: skip
+    jump_before = logins(h01)
+    proc = subprocess.run(
+        audit,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
+        check=False,
+    )
+    (host,) = json.loads(proc.stdout)["hosts"]
+    assert (proc.returncode, host["status"]) == (4, "missing"), proc.stderr
+    assert logins(h01) - jump_before == 1  # it went through the proxy, not straight to h03
+
+
+def write_config(tmp_path: Path, text: str) -> SshOptions:
+    clear_caches()
+    path = tmp_path / "ssh_config"
+    path.write_text(text)
+    return SshOptions(ssh_config_path=str(path), use_agent=False)
+
+
+def test_tokens_take_the_port_and_user_the_connection_really_uses(tmp_path: Path) -> None:
+    opts = write_config(
+        tmp_path, "Host gpu*\n    HostName %h.lab\n    Port 22\n    ProxyCommand ssh -W %h:%p b\n"
+    )
+    endpoint = resolve_endpoint("gpu1", user="ops", port=2222, options=opts)
+    assert endpoint.proxy_command == "ssh -W %h:%p b"  # kept raw by the config parser
+    expanded = expand_proxy_command(
+        endpoint.proxy_command,
+        hostname=endpoint.hostname,
+        port=endpoint.port,
+        user=endpoint.user,
+        alias=endpoint.alias,
+    )
+    assert expanded == "ssh -W gpu1.lab:2222 b"
+    assert (
+        expand_proxy_command(
+            "nc %h %p # %r %n %%p", hostname="10.0.0.5", port=22, user="root", alias="gpu1"
+        )
+        == "nc 10.0.0.5 22 # root gpu1 %p"
+    )
+
+
+def test_proxycommand_none_means_a_direct_connection(tmp_path: Path) -> None:
+    opts = write_config(tmp_path, "Host gpu1\n    ProxyCommand none\nHost *\n    ProxyCommand nc\n")
+    assert resolve_endpoint("gpu1", user=None, port=None, options=opts).proxy_command is None
+
+
+def test_proxyjump_and_proxycommand_together_are_refused(tmp_path: Path) -> None:
+    opts = write_config(tmp_path, "Host gpu1\n    ProxyJump b\n    ProxyCommand nc %h %p\n")
+    with pytest.raises(UsageError, match="both ProxyJump and ProxyCommand apply to gpu1"):
+        resolve_endpoint("gpu1", user=None, port=None, options=opts)
+
+
+@pytest.mark.parametrize(
+    ("template", "hostname", "words"),
+    [
+        ("nc %h %x", "gpu1", "unknown token %x"),
+        ("nc %h %p", "gpu1;reboot", "refusing to put 'gpu1;reboot' (%h)"),
+        ("nc %h %p", "$(id)", "refusing to put '$(id)' (%h)"),
+    ],
+)
+def test_bad_tokens_and_shell_words_in_values_are_refused(
+    template: str, hostname: str, words: str
+) -> None:
+    with pytest.raises(
+        UsageError, match=words.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")
+    ):
+        expand_proxy_command(template, hostname=hostname, port=22, user="root", alias="gpu1")
