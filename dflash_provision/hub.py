@@ -20,13 +20,19 @@ the snapshot file before any network call in that case, and we skip our HEAD too
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import re
+import socket
+import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import TYPE_CHECKING, NoReturn
+from urllib.parse import urlsplit
 
 from dflash_provision.errors import ExitCode, HubError, UsageError
+from dflash_provision.netlookup import LookupTimedOut, lookup_within
 
 if TYPE_CHECKING:
     from huggingface_hub.errors import HfHubHTTPError
@@ -89,16 +95,17 @@ def fetch_config(
         if not offline and not pinned_in_cache:
             probed_sha, unreachable = _probe(where, token=token, timeout=timeout)
         try:
-            path_str = hf_hub_download(
-                repo_id,
-                filename,
-                revision=requested,
-                token=token,
-                endpoint=endpoint,
-                cache_dir=cache_dir,
-                etag_timeout=timeout,
-                local_files_only=offline or unreachable is not None,
-            )
+            with _offline_while(offline or unreachable is not None):
+                path_str = hf_hub_download(
+                    repo_id,
+                    filename,
+                    revision=requested,
+                    token=token,
+                    endpoint=endpoint,
+                    cache_dir=cache_dir,
+                    etag_timeout=timeout,
+                    local_files_only=offline or unreachable is not None,
+                )
         except Exception as exc:
             _raise_mapped(exc, where, offline=offline, unreachable=unreachable)
     except HFValidationError as exc:
@@ -146,6 +153,9 @@ def _probe(where: _Where, *, token: str | None, timeout: float) -> tuple[str | N
     url = hf_hub_url(
         where.repo_id, where.filename, revision=where.revision, endpoint=where.endpoint
     )
+    lookup_failure = _lookup_failure(url, timeout)
+    if lookup_failure is not None:
+        return None, lookup_failure
     try:
         meta = get_hf_file_metadata(url, token=token, timeout=timeout, endpoint=where.endpoint)
     except _transport_error() as exc:
@@ -157,6 +167,48 @@ def _probe(where: _Where, *, token: str | None, timeout: float) -> tuple[str | N
             return None, f"HTTP {_status(exc)}"
         _raise_mapped(exc, where, offline=False, unreachable=None)
     return meta.commit_hash, None
+
+
+@contextlib.contextmanager
+def _offline_while(cache_only: bool) -> Iterator[None]:
+    """Make huggingface_hub itself offline while it reads the cache for a Hub we could not reach.
+
+    ``local_files_only`` stops the download, but not the user-agent's side request (once a day,
+    ``{endpoint}/api/agent-harnesses``, 3 s timeout and an unbounded name lookup) that
+    huggingface_hub 2.x makes while building the headers; it skips that when
+    ``constants.HF_HUB_OFFLINE`` is set, which it reads at call time.
+    """
+    if not cache_only:
+        yield
+        return
+    from huggingface_hub import constants
+
+    was = constants.HF_HUB_OFFLINE
+    constants.HF_HUB_OFFLINE = True
+    try:
+        yield
+    finally:
+        constants.HF_HUB_OFFLINE = was
+
+
+def _lookup_failure(url: str, timeout: float) -> str | None:
+    """Why the Hub's host name cannot be looked up within ``timeout``, or None when it can (or
+    when a proxy from the environment will look it up instead, as the HTTP client then lets it).
+
+    The HTTP client's timeout covers connecting and reading, not the name lookup before them: a
+    DNS server that does not answer made ``--timeout 2`` take 20 s.
+    """
+    parts = urlsplit(url)
+    host = parts.hostname
+    if host is None or (urllib.request.getproxies() and not urllib.request.proxy_bypass(host)):
+        return None
+    try:
+        lookup_within(host, parts.port or (443 if parts.scheme == "https" else 80), timeout)
+    except LookupTimedOut as exc:
+        return f"cannot resolve {host}: {exc}"
+    except socket.gaierror as exc:
+        return f"cannot resolve {host}: {exc.strerror}"
+    return None
 
 
 def _transport_error() -> type[Exception]:

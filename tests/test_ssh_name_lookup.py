@@ -1,4 +1,4 @@
-"""Name lookup before an SSH connection: bounded by --connect-timeout, failures named.
+"""Name lookup before an SSH connection or a Hub request: bounded by the command's timeout.
 
 The real resolver (glibc, /etc/resolv.conf) runs inside a private network and mount namespace
 whose resolv.conf points at 127.0.0.1: either nothing listens there (the lookup fails at once)
@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision import hub
+from dflash_provision.netlookup import lookup_within
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
-from dflash_provision.transport.ssh_tcp import resolve
 
 needs_namespaces = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None,
@@ -39,12 +40,21 @@ _SILENT_DNS = (
 
 def audit_in_private_network(tmp_path: Path, *, dns_answers_nothing: bool) -> tuple[int, dict]:
     """``dflash-provision audit --json`` of an unknown name, run under its own resolv.conf."""
-    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:2\n")
-    ready = tmp_path / "dns-ready"
     audit = [
-        sys.executable, "-m", "dflash_provision", "audit", "gpu7.example.com:/root/models/d",
+        "audit", "gpu7.example.com:/root/models/d",
         "--from", str(REFERENCE_DRAFTER), "--connect-timeout", "1", "--json",
     ]  # fmt: skip
+    proc = run_in_private_network(tmp_path, audit, dns_answers_nothing=dns_answers_nothing)
+    return proc.returncode, json.loads(proc.stdout)
+
+
+def run_in_private_network(
+    tmp_path: Path, args: list[str], *, dns_answers_nothing: bool
+) -> subprocess.CompletedProcess[str]:
+    """``dflash-provision ARGS`` in a private network whose only DNS server is 127.0.0.1."""
+    (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:2\n")
+    ready = tmp_path / "dns-ready"
+    command = [sys.executable, "-m", "dflash_provision", *args]
     lines = ["ip link set lo up"]
     if dns_answers_nothing:
         lines += [
@@ -53,12 +63,17 @@ def audit_in_private_network(tmp_path: Path, *, dns_answers_nothing: bool) -> tu
         ]
     lines += [
         f"mount --bind {shlex.quote(str(tmp_path / 'resolv.conf'))} /etc/resolv.conf",
-        f"{shlex.join(audit)}; status=$?",
+        f"{shlex.join(command)}; status=$?",
         "kill $! 2>/dev/null",
         "exit $status",
     ]
-    env = {**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")}
-    proc = subprocess.run(
+    env = {
+        **{k: v for k, v in os.environ.items() if "proxy" not in k.lower()},
+        "DFLASH_PROVISION_HOME": str(tmp_path / "home"),
+        "HF_HOME": str(tmp_path / "hf"),  # an empty cache
+    }
+    env.pop("HF_ENDPOINT", None)
+    return subprocess.run(
         ["unshare", "--net", "--mount", "sh", "-c", "\n".join(lines)],
         capture_output=True,
         text=True,
@@ -66,7 +81,6 @@ def audit_in_private_network(tmp_path: Path, *, dns_answers_nothing: bool) -> tu
         env=env,
         check=False,
     )
-    return proc.returncode, json.loads(proc.stdout)
 
 
 @pytest.mark.integration
@@ -97,7 +111,37 @@ def test_a_name_no_resolver_knows_is_unreachable_and_named(tmp_path: Path) -> No
     assert host["detail"].startswith("cannot resolve host 'gpu7.example.com': ")
 
 
+@pytest.mark.integration
+@pytest.mark.root
+@needs_namespaces
+def test_fetch_with_a_dead_dns_server_fails_within_its_timeout(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = run_in_private_network(
+        tmp_path,
+        ["fetch", "z-lab/Qwen3.6-27B-DFlash", "--no-lock", "--timeout", "2"],
+        dns_answers_nothing=True,
+    )
+    elapsed = time.monotonic() - started
+    assert proc.returncode == 14, proc.stderr  # Hub unreachable, nothing cached
+    assert "cannot resolve huggingface.co: no answer from the resolver within 2 s" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1
+    # glibc alone took 20 s here: the probe's lookup, then huggingface_hub's own side request
+    # (agent registry) while reading the cache.
+    assert elapsed < 9
+
+
+def test_hub_lookup_is_left_to_a_proxy_from_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    url = "https://hub.invalid/z/r/resolve/main/config.json"
+    assert hub._lookup_failure(url, 5.0) is not None  # .invalid never resolves (RFC 6761)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
+    assert hub._lookup_failure(url, 5.0) is None  # the proxy resolves it, not this machine
+    monkeypatch.setenv("NO_PROXY", "hub.invalid")
+    assert hub._lookup_failure(url, 5.0) is not None
+
+
 def test_ip_literals_are_not_sent_to_the_resolver() -> None:
     # A zero budget would fail any lookup that waits for a thread; literals never start one.
-    assert resolve("127.0.0.1", 22, 0.0)[0][4] == ("127.0.0.1", 22)
-    assert resolve("::1", 2222, 0.0)[0][4][:2] == ("::1", 2222)
+    assert lookup_within("127.0.0.1", 22, 0.0)[0][4] == ("127.0.0.1", 22)
+    assert lookup_within("::1", 2222, 0.0)[0][4][:2] == ("::1", 2222)

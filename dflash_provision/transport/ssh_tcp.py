@@ -1,22 +1,16 @@
 """The TCP connection under an SSH session: name lookup and connect, each within the timeout.
 
-``socket.create_connection`` bounds the connect but not the name lookup before it: with a
-resolver that does not answer, ``getaddrinfo`` blocks for the resolver's own retries (glibc:
-5 s x 2 attempts per nameserver) whatever ``--connect-timeout`` says. Here the lookup runs in a
-daemon thread that the caller stops waiting for when the connect timeout runs out; the thread
-ends by itself when the resolver gives up. IP literals skip the thread.
+``socket.create_connection`` bounds the connect but not the name lookup before it (see
+netlookup.py): a DNS server that does not answer would cost glibc's own 10 s or more whatever
+``--connect-timeout`` says.
 """
 
 from __future__ import annotations
 
-import ipaddress
 import socket
-import threading
-from typing import Any
 
 from dflash_provision.errors import UnreachableError
-
-_AddrInfo = list[tuple[Any, ...]]  # getaddrinfo results: (family, type, proto, name, address)
+from dflash_provision.netlookup import AddrInfo, LookupTimedOut, lookup_within
 
 
 def open_tcp(hostname: str, port: int, timeout: float, where: str) -> socket.socket:
@@ -40,39 +34,13 @@ def open_tcp(hostname: str, port: int, timeout: float, where: str) -> socket.soc
     raise _connect_error(last_error, where, timeout)
 
 
-def resolve(hostname: str, port: int, timeout: float) -> _AddrInfo:
-    """``getaddrinfo`` for a TCP stream, given up after ``timeout`` seconds."""
+def resolve(hostname: str, port: int, timeout: float) -> AddrInfo:
+    """The addresses of ``hostname``, or an UnreachableError naming why there are none."""
     try:
-        ipaddress.ip_address(hostname.split("%", 1)[0])  # "fe80::1%eth0" carries a scope
-    except ValueError:
-        pass
-    else:
-        return _lookup(hostname, port)  # a literal: no resolver involved, returns at once
-    outcome: list[_AddrInfo | BaseException] = []
-    done = threading.Event()
-
-    def lookup() -> None:
-        try:
-            outcome.append(_lookup(hostname, port))
-        except BaseException as exc:
-            outcome.append(exc)
-        done.set()
-
-    threading.Thread(target=lookup, name=f"resolve {hostname}", daemon=True).start()
-    if not done.wait(timeout):
-        raise UnreachableError(
-            f"cannot resolve host {hostname!r}: no answer from the resolver within {timeout:g} s",
-            reason="timeout",
-        )
-    result = outcome[0]
-    if isinstance(result, BaseException):
-        raise result
-    return result
-
-
-def _lookup(hostname: str, port: int) -> _AddrInfo:
-    try:
-        return socket.getaddrinfo(hostname, port, type=socket.SOCK_STREAM)
+        return lookup_within(hostname, port, timeout)
+    except LookupTimedOut as exc:
+        message = f"cannot resolve host {hostname!r}: {exc}"
+        raise UnreachableError(message, reason="timeout") from None
     except socket.gaierror as exc:
         raise UnreachableError(
             f"cannot resolve host {hostname!r}: {exc.strerror}", reason="network"
