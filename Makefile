@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := openssh-server lxc busybox sudo
+APT_PACKAGES := openssh-server lxc busybox sudo iproute2
 
 .PHONY: install system-deps demo test test-slow test-all lint format bench clean
 
