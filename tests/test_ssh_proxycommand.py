@@ -1,4 +1,5 @@
-"""ProxyCommand from ssh_config, against real sshd hosts and a real OpenSSH ``ssh -W`` proxy."""
+"""ProxyCommand and nested jump hosts from ssh_config, against real sshd hosts and a real
+OpenSSH ``ssh -W`` proxy."""
 
 from __future__ import annotations
 
@@ -132,6 +133,36 @@ def test_audit_cli_through_a_proxycommand_alias(fleet: Fleet, tmp_path: Path) ->
     (host,) = json.loads(proc.stdout)["hosts"]
     assert (proc.returncode, host["status"]) == (4, "missing"), proc.stderr
     assert logins(h01) - jump_before == 1  # it went through the proxy, not straight to h03
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.parametrize(
+    "h02_route", ["ProxyJump h01", "ProxyCommand ssh -F {config} -W %h:%p h01"]
+)
+def test_the_first_jump_hosts_own_route_is_followed(
+    fleet: Fleet, tmp_path: Path, h02_route: str
+) -> None:
+    # behind (h03) -> ProxyJump h02, and h02 itself is only reachable through h01.
+    h01, h03 = fleet.hosts[0], fleet.hosts[2]
+    assert h01.client is not None
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host h02\n    {h02_route.format(config=h01.client.ssh_config)}\n\n"
+        f"Host behind\n    HostName {h03.address}\n    ProxyJump h02\n"
+        f"    User root\n    IdentityFile {h01.client.identity}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {h01.client.known_hosts}\n\n" + h01.client.ssh_config.read_text()
+    )
+    before = [logins(h) for h in fleet.hosts]
+    with SshTransport("behind", options=options(config)) as ssh:
+        assert ssh.run(["hostname"]).stdout == b"h03\n"
+    assert [logins(h) - b for h, b in zip(fleet.hosts, before, strict=True)] == [1, 1, 1]
+
+
+def test_a_jump_host_that_leads_back_to_itself_is_a_usage_error(tmp_path: Path) -> None:
+    opts = write_config(tmp_path, "Host loop\n    HostName 127.0.0.1\n    ProxyJump loop\n")
+    with pytest.raises(UsageError, match="more than 8 proxy hops before loop"):
+        SshTransport("loop", user="root", options=opts).run(["true"])
 
 
 def write_config(tmp_path: Path, text: str) -> SshOptions:

@@ -2,9 +2,10 @@
 
 What this honours from ``~/.ssh/config`` (via paramiko.SSHConfig): Host aliases, HostName, User,
 Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile, ProxyJump (a comma-separated chain of
-``[user@]host[:port]`` hops; each hop gets its own config block, but a hop's own ProxyJump or
-ProxyCommand is not followed) and ProxyCommand (see ssh_proxy.py). Precedence is OpenSSH's: what
-the target spec says (user, port) wins over the config file, which wins over defaults.
+``[user@]host[:port]`` hops, each with its own config block; the first hop's own ProxyJump or
+ProxyCommand is followed, as OpenSSH does) and ProxyCommand (see ssh_proxy.py). Precedence is
+OpenSSH's: what the target spec says (user, port) wins over the config file, which wins over
+defaults.
 
 One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
 
@@ -28,7 +29,7 @@ from collections.abc import Callable, Sequence
 
 import paramiko
 
-from dflash_provision.errors import RemoteStepFailed, UnreachableError
+from dflash_provision.errors import RemoteStepFailed, UnreachableError, UsageError
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh_endpoint import Endpoint, parse_jump, resolve_endpoint
@@ -49,6 +50,8 @@ __all__ = ["SshTransport", "resolve_endpoint"]
 # Python prints them on stderr. We turn those failures into one-line errors instead.
 logging.getLogger("paramiko").addHandler(logging.NullHandler())
 
+# OpenSSH has no limit (a loop runs until it runs out of file descriptors); this is plenty.
+_MAX_PROXY_DEPTH = 8
 _POLL_S = 0.2  # how often blocked channel reads/writes look at the deadline
 _CHUNK = 64 * 1024
 # Input up to this size is sent before the output is read (the channel window is 2 MiB).
@@ -94,21 +97,28 @@ class SshTransport(Transport):
             self.connections_opened += 1
             return self._clients[-1]
 
-    def _connect_chain(self, endpoint: Endpoint) -> list[paramiko.SSHClient]:
+    def _connect_chain(self, endpoint: Endpoint, depth: int = 0) -> list[paramiko.SSHClient]:
+        """Clients along ``endpoint``'s route, its own last.
+
+        As OpenSSH routes ``ProxyJump a,b``: ``a`` is reached by its own ssh_config (its own
+        ProxyJump or ProxyCommand, followed recursively), ``b`` through ``a``, the target
+        through ``b``; ``b``'s own proxy settings do not apply.
+        """
+        if depth > _MAX_PROXY_DEPTH:
+            raise UsageError(
+                f"ssh config: more than {_MAX_PROXY_DEPTH} proxy hops before {endpoint.alias}"
+                " (a ProxyJump that leads back to itself? exclude the jump host from it)"
+            )
         clients: list[paramiko.SSHClient] = []
         try:
             sock: socket.socket | paramiko.Channel | ProxyCommandSocket | None = None
-            via: Endpoint | None = None
-            for hop in endpoint.proxy_jump:
-                hop_host, hop_user, hop_port = parse_jump(hop, endpoint)
-                hop_endpoint = resolve_endpoint(
-                    hop_host, user=hop_user, port=hop_port, options=self.options
-                )
-                if via is not None:
-                    sock = self._tunnel(clients[-1], via, hop_endpoint)
-                clients.append(self._connect(hop_endpoint, sock))
-                via = hop_endpoint
-            if clients and via is not None:
+            if endpoint.proxy_jump:
+                first, *rest = (self._hop(hop, endpoint) for hop in endpoint.proxy_jump)
+                clients = self._connect_chain(first, depth + 1)
+                via = first
+                for hop in rest:
+                    clients.append(self._connect(hop, self._tunnel(clients[-1], via, hop)))
+                    via = hop
                 sock = self._tunnel(clients[-1], via, endpoint)
             elif endpoint.proxy_command is not None:
                 sock = ProxyCommandSocket(
@@ -126,6 +136,10 @@ class SshTransport(Transport):
                 client.close()
             raise
         return clients
+
+    def _hop(self, hop: str, target: Endpoint) -> Endpoint:
+        host, user, port = parse_jump(hop, target)
+        return resolve_endpoint(host, user=user, port=port, options=self.options)
 
     def _tunnel(self, jump: paramiko.SSHClient, via: Endpoint, dest: Endpoint) -> paramiko.Channel:
         transport = jump.get_transport()
