@@ -19,6 +19,7 @@ from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh_endpoint import resolve_endpoint
 from dflash_provision.transport.ssh_files import clear_caches
 from dflash_provision.transport.ssh_proxy import expand_proxy_command
+from tests.test_transport_ssh import accepted_logins, options_for_fleet
 
 
 def config_behind(jump: Host, target: Host, tmp_path: Path, proxy: str) -> Path:
@@ -38,19 +39,8 @@ def config_behind(jump: Host, target: Host, tmp_path: Path, proxy: str) -> Path:
 
 
 def options(config: Path, **changes: object) -> SshOptions:
-    settings: dict[str, object] = {
-        "ssh_config_path": str(config),
-        "use_agent": False,
-        "connect_timeout": 5.0,
-        "banner_timeout": 5.0,
-        "auth_timeout": 5.0,
-    }
-    settings.update(changes)
-    return SshOptions(**settings)  # type: ignore[arg-type]
-
-
-def logins(host: Host) -> int:
-    return host.log_path.read_text(errors="replace").count("Accepted publickey for")
+    """The test fleet's options (see test_transport_ssh) with this test's ssh_config."""
+    return options_for_fleet(ssh_config_path=str(config), **changes)
 
 
 def processes_mentioning(marker: str) -> list[str]:
@@ -75,13 +65,13 @@ def test_ssh_w_proxy_reaches_the_target_and_ends_with_the_connection(
     assert h01.client is not None
     # A real OpenSSH client as the proxy, as most bastion set-ups write it.
     config = config_behind(h01, h02, tmp_path, f"ssh -F {h01.client.ssh_config} -W %h:%p h01")
-    jump_before, target_before = logins(h01), logins(h02)
+    jump_before, target_before = accepted_logins(h01), accepted_logins(h02)
     with SshTransport("behind", options=options(config)) as ssh:
         assert ssh.run(["hostname"]).stdout == b"h02\n"
         assert ssh.run(["hostname"]).stdout == b"h02\n"
         assert processes_mentioning(f"-W {h02.address}:22 h01")
-    assert logins(h01) - jump_before == 1  # the proxy's own login, once
-    assert logins(h02) - target_before == 1  # one connection for both commands
+    assert accepted_logins(h01) - jump_before == 1  # the proxy's own login, once
+    assert accepted_logins(h02) - target_before == 1  # one connection for both commands
     assert processes_mentioning(f"-W {h02.address}:22 h01") == []
 
 
@@ -121,7 +111,7 @@ def test_audit_cli_through_a_proxycommand_alias(fleet: Fleet, tmp_path: Path) ->
         sys.executable, "-m", "dflash_provision", "audit", "behind:/root/models/proxied",
         "--from", str(REFERENCE_DRAFTER), "--ssh-config", str(config), "--no-agent", "--json",
     ]  # fmt: skip
-    jump_before = logins(h01)
+    jump_before = accepted_logins(h01)
     proc = subprocess.run(
         audit,
         capture_output=True,
@@ -132,7 +122,7 @@ def test_audit_cli_through_a_proxycommand_alias(fleet: Fleet, tmp_path: Path) ->
     )
     (host,) = json.loads(proc.stdout)["hosts"]
     assert (proc.returncode, host["status"]) == (4, "missing"), proc.stderr
-    assert logins(h01) - jump_before == 1  # it went through the proxy, not straight to h03
+    assert accepted_logins(h01) - jump_before == 1  # it went through the proxy, not straight to h03
 
 
 @pytest.mark.integration
@@ -153,10 +143,10 @@ def test_the_first_jump_hosts_own_route_is_followed(
         f"    User root\n    IdentityFile {h01.client.identity}\n    IdentitiesOnly yes\n"
         f"    UserKnownHostsFile {h01.client.known_hosts}\n\n" + h01.client.ssh_config.read_text()
     )
-    before = [logins(h) for h in fleet.hosts]
+    before = [accepted_logins(h) for h in fleet.hosts]
     with SshTransport("behind", options=options(config)) as ssh:
         assert ssh.run(["hostname"]).stdout == b"h03\n"
-    assert [logins(h) - b for h, b in zip(fleet.hosts, before, strict=True)] == [1, 1, 1]
+    assert [accepted_logins(h) - b for h, b in zip(fleet.hosts, before, strict=True)] == [1, 1, 1]
 
 
 def test_a_jump_host_that_leads_back_to_itself_is_a_usage_error(tmp_path: Path) -> None:

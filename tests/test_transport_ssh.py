@@ -30,8 +30,12 @@ from dflash_provision.transport.sudo import SudoTransport
 def options_for(host: Host, **changes: object) -> SshOptions:
     """Options as a user of the fleet's ssh_config would have them (no agent, short timeouts)."""
     assert host.client is not None
+    return options_for_fleet(**{"ssh_config_path": str(host.client.ssh_config), **changes})
+
+
+def options_for_fleet(**changes: object) -> SshOptions:
+    """No agent, 5 s connect/banner/auth timeouts, then ``changes``."""
     settings: dict[str, object] = {
-        "ssh_config_path": str(host.client.ssh_config),
         "use_agent": False,
         "connect_timeout": 5.0,
         "banner_timeout": 5.0,
