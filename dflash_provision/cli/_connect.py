@@ -26,11 +26,12 @@ class Connection:
     ssh: SshOptions
     lxc_path: str | None = None
 
-    def open(self, target: Any) -> Any:
-        """A Transport for ``target`` (a dflash_provision.target.Target)."""
+    def open(self, target: Any, route: Any = None) -> Any:
+        """A Transport for ``target`` (a dflash_provision.target.Target); ``route``: the host's
+        own SSH key / proxy settings (a HostRoute from an inventory), if any."""
         from dflash_provision.transport.factory import open_transport
 
-        return open_transport(target, self.ssh, lxc_path=self.lxc_path)
+        return open_transport(target, self.ssh, lxc_path=self.lxc_path, route=route)
 
 
 def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F], F]]:

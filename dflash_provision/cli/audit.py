@@ -153,7 +153,7 @@ def make_run(connection: Connection) -> FleetRun:
     return FleetRun(
         authority_loader(),
         ssh_options=connection.ssh,
-        open_transport=lambda member: connection.open(member.target),
+        open_transport=lambda member: connection.open(member.target, member.route),
     )
 
 

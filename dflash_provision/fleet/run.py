@@ -128,7 +128,9 @@ class FleetRun:
             return CountingTransport(self._open(member))
         from dflash_provision.transport.factory import open_transport
 
-        return CountingTransport(open_transport(member.target, self._ssh_options))
+        return CountingTransport(
+            open_transport(member.target, self._ssh_options, route=member.route)
+        )
 
     def verdict(self, data: bytes, sha256: str, authority: Authority) -> Verdict:
         if sha256 == authority.sha256:

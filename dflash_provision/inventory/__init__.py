@@ -43,7 +43,9 @@ Three ways to name a fleet, all producing ``list[FleetMember]``:
    ``ansible_port`` give the address; ``dflash_path``, ``dflash_repo`` + ``dflash_revision``,
    ``dflash_lock``, ``dflash_from`` and ``dflash_container`` give the rest, as host vars or group
    vars (``[group:vars]``, ``vars:``), inherited through ``children`` like Ansible does (deeper
-   groups win, then host vars). INI host patterns like ``gpu[01:64]`` expand.
+   groups win, then host vars). INI host patterns like ``gpu[01:64]`` expand. A host's key file
+   and bastion (``ansible_ssh_private_key_file``, ``-J``/``-o ProxyJump``/``-o ProxyCommand`` in
+   ``ansible_ssh_common_args``) become its ``route`` (see ansible_ssh.py).
 
 3. Plain TARGETs on the command line (``root@h1:/root/models/X``, see dflash_provision.target).
 

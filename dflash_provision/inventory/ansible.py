@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_provision.errors import UsageError
+from dflash_provision.inventory.ansible_ssh import host_route
 from dflash_provision.inventory.common import (
     build_target,
     merge_source,
@@ -177,7 +178,8 @@ class _AnsibleModel:
         address = get("ansible_host") or get("ansible_ssh_host") or host.name
         user = get("ansible_user") or get("ansible_ssh_user")
         target = build_target(address, user, port, container, path, host.where)
-        return FleetMember(host.name, target, source, group, host.where)
+        route = host_route(get, where)
+        return FleetMember(host.name, target, source, group, host.where, route)
 
 
 class AnsibleYaml:

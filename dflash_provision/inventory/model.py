@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from dflash_provision.target import Target
+from dflash_provision.transport.options import HostRoute
 
 UNGROUPED = "ungrouped"
 
@@ -41,6 +42,7 @@ class FleetMember:
     source: DrafterSpec
     group: str = UNGROUPED
     origin: str = ""  # "fleet.yaml:12" or "command line", for messages
+    route: HostRoute | None = None  # the host's own SSH key / proxy (Ansible inventories)
 
 
 @dataclass(frozen=True)

@@ -4,16 +4,20 @@ from __future__ import annotations
 
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
-from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.options import HostRoute, SshOptions
 
 
 def open_transport(
-    target: Target, options: SshOptions | None = None, *, lxc_path: str | None = None
+    target: Target,
+    options: SshOptions | None = None,
+    *,
+    lxc_path: str | None = None,
+    route: HostRoute | None = None,
 ) -> Transport:
     """A transport for ``target``; SSH connects lazily on the first ``run``.
 
     ``lxc_path`` is the classic-LXC container directory (``lxc-attach -P``) when it is not the
-    default /var/lib/lxc.
+    default /var/lib/lxc. ``route``: the host's own SSH key and proxy settings (an inventory's).
     """
     options = options or SshOptions()
     transport: Transport
@@ -25,7 +29,9 @@ def open_transport(
         # paramiko loads in ~0.2 s: only pay for it when a target is remote.
         from dflash_provision.transport.ssh import SshTransport
 
-        transport = SshTransport(target.host, user=target.user, port=target.port, options=options)
+        transport = SshTransport(
+            target.host, user=target.user, port=target.port, options=options, route=route
+        )
     if options.sudo:
         from dflash_provision.transport.sudo import SudoTransport
 

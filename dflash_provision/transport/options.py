@@ -51,3 +51,22 @@ class SshOptions:
         for name in ("connect_timeout", "banner_timeout", "auth_timeout", "command_timeout"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"{name} must be positive")
+
+
+@dataclass(frozen=True)
+class HostRoute:
+    """One host's own SSH settings that beat ssh_config, as ``ssh -i KEY -o ProxyJump=...`` on a
+    command line does (from an Ansible inventory's ``ansible_ssh_private_key_file`` and
+    ``ansible_ssh_common_args``/``ansible_ssh_extra_args``).
+
+    ``proxy_jump`` "none" turns off a ProxyJump/ProxyCommand the config file would give. When
+    either proxy is set here, the config file's proxies are not used.
+    """
+
+    identity_files: tuple[str, ...] = ()
+    proxy_jump: str | None = None
+    proxy_command: str | None = None
+
+    @property
+    def sets_proxy(self) -> bool:
+        return self.proxy_jump is not None or self.proxy_command is not None

@@ -31,7 +31,7 @@ import paramiko
 
 from dflash_provision.errors import RemoteStepFailed, UnreachableError, UsageError
 from dflash_provision.transport.base import CommandResult, Transport
-from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.options import HostRoute, SshOptions
 from dflash_provision.transport.ssh_endpoint import Endpoint, parse_jump, resolve_endpoint
 from dflash_provision.transport.ssh_errors import (
     handshake_budget,
@@ -70,11 +70,13 @@ class SshTransport(Transport):
         user: str | None = None,
         port: int | None = None,
         options: SshOptions | None = None,
+        route: HostRoute | None = None,
     ) -> None:
         self.host = host
         self.user = user
         self.port = port
         self.options = options or SshOptions()
+        self.route = route  # this host's own key / proxy settings (not its jump hosts')
         self.description = f"{user}@{host}" if user else host
         self._clients: list[paramiko.SSHClient] = []  # jump hosts first, the target last
         self._lock = threading.Lock()
@@ -91,7 +93,7 @@ class SshTransport(Transport):
                     return self._clients[-1]
                 self._close_clients()
             endpoint = resolve_endpoint(
-                self.host, user=self.user, port=self.port, options=self.options
+                self.host, user=self.user, port=self.port, options=self.options, route=self.route
             )
             self._clients = self._connect_chain(endpoint)
             self.connections_opened += 1

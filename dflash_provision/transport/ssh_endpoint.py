@@ -10,7 +10,7 @@ from typing import cast
 import paramiko
 
 from dflash_provision.errors import UsageError
-from dflash_provision.transport.options import SshOptions, default_known_hosts_path
+from dflash_provision.transport.options import HostRoute, SshOptions, default_known_hosts_path
 from dflash_provision.transport.ssh_files import SSH_CONFIGS
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
@@ -42,9 +42,16 @@ class Endpoint:
 
 
 def resolve_endpoint(
-    host: str, *, user: str | None, port: int | None, options: SshOptions
+    host: str,
+    *,
+    user: str | None,
+    port: int | None,
+    options: SshOptions,
+    route: HostRoute | None = None,
 ) -> Endpoint:
-    """Apply the ssh_config file to ``host`` (an alias or a real name)."""
+    """Apply the ssh_config file to ``host`` (an alias or a real name); ``route`` (this host's
+    own key and proxy settings) wins over the file, as ``ssh -i``/``-o`` do."""
+    route = route or HostRoute()
     entry: dict[str, object] = {}
     if options.ssh_config_path and os.path.isfile(options.ssh_config_path):
         try:
@@ -62,7 +69,8 @@ def resolve_endpoint(
     )
     raw_keys = cast("list[str]", entry.get("identityfile") or [])  # paramiko gives a list
     config_keys = [os.path.expanduser(p) for p in raw_keys]
-    keys = [os.path.expanduser(p) for p in options.identity_files] + config_keys
+    keys = [os.path.expanduser(p) for p in route.identity_files + options.identity_files]
+    keys += config_keys
     if not identities_only:
         keys += [os.path.expanduser(f"~/.ssh/{name}") for name in DEFAULT_KEY_NAMES]
     existing = tuple(dict.fromkeys(k for k in keys if os.path.isfile(k)))
@@ -72,6 +80,8 @@ def resolve_endpoint(
         known_hosts = (
             os.path.expanduser(config_known[0]) if config_known else default_known_hosts_path()
         )
+    if route.sets_proxy:
+        entry = {**entry, "proxyjump": route.proxy_jump, "proxycommand": route.proxy_command}
     jump = str(entry.get("proxyjump") or "")
     hops = (
         ()

@@ -1,0 +1,175 @@
+"""An Ansible host's own SSH key and bastion (ansible_ssh_private_key_file,
+ansible_ssh_common_args / ansible_ssh_extra_args): parsed with file and line, and honoured by
+real connections through a real jump host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import UsageError
+from dflash_provision.inventory import load_inventory
+from dflash_provision.testbed.hosts import Fleet
+from dflash_provision.testbed.samples import REFERENCE_DRAFTER
+from dflash_provision.transport.options import HostRoute, SshOptions
+from dflash_provision.transport.ssh_endpoint import resolve_endpoint
+from dflash_provision.transport.ssh_files import clear_caches
+from tests.test_transport_ssh import accepted_logins
+
+COMMON = "dflash_path=/root/models/m dflash_from=/dev/null"
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip("\n"))
+    return path
+
+
+def routes(path: Path) -> dict[str, HostRoute | None]:
+    return {m.name: m.route for m in load_inventory(path)}
+
+
+def test_ini_key_file_and_proxycommand_with_inner_quotes(tmp_path: Path) -> None:
+    inv = write(
+        tmp_path,
+        "hosts.ini",
+        f"""
+        [gpu]
+        gpu1 {COMMON} ansible_ssh_private_key_file=~/.ssh/gpu ansible_ssh_common_args='-o ProxyCommand="ssh -W %h:%p -q bastion" -o ControlMaster=auto -o ControlPersist=60s'
+        gpu2 {COMMON}
+        """,  # noqa: E501 -- one INI line, as Ansible users write it
+    )
+    assert routes(inv) == {
+        "gpu1": HostRoute(
+            identity_files=(os.path.expanduser("~/.ssh/gpu"),),
+            proxy_command="ssh -W %h:%p -q bastion",
+        ),
+        "gpu2": None,
+    }
+
+
+def test_yaml_group_jump_is_inherited_and_a_host_can_turn_it_off(tmp_path: Path) -> None:
+    inv = write(
+        tmp_path,
+        "hosts.yml",
+        """
+        all:
+          vars:
+            dflash_path: /root/models/m
+            dflash_from: /dev/null
+          children:
+            east:
+              vars:
+                ansible_ssh_common_args: "-J ops@bastion:2222 -o StrictHostKeyChecking=no"
+              hosts:
+                gpu1: {}
+                gpu2:
+                  ansible_ssh_common_args: "-o ProxyJump=none"
+                gpu3:
+                  ansible_ssh_extra_args: "-o ProxyJump=other"
+        """,
+    )
+    assert routes(inv) == {
+        "gpu1": HostRoute(proxy_jump="ops@bastion:2222"),
+        "gpu2": HostRoute(proxy_jump="none"),  # the host's var replaces the group's
+        # common args come before extra args, and the first value wins, as on ssh's command line
+        "gpu3": HostRoute(proxy_jump="ops@bastion:2222"),
+    }
+
+
+@pytest.mark.parametrize(
+    ("args", "words"),
+    [
+        ("-o Port=2222", "hosts.ini:2: ansible_ssh_common_args: -o Port is not supported here"),
+        ("-L 8080:localhost:80", "hosts.ini:2: ansible_ssh_common_args: '-L' is not supported"),
+        ("-o", "hosts.ini:2: ansible_ssh_common_args: -o needs a value"),
+        (
+            '-o ProxyJump=b -o ProxyCommand="nc %h %p"',
+            "hosts.ini:2: both ProxyJump and ProxyCommand given",
+        ),
+    ],
+)
+def test_unsupported_ssh_arguments_name_the_file_and_line(
+    tmp_path: Path, args: str, words: str
+) -> None:
+    inv = write(tmp_path, "hosts.ini", f"[gpu]\ngpu1 {COMMON} ansible_ssh_common_args='{args}'\n")
+    with pytest.raises(UsageError) as caught:
+        load_inventory(inv)
+    assert str(caught.value.message).startswith(str(tmp_path / words.split(":")[0]))
+    assert words.split(":", 1)[1] in caught.value.message
+
+
+def test_a_routes_proxy_and_key_beat_the_config_file(tmp_path: Path) -> None:
+    clear_caches()
+    config = tmp_path / "ssh_config"
+    config.write_text("Host gpu1\n    ProxyJump old-bastion\n    IdentityFile /k/config\n")
+    key = tmp_path / "route-key"
+    key.write_text("not really a key")
+    opts = SshOptions(ssh_config_path=str(config), use_agent=False, identities_only=True)
+    plain = resolve_endpoint("gpu1", user=None, port=None, options=opts)
+    assert plain.proxy_jump == ("old-bastion",)
+    routed = resolve_endpoint(
+        "gpu1",
+        user=None,
+        port=None,
+        options=opts,
+        route=HostRoute(identity_files=(str(key),), proxy_command="nc %h %p"),
+    )
+    assert (routed.proxy_jump, routed.proxy_command) == ((), "nc %h %p")
+    assert routed.identity_files[0] == str(key)
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.parametrize(
+    "args", ["-o ProxyJump=h01", '-o ProxyCommand="ssh -F {config} -W %h:%p h01"']
+)
+def test_repair_through_the_inventorys_bastion(fleet: Fleet, tmp_path: Path, args: str) -> None:
+    h01, h03 = fleet.hosts[0], fleet.hosts[2]
+    client = h01.client
+    assert client is not None
+    model = f"/root/models/bastion-{len(args)}"
+    # h03 by address only: its key and its route come from the inventory, not from ssh_config.
+    inv = write(
+        tmp_path,
+        "hosts.ini",
+        f"""
+        [behind]
+        h03 ansible_host={h03.address} ansible_user=root ansible_ssh_private_key_file={client.identity} ansible_ssh_common_args='{args.format(config=client.ssh_config)}'
+        [behind:vars]
+        dflash_path={model}
+        dflash_from={REFERENCE_DRAFTER}
+        """,  # noqa: E501 -- one INI line
+    )
+
+    def cli(*command: str) -> subprocess.CompletedProcess[str]:
+        argv = [
+            sys.executable, "-m", "dflash_provision", *command, "-i", str(inv), "--json",
+            "--ssh-config", str(client.ssh_config), "--known-hosts", str(client.known_hosts),
+            "--no-agent",
+        ]  # fmt: skip
+        return subprocess.run(
+            argv,
+            capture_output=True,
+            text=True,
+            timeout=120,
+            env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
+            check=False,
+        )
+
+    jump_before = accepted_logins(h01)
+    repaired = cli("repair", "--mkdir")
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    audited = cli("audit")
+    assert audited.returncode == 0, audited.stdout + audited.stderr
+    assert json.loads(audited.stdout)["hosts"][0]["status"] == "in_sync"
+    assert (h03.root_dir / model.removeprefix("/root/") / "config.json").read_bytes() == (
+        REFERENCE_DRAFTER.read_bytes()
+    )
+    assert accepted_logins(h01) - jump_before >= 2  # every command went through the bastion
