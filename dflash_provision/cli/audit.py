@@ -70,6 +70,14 @@ _FLEET_OPTIONS = [
         help="Model directory (or .json file) on every host (overrides the inventory).",
     ),
     click.option(
+        "--limit",
+        "-l",
+        "limit",
+        metavar="PATTERN",
+        help="Only these hosts of the inventory, as Ansible's --limit: names, groups, wildcards,"
+        " ~regex, &group (also in), !group (not in), separated by commas.",
+    ),
+    click.option(
         "--workers",
         type=click.IntRange(min=1, max=1024),
         default=64,
@@ -90,6 +98,7 @@ class FleetSelection:
     from_file: str | None
     lock: str | None
     model_path: str | None
+    limit: str | None
     workers: int
 
     def members(self) -> list[FleetMember]:
@@ -108,9 +117,14 @@ class FleetSelection:
             lock=str(Path(self.lock).resolve()) if self.lock else None,
             from_file=str(Path(self.from_file).resolve()) if self.from_file else None,
         )
-        return load_members(
+        members = load_members(
             self.inventory, self.targets, Overrides(source=source, path=self.model_path)
         )
+        if self.limit is None:
+            return members
+        from dflash_provision.inventory.limit import select
+
+        return select(members, self.limit)
 
 
 def fleet_options(func: F) -> F:

@@ -110,13 +110,17 @@ class _AnsibleModel:
             group = (
                 max(named, key=lambda g: (ancestry.get(g, (0, []))[0], g)) if named else UNGROUPED
             )
-            members.append(self._member(host, merged, group))
+            members.append(self._member(host, merged, group, tuple(sorted(every))))
         if not members:
             raise UsageError(f"inventory {self.path}: the inventory lists no hosts")
         return members
 
     def _member(
-        self, host: _AnsibleHost, merged: dict[str, tuple[str, str]], group: str
+        self,
+        host: _AnsibleHost,
+        merged: dict[str, tuple[str, str]],
+        group: str,
+        groups: tuple[str, ...],
     ) -> FleetMember:
         def get(key: str) -> str | None:
             item = merged.get(key)
@@ -179,7 +183,7 @@ class _AnsibleModel:
         user = get("ansible_user") or get("ansible_ssh_user")
         target = build_target(address, user, port, container, path, host.where)
         route = host_route(get, where)
-        return FleetMember(host.name, target, source, group, host.where, route)
+        return FleetMember(host.name, target, source, group, host.where, route, groups)
 
 
 class AnsibleYaml:

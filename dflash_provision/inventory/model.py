@@ -43,6 +43,13 @@ class FleetMember:
     group: str = UNGROUPED
     origin: str = ""  # "fleet.yaml:12" or "command line", for messages
     route: HostRoute | None = None  # the host's own SSH key / proxy (Ansible inventories)
+    # Every group the host is in, parents through ``children`` included (for --limit); the
+    # single ``group`` above is the one reports show.
+    groups: tuple[str, ...] = ()
+
+    @property
+    def all_groups(self) -> tuple[str, ...]:
+        return self.groups or (self.group,)
 
 
 @dataclass(frozen=True)
