@@ -173,3 +173,37 @@ def test_repair_through_the_inventorys_bastion(fleet: Fleet, tmp_path: Path, arg
         REFERENCE_DRAFTER.read_bytes()
     )
     assert accepted_logins(h01) - jump_before >= 2  # every command went through the bastion
+
+
+def test_ansible_connection_local_works_on_this_machine_and_unknown_ones_are_refused(
+    tmp_path: Path,
+) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes(REFERENCE_DRAFTER.read_bytes())
+    inv = write(
+        tmp_path,
+        "hosts.ini",
+        f"""
+        [ctl]
+        localhost ansible_connection=local
+        [all:vars]
+        dflash_path={model}
+        dflash_from={REFERENCE_DRAFTER}
+        """,
+    )
+    (member,) = load_inventory(inv)
+    assert member.target.host is None  # no SSH to "localhost"
+    audited = subprocess.run(
+        [sys.executable, "-m", "dflash_provision", "audit", "-i", str(inv), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
+        check=False,
+    )
+    assert audited.returncode == 0, audited.stderr
+    assert json.loads(audited.stdout)["hosts"][0]["status"] == "in_sync"
+    inv.write_text(inv.read_text().replace("ansible_connection=local", "ansible_connection=docker"))
+    with pytest.raises(UsageError, match=r"hosts.ini:2: ansible_connection: 'docker' is not"):
+        load_inventory(inv)

@@ -37,6 +37,8 @@ class _AnsibleHost:
 
 
 _SOURCE_VARS = ("dflash_repo", "dflash_lock", "dflash_from")
+# ansible_connection values we can honour: SSH by any of its names, or this machine.
+_CONNECTIONS = frozenset({"ssh", "paramiko", "paramiko_ssh", "smart", "local"})
 
 
 class _AnsibleModel:
@@ -179,6 +181,16 @@ class _AnsibleModel:
         container = (
             parse_container(container_text, where("dflash_container")) if container_text else None
         )
+        connection = (get("ansible_connection") or "ssh").removeprefix("ansible.builtin.")
+        if connection not in _CONNECTIONS:
+            raise UsageError(
+                f"{where('ansible_connection')}: ansible_connection: {connection!r} is not"
+                f" supported (one of {', '.join(sorted(_CONNECTIONS))}; containers are"
+                " dflash_container)"
+            )
+        if connection == "local":  # this machine, no SSH (often "localhost" in inventories)
+            target = build_target(None, None, None, container, path, host.where)
+            return FleetMember(host.name, target, source, group, host.where, None, groups)
         address = get("ansible_host") or get("ansible_ssh_host") or host.name
         user = get("ansible_user") or get("ansible_ssh_user")
         target = build_target(address, user, port, container, path, host.where)
