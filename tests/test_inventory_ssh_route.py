@@ -207,3 +207,27 @@ def test_ansible_connection_local_works_on_this_machine_and_unknown_ones_are_ref
     inv.write_text(inv.read_text().replace("ansible_connection=local", "ansible_connection=docker"))
     with pytest.raises(UsageError, match=r"hosts.ini:2: ansible_connection: 'docker' is not"):
         load_inventory(inv)
+
+
+@pytest.mark.parametrize(
+    ("become_vars", "expected"),
+    [
+        ("", False),
+        ("ansible_become=true", True),
+        ("ansible_become=yes ansible_become_method=ansible.builtin.sudo", True),
+        ("ansible_become=no", False),
+        ("ansible_become=maybe", "ansible_become: expected true or false"),
+        ("ansible_become=true ansible_become_method=su", "only sudo is supported, got 'su'"),
+        ("ansible_become=true ansible_become_user=postgres", "only root is supported"),
+    ],
+)
+def test_ansible_become_means_sudo_to_root(
+    tmp_path: Path, become_vars: str, expected: bool | str
+) -> None:
+    inv = write(tmp_path, "hosts.ini", f"[gpu]\ngpu1 {COMMON} {become_vars}\n")
+    if isinstance(expected, bool):
+        (member,) = load_inventory(inv)
+        assert member.become is expected
+    else:
+        with pytest.raises(UsageError, match=f"hosts.ini:2: .*{expected}"):
+            load_inventory(inv)

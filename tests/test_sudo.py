@@ -224,3 +224,24 @@ def test_lxc_container_as_non_root_login_exits_auth_needs_root_then_works_with_s
         pushed = cli.run("push", spec, "--from", REF, "--sudo", *sudo_host.args())
         assert pushed.returncode == 0, pushed.stderr
         assert (directory / "config.json").read_bytes() == REFERENCE
+
+
+def test_ansible_become_repairs_as_root_for_that_host_only(
+    sudo_host: SudoHost, cli: Cli, model: str, tmp_path: Path
+) -> None:
+    # An Ansible inventory with a non-root ansible_user: ansible_become is what Ansible users set
+    # instead of a global --sudo.
+    directory = in_root(sudo_host.host, model)
+    seed(directory)
+    inventory = tmp_path / "hosts.ini"
+    line = f"h01 ansible_user={sudo_host.nopasswd.name} dflash_path={model} dflash_from={REF}"
+    inventory.write_text(f"[gpu]\n{line} ansible_become=false\n")
+    refused = cli.run("repair", "-i", str(inventory), "--json", *sudo_host.args())
+    assert refused.returncode == ExitCode.UNREACHABLE, refused.stdout + refused.stderr
+    assert (directory / "config.json").read_bytes() == INCIDENT
+    inventory.write_text(f"[gpu]\n{line} ansible_become=yes ansible_become_user=root\n")
+    repaired = cli.run("repair", "-i", str(inventory), "--json", *sudo_host.args())
+    assert repaired.returncode == 0, repaired.stdout + repaired.stderr
+    config = directory / "config.json"
+    assert config.read_bytes() == REFERENCE
+    assert (config.stat().st_uid, config.stat().st_gid) == (0, 0)

@@ -26,12 +26,13 @@ class Connection:
     ssh: SshOptions
     lxc_path: str | None = None
 
-    def open(self, target: Any, route: Any = None) -> Any:
+    def open(self, target: Any, route: Any = None, *, sudo: bool = False) -> Any:
         """A Transport for ``target`` (a dflash_provision.target.Target); ``route``: the host's
-        own SSH key / proxy settings (a HostRoute from an inventory), if any."""
+        own SSH key / proxy settings (a HostRoute from an inventory), if any; ``sudo``: the
+        host's own need for sudo (``--sudo`` applies to every host anyway)."""
         from dflash_provision.transport.factory import open_transport
 
-        return open_transport(target, self.ssh, lxc_path=self.lxc_path, route=route)
+        return open_transport(target, self.ssh, lxc_path=self.lxc_path, route=route, sudo=sudo)
 
 
 def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F], F]]:

@@ -167,7 +167,9 @@ def make_run(connection: Connection) -> FleetRun:
     return FleetRun(
         authority_loader(),
         ssh_options=connection.ssh,
-        open_transport=lambda member: connection.open(member.target, member.route),
+        open_transport=lambda member: connection.open(
+            member.target, member.route, sudo=member.become
+        ),
     )
 
 

@@ -129,7 +129,7 @@ class FleetRun:
         from dflash_provision.transport.factory import open_transport
 
         return CountingTransport(
-            open_transport(member.target, self._ssh_options, route=member.route)
+            open_transport(member.target, self._ssh_options, route=member.route, sudo=member.become)
         )
 
     def verdict(self, data: bytes, sha256: str, authority: Authority) -> Verdict:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ class _AnsibleHost:
 _SOURCE_VARS = ("dflash_repo", "dflash_lock", "dflash_from")
 # ansible_connection values we can honour: SSH by any of its names, or this machine.
 _CONNECTIONS = frozenset({"ssh", "paramiko", "paramiko_ssh", "smart", "local"})
+# Ansible's booleans, as YAML and INI inventories spell them.
+_TRUE = frozenset({"true", "yes", "on", "1", "y", "t"})
+_FALSE = frozenset({"false", "no", "off", "0", "n", "f"})
 
 
 class _AnsibleModel:
@@ -188,14 +192,40 @@ class _AnsibleModel:
                 f" supported (one of {', '.join(sorted(_CONNECTIONS))}; containers are"
                 " dflash_container)"
             )
+        become = _become(get, where)
         if connection == "local":  # this machine, no SSH (often "localhost" in inventories)
             target = build_target(None, None, None, container, path, host.where)
-            return FleetMember(host.name, target, source, group, host.where, None, groups)
+            return FleetMember(host.name, target, source, group, host.where, None, groups, become)
         address = get("ansible_host") or get("ansible_ssh_host") or host.name
         user = get("ansible_user") or get("ansible_ssh_user")
         target = build_target(address, user, port, container, path, host.where)
         route = host_route(get, where)
-        return FleetMember(host.name, target, source, group, host.where, route, groups)
+        return FleetMember(host.name, target, source, group, host.where, route, groups, become)
+
+
+def _become(get: Callable[[str], str | None], where: Callable[[str], str]) -> bool:
+    """``ansible_become``: whether this host's commands go through ``sudo -n`` (to root)."""
+    text = get("ansible_become")
+    if text is None:
+        return False
+    value = text.strip().lower()
+    if value not in _TRUE | _FALSE:
+        raise UsageError(f"{where('ansible_become')}: ansible_become: expected true or false")
+    if value in _FALSE:
+        return False
+    method = (get("ansible_become_method") or "sudo").removeprefix("ansible.builtin.")
+    if method != "sudo":
+        raise UsageError(
+            f"{where('ansible_become_method')}: ansible_become_method: only sudo is supported,"
+            f" got {method!r}"
+        )
+    user = get("ansible_become_user") or "root"
+    if user != "root":
+        raise UsageError(
+            f"{where('ansible_become_user')}: ansible_become_user: only root is supported,"
+            f" got {user!r}"
+        )
+    return True
 
 
 class AnsibleYaml:

@@ -46,6 +46,7 @@ class FleetMember:
     # Every group the host is in, parents through ``children`` included (for --limit); the
     # single ``group`` above is the one reports show.
     groups: tuple[str, ...] = ()
+    become: bool = False  # run its commands through sudo -n (Ansible's ansible_become)
 
     @property
     def all_groups(self) -> tuple[str, ...]:

@@ -13,11 +13,14 @@ def open_transport(
     *,
     lxc_path: str | None = None,
     route: HostRoute | None = None,
+    sudo: bool = False,
 ) -> Transport:
     """A transport for ``target``; SSH connects lazily on the first ``run``.
 
     ``lxc_path`` is the classic-LXC container directory (``lxc-attach -P``) when it is not the
     default /var/lib/lxc. ``route``: the host's own SSH key and proxy settings (an inventory's).
+    ``sudo``: this host needs ``sudo -n`` (an inventory's ``ansible_become``), as ``--sudo`` says
+    for every host.
     """
     options = options or SshOptions()
     transport: Transport
@@ -32,7 +35,7 @@ def open_transport(
         transport = SshTransport(
             target.host, user=target.user, port=target.port, options=options, route=route
         )
-    if options.sudo:
+    if options.sudo or sudo:
         from dflash_provision.transport.sudo import SudoTransport
 
         transport = SudoTransport(transport)
