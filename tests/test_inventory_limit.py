@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -16,6 +14,7 @@ from dflash_provision.inventory import load_inventory
 from dflash_provision.inventory.limit import select
 from dflash_provision.testbed.hosts import Fleet
 from dflash_provision.testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
+from tests.test_push_cli_failures import Cli, ssh_args
 
 INI = """
 [east]
@@ -92,19 +91,8 @@ def test_repair_with_limit_writes_only_the_selected_hosts(fleet: Fleet, tmp_path
     )
 
     def cli(*command: str) -> subprocess.CompletedProcess[str]:
-        argv = [
-            sys.executable, "-m", "dflash_provision", *command, "-i", str(inv), "--json",
-            "--ssh-config", str(client.ssh_config), "--known-hosts", str(client.known_hosts),
-            "--no-agent",
-        ]  # fmt: skip
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
-            check=False,
-        )
+        known_hosts = ["--known-hosts", str(client.known_hosts)]
+        return Cli(tmp_path).run(*command, "-i", str(inv), "--json", *ssh_args(fleet), *known_hosts)
 
     repaired = cli("repair", "--limit", "all,!first")
     assert repaired.returncode == 0, repaired.stdout + repaired.stderr

@@ -20,6 +20,7 @@ from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import HostRoute, SshOptions
 from dflash_provision.transport.ssh_endpoint import resolve_endpoint
 from dflash_provision.transport.ssh_files import clear_caches
+from tests.test_push_cli_failures import Cli, ssh_args
 from tests.test_transport_ssh import accepted_logins
 
 COMMON = "dflash_path=/root/models/m dflash_from=/dev/null"
@@ -149,19 +150,8 @@ def test_repair_through_the_inventorys_bastion(fleet: Fleet, tmp_path: Path, arg
     )
 
     def cli(*command: str) -> subprocess.CompletedProcess[str]:
-        argv = [
-            sys.executable, "-m", "dflash_provision", *command, "-i", str(inv), "--json",
-            "--ssh-config", str(client.ssh_config), "--known-hosts", str(client.known_hosts),
-            "--no-agent",
-        ]  # fmt: skip
-        return subprocess.run(
-            argv,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
-            check=False,
-        )
+        known_hosts = ["--known-hosts", str(client.known_hosts)]
+        return Cli(tmp_path).run(*command, "-i", str(inv), "--json", *ssh_args(fleet), *known_hosts)
 
     jump_before = accepted_logins(h01)
     repaired = cli("repair", "--mkdir")
