@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-from dflash_provision.errors import UnreachableError, UsageError
+from dflash_provision.errors import AuthError, UnreachableError, UsageError
 from dflash_provision.testbed.hosts import Fleet, Host
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
@@ -206,7 +207,32 @@ def test_proxyjump_and_proxycommand_together_are_refused(tmp_path: Path) -> None
 def test_bad_tokens_and_shell_words_in_values_are_refused(
     template: str, hostname: str, words: str
 ) -> None:
-    with pytest.raises(
-        UsageError, match=words.replace("(", r"\(").replace(")", r"\)").replace("$", r"\$")
-    ):
+    with pytest.raises(UsageError, match=re.escape(words)):
         expand_proxy_command(template, hostname=hostname, port=22, user="root", alias="gpu1")
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_host_key_alias_files_and_checks_the_key_under_the_alias(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    # Typical behind a bastion: the key is filed under a stable name, not the address/port.
+    h01, h02 = fleet.hosts[0], fleet.hosts[1]
+    assert h01.client is not None
+    known = tmp_path / "known_hosts"
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host behind\n    HostName {h02.address}\n    User root\n    HostKeyAlias gpu-02.lab\n"
+        f"    IdentityFile {h01.client.identity}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {known}\n"
+    )
+    key = " ".join(h02.host_public_key.split()[:2])
+    known.write_text(f"{h02.address} {key}\n")  # filed under the address only: not good enough
+    with pytest.raises(AuthError, match=re.escape("host key for behind (gpu-02.lab) is unknown")):
+        SshTransport("behind", options=options(config)).run(["true"])
+    known.write_text("")
+    with SshTransport("behind", options=options(config, host_key_policy="accept-new")) as ssh:
+        assert ssh.run(["hostname"]).stdout == b"h02\n"
+    assert known.read_text() == f"gpu-02.lab {key}\n"  # recorded under the alias, as ssh does
+    with SshTransport("behind", options=options(config)) as ssh:  # and checked under it
+        assert ssh.run(["hostname"]).stdout == b"h02\n"

@@ -1,7 +1,7 @@
 """Run commands over SSH with paramiko, behaving the way OpenSSH users expect.
 
 What this honours from ``~/.ssh/config`` (via paramiko.SSHConfig): Host aliases, HostName, User,
-Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile, ProxyJump (a comma-separated chain of
+Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile, HostKeyAlias, ProxyJump (a comma-separated chain of
 ``[user@]host[:port]`` hops, each with its own config block; the first hop's own ProxyJump or
 ProxyCommand is followed, as OpenSSH does) and ProxyCommand (see ssh_proxy.py). Precedence is
 OpenSSH's: what the target spec says (user, port) wins over the config file, which wins over
@@ -183,9 +183,11 @@ class SshTransport(Transport):
             first_key = cached_key(key_files[0]) if key_files else None
             if first_key is not None:
                 key_files = key_files[1:]
+            # With our own socket, paramiko uses the host and port only to look the host key up.
+            key_host, key_port = endpoint.host_key_lookup
             client.connect(
-                endpoint.hostname,
-                port=endpoint.port,
+                key_host,
+                port=key_port,
                 username=endpoint.user,
                 sock=sock,
                 # With our own socket, paramiko uses ``timeout`` only as start_client()'s wait

@@ -29,6 +29,7 @@ class Endpoint:
     known_hosts_path: str
     proxy_jump: tuple[str, ...]
     proxy_command: str | None = None  # as written in ssh_config, tokens not yet expanded
+    host_key_alias: str | None = None  # ssh_config HostKeyAlias: the name its key is filed under
 
     @property
     def label(self) -> str:
@@ -37,8 +38,18 @@ class Endpoint:
 
     @property
     def known_hosts_name(self) -> str:
-        """The name the host key is filed under, as OpenSSH writes it."""
-        return self.hostname if self.port == 22 else f"[{self.hostname}]:{self.port}"
+        """The name the host key is filed under, as OpenSSH writes it (a HostKeyAlias as it is,
+        without the port)."""
+        host, port = self.host_key_lookup
+        return host if port == 22 else f"[{host}]:{port}"
+
+    @property
+    def host_key_lookup(self) -> tuple[str, int]:
+        """(host, port) to give paramiko for its host key check; it files the key under
+        ``host`` alone when the port is 22."""
+        if self.host_key_alias:
+            return self.host_key_alias, 22
+        return self.hostname, self.port
 
 
 def resolve_endpoint(
@@ -105,6 +116,7 @@ def resolve_endpoint(
         known_hosts_path=known_hosts,
         proxy_jump=hops,
         proxy_command=str(proxy_command) if proxy_command is not None else None,
+        host_key_alias=str(entry.get("hostkeyalias") or "") or None,
     )
 
 
