@@ -23,6 +23,7 @@ from dflash_provision import hub
 from dflash_provision.netlookup import lookup_within
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 
+
 def _private_network_works() -> bool:
     if os.geteuid() != 0 or shutil.which("unshare") is None or shutil.which("ip") is None:
         return False
