@@ -614,13 +614,13 @@ def test_ssh_config_is_parsed_once_and_read_again_when_it_changes(
     from dflash_provision.transport.ssh import resolve_endpoint
 
     parses: list[str] = []
-    real_from_path = paramiko.SSHConfig.from_path
+    real_parse = paramiko.SSHConfig.parse
 
-    def counting(path: str) -> paramiko.SSHConfig:
-        parses.append(path)
-        return real_from_path(path)
+    def counting(self: paramiko.SSHConfig, file_obj: object) -> None:
+        parses.append("parsed")
+        real_parse(self, file_obj)
 
-    monkeypatch.setattr(paramiko.SSHConfig, "from_path", staticmethod(counting))
+    monkeypatch.setattr(paramiko.SSHConfig, "parse", counting)
     config = tmp_path / "config"
     blocks = "".join(f"Host h{i:02d}\n    HostName 127.0.9.{i}\n    Port 22\n" for i in range(40))
     config.write_text(blocks)

@@ -14,6 +14,8 @@ from typing import Generic, TypeVar
 
 import paramiko
 
+from dflash_provision.transport.ssh_include import expand_includes, included_files
+
 _T = TypeVar("_T")
 _Stamp = bytes | None
 
@@ -78,7 +80,8 @@ class ParsedSshConfig:
     makes every lookup walk the whole file)."""
 
     def __init__(self, path: str) -> None:
-        self._config = _RawProxyCommandConfig.from_path(path)
+        text, _ = expand_includes(path)  # paramiko itself ignores Include
+        self._config = _RawProxyCommandConfig.from_text(text)
         self._lock = threading.Lock()
         self._lookups: dict[str, dict[str, object]] = {}
 
@@ -102,7 +105,8 @@ def load_private_key(path: str) -> paramiko.PKey | None:
         return None
 
 
-SSH_CONFIGS: FileCache[ParsedSshConfig] = FileCache(ParsedSshConfig)
+# An edit to any included file is a new version of the config.
+SSH_CONFIGS: FileCache[ParsedSshConfig] = FileCache(ParsedSshConfig, depends=included_files)
 KNOWN_HOSTS: FileCache[paramiko.HostKeys] = FileCache(paramiko.HostKeys)
 PRIVATE_KEYS: FileCache[paramiko.PKey | None] = FileCache(
     load_private_key, depends=lambda path: (path, path + "-cert.pub")
