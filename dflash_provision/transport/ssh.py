@@ -2,11 +2,10 @@
 
 What this honours from ``~/.ssh/config`` (via paramiko.SSHConfig): Host aliases, HostName, User,
 Port, IdentityFile, IdentitiesOnly, UserKnownHostsFile, HostKeyAlias, Include (ssh_include.py;
-paramiko ignores it), ProxyJump (a
-comma-separated chain of ``[user@]host[:port]`` hops, each with its own config block; the first
-hop's own ProxyJump or ProxyCommand is followed, as OpenSSH does) and ProxyCommand (see
-ssh_proxy.py). Precedence is OpenSSH's: what the target spec says (user, port) wins over the
-config file, which wins over defaults.
+paramiko ignores it), ProxyJump (a comma-separated chain of ``[user@]host[:port]`` hops, each
+with its own config block; the first hop's own ProxyJump or ProxyCommand is followed, as OpenSSH
+does) and ProxyCommand (see ssh_proxy.py). Precedence is OpenSSH's: what the target spec says
+(user, port) wins over the config file, which wins over defaults.
 
 One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
 
