@@ -24,6 +24,7 @@ import contextlib
 import hashlib
 import re
 import socket
+import threading
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -37,6 +38,9 @@ from dflash_provision.netlookup import LookupTimedOut, lookup_within
 if TYPE_CHECKING:
     from huggingface_hub.errors import HfHubHTTPError
 
+# Held around every hf_hub_download (see _offline_while). Downloads are one per drafter source
+# and command, so serialising them costs nothing measurable.
+_LIBRARY_SWITCH = threading.Lock()
 COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 DEFAULT_REVISION = "main"
 
@@ -178,17 +182,20 @@ def _offline_while(cache_only: bool) -> Iterator[None]:
     huggingface_hub 2.x makes while building the headers; it skips that when
     ``constants.HF_HUB_OFFLINE`` is set, which it reads at call time.
     """
-    if not cache_only:
-        yield
-        return
     from huggingface_hub import constants
 
-    was = constants.HF_HUB_OFFLINE
-    constants.HF_HUB_OFFLINE = True
-    try:
-        yield
-    finally:
-        constants.HF_HUB_OFFLINE = was
+    # The switch is process-wide: a fleet loads several drafter sources in parallel threads, and
+    # one of them must not see the library offline because another could not reach the Hub.
+    with _LIBRARY_SWITCH:
+        if not cache_only:
+            yield
+            return
+        was = constants.HF_HUB_OFFLINE
+        constants.HF_HUB_OFFLINE = True
+        try:
+            yield
+        finally:
+            constants.HF_HUB_OFFLINE = was
 
 
 def _lookup_failure(url: str, timeout: float) -> str | None:
