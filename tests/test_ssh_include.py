@@ -85,3 +85,17 @@ def test_a_host_only_an_included_file_defines_is_reached_and_edits_are_seen(
     included.write_text(included.read_text().replace(h01.address + "\n", h02.address + "\n", 1))
     with SshTransport("gpu-alias", options=options) as ssh:
         assert ssh.run(["hostname"]).stdout == b"h02\n"
+
+
+def test_blocks_in_a_file_included_inside_a_block_are_refused(home: Path) -> None:
+    ssh = home / ".ssh"
+    (ssh / "inner.conf").write_text("Host gpu-b\n    Port 2201\n")
+    (ssh / "middle.conf").write_text("User only-a\nInclude inner.conf\n")
+    config = ssh / "config"
+    config.write_text("Host gpu-a\n    Include middle.conf\nHost *\n    User everyone\n")
+    # OpenSSH would apply "Host gpu-b" only where "Host gpu-a" applies too (never, here).
+    with pytest.raises(UsageError, match=r"inner\.conf: has its own Host block but is included"):
+        lookup(config, "gpu-b")
+    (ssh / "middle.conf").write_text("User only-a\n")  # options only: fine, and conditional
+    assert lookup(config, "gpu-a")[1] == "only-a"
+    assert lookup(config, "gpu-b")[1] == "everyone"
