@@ -7,7 +7,9 @@ with its own config block; the first hop's own ProxyJump or ProxyCommand is foll
 does) and ProxyCommand (see ssh_proxy.py). Precedence is OpenSSH's: what the target spec says
 (user, port) wins over the config file, which wins over defaults.
 
-One connection per transport, opened on the first ``run`` and reused; ``close`` ends it.
+One connection per transport, opened on the first ``run`` and reused; ``close`` ends it. Jump
+hosts are the exception: their connections are shared by every transport of the process that
+goes through them (ssh_jumps.py).
 
 The pieces around it: ssh_endpoint.py applies ~/.ssh/config, ssh_files.py caches the parsed
 ssh_config, known_hosts and key files per process (once per version of each file),
@@ -41,6 +43,7 @@ from dflash_provision.transport.ssh_errors import (
 )
 from dflash_provision.transport.ssh_files import cached_key
 from dflash_provision.transport.ssh_hostkeys import AcceptNew, RejectUnknown, add_known_keys
+from dflash_provision.transport.ssh_jumps import JUMPS, Lease
 from dflash_provision.transport.ssh_proxy import ProxyCommandSocket, expand_proxy_command
 from dflash_provision.transport.ssh_tcp import open_tcp
 
@@ -61,7 +64,7 @@ _NO_EXIT_STATUS = 255
 
 
 class SshTransport(Transport):
-    """A Transport over one paramiko connection (plus jump-host connections, if any)."""
+    """A Transport over one paramiko connection (plus a lease on shared jump-host connections)."""
 
     def __init__(
         self,
@@ -78,7 +81,8 @@ class SshTransport(Transport):
         self.options = options or SshOptions()
         self.route = route  # this host's own key / proxy settings (not its jump hosts')
         self.description = f"{user}@{host}" if user else host
-        self._clients: list[paramiko.SSHClient] = []  # jump hosts first, the target last
+        self._clients: list[paramiko.SSHClient] = []  # this transport's own: the target
+        self._jumps: Lease[tuple[list[paramiko.SSHClient], object]] | None = None  # shared
         self._lock = threading.Lock()
         #: How many SSH connections this transport has opened to the target (tests, metrics).
         self.connections_opened = 0
@@ -95,49 +99,71 @@ class SshTransport(Transport):
             endpoint = resolve_endpoint(
                 self.host, user=self.user, port=self.port, options=self.options, route=self.route
             )
-            self._clients = self._connect_chain(endpoint)
+            self._clients = [self._connect_target(endpoint)]
             self.connections_opened += 1
             return self._clients[-1]
 
-    def _connect_chain(self, endpoint: Endpoint, depth: int = 0) -> list[paramiko.SSHClient]:
-        """Clients along ``endpoint``'s route, its own last.
+    def _connect_target(self, endpoint: Endpoint) -> paramiko.SSHClient:
+        """The target's connection: through its jump hosts (a connection shared with every
+        transport of this process that uses the same ones, see ssh_jumps.py), its
+        ProxyCommand, or straight."""
+        if not endpoint.proxy_jump:
+            return self._connect(endpoint, self._proxy_socket(endpoint))
+        lease = JUMPS.lease((self.options, endpoint.proxy_jump), lambda: self._jumps_to(endpoint))
+        try:
+            jump_clients, via = lease.value
+            assert isinstance(via, Endpoint)
+            client = self._connect(endpoint, self._tunnel(jump_clients[-1], via, endpoint))
+        except BaseException:
+            lease.release()
+            raise
+        self._jumps = lease
+        return client
+
+    def _jumps_to(
+        self, endpoint: Endpoint, depth: int = 0
+    ) -> tuple[list[paramiko.SSHClient], Endpoint]:
+        """Connections to ``endpoint``'s jump hosts, the last hop last, and that hop.
 
         As OpenSSH routes ``ProxyJump a,b``: ``a`` is reached by its own ssh_config (its own
         ProxyJump or ProxyCommand, followed recursively), ``b`` through ``a``, the target
         through ``b``; ``b``'s own proxy settings do not apply.
         """
-        if depth > _MAX_PROXY_DEPTH:
+        if depth >= _MAX_PROXY_DEPTH:
             raise UsageError(
                 f"ssh config: more than {_MAX_PROXY_DEPTH} proxy hops before {endpoint.alias}"
                 " (a ProxyJump that leads back to itself? exclude the jump host from it)"
             )
+        first, *rest = (self._hop(hop, endpoint) for hop in endpoint.proxy_jump)
         clients: list[paramiko.SSHClient] = []
         try:
-            sock: socket.socket | paramiko.Channel | ProxyCommandSocket | None = None
-            if endpoint.proxy_jump:
-                first, *rest = (self._hop(hop, endpoint) for hop in endpoint.proxy_jump)
-                clients = self._connect_chain(first, depth + 1)
-                via = first
-                for hop in rest:
-                    clients.append(self._connect(hop, self._tunnel(clients[-1], via, hop)))
-                    via = hop
-                sock = self._tunnel(clients[-1], via, endpoint)
-            elif endpoint.proxy_command is not None:
-                sock = ProxyCommandSocket(
-                    expand_proxy_command(
-                        endpoint.proxy_command,
-                        hostname=endpoint.hostname,
-                        port=endpoint.port,
-                        user=endpoint.user,
-                        alias=endpoint.alias,
-                    )
-                )
-            clients.append(self._connect(endpoint, sock))
+            if first.proxy_jump:
+                clients, via = self._jumps_to(first, depth + 1)
+                clients.append(self._connect(first, self._tunnel(clients[-1], via, first)))
+            else:
+                clients.append(self._connect(first, self._proxy_socket(first)))
+            via = first
+            for hop in rest:
+                clients.append(self._connect(hop, self._tunnel(clients[-1], via, hop)))
+                via = hop
         except BaseException:
             for client in reversed(clients):
                 client.close()
             raise
-        return clients
+        return clients, via
+
+    def _proxy_socket(self, endpoint: Endpoint) -> ProxyCommandSocket | None:
+        if endpoint.proxy_command is None:
+            return None  # _connect opens the TCP connection
+        return ProxyCommandSocket(
+            expand_proxy_command(
+                endpoint.proxy_command,
+                hostname=endpoint.hostname,
+                port=endpoint.port,
+                user=endpoint.user,
+                alias=endpoint.alias,
+            )
+        )
 
     def _hop(self, hop: str, target: Endpoint) -> Endpoint:
         host, user, port = parse_jump(hop, target)
@@ -224,6 +250,9 @@ class SshTransport(Transport):
         for client in reversed(self._clients):
             client.close()
         self._clients = []
+        if self._jumps is not None:
+            self._jumps.release()  # the jump connection closes with its last user
+            self._jumps = None
 
     # -- commands -----------------------------------------------------------------------------
 

@@ -1,0 +1,156 @@
+"""Jump-host connections shared across a fleet: the pool's rules, and a real fleet audit through
+one bastion that logs in to the bastion once."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import UnreachableError
+from dflash_provision.testbed.hosts import Fleet
+from dflash_provision.testbed.samples import REFERENCE_DRAFTER
+from dflash_provision.transport.ssh_jumps import JumpPool
+from tests.test_push_cli_failures import Cli
+from tests.test_transport_ssh import accepted_logins
+
+
+class Conn:
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.alive = True
+        self.closed = False
+
+
+def pool() -> JumpPool[Conn]:
+    def close(conn: Conn) -> None:
+        conn.closed = True
+
+    return JumpPool(lambda conn: conn.alive and not conn.closed, close)
+
+
+def test_many_threads_at_once_share_one_connection_closed_with_the_last_lease() -> None:
+    jumps = pool()
+    made: list[Conn] = []
+
+    def connect() -> Conn:
+        time.sleep(0.05)  # long enough for every thread to be waiting on it
+        made.append(Conn(len(made)))
+        return made[-1]
+
+    leases = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        lease = jumps.lease("bastion", connect)
+        with lock:
+            leases.append(lease)
+
+    threads = [threading.Thread(target=take) for _ in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(made) == 1 and {lease.value for lease in leases} == {made[0]}
+    for lease in leases[:-1]:
+        lease.release()
+    assert not made[0].closed  # one user left
+    leases[-1].release()
+    leases[-1].release()  # a second release of the same lease changes nothing
+    assert made[0].closed
+    assert jumps.lease("bastion", connect).value is made[1]  # a fresh connection next time
+
+
+def test_a_failure_is_shared_while_leased_and_retried_afterwards() -> None:
+    jumps = pool()
+    attempts: list[int] = []
+
+    def refused() -> Conn:
+        attempts.append(1)
+        raise UnreachableError("connection to bastion refused", reason="refused")
+
+    holder = jumps.lease("other-key", lambda: Conn(0))  # unrelated keys do not interfere
+    with pytest.raises(UnreachableError):
+        jumps.lease("bastion", refused)
+    assert len(attempts) == 1 and jumps.connects == 2
+    # The failed lease released itself: nothing holds "bastion", so the next one tries again.
+    with pytest.raises(UnreachableError):
+        jumps.lease("bastion", refused)
+    assert len(attempts) == 2
+    holder.release()
+
+
+def test_a_waiting_lease_gets_the_error_of_the_attempt_it_waited_for() -> None:
+    jumps = pool()
+    attempts: list[int] = []
+    started = threading.Event()
+
+    def slow_refusal() -> Conn:
+        attempts.append(1)
+        started.set()
+        time.sleep(0.1)
+        raise UnreachableError("bastion timed out", reason="timeout")
+
+    errors: list[str] = []
+
+    def take() -> None:
+        try:
+            jumps.lease("bastion", slow_refusal)
+        except UnreachableError as exc:
+            errors.append(exc.message)
+
+    first = threading.Thread(target=take)
+    first.start()
+    started.wait(5)
+    others = [threading.Thread(target=take) for _ in range(5)]
+    for t in others:
+        t.start()
+    for t in [first, *others]:
+        t.join()
+    assert errors == ["bastion timed out"] * 6
+    assert len(attempts) == 1  # the five waiting ones did not each wait out their own timeout
+
+
+def test_a_dead_connection_is_replaced_for_the_next_lease() -> None:
+    jumps = pool()
+    made: list[Conn] = []
+
+    def connect() -> Conn:
+        made.append(Conn(len(made)))
+        return made[-1]
+
+    first = jumps.lease("bastion", connect)
+    first.value.alive = False  # the bastion dropped us
+    second = jumps.lease("bastion", connect)
+    assert second.value is made[1] and made[0].closed
+    first.release()
+    second.release()
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_fleet_behind_one_bastion_logs_in_to_it_once(make_fleet, tmp_path: Path) -> None:
+    fleet: Fleet = make_fleet(6)
+    bastion, *behind = fleet.hosts
+    client = fleet.client
+    assert client is not None
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "".join(f"Host behind-{h.name}\n    HostName {h.address}\n" for h in behind)
+        + "Host behind-*\n    ProxyJump h01\n    User root\n"
+        f"    IdentityFile {client.identity}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {client.known_hosts}\n\n" + client.ssh_config.read_text()
+    )
+    targets = [f"behind-{h.name}:/root/models/behind-bastion" for h in behind]
+    before = {h.name: accepted_logins(h) for h in fleet.hosts}
+    audited = Cli(tmp_path).run(
+        "audit", *targets, "--from", str(REFERENCE_DRAFTER), "--ssh-config", str(config),
+        "--no-agent", "--json", "--workers", "8",
+    )  # fmt: skip
+    assert audited.returncode == 4, audited.stdout + audited.stderr  # drift: files missing
+    assert {h["status"] for h in json.loads(audited.stdout)["hosts"]} == {"missing"}
+    logins = {h.name: accepted_logins(h) - before[h.name] for h in fleet.hosts}
+    assert logins == {bastion.name: 1, **{h.name: 1 for h in behind}}
