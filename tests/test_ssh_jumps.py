@@ -86,12 +86,11 @@ def test_a_failure_is_shared_while_leased_and_retried_afterwards() -> None:
 def test_a_waiting_lease_gets_the_error_of_the_attempt_it_waited_for() -> None:
     jumps = pool()
     attempts: list[int] = []
-    started = threading.Event()
+    everyone_waiting = threading.Event()
 
     def slow_refusal() -> Conn:
         attempts.append(1)
-        started.set()
-        time.sleep(0.1)
+        assert everyone_waiting.wait(10)
         raise UnreachableError("bastion timed out", reason="timeout")
 
     errors: list[str] = []
@@ -102,13 +101,16 @@ def test_a_waiting_lease_gets_the_error_of_the_attempt_it_waited_for() -> None:
         except UnreachableError as exc:
             errors.append(exc.message)
 
-    first = threading.Thread(target=take)
-    first.start()
-    started.wait(5)
-    others = [threading.Thread(target=take) for _ in range(5)]
-    for t in others:
+    threads = [threading.Thread(target=take) for _ in range(6)]
+    for t in threads:
         t.start()
-    for t in [first, *others]:
+    # The connecting thread holds its attempt open until all six hold a lease on "bastion".
+    deadline = time.monotonic() + 10
+    while jumps._entries.get("bastion") is None or jumps._entries["bastion"].leases < 6:
+        assert time.monotonic() < deadline, "the threads never all waited"
+        time.sleep(0.001)
+    everyone_waiting.set()
+    for t in threads:
         t.join()
     assert errors == ["bastion timed out"] * 6
     assert len(attempts) == 1  # the five waiting ones did not each wait out their own timeout
