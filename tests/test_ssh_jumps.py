@@ -13,9 +13,11 @@ import pytest
 from dflash_provision.errors import UnreachableError
 from dflash_provision.testbed.hosts import Fleet
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
+from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh_jumps import JumpPool
 from tests.test_push_cli_failures import Cli
-from tests.test_transport_ssh import accepted_logins
+from tests.test_transport_ssh import accepted_logins, options_for_fleet
 
 
 class Conn:
@@ -156,3 +158,63 @@ def test_a_fleet_behind_one_bastion_logs_in_to_it_once(make_fleet, tmp_path: Pat
     assert {h["status"] for h in json.loads(audited.stdout)["hosts"]} == {"missing"}
     logins = {h.name: accepted_logins(h) - before[h.name] for h in fleet.hosts}
     assert logins == {bastion.name: 1, **{h.name: 1 for h in behind}}
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_hosts_closing_at_once_do_not_break_the_shared_bastion(make_fleet, tmp_path: Path) -> None:
+    # paramiko could send a tunnel's last data after its close; OpenSSH then dropped the whole
+    # bastion connection ("data packet referred to nonexistent channel"): about every other
+    # round failed before TunnelSocket serialised them.
+    fleet: Fleet = make_fleet(6)
+    client = fleet.client
+    assert client is not None
+    behind = fleet.hosts[1:]
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "".join(f"Host behind-{h.name}\n    HostName {h.address}\n" for h in behind)
+        + "Host behind-*\n    ProxyJump h01\n    User root\n"
+        f"    IdentityFile {client.identity}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {client.known_hosts}\n\n" + client.ssh_config.read_text()
+    )
+    failures: list[str] = []
+
+    def one(name: str, options: SshOptions) -> None:
+        try:
+            with SshTransport(f"behind-{name}", options=options) as ssh:
+                assert ssh.run(["hostname"]).stdout == f"{name}\n".encode()
+        except Exception as exc:
+            failures.append(f"{name}: {type(exc).__name__}: {exc}")
+
+    for round_no in range(15):
+        # A new options object each round: a new shared bastion connection each round.
+        options = options_for_fleet(ssh_config_path=str(config), command_timeout=30.0 + round_no)
+        threads = [threading.Thread(target=one, args=(h.name, options)) for h in behind]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    assert failures == []
+
+
+def test_a_released_connection_lingers_then_closes_and_exit_closes_it_too() -> None:
+    made: list[Conn] = []
+
+    def connect() -> Conn:
+        made.append(Conn(len(made)))
+        return made[-1]
+
+    jumps = JumpPool(lambda c: not c.closed, lambda c: setattr(c, "closed", True), linger_s=0.3)
+    jumps.lease("bastion", connect).release()
+    assert not made[0].closed  # kept for the next host of the same command
+    second = jumps.lease("bastion", connect)
+    assert second.value is made[0] and jumps.connects == 1
+    second.release()
+    deadline = time.monotonic() + 10
+    while not made[0].closed:
+        assert time.monotonic() < deadline, "the lingering connection was never closed"
+        time.sleep(0.01)
+    jumps.lease("bastion", connect).release()
+    assert not made[1].closed
+    jumps.close_all()  # what runs at exit
+    assert made[1].closed

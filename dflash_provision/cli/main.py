@@ -84,6 +84,8 @@ def main(argv: list[str] | None = None) -> None:
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(int(exc.exit_code))
     except click.exceptions.Abort:
+        if debug:  # click turns an EOFError or Ctrl-C into Abort: show what it was
+            traceback.print_exc()
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as exc:

@@ -22,6 +22,7 @@ shell, writes stdin then EOF, reads stdout and stderr (one loop) and returns the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import shlex
 import socket
@@ -46,6 +47,7 @@ from dflash_provision.transport.ssh_hostkeys import AcceptNew, RejectUnknown, ad
 from dflash_provision.transport.ssh_jumps import JUMPS, Lease
 from dflash_provision.transport.ssh_proxy import ProxyCommandSocket, expand_proxy_command
 from dflash_provision.transport.ssh_tcp import open_tcp
+from dflash_provision.transport.ssh_tunnel import TunnelSocket
 
 __all__ = ["SshTransport", "resolve_endpoint"]
 
@@ -169,11 +171,11 @@ class SshTransport(Transport):
         host, user, port = parse_jump(hop, target)
         return resolve_endpoint(host, user=user, port=port, options=self.options)
 
-    def _tunnel(self, jump: paramiko.SSHClient, via: Endpoint, dest: Endpoint) -> paramiko.Channel:
+    def _tunnel(self, jump: paramiko.SSHClient, via: Endpoint, dest: Endpoint) -> TunnelSocket:
         transport = jump.get_transport()
         assert transport is not None
         try:
-            return transport.open_channel(
+            channel = transport.open_channel(
                 "direct-tcpip",
                 (dest.hostname, dest.port),
                 ("127.0.0.1", 0),
@@ -184,11 +186,12 @@ class SshTransport(Transport):
                 f"cannot reach {dest.label} through jump host {via.label}: {reason_text(exc)}",
                 reason="network",
             ) from None
+        return TunnelSocket(channel)
 
     def _connect(
         self,
         endpoint: Endpoint,
-        sock: socket.socket | paramiko.Channel | ProxyCommandSocket | None,
+        sock: socket.socket | TunnelSocket | ProxyCommandSocket | None,
     ) -> paramiko.SSHClient:
         opts = self.options
         if sock is None:
@@ -247,12 +250,17 @@ class SshTransport(Transport):
             self._close_clients()
 
     def _close_clients(self) -> None:
-        for client in reversed(self._clients):
-            client.close()
-        self._clients = []
-        if self._jumps is not None:
-            self._jumps.release()  # the jump connection closes with its last user
-            self._jumps = None
+        clients, self._clients = self._clients, []
+        jumps, self._jumps = self._jumps, None
+        try:
+            for client in reversed(clients):
+                # The outcome is decided by now: a connection that breaks while saying goodbye
+                # (EOF from a jump host that went away) must not fail the command.
+                with contextlib.suppress(Exception):
+                    client.close()
+        finally:
+            if jumps is not None:
+                jumps.release()  # the jump connection closes with its last user
 
     # -- commands -----------------------------------------------------------------------------
 
@@ -377,7 +385,7 @@ def _read_some(recv: Callable[[int], bytes], chunks: list[bytes]) -> bool:
 
 
 def _transport_factory(opts: SshOptions) -> Callable[..., paramiko.Transport]:
-    def make(sock: socket.socket | paramiko.Channel, **kwargs: object) -> paramiko.Transport:
+    def make(sock: object, **kwargs: object) -> paramiko.Transport:
         transport = paramiko.Transport(sock, **kwargs)  # type: ignore[arg-type]
         # paramiko's own key-exchange limit (15 s, counted from the banner) must not end before
         # start_client()'s wait, or a stalled key exchange surfaces as a bare EOFError.
