@@ -134,6 +134,20 @@ def test_a_dead_connection_is_replaced_for_the_next_lease() -> None:
     second.release()
 
 
+def bastion_config(fleet: Fleet, tmp_path: Path) -> Path:
+    """An ssh_config where every host but h01 is ``behind-<name>``, reached through h01."""
+    client = fleet.client
+    assert client is not None
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        "".join(f"Host behind-{h.name}\n    HostName {h.address}\n" for h in fleet.hosts[1:])
+        + "Host behind-*\n    ProxyJump h01\n    User root\n"
+        f"    IdentityFile {client.identity}\n    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {client.known_hosts}\n\n" + client.ssh_config.read_text()
+    )
+    return config
+
+
 @pytest.mark.integration
 @pytest.mark.root
 def test_a_fleet_behind_one_bastion_logs_in_to_it_once(make_fleet, tmp_path: Path) -> None:
@@ -141,13 +155,7 @@ def test_a_fleet_behind_one_bastion_logs_in_to_it_once(make_fleet, tmp_path: Pat
     bastion, *behind = fleet.hosts
     client = fleet.client
     assert client is not None
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        "".join(f"Host behind-{h.name}\n    HostName {h.address}\n" for h in behind)
-        + "Host behind-*\n    ProxyJump h01\n    User root\n"
-        f"    IdentityFile {client.identity}\n    IdentitiesOnly yes\n"
-        f"    UserKnownHostsFile {client.known_hosts}\n\n" + client.ssh_config.read_text()
-    )
+    config = bastion_config(fleet, tmp_path)
     targets = [f"behind-{h.name}:/root/models/behind-bastion" for h in behind]
     before = {h.name: accepted_logins(h) for h in fleet.hosts}
     audited = Cli(tmp_path).run(
@@ -170,13 +178,7 @@ def test_hosts_closing_at_once_do_not_break_the_shared_bastion(make_fleet, tmp_p
     client = fleet.client
     assert client is not None
     behind = fleet.hosts[1:]
-    config = tmp_path / "ssh_config"
-    config.write_text(
-        "".join(f"Host behind-{h.name}\n    HostName {h.address}\n" for h in behind)
-        + "Host behind-*\n    ProxyJump h01\n    User root\n"
-        f"    IdentityFile {client.identity}\n    IdentitiesOnly yes\n"
-        f"    UserKnownHostsFile {client.known_hosts}\n\n" + client.ssh_config.read_text()
-    )
+    config = bastion_config(fleet, tmp_path)
     failures: list[str] = []
 
     def one(name: str, options: SshOptions) -> None:
