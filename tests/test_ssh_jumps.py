@@ -153,8 +153,6 @@ def bastion_config(fleet: Fleet, tmp_path: Path) -> Path:
 def test_a_fleet_behind_one_bastion_logs_in_to_it_once(make_fleet, tmp_path: Path) -> None:
     fleet: Fleet = make_fleet(6)
     bastion, *behind = fleet.hosts
-    client = fleet.client
-    assert client is not None
     config = bastion_config(fleet, tmp_path)
     targets = [f"behind-{h.name}:/root/models/behind-bastion" for h in behind]
     before = {h.name: accepted_logins(h) for h in fleet.hosts}
@@ -175,8 +173,6 @@ def test_hosts_closing_at_once_do_not_break_the_shared_bastion(make_fleet, tmp_p
     # bastion connection ("data packet referred to nonexistent channel"): about every other
     # round failed before TunnelSocket serialised them.
     fleet: Fleet = make_fleet(6)
-    client = fleet.client
-    assert client is not None
     behind = fleet.hosts[1:]
     config = bastion_config(fleet, tmp_path)
     failures: list[str] = []
@@ -185,7 +181,7 @@ def test_hosts_closing_at_once_do_not_break_the_shared_bastion(make_fleet, tmp_p
         try:
             with SshTransport(f"behind-{name}", options=options) as ssh:
                 assert ssh.run(["hostname"]).stdout == f"{name}\n".encode()
-        except Exception as exc:
+        except Exception as exc:  # collected for the assertion below
             failures.append(f"{name}: {type(exc).__name__}: {exc}")
 
     for round_no in range(15):
