@@ -34,6 +34,7 @@ from dflash_provision.remote.ops import (
     WriteStatus,
     list_remote_backups,
     read_back,
+    read_backup,
     read_remote_config,
     write_remote_config,
 )
@@ -492,8 +493,11 @@ def rollback_config(
     keep_backups: int = DEFAULT_KEEP_BACKUPS,
     follow_symlinks: bool = False,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    force: bool = False,
 ) -> PushResult:
-    """Restore a backup (see choose_backup) through the atomic write protocol + read-back."""
+    """Restore a backup (see choose_backup) through the atomic write protocol + read-back.
+
+    The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``."""
     from dflash_provision.sources import LoadedConfig
 
     path = target.config_path
@@ -502,13 +506,16 @@ def rollback_config(
         raise NoBackups(f"{target}: no backups of {path} to roll back to")
     current = read_remote_config(transport, path, timeout=timeout)
     chosen = choose_backup(backups, current.sha256, to)
-    saved = read_remote_config(transport, chosen.path, timeout=timeout)
-    if not saved.present or saved.data is None or saved.sha256 != chosen.sha256:
+    # Read with the restore checks (regular file, expected owner, no other name), never
+    # through a link; then validated like any config a push sends.
+    saved = read_backup(transport, path, chosen.name, timeout=timeout)
+    if _sha(saved) != chosen.sha256:
         raise DflashProvisionError(
-            f"{target}: backup {chosen.name} could not be read intact ({saved.describe()})",
+            f"{target}: backup {chosen.name} changed while it was read (sha256 "
+            f"{_sha(saved)}, listed as {chosen.sha256})",
             exit_code=ExitCode.REMOTE_FAILED,
         )
-    authority = LoadedConfig(label=f"backup {chosen.name}", data=saved.data)
+    authority = LoadedConfig(label=f"backup {chosen.name}", data=saved)
     result = push_config(
         transport,
         target,
@@ -516,7 +523,7 @@ def rollback_config(
         keep_backups=keep_backups,
         follow_symlinks=follow_symlinks,
         timeout=timeout,
-        validate=False,
+        force=force,
     )
     result.restored_from = chosen
     return result

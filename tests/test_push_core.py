@@ -230,7 +230,8 @@ def test_rollback_to_a_named_backup(local, model_dir):
         push_config(local, target, loaded(data), validate=False)
     oldest = list_remote_backups(local, target.config_path)[0]
     assert oldest.sha256 == hashlib.sha256(versions[0]).hexdigest()
-    rollback_config(local, target, to=oldest.name)
+    # Not drafter configs: a rollback validates what it restores, so --force.
+    rollback_config(local, target, to=oldest.name, force=True)
     assert (model_dir / "config.json").read_bytes() == versions[0]
 
 

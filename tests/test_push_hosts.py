@@ -84,10 +84,20 @@ def remote_listing(host: Host, directory: str) -> list[str]:
     return sorted(out.split())
 
 
+def temp_files(directory: Path) -> list[str]:
+    """Temp files of the write protocol in a model directory (controller-side path): they are
+    made in its .dflash-backups (older versions made them beside the config)."""
+    names = os.listdir(directory)
+    if ".dflash-backups" in names:
+        names += os.listdir(directory / ".dflash-backups")
+    return [n for n in names if "dflash-tmp" in n]
+
+
 def assert_old_kept_no_temp(host: Host, directory: str = MODEL, old: bytes = INCIDENT) -> None:
     seen = host.exec(["cat", f"{directory}/config.json"], text=False, check=True).stdout
     assert seen == old
-    leftovers = [n for n in remote_listing(host, directory) if "dflash-tmp" in n]
+    listed = host.exec(["ls", "-A", directory, f"{directory}/.dflash-backups"]).stdout
+    leftovers = [n for n in listed.split() if "dflash-tmp" in n]
     assert leftovers == []
 
 
@@ -261,7 +271,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
     thread.start()
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        if any("dflash-tmp" in name for name in os.listdir(directory)):
+        if temp_files(directory):
             break
         time.sleep(0.002)
     else:
@@ -274,7 +284,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
         assert outcome["result"].failed_step in ("verify", "transport")
     # The remote shell sees EOF (short write) or SIGPIPE and cleans up; give it a moment.
     deadline = time.monotonic() + 10
-    while any("dflash-tmp" in n for n in os.listdir(directory)) and time.monotonic() < deadline:
+    while temp_files(directory) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert_old_kept_no_temp(ssh_host)
 
@@ -334,7 +344,7 @@ def test_concurrent_pushes_of_two_configs_leave_one_complete(ssh_host):
     final = host_path(ssh_host, MODEL + "/config.json").read_bytes()
     assert final in (first, second)
     json.loads(final)
-    assert not [n for n in os.listdir(host_path(ssh_host, MODEL)) if "dflash-tmp" in n]
+    assert not temp_files(host_path(ssh_host, MODEL))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -359,6 +369,5 @@ def test_push_into_busybox_container_through_ssh_host(lxc_container_on_host):
         with pytest.raises(ContainerError):
             push_config(transport, target, loaded(INCIDENT))
     assert (container.rootfs / "models/X/config.json").read_bytes() == REFERENCE
-    names = os.listdir(container.rootfs / "models/X")
-    assert not [n for n in names if "dflash-tmp" in n]
+    assert not temp_files(container.rootfs / "models/X")
     assert hashlib.sha256(REFERENCE).hexdigest() == result.new_sha256

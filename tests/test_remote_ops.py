@@ -112,7 +112,11 @@ def listing(directory: Path) -> list[str]:
 
 
 def assert_no_temp_left(directory: Path) -> None:
-    leftovers = [name for name in listing(directory) if "dflash-tmp" in name]
+    # The temp file is made in .dflash-backups (older versions made it beside the config).
+    names = listing(directory)
+    if (directory / ".dflash-backups").is_dir():
+        names += listing(directory / ".dflash-backups")
+    leftovers = [name for name in names if "dflash-tmp" in name]
     assert leftovers == [], f"temp files left behind: {leftovers}"
 
 

@@ -21,6 +21,7 @@ from dflash_provision.cli._connect import Connection, connection_options
 @click.option("--to", "to", metavar="BACKUP", help="Backup name (or its timestamp) to restore.")
 @click.option("--list", "list_only", is_flag=True, help="List backups; change nothing.")
 @click.option("--follow-symlinks", is_flag=True, help="Replace the file a symlink points to.")
+@click.option("--force", is_flag=True, help="Restore the backup even if it fails validation.")
 @click.option(
     "--keep-backups",
     type=click.IntRange(min=0),
@@ -37,6 +38,7 @@ def command(
     to: str | None,
     list_only: bool,
     follow_symlinks: bool,
+    force: bool,
     keep_backups: int,
     as_json: bool,
     connection: Connection,
@@ -59,6 +61,7 @@ def command(
                     keep_backups=keep_backups,
                     follow_symlinks=follow_symlinks,
                     timeout=timeout,
+                    force=force,
                 )
                 rec.fill(result)
     if not list_only:

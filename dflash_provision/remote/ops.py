@@ -297,6 +297,7 @@ WRITE_STEP_EXIT = {
     "write": 16,
     "verify": 17,
     "attrs": 18,
+    "trust": 19,
     "backup": 20,
     "rename": 21,
     "readback": 22,
@@ -314,6 +315,8 @@ _REASON_TEXT = {
     "hash-mismatch": "received bytes corrupted",
     "not-applied": "write did not take effect",
     "not-regular": "destination is not a regular file",
+    "unsafe-dir": "unsafe backup directory",
+    "untrusted-link": "symlink made by another user",
 }
 
 
@@ -548,6 +551,34 @@ def list_remote_backups(
             )
         )
     return backups
+
+
+def read_backup(
+    transport: Transport, path: str, name: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> bytes:
+    """The bytes of backup ``name`` of ``path``, for a rollback (one exec).
+
+    The remote side sends them only when the backup directory is the push's own (see write.sh
+    "trust") and the backup is a regular file, not a symlink, with no other name, owned by root,
+    the login user or the owner of the config or its directory; else RemoteStepFailed with the
+    reason (nothing is read through a planted link)."""
+    check_remote_path(path)
+    if not name or "/" in name or any(ch in name for ch in ("\x00", "\n", "\r")):
+        raise UsageError(f"not a backup name: {name!r}")
+    result, parsed = _run(transport, "backups", [path, name], stdin=None, timeout=timeout)
+    fields = parsed.fields
+    if fields.get("result") == "failed" and "failed" in fields:
+        raise RemoteStepFailed(
+            f"{transport.description}: cannot restore {name}: "
+            f"{fields.get('error') or fields['failed']}",
+            step="backups",
+        )
+    if fields.get("result") != "ok" or parsed.data is None or result.exit_status != 0:
+        raise RemoteProtocolError(
+            f"{transport.description}: reading backup {name} failed: {_stderr_line(result)}",
+            step="backups",
+        )
+    return parsed.data
 
 
 # --------------------------------------------------------------------------------------------

@@ -15,11 +15,18 @@
 #             followed: that is how model dirs are commonly laid out)
 #   dest      DEST, if present, is a regular file; if it already has SHA256 (same size, then
 #             same hash): "result unchanged", and nothing is written, locked or created
-#   lock      flock on <dir>/.dflash-backups/<base>.lock if flock exists, else an mkdir lock
-#             (stale when its recorded pid is gone); gives up after LOCK_TIMEOUT_S
-#   tmp       create the temp file in the destination dir (same filesystem, so the rename is
-#             atomic) exclusively (O_EXCL, never through a symlink), already with the old file's
-#             permissions (0644 for a new file): .<base>.dflash-tmp.<pid>, else mktemp
+#   trust     <dir>/.dflash-backups, the push's own directory (created 0700), must be a
+#             directory owned by root or by us, writable by no one else, right inside the
+#             destination directory (not a symlink to elsewhere) and on its filesystem. Every
+#             name the write creates (lock, scratch file, temp file, backups) lives there, and
+#             the script works from inside it (cd), so the destination directory's owner, who
+#             may be someone else, can plant nothing on the way (see README "Trust model")
+#   lock      flock on .dflash-backups/<base>.lock if flock exists, else an mkdir lock (stale
+#             when its recorded pid is gone or now names another process: pid + start time +
+#             boot id); gives up after LOCK_TIMEOUT_S
+#   tmp       create the temp file in .dflash-backups (same filesystem, so the rename is
+#             atomic) exclusively (O_EXCL), already with the old file's permissions (0644 for a
+#             new file): <base>.dflash-tmp.<pid>, else mktemp
 #   attrs     chmod (when the mode did not come out right) / chown the still empty temp file
 #             like the old file
 #   write     stdin > tmp with dd conv=fsync: the bytes and their fsync in one process
@@ -27,7 +34,8 @@
 #             sha256sum hashes the old file under the lock (written meanwhile by someone else
 #             with SHA256: "result unchanged", nothing is replaced)
 #   backup    hard link (or copy) the old file to <dir>/.dflash-backups/<base>.<UTC stamp>
-#   rename    mv tmp over DEST; a temp file still there afterwards means the rename did not
+#   rename    mv -T tmp over DEST (rename(2): a link planted at DEST is replaced, never
+#             followed); a temp file still there afterwards means the rename did not
 #             happen ("readback": the write did not take effect)
 #   fsync-dir fsync the directory
 #   (prune    keep the newest KEEP_BACKUPS backups; never fails the write)
@@ -61,6 +69,7 @@ send_old=${9:-1}
 umask 022
 tmp=
 lockdir=
+file= # DEST as seen from the current directory (set once the script has cd'ed in)
 renamed=0
 backup=
 old=missing
@@ -93,13 +102,13 @@ finish() {
 		: # the old bytes are the caller's own
 	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
 		if [ "$keep" -eq 0 ]; then
-			cat "$bdir/$backup" 2>/dev/null
-			rm -f "$bdir/$backup"
+			cat "./$backup" 2>/dev/null
+			rm -f "./$backup"
 		elif [ "$send_old" = 1 ]; then
-			cat "$bdir/$backup" 2>/dev/null
+			cat "./$backup" 2>/dev/null
 		fi
-	elif [ "$old" = present ] && [ "$renamed" = 0 ]; then
-		cat "$dest" 2>/dev/null
+	elif [ "$old" = present ] && [ "$renamed" = 0 ] && [ -n "$file" ] && [ ! -L "$file" ]; then
+		cat "$file" 2>/dev/null
 	fi
 	exit "$1"
 }
@@ -156,6 +165,36 @@ quietly() {
 	err=$("$@" 2>&1)
 }
 
+# proc_token PID: sets $token to "PID START BOOT", what names one process for as long as the
+# machine runs: its start time (field 22 of /proc/PID/stat, in clock ticks since boot) and the
+# boot id, "-" where /proc cannot tell. A pid alone is not enough: a container restarted
+# mid-push gives the next script the same pid.
+proc_token() {
+	token=$1
+	pstart=
+	boot=
+	if read -r pstat </proc/"$1"/stat 2>/dev/null; then
+		set -- ${pstat##*") "}
+		pstart=${20:-}
+	fi
+	read -r boot </proc/sys/kernel/random/boot_id 2>/dev/null
+	token="$token ${pstart:--} ${boot:--}"
+}
+
+# lock_is_stale PID [START BOOT]: the mkdir lock's holder is gone (no such pid, or that pid is
+# now another process, or the machine rebooted since).
+lock_is_stale() {
+	kill -0 "$1" 2>/dev/null || return 0
+	[ $# -ge 3 ] || return 1 # an older script's lock: the pid is all there is
+	held_start=$2
+	held_boot=$3
+	proc_token "$1"
+	set -- $token
+	[ "$held_boot" = - ] || [ "$3" = - ] || [ "$held_boot" = "$3" ] || return 0
+	[ "$held_start" = - ] || [ "$2" = - ] || [ "$held_start" = "$2" ] || return 0
+	return 1
+}
+
 say "dflash-write 1"
 
 # --- args -------------------------------------------------------------------------------------
@@ -185,9 +224,14 @@ not-a-directory) fail dir not-a-directory "$dir_at exists but is not a directory
 esac
 
 # --- symlink ----------------------------------------------------------------------------------
+# Following a link writes wherever its owner points it: only a link made by root or by us is
+# followed (stat without -L describes the link itself).
 if [ -L "$dest" ]; then
 	[ "$follow" = 1 ] ||
 		fail symlink symlink-refused "$dest is a symlink; refusing to replace it (--follow-symlinks writes the file it points to)" 13
+	link_owner=$(stat -c %u "$dest" 2>/dev/null)
+	[ "$link_owner" = 0 ] || [ "$link_owner" = "$(id -u)" ] ||
+		fail symlink untrusted-link "$dest is a symlink owned by uid $link_owner, neither root nor user $(whoami_text): refusing to follow it" 13
 	real=$(readlink -f "$dest" 2>/dev/null)
 	[ -n "$real" ] && [ -d "${real%/*}/" ] || fail symlink dangling "$dest is a symlink whose target directory does not exist" 13
 	say "followed-symlink 1"
@@ -198,27 +242,37 @@ if [ -L "$dest" ]; then
 fi
 bdir=$dir/.dflash-backups
 
+# --- pin the directory ------------------------------------------------------------------------
+# From here on every name is relative to the directory the script is in: once entered, a
+# directory stays the same one whatever is renamed or linked on the way to it.
+cd -P -- "$dir" 2>/dev/null || fail dir permission-denied "user $(whoami_text) cannot enter $dir" 12
+file=./$base
+
 # --- dest -------------------------------------------------------------------------------------
-if [ -e "$dest" ] && [ ! -f "$dest" ]; then
+if [ -e "$file" ] && [ ! -f "$file" ]; then
 	fail dest not-regular "$dest exists and is not a regular file" 14
 fi
+[ ! -L "$file" ] || [ "$follow" = 1 ] ||
+	fail symlink symlink-refused "$dest is a symlink; refusing to replace it (--follow-symlinks writes the file it points to)" 13
 
 # Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
 # read-only directory holding the right file is fine). A file of another size cannot be right,
 # so the common drifted case costs one stat here and no hashing; the stat also gives the mode and
-# owner the new file gets.
+# owner the new file gets, and (first line) the identity of this directory, which the push's own
+# directory must be right inside (see trust).
 old_size=
 old_mode=
 old_owner=
-if [ -f "$dest" ]; then
+meta=$(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
+here=${meta%%" "*}
+if [ -f "$file" ]; then
 	old=present
-	meta=$(stat -c '%s %a %u:%g' "$dest" 2>/dev/null)
-	set -- $meta
-	old_size=${1:-}
-	old_mode=${2:-}
-	old_owner=${3:-}
+	set -- ${meta#*"$nl"}
+	old_size=${2:-}
+	old_mode=${3:-}
+	old_owner=${4:-}
 	if { [ -z "$old_size" ] || [ "$old_size" = "$want_size" ]; } &&
-		hash_of "$dest" 2>/dev/null && [ "$hash" = "$want_sha" ]; then
+		hash_of "$file" 2>/dev/null && [ "$hash" = "$want_sha" ]; then
 		say "old present"
 		say "old_sha256 $hash"
 		say "sha256_after $want_sha"
@@ -228,35 +282,60 @@ if [ -f "$dest" ]; then
 fi
 say "old $old"
 
-# --- lock -------------------------------------------------------------------------------------
-if [ ! -d "$bdir" ]; then
-	err=$(mkdir "$bdir" 2>&1) || [ -d "$bdir" ] || fail_tool lock 11 "create $bdir" "$err"
+# --- trust ------------------------------------------------------------------------------------
+# The push's own directory. Whoever owns the destination directory can rename anything in it
+# and plant names, but cannot move a directory of ours elsewhere (that needs write permission on
+# the directory itself), so from inside it ".." is always the destination directory.
+if [ ! -d .dflash-backups ]; then
+	err=$(mkdir -m 700 .dflash-backups 2>&1) || [ -d .dflash-backups ] ||
+		fail_tool lock 11 "create $bdir" "$err"
 fi
+untrusted() {
+	# Back to the destination directory by the path we were given, to report from there.
+	if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
+	fail trust unsafe-dir "refusing $bdir: $1; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
+}
+cd -P .dflash-backups 2>/dev/null || untrusted "it cannot be entered"
+file=../$base
+# One stat for both: "uid mode dev:inode" of this directory, then of its parent.
+set -- $(stat -c '%u %a %d:%i' . .. 2>/dev/null)
+[ $# -eq 6 ] || untrusted "it cannot be examined"
+[ "$1" = 0 ] || [ -O . ] || untrusted "it is owned by uid $1, neither root nor user $(whoami_text)"
+case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; esac
+[ "$6" = "$here" ] || untrusted "it is not a directory inside $dir (a symlink to elsewhere?)"
+[ "${3%%:*}" = "${here%%:*}" ] || untrusted "it is on another filesystem than $dir"
+
 # Scratch file for the messages of the tools below (see quietly), kept beside the lock.
-errf=$bdir/$base.out
+errf=./$base.out
+
+# --- lock -------------------------------------------------------------------------------------
 if command -v flock >/dev/null; then
-	lockfile=$bdir/$base.lock
+	lockfile=./$base.lock
 	# A failed redirection on "exec" would end this shell: try it on a regular builtin first
 	# (no subshell on the way that works), and only on failure ask a subshell for the message.
 	if ! true 2>/dev/null 9>>"$lockfile"; then
 		err=$( (: >>"$lockfile") 2>&1)
-		fail_tool lock 11 "open $lockfile" "$err"
+		fail_tool lock 11 "open $bdir/$base.lock" "$err"
 	fi
 	exec 9>>"$lockfile"
 	flock -w "$lock_timeout" 9 ||
-		fail lock lock-timeout "another push holds $lockfile (waited ${lock_timeout}s)" 11
+		fail lock lock-timeout "another push holds $bdir/$base.lock (waited ${lock_timeout}s)" 11
 	say "lock flock"
 else
 	waited=0
-	until err=$(mkdir "$bdir/$base.lockdir" 2>&1); do
+	lockdir=
+	proc_token $$
+	mine=$token
+	until err=$(mkdir ./"$base".lockdir 2>&1); do
 		case $(reason_of "$err") in
 		read-only | no-space | permission-denied | not-permitted)
 			fail_tool lock 11 "create lock $bdir/$base.lockdir" "$err"
 			;;
 		esac
-		holder=$(cat "$bdir/$base.lockdir/pid" 2>/dev/null)
-		if [ -n "$holder" ] && ! kill -0 "$holder" 2>/dev/null; then
-			rm -rf "$bdir/$base.lockdir" # its owner is gone
+		holder=
+		read -r holder <./"$base".lockdir/pid 2>/dev/null
+		if [ -n "$holder" ] && lock_is_stale $holder; then
+			rm -rf ./"$base".lockdir # its owner is gone
 			continue
 		fi
 		[ "$waited" -lt "$((lock_timeout * 10))" ] ||
@@ -264,24 +343,30 @@ else
 		sleep 0.1 2>/dev/null || sleep 1
 		waited=$((waited + 1))
 	done
-	lockdir=$bdir/$base.lockdir
-	echo "$$" >"$lockdir/pid" 2>/dev/null
+	lockdir=./$base.lockdir
+	echo "$mine" >"$lockdir/pid" 2>/dev/null
 	say "lock mkdir"
 fi
 
 # --- tmp --------------------------------------------------------------------------------------
-# The shell creates it, exclusively: noclobber opens with O_EXCL, which also refuses a symlink
-# planted under that name. The umask gives it the old file's permission bits from the start
-# (0644 for a new file), so while it fills it is never readable by more users than the old file
-# (bits a umask cannot give, x and set-id, are set in the attrs step, before any byte is in it).
-# Under the lock a file of that name can only be left over from a killed run whose pid came round
-# again; for that (and any other failure) mktemp tries a random name before the step fails.
+# The shell creates it, exclusively (noclobber: O_EXCL), in the push's own directory. The umask
+# gives it the old file's permission bits from the start (0644 for a new file), so while it
+# fills it is never readable by more users than the old file (bits a umask cannot give, x and
+# set-id, are set in the attrs step, before any byte is in it; a mode without the owner's w is
+# set after the write, so that the write itself is allowed). A file of that name can only be left
+# over from a killed run whose pid came round again; for that (and any other failure) mktemp
+# tries a random name before the step fails. `stat -c %a` drops leading zero digits (044 is
+# "44"): pad them back.
 want_mode=${old_mode:-644}
+while [ ${#want_mode} -lt 3 ]; do want_mode=0$want_mode; done
 create_mask=u=rw,g=,o=
+need_chmod=0
+late_chmod=0
 case $want_mode in
 [0-7][0-7][0-7])
 	group_digit=${want_mode#?}
 	letters "${want_mode%??}"
+	case ${want_mode%??} in [0145]) letters=rw late_chmod=1 ;; esac
 	create_mask=u=$letters
 	letters "${group_digit%?}"
 	create_mask=$create_mask,g=$letters
@@ -290,21 +375,23 @@ case $want_mode in
 	;;
 esac
 # A umask gives only r and w bits: x and set-id bits need a chmod (the attrs step).
-need_chmod=0
 case $want_mode in *[1357]* | ????*) need_chmod=1 ;; esac
-tmp_name=$dir/.$base.dflash-tmp.$$
+# Without the owner's w, every bit is set after the write (before it, the new file is never more
+# open than the final mode: the umask gave it the same r and w bits for group and others).
+[ "$late_chmod" = 0 ] || need_chmod=0
+tmp_name=./$base.dflash-tmp.$$
 umask "$create_mask"
 set -C
 if { true >"$tmp_name"; } 2>/dev/null; then
 	tmp=$tmp_name
-elif tmp=$(umask 077 && mktemp "$dir/.$base.dflash-tmp.XXXXXX" 2>/dev/null); then
-	need_chmod=1 # mktemp makes it 0600 whatever the umask
+elif tmp=$(umask 077 && mktemp "./$base.dflash-tmp.XXXXXX" 2>/dev/null); then
+	[ "$late_chmod" = 1 ] || need_chmod=1 # mktemp makes it 0600 whatever the umask
 else
 	# Both failed: ask a subshell for the shell's own words about the first attempt.
 	err=$( { true >"$tmp_name"; } 2>&1)
 	tmp=
 	set +C
-	fail_tool tmp 15 "create a temp file in $dir" "$err"
+	fail_tool tmp 15 "create a temp file in $bdir" "$err"
 fi
 set +C
 umask 022
@@ -317,7 +404,7 @@ umask 022
 if [ "$need_chmod" = 1 ]; then
 	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
 fi
-if [ -n "$old_owner" ] && ! { [ -O "$dest" ] && [ -G "$dest" ]; }; then
+if [ -n "$old_owner" ] && ! { [ -O "$file" ] && [ -G "$file" ]; }; then
 	if ! err=$(chown "$old_owner" "$tmp" 2>&1); then
 		[ "$(stat -c %u:%g "$tmp" 2>/dev/null)" = "$old_owner" ] ||
 			fail attrs "$(reason_of "$err")" "chown $old_owner failed: $err" 18
@@ -342,6 +429,9 @@ if ! err=$(dd of="$tmp" bs=65536 conv=fsync 2>&1); then
 	fi
 fi
 stdin_done=1
+if [ "$late_chmod" = 1 ]; then
+	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
+fi
 
 # --- verify -----------------------------------------------------------------------------------
 # One sha256sum for the temp file and the old one (as it is now, under the lock; its hash goes
@@ -350,7 +440,7 @@ stdin_done=1
 hash=
 old_hash=
 if [ "$old" = present ]; then
-	sha256sum "$tmp" "$dest" >"$errf" 2>/dev/null
+	sha256sum "$tmp" "$file" >"$errf" 2>/dev/null
 else
 	sha256sum "$tmp" >"$errf" 2>/dev/null
 fi
@@ -384,9 +474,9 @@ if [ "$old" = present ]; then
 	*) stamp=$(date -u +%Y%m%dT%H%M%SZ) ;;
 	esac
 	newest=
-	for f in "$bdir/$base".[0-9]*; do
+	for f in "./$base".[0-9]*; do
 		[ -e "$f" ] || continue
-		f=${f#"$bdir/$base".}
+		f=${f#"./$base".}
 		case $f in
 		[0-9][0-9][0-9][0-9][0-9][0-9][0-9][0-9]T[0-9][0-9][0-9][0-9][0-9][0-9]Z*) newest=${f%%Z*}Z ;;
 		esac
@@ -399,21 +489,23 @@ if [ "$old" = present ]; then
 	fi
 	backup=$base.$stamp
 	n=0
-	for f in "$bdir/$backup".[0-9][0-9][0-9]; do
+	for f in "./$backup".[0-9][0-9][0-9]; do
 		[ -e "$f" ] || continue
 		m=${f##*.}
 		m=${m#0}
 		m=${m#0}
 		[ "$m" -gt "$n" ] && n=$m
 	done
-	if [ -e "$bdir/$backup" ] || [ "$n" -gt 0 ]; then
+	if [ -e "./$backup" ] || [ "$n" -gt 0 ]; then
 		n=$((n + 1))
 		while [ ${#n} -lt 3 ]; do n=0$n; done
 		backup=$base.$stamp.$n
 	fi
-	if ! quietly ln "$dest" "$bdir/$backup"; then
-		quietly cp -p "$dest" "$bdir/$backup" || {
-			rm -f "$bdir/$backup"
+	# A hard link keeps the very file that is being replaced (a link planted there in the
+	# meantime is linked as a link, never followed; rollback refuses such a backup).
+	if ! quietly ln "$file" "./$backup"; then
+		quietly cp -P -p "$file" "./$backup" || {
+			rm -f "./$backup"
 			backup=
 			fail_tool backup 20 "keep a backup of $dest in $bdir" "$err"
 		}
@@ -422,7 +514,8 @@ if [ "$old" = present ]; then
 fi
 
 # --- rename -----------------------------------------------------------------------------------
-quietly mv -f "$tmp" "$dest" || fail_tool rename 21 "rename the new file over $dest" "$err"
+# -T: a directory (or a link to one) planted at DEST is an error, not a place to move into.
+quietly mv -f -T "$tmp" "$file" || fail_tool rename 21 "rename the new file over $dest" "$err"
 if [ -e "$tmp" ]; then
 	# mv said yes and did nothing: the old file is still there (under our lock).
 	say "sha256_after ${old_hash:-none}"
@@ -436,7 +529,7 @@ say "sha256_after $want_sha"
 # "sync DIR" fsyncs the directory with coreutils >= 8.24 and busybox >= 1.24. Older coreutils
 # print "ignoring all arguments" and sync everything; others reject the argument: both are a
 # global sync, and reported as one.
-if sync "$dir" 2>"$errf" && [ ! -s "$errf" ]; then
+if sync .. 2>"$errf" && [ ! -s "$errf" ]; then
 	dir_sync=fsync
 else
 	sync
@@ -454,14 +547,14 @@ fi
 limit=$keep
 [ "$limit" -gt 0 ] || limit=1 # our own backup is removed after its bytes are sent
 count=0
-for f in "$bdir"/*; do
+for f in ./*; do
 	case ${f##*/} in "$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;; esac
 done
 excess=$((count - limit))
 pruned=0
 # The oldest names sort first; one rm for all of them.
 set --
-for f in "$bdir"/*; do
+for f in ./*; do
 	[ "$pruned" -lt "$excess" ] || break
 	case ${f##*/} in
 	"$base".[0-9]*)
