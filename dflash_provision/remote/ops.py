@@ -298,6 +298,7 @@ WRITE_STEP_EXIT = {
     "verify": 17,
     "attrs": 18,
     "trust": 19,
+    "deadline": 143,
     "backup": 20,
     "rename": 21,
     "readback": 22,
@@ -316,6 +317,7 @@ _REASON_TEXT = {
     "not-applied": "write did not take effect",
     "not-regular": "destination is not a regular file",
     "unsafe-dir": "unsafe backup directory",
+    "interrupted": "remote deadline passed",
     "untrusted-link": "symlink made by another user",
 }
 
@@ -427,9 +429,18 @@ def write_remote_config(
         # in order should the host already hold a backup named after a later time).
         datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
         "1" if send_old else "0",
+        str(remote_deadline(timeout)),
     ]
     result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)
+
+
+def remote_deadline(timeout: float) -> int:
+    """Seconds after which the remote write ends itself (its watchdog): before the caller gives
+    up waiting at ``timeout``, so that what times out here has already cleaned up there (temp
+    file removed, lock released) and the next push works at once."""
+    margin = max(1.0, min(5.0, timeout / 5))
+    return max(1, int(timeout - margin))
 
 
 def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: _Parsed) -> WriteOutcome:

@@ -282,7 +282,14 @@ class SshTransport(Transport):
         try:
             channel = transport.open_session(timeout=self.options.connect_timeout)
             channel.settimeout(_POLL_S)
-            channel.exec_command(shlex.join(argv))
+            _exec_within(channel, shlex.join(argv), deadline - time.monotonic())
+        except _ExecRequestTimeout:
+            self.close()  # a host that stops answering mid-session: this connection is done
+            raise RemoteStepFailed(
+                f"{self.description}: the host did not start command {argv[0]!r} within "
+                f"{timeout:g} s (frozen after the session opened?)",
+                step="timeout",
+            ) from None
         except (paramiko.SSHException, OSError, EOFError) as exc:
             self.close()
             raise RemoteStepFailed(
@@ -351,6 +358,36 @@ class SshTransport(Transport):
                 time.monotonic() - started,
             )
         return CommandResult(channel.exit_status, stdout, stderr, time.monotonic() - started)
+
+
+class _ExecRequestTimeout(Exception):
+    pass
+
+
+def _exec_within(channel: paramiko.Channel, command: str, limit: float) -> None:
+    """``channel.exec_command`` with a deadline. paramiko waits for the server's answer to the
+    exec request without one, so a host that freezes after opening the session would hold the
+    caller forever; closing the channel wakes that wait (paramiko then raises), and only a
+    timer thread can do it while exec_command blocks. The timer lives for the request only."""
+    fired = threading.Event()
+
+    def expire() -> None:
+        fired.set()
+        channel.close()
+
+    timer = threading.Timer(max(0.0, limit), expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        channel.exec_command(command)
+    except (paramiko.SSHException, OSError, EOFError):
+        if fired.is_set():
+            raise _ExecRequestTimeout() from None
+        raise
+    finally:
+        timer.cancel()
+    if fired.is_set():
+        raise _ExecRequestTimeout()
 
 
 def _write_stdin(

@@ -1,10 +1,12 @@
 # dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one.
 #
 # Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S
-#            [STAMP [SEND_OLD(1|0)]]
+#            [STAMP [SEND_OLD(1|0) [DEADLINE_S]]]
 #            STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name.
 #            SEND_OLD=0: after a write that kept a backup, do not send the old bytes (the caller
 #            reads them with its read-back, in the same process as the new file's bytes).
+#            DEADLINE_S: after so many seconds (0: never) a watchdog ends the script and what it
+#            started, and the traps remove the temp file and the lock (see start_watchdog).
 # stdin:     exactly SIZE bytes whose sha256 is SHA256.
 #
 # Steps (the name is what a failure reports):
@@ -65,6 +67,7 @@ follow=$6
 lock_timeout=$7
 stamp=${8:-}
 send_old=${9:-1}
+deadline=${10:-0}
 
 umask 022
 tmp=
@@ -86,7 +89,58 @@ trap cleanup EXIT
 trap 'exit 129' HUP
 trap 'exit 130' INT
 trap 'exit 141' PIPE
-trap 'exit 143' TERM
+trap 'ended 143' TERM
+
+# Ended by a signal (the watchdog's, at the deadline): say so, unless the new file is in place.
+ended() {
+	if [ "$renamed" = 0 ]; then
+		say "failed deadline interrupted"
+		say "error the remote command was ended by a signal before the new file was in place (its ${deadline}s deadline passed?)"
+	fi
+	exit "$1"
+}
+
+# start_watchdog: a process that ends this script, and whatever it started, once DEADLINE_S
+# have passed, so that a step that hangs (a tool stuck on a frozen disk, a FIFO) never outlives
+# the caller's timeout: the traps then remove the temp file and the lock. When the script leads
+# its own process group (sshd and lxc-attach start each command in a new session) that whole
+# group is ended, including a stuck child that still holds the flock descriptor; otherwise the
+# shell's children and the shell. It checks once a second whether the script is still there
+# (one short sleep at a time, so it never lingers for long after the script ends), with its
+# output closed so that it never holds the channel open.
+start_watchdog() {
+	case $deadline in '' | 0 | *[!0-9]*) return 0 ;; esac
+	group=
+	if read -r pstat </proc/$$/stat 2>/dev/null; then
+		set -- ${pstat##*") "}
+		[ "${3:-}" != "$$" ] || group=$$
+	fi
+	(
+		trap - EXIT HUP INT PIPE
+		trap '' TERM # it is in the group it ends
+		waited=0
+		while [ "$waited" -lt "$deadline" ]; do
+			sleep 1
+			kill -0 $$ 2>/dev/null || exit 0
+			waited=$((waited + 1))
+		done
+		if [ -n "$group" ]; then
+			kill -TERM "-$group"
+			sleep 1
+			kill -KILL "-$group"
+		fi
+		kill -TERM $$
+		read -r me </proc/self/stat
+		me=${me%% *}
+		for s in /proc/[0-9]*/stat; do
+			read -r l <"$s" || continue
+			set -- ${l##*") "}
+			p=${s#/proc/}
+			p=${p%/stat}
+			[ "$2" != $$ ] || [ "$p" = "$me" ] || kill -TERM "$p"
+		done
+	) </dev/null >/dev/null 2>&1 &
+}
 
 # Report the outcome, send the old bytes, exit (the EXIT trap cleans up).
 finish() {
@@ -196,6 +250,7 @@ lock_is_stale() {
 }
 
 say "dflash-write 1"
+start_watchdog
 
 # --- args -------------------------------------------------------------------------------------
 case $want_size in '' | *[!0-9]*) fail args bad-argument "size must be a number" 10 ;; esac
