@@ -136,7 +136,7 @@ def test_host_that_freezes_after_the_session_opens_does_not_hold_the_command(ssh
     def run() -> None:
         try:
             transport.run(["true"], timeout=3)
-        except BaseException as exc:  # noqa: BLE001 - handed to the test thread
+        except BaseException as exc:  # handed to the test thread
             caught.append(exc)
 
     thread = threading.Thread(target=run, daemon=True)
