@@ -28,6 +28,10 @@ from dflash_provision.errors import ExitCode, RemoteStepFailed, UsageError
 from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResult, Transport
 
 BACKUP_DIRNAME = ".dflash-backups"
+#: The most bytes of a config any read brings over the wire (the scripts stop sending past it:
+#: common.sh's max_bytes). Published DFlash configs are about 2 KB.
+MAX_CONFIG_BYTES = 1024 * 1024
+LIMIT_TEXT = "1 MiB"
 DEFAULT_KEEP_BACKUPS = 5
 _BACKUP_STAMP = re.compile(r"\.(\d{8}T\d{6}Z)(?:\.\d{3})?$")
 
@@ -128,6 +132,7 @@ class ReadStatus(enum.StrEnum):
     PERMISSION_DENIED = "permission-denied"
     NOT_REGULAR = "not-regular"
     DIR_MISSING = "dir-missing"
+    TOO_LARGE = "too-large"  # larger than MAX_CONFIG_BYTES: never brought over whole
     ERROR = "error"  # the file exists but could not be read for another reason
 
 
@@ -194,10 +199,23 @@ def read_remote_config(
                 message=message,
             )
         read = _read_from_fields(path, parsed)
+        if read.present and read.data is not None and len(read.data) > MAX_CONFIG_BYTES:
+            return too_large(path)
         if not read.present or not remote_hash or read.sha256 == parsed.fields.get("sha256"):
             return read
     raise RemoteStepFailed(
         f"{transport.description}: {path} kept changing while it was read", step="read"
+    )
+
+
+def too_large(path: str, size: int | None = None) -> RemoteRead:
+    """The RemoteRead of a file over MAX_CONFIG_BYTES (its size when the remote said it)."""
+    actual = f" ({size} bytes)" if size is not None else ""
+    return RemoteRead(
+        path=path,
+        status=ReadStatus.TOO_LARGE,
+        size=size,
+        message=f"larger than {LIMIT_TEXT}{actual}, the limit for a config",
     )
 
 
@@ -211,16 +229,19 @@ def read_back(
 ) -> tuple[RemoteRead, bytes | None]:
     """Read ``path`` back after a write, in a fresh exec: what any reader will now see.
 
-    The common case needs no script: ``cat -- PATH`` on the login shell, the same single process
-    a plain ``ssh host cat`` costs, and the bytes are compared here. ``before`` (the backup the
-    write kept) is read by the same cat, ahead of PATH: the bytes ahead of ``expected`` are its
+    The common case needs no script: ``head -q -c LIMIT+1 -- PATH`` on the login shell, the same
+    single process a plain ``ssh host cat`` costs (bounded: MAX_CONFIG_BYTES + 1 of each file),
+    and the bytes are compared here. ``before`` (the backup the write kept) is read by the same
+    head, ahead of PATH: the bytes ahead of ``expected`` are its
     bytes, returned second (None when they could not be told apart). Anything else (cat failed,
     other bytes) is described by a full read (one more exec, only then), so a failed read-back
     reports missing / permission denied / other bytes exactly as verify would.
     """
     check_remote_path(path)
     files = [before, path] if before is not None else [path]
-    result = transport.run(["cat", "--", *files], stdin=None, timeout=timeout)
+    # head -c: at most the limit (+1, to tell a longer file) of each, whatever is there now.
+    limit = str(MAX_CONFIG_BYTES + 1)
+    result = transport.run(["head", "-q", "-c", limit, "--", *files], stdin=None, timeout=timeout)
     out = result.stdout
     if result.exit_status == 0 and len(out) >= len(expected) and out.endswith(expected):
         read = RemoteRead(
@@ -240,6 +261,8 @@ def _read_from_fields(path: str, parsed: _Parsed) -> RemoteRead:
         status = ReadStatus(f["status"])
     except ValueError:
         status = ReadStatus.ERROR
+    if status is ReadStatus.TOO_LARGE:
+        return too_large(path, _int_or_none(f.get("size")))
     if status is not ReadStatus.PRESENT:
         return RemoteRead(
             path=path, status=status, is_symlink="symlink" in f, message=f.get("error", "")
@@ -446,6 +469,8 @@ def remote_deadline(timeout: float) -> int:
 def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: _Parsed) -> WriteOutcome:
     f = parsed.fields
     old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
+    if old_data is not None and len(old_data) > MAX_CONFIG_BYTES:
+        old_data = None  # cut off by the remote side: not the old file's bytes
     if f.get("result") == "unchanged" and result.exit_status == 0:
         old_data = data  # the script sends no bytes back: they are the ones we sent
     if f.get("old_sent") == "0":

@@ -5,6 +5,10 @@
 LC_ALL=C
 export LC_ALL
 
+# The most bytes of a file any script sends (= ops.MAX_CONFIG_BYTES, 1 MiB; a config is ~2 KB).
+# One byte more is sent (head -c) so that the caller can tell a file that is too large.
+max_bytes=1048576
+
 
 # A message on one line: protocol lines are newline-delimited.
 oneline() {
@@ -51,26 +55,6 @@ hash_of() {
 		return 1
 	}
 	hash=${hash%% *}
-}
-
-# stat_and_hash FILE FORMAT: one command substitution for `stat -c FORMAT` and the sha256 of FILE.
-# Sets $meta (the stat line, "-" when stat failed), $hash (empty when FILE could not be read) and
-# $hash_err (what went wrong reading it, else empty).
-stat_and_hash() {
-	meta=$(
-		stat -c "$2" "$1" 2>/dev/null || echo -
-		sha256sum 2>&1 <"$1" || echo "${nl}failed"
-	)
-	hash=${meta#*"$nl"}
-	meta=${meta%%"$nl"*}
-	hash_err=
-	case $hash in
-	*"${nl}failed")
-		hash_err=${hash%"${nl}failed"}
-		hash=
-		;;
-	*) hash=${hash%% *} ;;
-	esac
 }
 
 # Why DIR cannot be used, for a login that is not root. Sets dir_state to ok, permission-denied,

@@ -6,7 +6,7 @@
 #          a process less per host is worth more than a second opinion on a torn read
 # Output lines ("key value"), then a "data" line, then the raw bytes to EOF:
 #   dflash-read 1
-#   status present|missing|permission-denied|not-regular|dir-missing|error
+#   status present|missing|permission-denied|not-regular|dir-missing|too-large|error
 #   symlink 1                     (only when PATH is a symlink; it is followed for reading)
 #   sha256 HEX                    (present only, not in mode bytes)
 #   size N / mode OCT / uid N / gid N / mtime EPOCH   (present, mode 1 only)
@@ -14,6 +14,9 @@
 #   data
 #   <bytes>
 # Exit status 0 whenever the state could be reported, whatever it is.
+# At most max_bytes + 1 bytes are sent (head -c): the caller reports a longer file as too large
+# without ever holding it. In mode 1 the size is known first: a file over the limit is reported
+# "too-large" (with its size) and neither hashed nor sent.
 
 path=$1
 with_meta=${2:-1}
@@ -58,18 +61,25 @@ if [ "$with_meta" = bytes ] && [ -r "$path" ]; then
 	say "status present"
 	say data
 	flush
-	exec cat "$path"
+	exec head -c $((max_bytes + 1)) "$path"
 fi
 
-# Hash (it also proves the file is readable) and describe in one command substitution, then
-# stream the bytes. The caller re-hashes the bytes it receives, which catches a file that changed
-# in between.
+# Describe (mode 1: the size first, so that a file over the limit is neither hashed nor sent),
+# hash (it also proves the file is readable), then stream the bytes. The caller re-hashes the
+# bytes it receives, which catches a file that changed in between.
+meta=-
 if [ "$with_meta" = 1 ]; then
-	stat_and_hash "$path" '%s %a %u %g %Y'
-else
-	meta=-
-	hash_of "$path" 2>/dev/null || hash_err=$({ sha256sum <"$path"; } 2>&1)
+	meta=$(stat -c '%s %a %u %g %Y' "$path" 2>/dev/null) || meta=-
+	if [ "${meta%% *}" -gt "$max_bytes" ] 2>/dev/null; then
+		say "status too-large"
+		say "size ${meta%% *}"
+		say "error larger than $max_bytes bytes (${meta%% *} bytes)"
+		say data
+		exit 0
+	fi
 fi
+hash_err=
+hash_of "$path" 2>/dev/null || hash_err=$({ sha256sum <"$path"; } 2>&1)
 if [ -z "$hash" ]; then
 	reason=$(reason_of "$hash_err")
 	if [ "$reason" = permission-denied ]; then say "status permission-denied"; else say "status error"; fi
@@ -89,4 +99,4 @@ if [ "$meta" != - ]; then
 fi
 say data
 flush
-exec cat "$path"
+exec head -c $((max_bytes + 1)) "$path"

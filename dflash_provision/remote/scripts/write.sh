@@ -47,7 +47,7 @@
 # rename put in place (the old file's hash when the rename did not happen).
 #
 # Output lines "key value", then "data" and the OLD file's bytes to EOF (so the caller can show
-# a diff without another round trip). Nothing follows "data" when the result is "unchanged" (the
+# a diff without another round trip; at most max_bytes + 1 of them). Nothing follows "data" when the result is "unchanged" (the
 # old bytes are the caller's own), nor after a write with SEND_OLD=0 that kept a backup ("old_sent
 # 0": the caller's read-back brings them). On any failure: "failed STEP REASON" and
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
@@ -156,13 +156,13 @@ finish() {
 		: # the old bytes are the caller's own
 	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
 		if [ "$keep" -eq 0 ]; then
-			cat "./$backup" 2>/dev/null
+			head -c $((max_bytes + 1)) "./$backup" 2>/dev/null
 			rm -f "./$backup"
 		elif [ "$send_old" = 1 ]; then
-			cat "./$backup" 2>/dev/null
+			head -c $((max_bytes + 1)) "./$backup" 2>/dev/null
 		fi
 	elif [ "$old" = present ] && [ "$renamed" = 0 ] && [ -n "$file" ] && [ ! -L "$file" ]; then
-		cat "$file" 2>/dev/null
+		head -c $((max_bytes + 1)) "$file" 2>/dev/null
 	fi
 	exit "$1"
 }
