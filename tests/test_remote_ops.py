@@ -391,10 +391,11 @@ def test_write_replaces_file_returns_old_bytes_and_keeps_a_backup(transport, mod
 
 
 @pytest.mark.root
-@pytest.mark.parametrize("mode", [0o640, 0o755, 0o2644])
+@pytest.mark.parametrize("mode", [0o640, 0o755, 0o2644, 0o000, 0o044, 0o004, 0o444])
 def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_dir, mode):
     # 0640: the temp file is created with it (umask); 0755 and 0o2644: bits a umask cannot give
-    # (x, set-gid) are set by chmod. The owner is copied too.
+    # (x, set-gid) are set by chmod; 000, 044, 004 (`stat -c %a` drops their leading zeros) and
+    # 0444 (no w for the owner) get theirs after the write. The owner is copied too.
     if os.getuid() != 0:
         pytest.skip("chown needs root")
     config = model_dir / "config.json"
@@ -407,6 +408,24 @@ def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_
     assert (oct(st.st_mode & 0o7777), st.st_uid, st.st_gid) == (oct(mode), 65534, 65534)
     assert config.read_bytes() == NEW
     assert_no_temp_left(model_dir)
+
+
+def test_unprivileged_owner_rewrites_its_own_read_only_config_keeping_mode_0444(
+    transport, model_dir
+):
+    # Without root, a temp file made 0444 up front could not be written: the mode comes after.
+    nobody = as_nobody(transport, model_dir)
+    directory = model_dir / "own"
+    directory.mkdir()
+    config = directory / "config.json"
+    config.write_bytes(OLD)
+    config.chmod(0o444)
+    for path in (directory, config):
+        os.chown(path, 65534, 65534)
+    outcome = write_remote_config(nobody, str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    assert (oct(config.stat().st_mode & 0o777), config.read_bytes()) == ("0o444", NEW)
+    assert_no_temp_left(directory)
 
 
 def test_new_file_is_0644_and_backup_is_named_after_the_utc_time(transport, model_dir):
