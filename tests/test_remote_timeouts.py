@@ -8,7 +8,9 @@
 - A host that freezes after the session channel opened (its per-connection sshd SIGSTOPped just
   before the exec request) does not hold the caller past its timeout.
 - An mkdir lock whose recorded pid now names another process (a container restarted mid-push
-  gives the next script the same pid) is stale.
+  gives the next script the same pid) is stale: planted tokens, and the real sequence (a push
+  holding the lock in a busybox container that is killed and started again; before the fix the
+  next push waited on its own pid).
 """
 
 from __future__ import annotations
@@ -227,4 +229,50 @@ def test_mkdir_lock_left_by_a_container_restart_does_not_block_the_next_push(
     with open_transport(target, options(container.host)) as transport:
         outcome = write_remote_config(transport, target.config_path, REFERENCE, lock_timeout=1)
     assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    assert not lockdir.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.lxc
+def test_container_killed_mid_push_leaves_a_lock_that_the_next_push_breaks(lxc_container_on_host):
+    # The real sequence: a push holds the mkdir lock (its step hangs), the container is killed
+    # and started again, and the next push's script is started the same way in a fresh PID
+    # namespace, so it typically gets the very pid recorded in the lock, which is then alive.
+    container = lxc_container_on_host
+    rootfs = container.rootfs
+    directory = rootfs / "models" / "X"
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_bytes(INCIDENT)
+    tool = rootfs / "usr" / "local" / "bin" / "sha256sum"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text(HANGING_TOOL)
+    tool.chmod(0o755)
+    lockdir = directory / ".dflash-backups" / "config.json.lockdir"
+    target = parse_target(f"{container.host.alias}/lxc:{container.name}:/models/X")
+    first: list[object] = []
+
+    def hanging_push() -> None:
+        with open_transport(target, options(container.host)) as transport:
+            try:
+                first.append(write_remote_config(transport, target.config_path, REFERENCE))
+            except Exception as exc:  # the container dies under it
+                first.append(exc)
+
+    thread = threading.Thread(target=hanging_push, daemon=True)
+    thread.start()
+    for _ in range(600):
+        if (lockdir / "pid").exists():
+            break
+        thread.join(0.05)
+    assert (lockdir / "pid").exists(), "the first push took the lock"
+    container.stop()
+    thread.join(60)
+    assert lockdir.exists(), "the killed push could not clean up: its lock is left"
+    tool.unlink()
+    container.start()
+    with open_transport(target, options(container.host)) as transport:
+        outcome = write_remote_config(transport, target.config_path, REFERENCE, lock_timeout=2)
+    assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    assert (directory / "config.json").read_bytes() == REFERENCE
     assert not lockdir.exists()
