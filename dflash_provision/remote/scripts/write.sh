@@ -103,11 +103,12 @@ ended() {
 # start_watchdog: a process that ends this script, and whatever it started, once DEADLINE_S
 # have passed, so that a step that hangs (a tool stuck on a frozen disk, a FIFO) never outlives
 # the caller's timeout: the traps then remove the temp file and the lock. When the script leads
-# its own process group (sshd and lxc-attach start each command in a new session) that whole
-# group is ended, including a stuck child that still holds the flock descriptor; otherwise the
-# shell's children and the shell. It checks once a second whether the script is still there
-# (one short sleep at a time, so it never lingers for long after the script ends), with its
-# output closed so that it never holds the channel open.
+# its own process group (a login shell that execs the command, setsid) that whole group is
+# ended; otherwise (sshd's login shell usually forks it, and a local caller's group is not ours
+# to end) the shell's children, including a stuck one that still holds the flock descriptor,
+# and the shell. It checks once a second whether the script is still there (one `sleep 1` at a
+# time: it outlives the script by a second at most), with its output closed so that it never
+# holds the channel open.
 start_watchdog() {
 	case $deadline in '' | 0 | *[!0-9]*) return 0 ;; esac
 	group=
