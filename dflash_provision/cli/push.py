@@ -66,6 +66,9 @@ def command(
     target = parse_target(target_spec)
     authority = authority_spec.load()
     with connection.open(target) as transport, recorded_change("push", target, dry_run) as rec:
+        # Connect before validating: an unreachable host fails in the connect time, not after
+        # the ~2 s a config this machine has not judged yet costs (transformers).
+        transport.connect()
         result = push_config(
             transport,
             target,

@@ -91,6 +91,9 @@ class SshTransport(Transport):
 
     # -- connection ---------------------------------------------------------------------------
 
+    def connect(self) -> None:
+        self._client()
+
     def _client(self) -> paramiko.SSHClient:
         with self._lock:
             if self._clients:
