@@ -79,13 +79,17 @@ def load_source(spec: str, *, revision: str | None = None) -> LoadedConfig:
 
 def load_remote(spec: str, options: SshOptions | None = None) -> LoadedConfig:
     """Read a target's config.json (default SSH options: ~/.ssh/config, known_hosts)."""
-    from dflash_provision.remote.ops import read_remote_config
+    from dflash_provision.errors import RemoteStepFailed
+    from dflash_provision.remote.ops import ReadStatus, read_remote_config
     from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import open_transport
 
     target = parse_target(spec)
     with open_transport(target, options) as transport:
         read = read_remote_config(transport, target.config_path)
+    if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
+        raise UsageError(f"{target.display()}: {read.describe()}")  # as for a local file
     if not read.present or read.data is None:
-        raise UsageError(f"{target.display()}: {read.describe()}")
+        # Reachable, but the file cannot be read: verify and audit exit 7 for this too.
+        raise RemoteStepFailed(f"{target.display()}: {read.describe()}", step="read")
     return LoadedConfig(label=target.display(), data=read.data)

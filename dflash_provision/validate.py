@@ -60,6 +60,15 @@ def _paths_of(doc: Any, prefix: list[str | int]) -> dict[int, list[str | int]]:
     return found
 
 
+def json_error_text(exc: json.JSONDecodeError) -> str:
+    """The decoder's message as one whole phrase with its position. Some of its messages end in
+    "at" and expect the position after them ("Unterminated string starting at")."""
+    where = f"line {exc.lineno}, column {exc.colno}"
+    if exc.msg.endswith(" at"):
+        return f"invalid JSON: {exc.msg[:1].lower()}{exc.msg[1:]} {where}"
+    return f"invalid JSON at {where}: {exc.msg}"
+
+
 def parse_config(data: bytes, *, layer: Layer = "parse", what: str = "") -> ParseResult:
     """Parse bytes into a JSON object, reporting position of syntax errors and duplicate keys."""
     prefix = f"{what}: " if what else ""
@@ -72,8 +81,7 @@ def parse_config(data: bytes, *, layer: Layer = "parse", what: str = "") -> Pars
     try:
         doc = json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        message = f"{prefix}invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        return ParseResult(None, [Finding(layer, "", message)])
+        return ParseResult(None, [Finding(layer, "", prefix + json_error_text(exc))])
     except ValueError as exc:
         return ParseResult(None, [Finding(layer, "", f"{prefix}invalid JSON: {exc}")])
     if not isinstance(doc, dict):

@@ -8,6 +8,9 @@
 from __future__ import annotations
 
 import functools
+import os
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -90,6 +93,37 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
     ]
 
 
+_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PUBLIC_KEY = re.compile(rb"(ssh-|ecdsa-|sk-)[a-z0-9@.-]+ AAAA")
+
+
+def checked_key_file(path: str) -> str:
+    """``path`` if it is a readable private key file, else a usage error (exit 2) that says
+    what it is. Without this a public key or a typo'd file given to ``-i`` surfaces only as
+    a failed login after the connection, or a "no route" for another reason."""
+    from dflash_provision.errors import UsageError
+
+    try:
+        # stat before open: opening a FIFO would wait for a writer.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"--identity {path}: not a regular file")
+        with open(path, "rb") as handle:
+            head = handle.read(64 * 1024).lstrip()
+    except OSError as exc:
+        raise UsageError(f"--identity {path}: cannot read the key ({exc.strerror})") from None
+    if _PRIVATE_KEY.match(head):
+        return path
+    if _PUBLIC_KEY.match(head):
+        raise UsageError(
+            f"--identity {path}: this is a public key; give the private key file "
+            f"({path.removesuffix('.pub')} if it is beside it)"
+        )
+    raise UsageError(
+        f"--identity {path}: not a private key file (expected an OpenSSH or PEM private key, "
+        "e.g. ~/.ssh/id_ed25519)"
+    )
+
+
 def connection_options(func: F) -> F:
     """Add the connection options; the command receives ``connection: Connection``."""
     return _with_connection_options(func, ("--identity", "-i"))
@@ -116,7 +150,7 @@ def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
             ssh_config_path=kwargs.pop("ssh_config") or default_ssh_config_path(),
             known_hosts_path=kwargs.pop("known_hosts"),
             host_key_policy="accept-new" if kwargs.pop("accept_new_host_key") else "reject",
-            identity_files=tuple(kwargs.pop("identity")),
+            identity_files=tuple(checked_key_file(path) for path in kwargs.pop("identity")),
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
