@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import stat
 import tempfile
 from functools import cache
 from pathlib import Path
@@ -91,6 +92,8 @@ def lookup(data: bytes, num_speculative_tokens: int | None) -> list[tuple[str, l
     try:
         path = entry_path(data, num_speculative_tokens)
         with path.open("rb") as handle:
+            if not _ours(os.fstat(handle.fileno())):
+                return []
             raw = handle.read(MAX_ENTRY_BYTES + 1)
         if len(raw) > MAX_ENTRY_BYTES:
             return []
@@ -113,8 +116,8 @@ def store(data: bytes, num_speculative_tokens: int | None, report: ValidationRep
     for finding in report.findings:
         if finding.layer in layers:
             layers[finding.layer].append(finding.to_dict())
-    entry = {"format": FORMAT, "rules": rules_digest(), "layers": layers}
     try:
+        entry = {"format": FORMAT, "rules": rules_digest(), "layers": layers}
         path = entry_path(data, num_speculative_tokens)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(prefix=".verdict-", dir=path.parent)
@@ -127,6 +130,16 @@ def store(data: bytes, num_speculative_tokens: int | None, report: ValidationRep
             raise
     except OSError:
         return  # read-only home, full disk, a file where the directory should be: no cache
+
+
+def _ours(status: os.stat_result) -> bool:
+    """A verdict says "this config is valid": trust only a regular file this user wrote and
+    nobody else can change (a shared DFLASH_PROVISION_HOME must not let others plant one)."""
+    return (
+        stat.S_ISREG(status.st_mode)
+        and status.st_uid == os.geteuid()
+        and not status.st_mode & (stat.S_IWGRP | stat.S_IWOTH)
+    )
 
 
 def _finding(layer: str, item: dict[str, Any]) -> Finding:

@@ -103,7 +103,7 @@ def test_a_file_that_is_not_a_key_is_a_usage_error_before_connecting(
     tmp_path: Path, reference: Path, nowhere: str
 ) -> None:
     (tmp_path / "notes.txt").write_text("not a key\n")
-    done = run_cli(tmp_path, "push", nowhere, "--from", str(reference), "-i", "notes.txt")
+    done = run_cli(tmp_path, "push", nowhere, "--from", str(reference), "--identity", "notes.txt")
     line = one_error_line(done, ExitCode.USAGE)
     assert "notes.txt: not a private key file" in line
 
@@ -124,7 +124,7 @@ def test_a_fifo_given_as_identity_is_refused_without_waiting_on_it(
 ) -> None:
     fifo = tmp_path / "key"
     os.mkfifo(fifo)
-    done = run_cli(tmp_path, "push", nowhere, "--from", str(reference), "-i", str(fifo))
+    done = run_cli(tmp_path, "push", nowhere, "--from", str(reference), "--identity", str(fifo))
     assert "not a regular file" in one_error_line(done, ExitCode.USAGE)
 
 

@@ -254,3 +254,18 @@ def test_a_pinned_config_is_read_from_the_hf_cache_only_with_its_exact_sha256(
     assert hub.pinned_from_cache("z-lab/Q", sha, "config.json", "0" * 64) is None
     assert hub.pinned_from_cache("z-lab/Q", "main", "config.json", digest) is None
     assert hub.pinned_from_cache("z-lab/Q", sha, "../config.json", digest) is None
+
+
+@pytest.mark.integration
+def test_a_verdict_others_could_have_written_is_not_trusted(home: Path) -> None:
+    first = validate_config(INCIDENT, label="x")
+    (entry,) = entries(home)
+    planted = json.loads(entry.read_text())
+    planted["layers"]["effective"] = [
+        {"layer": "effective", "path": "", "message": "planted", "severity": "error"}
+    ]
+    entry.write_text(json.dumps(planted))
+    entry.chmod(0o666)  # writable by anyone: not ours to believe
+    again = validate_config(INCIDENT, label="x")
+    assert again.layers == first.layers
+    assert "planted" not in str(again.to_dict())
