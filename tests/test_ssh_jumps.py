@@ -15,7 +15,7 @@ from dflash_provision.testbed.hosts import Fleet
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
-from dflash_provision.transport.ssh_jumps import JumpPool
+from dflash_provision.transport.ssh.route_pool import JumpPool
 from tests.test_push_cli_failures import Cli
 from tests.test_transport_ssh import accepted_logins, options_for_fleet
 
