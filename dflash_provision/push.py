@@ -42,6 +42,7 @@ from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
 if TYPE_CHECKING:
     from dflash_provision.diff import Change
     from dflash_provision.findings import ValidationReport
+    from dflash_provision.history import Recording
     from dflash_provision.sources import LoadedConfig
     from dflash_provision.target import Target
 
@@ -140,8 +141,15 @@ class PushResult:
     def exit_code(self) -> ExitCode:
         return ExitCode.OK if self.ok else ExitCode.REMOTE_FAILED
 
+    def journal_into(self, recording: Recording) -> None:
+        """What the journal row opened for this push or rollback keeps of its outcome."""
+        recording.status = self.status.value
+        recording.sha256_before = self.old_sha256
+        recording.sha256_after = self.readback.sha256 if self.readback else None
+        recording.message = self.message
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for --json output and history records."""
+        """Plain data for --json output."""
         write = self.write
         return {
             "target": self.target,

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
-from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 import click
@@ -17,9 +15,7 @@ from dflash_provision.cli._connect import (
 )
 
 if TYPE_CHECKING:
-    from dflash_provision.history import Recording
     from dflash_provision.push import PushResult
-    from dflash_provision.target import Target
 
 
 @click.command(
@@ -60,12 +56,18 @@ def command(
     as_json: bool,
     connection: Connection,
 ) -> None:
+    from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import push_config
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()
-    with connection.open(target) as transport, recorded_change("push", target, dry_run) as rec:
+    store = None if dry_run else default_store()  # a dry run changes nothing: nothing to keep
+    key = HostKey.of_target(target)
+    with (
+        connection.open(target) as transport,
+        journal(store, "push", key, target.config_path) as rec,
+    ):
         result = push_config(
             transport,
             target,
@@ -77,37 +79,8 @@ def command(
             keep_backups=keep_backups,
             timeout=connection.ssh.command_timeout,
         )
-        rec.fill(result)
+        result.journal_into(rec)
     emit_push_result(ctx, result, as_json=as_json, verb="push")
-
-
-class _HistoryRow:
-    """Adapter from a PushResult to the history row opened for it."""
-
-    def __init__(self, recording: Recording | None) -> None:
-        self.recording = recording
-
-    def fill(self, result: PushResult) -> None:
-        if self.recording is None:
-            return
-        self.recording.status = result.status.value
-        self.recording.sha256_before = result.old_sha256
-        self.recording.sha256_after = result.readback.sha256 if result.readback else None
-        self.recording.message = result.message
-
-
-@contextlib.contextmanager
-def recorded_change(op: str, target: Target, dry_run: bool = False) -> Iterator[_HistoryRow]:
-    """Journal a change in the local history: the row reads "started" before the remote write,
-    so a push that is killed half way stays visible. Dry runs change nothing and are not kept."""
-    if dry_run:
-        yield _HistoryRow(None)
-        return
-    from dflash_provision import history
-
-    host = target.machine + (f"/{target.container.display()}" if target.container else "")
-    with history.recorded(op, host, target.config_path) as recording:
-        yield _HistoryRow(recording)
 
 
 def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, verb: str) -> None:
@@ -145,4 +118,4 @@ def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, v
         )
 
 
-__all__ = ["command", "emit_push_result", "recorded_change"]
+__all__ = ["command", "emit_push_result"]

@@ -41,7 +41,8 @@ def command(
     as_json: bool,
     connection: Connection,
 ) -> None:
-    from dflash_provision.cli.push import emit_push_result, recorded_change
+    from dflash_provision.cli.push import emit_push_result
+    from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import list_backups, rollback_config
     from dflash_provision.target import parse_target
 
@@ -51,7 +52,8 @@ def command(
         if list_only:
             backups = list_backups(transport, target, timeout=timeout)
         else:
-            with recorded_change("rollback", target) as rec:
+            key = HostKey.of_target(target)
+            with journal(default_store(), "rollback", key, target.config_path) as rec:
                 result = rollback_config(
                     transport,
                     target,
@@ -60,7 +62,7 @@ def command(
                     follow_symlinks=follow_symlinks,
                     timeout=timeout,
                 )
-                rec.fill(result)
+                result.journal_into(rec)
     if not list_only:
         emit_push_result(ctx, result, as_json=as_json, verb="rollback")
         return

@@ -172,11 +172,13 @@ def resolve_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
 
 
 def record_audits(history: HistoryStore, audits: Sequence[HostAudit], op: str = "audit") -> None:
-    from dflash_provision.history import AuditRecord
+    from dflash_provision.history import AuditRecord, HostKey
 
     history.record_audits(
         [
-            AuditRecord(a.name, a.path, a.status.value, a.sha256, a.detail, a.timings.total_s)
+            AuditRecord(
+                HostKey(a.name), a.path, a.status.value, a.sha256, a.detail, a.timings.total_s
+            )
             for a in audits
         ],
         op=op,

@@ -18,6 +18,7 @@ from dflash_provision.fleet.auditing import (
 )
 from dflash_provision.fleet.results import HostAudit, HostRepair, HostStatus, RepairAction
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun, TransportOpener
+from dflash_provision.history import HostKey, journal
 from dflash_provision.inventory import FleetMember
 from dflash_provision.sources import LoadedConfig
 
@@ -170,46 +171,36 @@ def _write(
     repair = HostRepair(before, RepairAction.FAILED, sha256_before=before.sha256)
     readback: RemoteRead | None = None
     t0 = time.monotonic()
-    history_id = (
-        history.record_start(
-            "repair", member.name, member.target.config_path, sha256_before=before.sha256
-        )
-        if history is not None
-        else None
-    )
-    repair.history_id = history_id
-    try:
-        outcome = push_config(
-            transport,
-            member.target,
-            loaded,
-            timeout=run.command_timeout,
-            validate=False,  # validated once per authoritative source in repair()
-            **push_options,
-        )
-    except DflashProvisionError as exc:
-        repair.message = exc.message
-    except Exception as exc:  # see _audit_on; the file's state is unknown, the history says so
-        repair.message = internal_error(exc) + "; the file may or may not have been replaced"
-    else:
-        readback = outcome.readback
-        repair.sha256_before = outcome.old_sha256
-        repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
-        if outcome.ok:
-            repair.action = RepairAction.WROTE
-            repair.message = _describe_push(outcome, before)
+    key = HostKey(member.name)
+    path = member.target.config_path
+    with journal(history, "repair", key, path, sha256_before=before.sha256) as recording:
+        repair.history_id = recording.id
+        try:
+            outcome = push_config(
+                transport,
+                member.target,
+                loaded,
+                timeout=run.command_timeout,
+                validate=False,  # validated once per authoritative source in repair()
+                **push_options,
+            )
+        except DflashProvisionError as exc:
+            repair.message = exc.message
+        except Exception as exc:  # see _audit_on; the file's state is unknown, the history says so
+            repair.message = internal_error(exc) + "; the file may or may not have been replaced"
         else:
-            repair.message = outcome.message or f"push {outcome.status.value}"
-    before.timings.write_s = time.monotonic() - t0
-    if history is not None and history_id is not None:
-        history.record_finish(
-            history_id,
-            status="ok" if repair.action is RepairAction.WROTE else "failed",
-            sha256_before=before.sha256,
-            sha256_after=repair.sha256_after,
-            message=repair.message,
-            duration_s=before.timings.write_s,
-        )
+            readback = outcome.readback
+            repair.sha256_before = outcome.old_sha256
+            repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
+            if outcome.ok:
+                repair.action = RepairAction.WROTE
+                repair.message = _describe_push(outcome, before)
+            else:
+                repair.message = outcome.message or f"push {outcome.status.value}"
+        before.timings.write_s = time.monotonic() - t0
+        recording.status = "ok" if repair.action is RepairAction.WROTE else "failed"
+        recording.sha256_after = repair.sha256_after
+        recording.message = repair.message
     return repair, readback
 
 
