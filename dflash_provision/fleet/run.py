@@ -154,8 +154,7 @@ class FleetRun:
             return Verdict(
                 HostStatus.INVALID, _first(report.errors, {"parse", "schema"}), (), findings
             )
-        if "effective" in by_layer:
-            # The file may also break an invariant; what the loader does to it is the sharper fact.
+        if report.loader_normalised:  # the rule validate --json uses too (findings.py)
             return Verdict(
                 HostStatus.LOADER_NORMALISED, _first(report.errors, {"effective"}), (), findings
             )
