@@ -47,8 +47,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minimal_paramiko
 
-from dflash_provision.cli.audit import authority_loader
-from dflash_provision.fleet import FleetRun, audit, repair
+from dflash_provision.fleet import FleetRun, audit, authority_loader, repair
 from dflash_provision.inventory import DrafterSpec, FleetMember
 from dflash_provision.push import check_authority, push_config
 from dflash_provision.sources import LoadedConfig

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.cli.audit import authority_loader
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet import (
     FleetRun,
@@ -35,6 +34,7 @@ from dflash_provision.fleet import (
     RepairAction,
     audit,
     audit_exit_code,
+    authority_loader,
     repair,
     repair_exit_code,
 )

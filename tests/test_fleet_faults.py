@@ -8,9 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.cli.audit import authority_loader
 from dflash_provision.errors import AuthError, UnreachableError
-from dflash_provision.fleet import FleetRun, HostStatus, audit, classify_exception
+from dflash_provision.fleet import FleetRun, HostStatus, audit, authority_loader, classify_exception
 from dflash_provision.fleet.run import Memo
 from dflash_provision.inventory import DrafterSpec, FleetMember
 from dflash_provision.target import parse_target

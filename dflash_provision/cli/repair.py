@@ -25,13 +25,8 @@ import time
 import click
 
 from dflash_provision.cli._connect import Connection
+from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_rich
-from dflash_provision.cli.audit import (
-    FleetSelection,
-    ProgressDisplay,
-    fleet_options,
-    make_run,
-)
 
 
 @click.command("repair")

@@ -7,6 +7,7 @@ import json
 import click
 
 from dflash_provision.cli._connect import Connection, connection_options
+from dflash_provision.cli._render import emit_push_result
 
 
 @click.command(
@@ -41,7 +42,6 @@ def command(
     as_json: bool,
     connection: Connection,
 ) -> None:
-    from dflash_provision.cli.push import emit_push_result
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import list_backups, rollback_config
     from dflash_provision.target import parse_target

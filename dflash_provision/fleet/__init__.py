@@ -27,7 +27,7 @@ from dflash_provision.fleet.results import (
     audit_exit_code,
     repair_exit_code,
 )
-from dflash_provision.fleet.run import AuthorityFor, FleetRun, TransportOpener
+from dflash_provision.fleet.run import AuthorityFor, FleetRun, TransportOpener, authority_loader
 
 __all__ = [
     "DEFAULT_WORKERS",
@@ -46,6 +46,7 @@ __all__ = [
     "audit",
     "audit_exit_code",
     "audit_host",
+    "authority_loader",
     "classify_exception",
     "repair",
     "repair_exit_code",

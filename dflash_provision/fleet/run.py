@@ -22,6 +22,20 @@ AuthorityFor = Callable[[FleetMember], LoadedConfig]
 TransportOpener = Callable[[FleetMember], Transport]
 
 
+def authority_loader() -> AuthorityFor:
+    """``authority_for(member)``: load the member's drafter source (FleetRun caches per source)."""
+    from dflash_provision.authority import resolve_authoritative
+
+    def load(member: FleetMember) -> LoadedConfig:
+        spec = member.source
+        repo = spec.repo
+        if repo and spec.revision:
+            repo = f"{repo.split('@', 1)[0]}@{spec.revision}"
+        return resolve_authoritative(repo=repo, from_file=spec.from_file, lock=spec.lock)
+
+    return load
+
+
 class Memo:
     """Compute a value once per key, even when many threads ask at the same time."""
 
