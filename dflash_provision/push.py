@@ -37,7 +37,7 @@ from dflash_provision.remote.ops import (
     read_remote_config,
     write_remote_config,
 )
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+from dflash_provision.transport.base import Transport
 
 if TYPE_CHECKING:
     from dflash_provision.diff import Change
@@ -209,7 +209,7 @@ def push_config(
     mkdir: bool = False,
     follow_symlinks: bool = False,
     keep_backups: int = DEFAULT_KEEP_BACKUPS,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     validate: bool = True,
 ) -> PushResult:
     """Make ``target``'s config hold exactly ``authority.data``, and prove it by reading it back.
@@ -243,7 +243,7 @@ def push_config(
 
 
 def _dry_run(
-    transport: Transport, result: PushResult, data: bytes, *, mkdir: bool, timeout: float
+    transport: Transport, result: PushResult, data: bytes, *, mkdir: bool, timeout: float | None
 ) -> PushResult:
     current = read_remote_config(transport, result.path, timeout=timeout)
     result.readback = current
@@ -271,7 +271,7 @@ def _write_and_prove(
     mkdir: bool,
     follow_symlinks: bool,
     keep_backups: int,
-    timeout: float,
+    timeout: float | None,
 ) -> PushResult:
     # With a backup kept, the old bytes come back with the read-back (one cat reads the backup
     # and the new file) instead of costing the write exec a process of its own. Without one
@@ -341,7 +341,7 @@ def _old_bytes_from_backup(
     outcome: WriteOutcome,
     backup: str,
     kept: bytes | None,
-    timeout: float,
+    timeout: float | None,
 ) -> bytes | None:
     """The replaced file's bytes: what the read-back's cat gave ahead of the new file, checked
     against the hash the write reported; else one read of the backup (another push may have
@@ -459,7 +459,7 @@ def verify_config(
     target: Target,
     authority: LoadedConfig,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> VerifyResult:
     """Read ``target``'s config back (one exec) and compare it with the authoritative bytes."""
     read = read_remote_config(transport, target.config_path, timeout=timeout)
@@ -471,7 +471,7 @@ def verify_config(
 
 
 def list_backups(
-    transport: Transport, target: Target, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport, target: Target, *, timeout: float | None = None
 ) -> list[Backup]:
     """The target config's backups, oldest first."""
     return list_remote_backups(transport, target.config_path, timeout=timeout)
@@ -499,7 +499,7 @@ def rollback_config(
     to: str | None = None,
     keep_backups: int = DEFAULT_KEEP_BACKUPS,
     follow_symlinks: bool = False,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> PushResult:
     """Restore a backup (see choose_backup) through the atomic write protocol + read-back."""
     from dflash_provision.sources import LoadedConfig

@@ -1,7 +1,8 @@
 """Click options shared by the commands that reach targets (push, verify, rollback, ...).
 
 ``connection_options`` adds the SSH / container options and hands the command one
-``connection: Connection`` argument instead of a dozen loose ones; ``authority_options`` adds
+``connection: Connector`` (the core's: a target becomes a transport there) instead of a dozen
+loose ones; ``authority_options`` adds
 ``--repo`` / ``--from`` / ``--lock`` and hands over ``authority_spec: AuthoritySpec``.
 """
 
@@ -14,25 +15,10 @@ from typing import Any, TypeVar
 
 import click
 
+from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class Connection:
-    """How to reach targets: SSH settings plus where classic LXC keeps its containers."""
-
-    ssh: SshOptions
-    lxc_path: str | None = None
-
-    def open(self, target: Any, route: Any = None, *, sudo: bool = False) -> Any:
-        """A Transport for ``target`` (a dflash_provision.target.Target); ``route``: the host's
-        own SSH key / proxy settings (a HostRoute from an inventory), if any; ``sudo``: the
-        host's own need for sudo (``--sudo`` applies to every host anyway)."""
-        from dflash_provision.transport.factory import open_transport
-
-        return open_transport(target, self.ssh, lxc_path=self.lxc_path, route=route, sudo=sudo)
 
 
 def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F], F]]:
@@ -91,7 +77,7 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
 
 
 def connection_options(func: F) -> F:
-    """Add the connection options; the command receives ``connection: Connection``."""
+    """Add the connection options; the command receives ``connection: Connector``."""
     return _with_connection_options(func, ("--identity", "-i"))
 
 
@@ -120,7 +106,7 @@ def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
-        kwargs["connection"] = Connection(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
+        kwargs["connection"] = Connector(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
         return func(*args, **kwargs)
 
     for option in reversed(_connection_option_list(identity_flags)):

@@ -2,7 +2,7 @@
 
 ``fleet_options`` adds TARGETs, the inventory, the authority overrides, ``--limit``,
 ``--workers`` and the shared SSH options, and hands the command ``selection: FleetSelection``
-and ``connection: Connection``; ``make_run`` builds the FleetRun they share.
+and ``connection: Connector``; ``make_run`` builds the FleetRun they share.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dflash_provision.cli._connect import Connection, fleet_connection_options
+from dflash_provision.cli._connect import fleet_connection_options
+from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
@@ -110,7 +111,7 @@ class FleetSelection:
 
 def fleet_options(func: F) -> F:
     """TARGETs, inventory, authority overrides, --workers and the shared SSH options; the
-    command receives ``selection: FleetSelection`` and ``connection: Connection``.
+    command receives ``selection: FleetSelection`` and ``connection: Connector``.
 
     ``-i`` is the inventory here (Ansible's convention); the key file is ``--identity``.
     """
@@ -128,16 +129,10 @@ def fleet_options(func: F) -> F:
     return click.argument("targets", nargs=-1, metavar="[TARGET]...")(decorated)  # type: ignore[return-value]
 
 
-def make_run(connection: Connection) -> FleetRun:
+def make_run(connection: Connector) -> FleetRun:
     from dflash_provision.fleet import FleetRun, authority_loader
 
-    return FleetRun(
-        authority_loader(),
-        ssh_options=connection.ssh,
-        open_transport=lambda member: connection.open(
-            member.target, member.route, sudo=member.become
-        ),
-    )
+    return FleetRun(authority_loader(), connector=connection)
 
 
 class ProgressDisplay:

@@ -29,9 +29,9 @@ from pathlib import Path
 
 import click
 
-from dflash_provision.cli._connect import Connection
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_rich
+from dflash_provision.transport.factory import Connector
 
 
 @click.command("audit")
@@ -47,7 +47,7 @@ from dflash_provision.cli._render import echo_rich
 def command(
     ctx: click.Context,
     selection: FleetSelection,
-    connection: Connection,
+    connection: Connector,
     as_json: bool,
     prometheus: Path | None,
 ) -> None:

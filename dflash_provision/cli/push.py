@@ -6,11 +6,11 @@ import click
 
 from dflash_provision.cli._connect import (
     AuthoritySpec,
-    Connection,
     authority_options,
     connection_options,
 )
 from dflash_provision.cli._render import emit_push_result
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
@@ -49,7 +49,7 @@ def command(
     follow_symlinks: bool,
     keep_backups: int,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import push_config

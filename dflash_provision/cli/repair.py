@@ -24,9 +24,9 @@ import time
 
 import click
 
-from dflash_provision.cli._connect import Connection
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_rich
+from dflash_provision.transport.factory import Connector
 
 
 @click.command("repair")
@@ -53,7 +53,7 @@ from dflash_provision.cli._render import echo_rich
 def command(
     ctx: click.Context,
     selection: FleetSelection,
-    connection: Connection,
+    connection: Connector,
     dry_run: bool,
     max_failures: int | None,
     keep_backups: int,

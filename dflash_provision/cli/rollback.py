@@ -6,8 +6,9 @@ import json
 
 import click
 
-from dflash_provision.cli._connect import Connection, connection_options
+from dflash_provision.cli._connect import connection_options
 from dflash_provision.cli._render import emit_push_result
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
@@ -40,7 +41,7 @@ def command(
     follow_symlinks: bool,
     keep_backups: int,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import list_backups, rollback_config

@@ -17,7 +17,7 @@ from dflash_provision.fleet.auditing import (
     resolve_authorities,
 )
 from dflash_provision.fleet.results import HostAudit, HostRepair, HostStatus, RepairAction
-from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun, TransportOpener
+from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.history import HostKey, journal
 from dflash_provision.inventory import FleetMember
 from dflash_provision.sources import LoadedConfig
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from dflash_provision.history import HistoryStore
     from dflash_provision.push import PushResult
     from dflash_provision.remote.ops import RemoteRead
-    from dflash_provision.transport.options import SshOptions
+    from dflash_provision.transport.factory import Connector
 
 RepairProgress = Callable[[HostRepair], None]
 
@@ -65,12 +65,11 @@ def repair(
     authority_for: AuthorityFor,
     *,
     workers: int = DEFAULT_WORKERS,
-    ssh_options: SshOptions | None = None,
+    connector: Connector | None = None,
     dry_run: bool = False,
     max_failures: int | None = None,
     progress: RepairProgress | None = None,
     history: HistoryStore | None = None,
-    open_transport: TransportOpener | None = None,
     push_options: dict[str, Any] | None = None,
     run: FleetRun | None = None,
 ) -> list[HostRepair]:
@@ -84,7 +83,7 @@ def repair(
     ``dry_run`` nothing is written. ``max_failures`` stops starting new writes after that many
     failed. Writes are recorded in ``history`` as "started" before they begin.
     """
-    run = run or FleetRun(authority_for, ssh_options=ssh_options, open_transport=open_transport)
+    run = run or FleetRun(authority_for, connector=connector)
     resolve_authorities(run, members)
     if not dry_run:
         check_authorities(run, members)
@@ -180,7 +179,6 @@ def _write(
                 transport,
                 member.target,
                 loaded,
-                timeout=run.command_timeout,
                 validate=False,  # validated once per authoritative source in repair()
                 **push_options,
             )

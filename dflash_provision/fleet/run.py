@@ -16,10 +16,9 @@ from dflash_provision.sources import LoadedConfig
 from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
-    from dflash_provision.transport.options import SshOptions
+    from dflash_provision.transport.factory import Connector
 
 AuthorityFor = Callable[[FleetMember], LoadedConfig]
-TransportOpener = Callable[[FleetMember], Transport]
 
 
 def authority_loader() -> AuthorityFor:
@@ -85,8 +84,12 @@ class CountingTransport(Transport):
         self.description = inner.description
         self.execs = 0
 
+    @property
+    def command_timeout(self) -> float:
+        return self.inner.command_timeout
+
     def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
         self.execs += 1
         return self.inner.run(argv, stdin=stdin, timeout=timeout)
@@ -98,28 +101,16 @@ class CountingTransport(Transport):
 class FleetRun:
     """State shared by the workers of one audit or repair: authorities and verdict caches."""
 
-    def __init__(
-        self,
-        authority_for: AuthorityFor,
-        *,
-        ssh_options: SshOptions | None = None,
-        open_transport: TransportOpener | None = None,
-        command_timeout: float | None = None,
-    ) -> None:
+    def __init__(self, authority_for: AuthorityFor, *, connector: Connector | None = None) -> None:
+        from dflash_provision.transport.factory import Connector
+
         self.authority_for = authority_for
-        self._ssh_options = ssh_options
-        self._open = open_transport
-        self.command_timeout = command_timeout or (
-            ssh_options.command_timeout if ssh_options is not None else 60.0
-        )
+        self.connector = connector or Connector()
         self._authorities = Memo()
         self._verdicts = Memo()
         # The shortest wait after which a silent host counts as timed out (see classify_exception).
-        self.handshake_timeout = (
-            min(ssh_options.connect_timeout, ssh_options.banner_timeout)
-            if ssh_options is not None
-            else None
-        )
+        ssh = self.connector.ssh
+        self.handshake_timeout = min(ssh.connect_timeout, ssh.banner_timeout)
         self._cpu_lock = threading.Lock()
         self.validations = 0  # how many times validate_config ran (tests, benchmark)
 
@@ -138,13 +129,8 @@ class FleetRun:
         return result
 
     def open(self, member: FleetMember) -> CountingTransport:
-        if self._open is not None:
-            return CountingTransport(self._open(member))
-        from dflash_provision.transport.factory import open_transport
-
-        return CountingTransport(
-            open_transport(member.target, self._ssh_options, route=member.route, sudo=member.become)
-        )
+        transport = self.connector.open(member.target, member.route, sudo=member.become)
+        return CountingTransport(transport)
 
     def verdict(self, data: bytes, sha256: str, authority: Authority) -> Verdict:
         if sha256 == authority.sha256:

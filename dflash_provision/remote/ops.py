@@ -25,7 +25,7 @@ from functools import cache
 from importlib import resources
 
 from dflash_provision.errors import ExitCode, RemoteStepFailed, UsageError
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResult, Transport
+from dflash_provision.transport.base import CommandResult, Transport
 
 BACKUP_DIRNAME = ".dflash-backups"
 DEFAULT_KEEP_BACKUPS = 5
@@ -107,7 +107,7 @@ def _parse(stdout: bytes, name: str) -> _Parsed:
 
 
 def _run(
-    transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float
+    transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float | None
 ) -> tuple[CommandResult, _Parsed]:
     result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
     return result, _parse(result.stdout, name)
@@ -162,7 +162,7 @@ def read_remote_config(
     transport: Transport,
     path: str,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     metadata: bool = True,
     remote_hash: bool = True,
 ) -> RemoteRead:
@@ -206,7 +206,7 @@ def read_back(
     path: str,
     expected: bytes,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     before: str | None = None,
 ) -> tuple[RemoteRead, bytes | None]:
     """Read ``path`` back after a write, in a fresh exec: what any reader will now see.
@@ -396,7 +396,7 @@ def write_remote_config(
     keep_backups: int = DEFAULT_KEEP_BACKUPS,
     mkdir: bool = False,
     follow_symlinks: bool = False,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     lock_timeout: float | None = None,
     send_old: bool = True,
 ) -> WriteOutcome:
@@ -411,7 +411,8 @@ def write_remote_config(
     if keep_backups < 0:
         raise UsageError("--keep-backups must be 0 or more")
     if lock_timeout is None:
-        lock_timeout = max(1.0, min(10.0, timeout / 3))
+        limit = transport.command_timeout if timeout is None else timeout
+        lock_timeout = max(1.0, min(10.0, limit / 3))
     args = [
         path,
         str(len(data)),
@@ -503,7 +504,7 @@ def backup_dir(path: str) -> str:
 
 
 def list_remote_backups(
-    transport: Transport, path: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport, path: str, *, timeout: float | None = None
 ) -> list[Backup]:
     """The backups of ``path``, oldest first (one exec)."""
     check_remote_path(path)

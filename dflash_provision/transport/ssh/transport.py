@@ -61,6 +61,10 @@ class SshTransport(Transport):
         #: How many SSH connections this transport has opened to the target (tests, metrics).
         self.connections_opened = 0
 
+    @property
+    def command_timeout(self) -> float:
+        return self.options.command_timeout
+
     # -- connection ---------------------------------------------------------------------------
 
     def _connected(self) -> paramiko.SSHClient:
