@@ -53,6 +53,7 @@ def command(
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import push_config
+    from dflash_provision.remote.proof import WriteOptions
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
@@ -69,10 +70,7 @@ def command(
             authority,
             dry_run=dry_run,
             force=force,
-            mkdir=mkdir,
-            follow_symlinks=follow_symlinks,
-            keep_backups=keep_backups,
-            timeout=connection.ssh.command_timeout,
+            write=WriteOptions(keep_backups, mkdir, follow_symlinks),
         )
         result.journal_into(rec)
     emit_push_result(ctx, result, as_json=as_json, verb="push")

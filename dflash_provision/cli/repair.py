@@ -64,6 +64,7 @@ def command(
     from dflash_provision import report
     from dflash_provision.fleet import repair, repair_exit_code
     from dflash_provision.history import default_store
+    from dflash_provision.remote.proof import WriteOptions
 
     members = selection.members()
     run = make_run(connection)
@@ -77,7 +78,7 @@ def command(
             max_failures=max_failures,
             progress=lambda r: display.advance(r.name, r.action.value),
             history=default_store(),
-            push_options={"keep_backups": keep_backups, "mkdir": mkdir},
+            write=WriteOptions(keep_backups, mkdir),
             run=run,
         )
     elapsed = time.monotonic() - started

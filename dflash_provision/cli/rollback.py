@@ -45,6 +45,7 @@ def command(
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import list_backups, rollback_config
+    from dflash_provision.remote.proof import WriteOptions
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
@@ -59,9 +60,7 @@ def command(
                     transport,
                     target,
                     to=to,
-                    keep_backups=keep_backups,
-                    follow_symlinks=follow_symlinks,
-                    timeout=timeout,
+                    write=WriteOptions(keep_backups, follow_symlinks=follow_symlinks),
                 )
                 result.journal_into(rec)
     if not list_only:

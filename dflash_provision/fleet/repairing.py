@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.auditing import (
@@ -20,6 +20,7 @@ from dflash_provision.fleet.results import HostAudit, HostRepair, HostStatus, Re
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.history import HostKey, journal
 from dflash_provision.inventory import FleetMember
+from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.sources import LoadedConfig
 
 if TYPE_CHECKING:
@@ -70,7 +71,7 @@ def repair(
     max_failures: int | None = None,
     progress: RepairProgress | None = None,
     history: HistoryStore | None = None,
-    push_options: dict[str, Any] | None = None,
+    write: WriteOptions | None = None,
     run: FleetRun | None = None,
 ) -> list[HostRepair]:
     """Audit, then write the authoritative config to every reachable host that needs it.
@@ -90,7 +91,7 @@ def repair(
     budget = _FailureBudget(max_failures)
 
     def one(member: FleetMember) -> HostRepair:
-        return _repair_host(run, member, dry_run, budget, history, push_options or {})
+        return _repair_host(run, member, dry_run, budget, history, write or WriteOptions())
 
     ordered = for_each_host(members, one, workers, "repair", progress)
     if history is not None:
@@ -106,14 +107,12 @@ def _repair_host(
     dry_run: bool,
     budget: _FailureBudget,
     history: HistoryStore | None,
-    push_options: dict[str, Any],
+    write: WriteOptions,
 ) -> HostRepair:
     started = time.monotonic()
     transport = run.open(member)
     try:
-        result = _repair_steps(
-            run, member, transport, started, dry_run, budget, history, push_options
-        )
+        result = _repair_steps(run, member, transport, started, dry_run, budget, history, write)
         result.execs = transport.execs
         return result
     finally:
@@ -128,7 +127,7 @@ def _repair_steps(
     dry_run: bool,
     budget: _FailureBudget,
     history: HistoryStore | None,
-    push_options: dict[str, Any],
+    write: WriteOptions,
 ) -> HostRepair:
     before = audit_on(run, member, transport, started)
     if before.status is HostStatus.IN_SYNC:
@@ -145,7 +144,7 @@ def _repair_steps(
             RepairAction.SKIPPED_MAX_FAILURES,
             f"not written: --max-failures {budget.limit} reached",
         )
-    result, readback = _write(run, member, transport, before, history, push_options)
+    result, readback = _write(run, member, transport, before, history, write)
     if result.action is RepairAction.FAILED:
         budget.failed()
     # The fresh audit: push's read-back is already a separate exec reading the file from disk
@@ -160,7 +159,7 @@ def _write(
     transport: CountingTransport,
     before: HostAudit,
     history: HistoryStore | None,
-    push_options: dict[str, Any],
+    write: WriteOptions,
 ) -> tuple[HostRepair, RemoteRead | None]:
     """Push on the open connection; returns the result and push's read-back (if it got one)."""
     from dflash_provision.push import push_config
@@ -179,8 +178,8 @@ def _write(
                 transport,
                 member.target,
                 loaded,
+                write=write,
                 validate=False,  # validated once per authoritative source in repair()
-                **push_options,
             )
         except DflashProvisionError as exc:
             repair.message = exc.message

@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 
-from dflash_provision.errors import ExitCode, RemoteStepFailed, UsageError
+from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.transport.base import CommandResult, Transport
 
 BACKUP_DIRNAME = ".dflash-backups"
@@ -286,22 +286,6 @@ class Durability(enum.StrEnum):
         }[self.value]
 
 
-# Exit statuses write.sh uses for each step (the "failed STEP" line is authoritative).
-WRITE_STEP_EXIT = {
-    "args": 10,
-    "lock": 11,
-    "dir": 12,
-    "symlink": 13,
-    "dest": 14,
-    "tmp": 15,
-    "write": 16,
-    "verify": 17,
-    "attrs": 18,
-    "backup": 20,
-    "rename": 21,
-    "readback": 22,
-}
-
 _REASON_TEXT = {
     "no-space": "disk full",
     "read-only": "read-only filesystem",
@@ -347,7 +331,7 @@ class WriteOutcome:
     lock_method: str | None = None  # "flock" or "mkdir"
     created_dir: bool = False
     followed_symlink: bool = False
-    failed_step: str | None = None  # see WRITE_STEP_EXIT; "transport" when the script died
+    failed_step: str | None = None  # write.sh's step name; "transport" when the script died
     reason: str | None = None  # token such as "no-space", "read-only", "lock-timeout"
     message: str = ""
     exit_status: int = 0
@@ -356,10 +340,6 @@ class WriteOutcome:
     @property
     def ok(self) -> bool:
         return self.status is not WriteStatus.FAILED
-
-    @property
-    def old_existed(self) -> bool:
-        return self.old_present
 
     @property
     def backup_path(self) -> str | None:
@@ -375,17 +355,6 @@ class WriteOutcome:
         return f"step {self.failed_step} failed ({reason}): {self.message}" + (
             f"; {hint}" if hint else ""
         )
-
-    def raise_for_failure(self, where: str) -> None:
-        """Raise RemoteStepFailed naming the step when the write failed."""
-        if not self.ok:
-            raise RemoteStepFailed(
-                f"{where}: {self.failure_text()}; the old file was left untouched"
-                if self.failed_step != "readback"
-                else f"{where}: write did not take effect ({self.message})",
-                step=self.failed_step or "write",
-                exit_code=ExitCode.REMOTE_FAILED,
-            )
 
 
 def write_remote_config(
