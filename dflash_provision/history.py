@@ -417,7 +417,7 @@ class HistoryStore:
         """
         clauses: list[str] = []
         params: list[Any] = []
-        wanted = [("op", op), ("status", status)]
+        wanted: list[tuple[str, object]] = [("op", op), ("status", status)]
         if host is not None:
             wanted += list(zip(_KEY_COLUMNS, host.columns(), strict=True))
         for column, value in wanted:

@@ -130,7 +130,7 @@ def validate_config(
     doc = parsed.doc
     if doc is None:
         for layer in ("schema", "invariants", "effective", "target", "against"):
-            report.record(layer, None)  # type: ignore[arg-type]
+            report.record(layer, None)
         return report
 
     report.record("schema", check_schema(doc))

@@ -19,7 +19,7 @@ def render_report(report: ValidationReport, *, against_label: str | None = None)
     lines = [report.source]
     for layer in LAYERS:
         status = report.layers.get(layer, "skipped")
-        title = layer
+        title: str = layer
         if layer == "against" and against_label:
             title = f"against {against_label}"
         lines.append(f"{_MARKS[status]} {title}" + (" (skipped)" if status == "skipped" else ""))

@@ -6,6 +6,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,6 +17,7 @@ from dflash_provision.sources import LoadedConfig
 from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
+    from dflash_provision.findings import Finding
     from dflash_provision.transport.factory import Connector
 
 AuthorityFor = Callable[[FleetMember], LoadedConfig]
@@ -172,7 +174,7 @@ class FleetRun:
         return Verdict(HostStatus.DRIFTED, lines[0] + more, lines)
 
 
-def _first(errors: Sequence[Any], layers: set[str]) -> str:
+def _first(errors: Sequence[Finding], layers: AbstractSet[str]) -> str:
     chosen = [f for f in errors if f.layer in layers]
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     head = chosen[0]

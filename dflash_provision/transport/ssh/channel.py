@@ -122,7 +122,7 @@ def _write_stdin(
     try:
         while view and time.monotonic() < deadline:
             try:
-                sent = channel.send(view[:_CHUNK])
+                sent = channel.send(view[:_CHUNK])  # type: ignore[arg-type]  # any buffer works
             except TimeoutError:
                 continue
             if sent <= 0:

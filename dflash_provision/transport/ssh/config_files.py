@@ -73,7 +73,8 @@ class _RawProxyCommandConfig(paramiko.SSHConfig):
     has (a ``user@host:port`` target overrides them). config_route.py expands them instead."""
 
     def _allowed_tokens(self, key: str) -> list[str]:
-        return [] if key == "proxycommand" else super()._allowed_tokens(key)
+        # A private paramiko method the stubs do not list.
+        return [] if key == "proxycommand" else super()._allowed_tokens(key)  # type: ignore[misc]
 
 
 class ParsedSshConfig:

@@ -60,7 +60,7 @@ def login(endpoint: Endpoint, sock: Sock, opts: SshOptions) -> paramiko.SSHClien
             auth_timeout=opts.auth_timeout,
             channel_timeout=opts.connect_timeout,
             pkey=first_key,
-            key_filename=key_files or None,
+            key_filename=key_files or None,  # type: ignore[arg-type]  # paramiko takes a list
             allow_agent=use_agent,
             look_for_keys=False,
         )
