@@ -2,8 +2,8 @@
 
 ``connection_options`` adds the SSH / container options and hands the command one
 ``connection: Connector`` (the core's: a target becomes a transport there) instead of a dozen
-loose ones; ``authority_options`` adds
-``--repo`` / ``--from`` / ``--lock`` and hands over ``authority_spec: AuthoritySpec``.
+loose ones; ``authority_options`` adds ``--repo`` / ``--from`` / ``--lock`` and hands over
+``authority_spec: AuthoritySpec``.
 """
 
 from __future__ import annotations
@@ -11,12 +11,15 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
+
+if TYPE_CHECKING:
+    from dflash_provision.sources import LoadedConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -121,8 +124,8 @@ class AuthoritySpec:
     lock: str | None
     lock_repo: str | None
 
-    def load(self) -> Any:
-        """The authoritative LoadedConfig (see dflash_provision.authority)."""
+    def load(self) -> LoadedConfig:
+        """The authoritative config (see dflash_provision.authority)."""
         from dflash_provision.authority import resolve_authoritative
 
         return resolve_authoritative(self.repo, self.from_file, self.lock, lock_repo=self.lock_repo)
