@@ -165,7 +165,7 @@ def _judge(
     doc = parsed.doc
     if doc is None:
         for layer in ("schema", "invariants", "effective"):
-            report.record(layer, None)  # type: ignore[arg-type]
+            report.record(layer, None)
         return
     report.record("schema", check_schema(doc))
     report.record(

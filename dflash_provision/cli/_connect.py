@@ -1,8 +1,9 @@
 """Click options shared by the commands that reach targets (push, verify, rollback, ...).
 
 ``connection_options`` adds the SSH / container options and hands the command one
-``connection: Connection`` argument instead of a dozen loose ones; ``authority_options`` adds
-``--repo`` / ``--from`` / ``--lock`` and hands over ``authority_spec: AuthoritySpec``.
+``connection: Connector`` (the core's: a target becomes a transport there) instead of a dozen
+loose ones; ``authority_options`` adds ``--repo`` / ``--from`` / ``--lock`` and hands over
+``authority_spec: AuthoritySpec``.
 """
 
 from __future__ import annotations
@@ -13,30 +14,18 @@ import re
 import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from dflash_provision.cli._flags import deprecated_spelling
+from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
+if TYPE_CHECKING:
+    from dflash_provision.sources import LoadedConfig
+
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-@dataclass(frozen=True)
-class Connection:
-    """How to reach targets: SSH settings plus where classic LXC keeps its containers."""
-
-    ssh: SshOptions
-    lxc_path: str | None = None
-
-    def open(self, target: Any, route: Any = None, *, sudo: bool = False) -> Any:
-        """A Transport for ``target`` (a dflash_provision.target.Target); ``route``: the host's
-        own SSH key / proxy settings (a HostRoute from an inventory), if any; ``sudo``: the
-        host's own need for sudo (``--sudo`` applies to every host anyway)."""
-        from dflash_provision.transport.factory import open_transport
-
-        return open_transport(target, self.ssh, lxc_path=self.lxc_path, route=route, sudo=sudo)
 
 
 SSH_CONFIG_ENV = "DFLASH_PROVISION_SSH_CONFIG"
@@ -153,8 +142,14 @@ def _no_option(func: F) -> F:
 
 
 def connection_options(func: F) -> F:
-    """Add the connection options; the command receives ``connection: Connection``."""
+    """Add the connection options; the command receives ``connection: Connector``."""
     return _with_connection_options(func, old_short_identity=True)
+
+
+def source_connection_options(func: F) -> F:
+    """The same for a remote SOURCE of validate / diff: the key file is ``--identity`` only
+    (these commands never took ``-i`` for it, and ``-i`` is the inventory elsewhere)."""
+    return _with_connection_options(func, old_short_identity=False)
 
 
 def fleet_connection_options(func: F) -> F:
@@ -184,7 +179,7 @@ def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
-        kwargs["connection"] = Connection(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
+        kwargs["connection"] = Connector(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
         return func(*args, **kwargs)
 
     for option in reversed(_connection_option_list(old_short_identity)):
@@ -199,8 +194,8 @@ class AuthoritySpec:
     lock: str | None
     lock_repo: str | None
 
-    def load(self) -> Any:
-        """The authoritative LoadedConfig (see dflash_provision.authority)."""
+    def load(self) -> LoadedConfig:
+        """The authoritative config (see dflash_provision.authority)."""
         from dflash_provision.authority import resolve_authoritative
 
         return resolve_authoritative(self.repo, self.from_file, self.lock, lock_repo=self.lock_repo)

@@ -50,13 +50,14 @@ def command(
     A write still shown as "started (incomplete)" never recorded its end: the process was
     killed or the controller crashed. Run `dflash-provision verify` on that host.
     """
-    from dflash_provision.history import default_db_path, default_store
+    from dflash_provision.history import HostKey, default_db_path, default_store
     from dflash_provision.report import history_table
 
     if not default_db_path().exists():
         entries = []
     else:
-        entries = default_store().query(host=host, op=op, limit=old_limit or last)
+        key = HostKey.parse(host) if host is not None else None
+        entries = default_store().query(host=key, op=op, limit=old_limit or last)
     if as_json:
         click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
         return

@@ -90,16 +90,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI, turning expected errors into one line on stderr and a documented exit code."""
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    # The group's callback records --debug here; the errors below are caught after its context
+    # has ended, so this dict is how the flag reaches them.
+    state: dict[str, bool] = {"debug": os.environ.get(DEBUG_ENV, "") not in ("", "0")}
+
+    def debug() -> bool:
+        return state["debug"]
+
     try:
-        rv = cli.main(args=argv, standalone_mode=False)
+        rv = cli.main(args=argv, standalone_mode=False, obj=state)
     except DflashProvisionError as exc:
-        if debug:
+        if debug():
             traceback.print_exc()
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(int(exc.exit_code))
     except click.exceptions.Abort:
-        if debug:  # click turns an EOFError or Ctrl-C into Abort: show what it was
+        if debug():  # click turns an EOFError or Ctrl-C into Abort: show what it was
             traceback.print_exc()
         click.echo("aborted", err=True)
         sys.exit(130)
