@@ -24,6 +24,7 @@ from dflash_provision.remote.ops import (
     read_backup,
     write_remote_config,
 )
+from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
@@ -128,7 +129,7 @@ def test_backup_dir_symlink_never_makes_pruning_delete_files_elsewhere(ssh_host)
     for name in names:
         (elsewhere / name).write_bytes(SECRET)
     plant_link(directory / ".dflash-backups", "/root/elsewhere")
-    result = push(ssh_host, keep_backups=1)
+    result = push(ssh_host, write=WriteOptions(keep_backups=1))
     assert sorted(os.listdir(elsewhere)) == names, "nothing deleted, nothing created there"
     assert_refused_untouched(result, directory)
 
@@ -170,7 +171,7 @@ def test_config_json_planted_as_a_symlink_is_refused_even_with_follow_symlinks(s
     directory = hostile_model_dir(ssh_host)
     (directory / "config.json").unlink()
     plant_link(directory / "config.json", "/root/secret")
-    result = push(ssh_host, follow_symlinks=True)
+    result = push(ssh_host, write=WriteOptions(follow_symlinks=True))
     assert result.status is PushStatus.FAILED
     assert result.failed_step == "symlink", result.message
     assert "uid 65534" in result.message
