@@ -172,6 +172,7 @@ _READ_STATUS_TEXT = {
     ReadStatus.PERMISSION_DENIED: "permission denied",
     ReadStatus.NOT_REGULAR: "not a regular file",
     ReadStatus.DIR_MISSING: "directory does not exist",
+    ReadStatus.TOO_LARGE: f"larger than {LIMIT_TEXT}, the limit for a config",
     ReadStatus.ERROR: "cannot be read",
 }
 
@@ -222,13 +223,13 @@ def read_remote_config(
 
 
 def too_large(path: str, size: int | None = None) -> RemoteRead:
-    """The RemoteRead of a file over MAX_CONFIG_BYTES (its size when the remote said it)."""
-    actual = f" ({size} bytes)" if size is not None else ""
+    """The RemoteRead of a file over MAX_CONFIG_BYTES (its size when the remote said it);
+    ``describe`` says "larger than 1 MiB, the limit for a config (N bytes)"."""
     return RemoteRead(
         path=path,
         status=ReadStatus.TOO_LARGE,
         size=size,
-        message=f"larger than {LIMIT_TEXT}{actual}, the limit for a config",
+        message=f"{size} bytes" if size is not None else "",
     )
 
 
