@@ -2,9 +2,9 @@
 back in a fresh exec (what a reader such as vLLM will see), and say what the old file was.
 
 Which exec carries which bytes is this module's business. With a backup kept, the old bytes
-come back with the read-back (one ``cat`` reads the backup and the new file) instead of costing
-the write exec a process of its own; without one (``keep_backups`` 0), or when a followed
-symlink keeps its backups elsewhere, the write exec sends them.
+come back with the read-back (one bounded ``head`` reads the backup and the new file) instead of
+costing the write exec a process of its own; without one (``keep_backups`` 0), or when a
+followed symlink keeps its backups elsewhere, the write exec sends them.
 """
 
 from __future__ import annotations
@@ -98,7 +98,7 @@ def _old_bytes_from_backup(
     kept: bytes | None,
     timeout: float | None,
 ) -> bytes | None:
-    """The replaced file's bytes: what the read-back's cat gave ahead of the new file, checked
+    """The replaced file's bytes: what the read-back's head gave ahead of the new file, checked
     against the hash the write reported; else one read of the backup (another push may have
     pruned it meanwhile: None then)."""
 
