@@ -147,7 +147,7 @@ def test_cli_diff_and_verify_of_a_big_remote_config_are_one_line_errors(ssh_host
         str(ssh_host.client.ssh_config),
         "--known-hosts",
         str(ssh_host.client.known_hosts),
-        "-i",
+        "--identity",
         str(ssh_host.client.identity),
         "--no-agent",
     ]
