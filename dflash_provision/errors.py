@@ -1,7 +1,7 @@
 """One exception root for everything the user can cause or meet, each carrying its exit code.
 
 The CLI prints ``error: <message>`` on one line and exits with ``exit_code``; anything that is not
-a DflashProvisionError is a bug and shows a traceback.
+a DflashProvisionError is a bug: one line as well, exit 1, the traceback with ``--debug``.
 """
 
 from __future__ import annotations

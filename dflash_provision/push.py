@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -90,8 +89,12 @@ def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
 
 
 def _parse_json(data: bytes) -> tuple[Any, str | None]:
+    # The current file is the host's: strict parsing, so deep nesting or a 1e999999 is "not
+    # valid JSON" here too, never a RecursionError or an Infinity in the diff.
+    from dflash_provision import strict_json
+
     try:
-        return json.loads(data), None
+        return strict_json.loads(data.decode("utf-8")), None
     except (UnicodeDecodeError, ValueError) as exc:
         return None, str(exc).splitlines()[0]
 

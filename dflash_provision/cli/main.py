@@ -102,7 +102,20 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
         sys.exit(130)
+    except Exception as exc:  # the last net: a bug still ends in one line
+        if debug():
+            traceback.print_exc()
+        click.echo(unexpected_error_line(exc, traceback_shown=debug()), err=True)
+        sys.exit(int(ExitCode.ERROR))
     sys.exit(int(rv) if isinstance(rv, int) else 0)
+
+
+def unexpected_error_line(exc: BaseException, *, traceback_shown: bool) -> str:
+    """One line for an exception nobody expected (a bug): what it was, and how to see more."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    what = type(exc).__name__ + (f": {lines[0][:300]}" if lines else "")
+    hint = "" if traceback_shown else f"; run with --debug (or {DEBUG_ENV}=1) for the traceback"
+    return f"error: unexpected {what} (a bug in dflash-provision){hint}"
 
 
 if __name__ == "__main__":
