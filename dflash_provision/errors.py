@@ -27,6 +27,7 @@ class ExitCode(IntEnum):
     HUB_FILE_NOT_FOUND = 13
     HUB_UNREACHABLE = 14
     HUB_OFFLINE_NOT_CACHED = 15
+    HUB_INTEGRITY = 16  # the Hub's bytes do not match the sha256 / size it declared for them
 
 
 class DflashProvisionError(Exception):
