@@ -21,6 +21,8 @@ class ExitCode(IntEnum):
     AUTH = 6  # authentication failed, host key unknown or changed, sudo needs a password
     REMOTE_FAILED = 7  # a remote step failed: permission, disk full, read-only, missing dir, ...
     CONTAINER = 8  # the container does not exist or is not running
+    LOCAL_WRITE = 9  # the work was done, but this controller could not record or write its own
+    # files: the history database (corrupt, unwritable, disk full), a --prometheus file
     HUB_REPO_NOT_FOUND = 10
     HUB_GATED = 11
     HUB_REVISION_NOT_FOUND = 12
@@ -91,3 +93,9 @@ class RemoteStepFailed(DflashProvisionError):
 
 class ContainerError(DflashProvisionError):
     exit_code = ExitCode.CONTAINER
+
+
+class LocalWriteFailed(DflashProvisionError):
+    """This controller could not write its own files (history database, --prometheus file)."""
+
+    exit_code = ExitCode.LOCAL_WRITE
