@@ -297,6 +297,8 @@ class HistoryStore:
             return None
         try:
             return action(self._conn())
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # our SQL is wrong: a bug, not a state of the store
         except (sqlite3.Error, OSError) as exc:
             with self._init_lock:
                 if self.problem is None:
@@ -306,6 +308,8 @@ class HistoryStore:
     def _read(self, action: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
             return action(self._conn())
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise
         except (sqlite3.Error, OSError) as exc:
             raise LocalWriteFailed(describe_failure(self.path, exc)) from None
 

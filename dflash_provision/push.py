@@ -190,6 +190,13 @@ def check_authority(
         f"{f.layer}: {f.path + ': ' if f.path else ''}{f.message}" for f in errors[:3]
     )
     more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    if force and report.layers.get("parse") == "failed":
+        # --force overrides what a config says, not whether it is JSON every reader takes the
+        # same way: a syntax error, 1e999999 (infinity), a 2**4000 or a duplicate key.
+        raise ConfigInvalid(
+            f"{authority.label} fails validation, refusing to push even with --force: it does "
+            f"not parse as a config: {summary}{more}"
+        )
     if not force:
         raise ConfigInvalid(
             f"{authority.label} fails validation, refusing to push: {summary}{more} "

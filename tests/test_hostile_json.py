@@ -256,6 +256,21 @@ def test_push_of_an_absurd_number_is_refused_and_the_host_file_is_untouched(
     assert (directory / "config.json").read_bytes() == REFERENCE
 
 
+@pytest.mark.parametrize("literal", ["1e999999", str(2**4000)])
+def test_force_does_not_push_a_number_that_does_not_parse_as_a_config(
+    tmp_path: Path, literal: str
+) -> None:
+    directory = tmp_path / "model"
+    directory.mkdir()
+    (directory / "config.json").write_bytes(REFERENCE)
+    bad = tmp_path / "bad.json"
+    bad.write_bytes(reference_with("rope_theta", literal))
+    done = cli("push", str(directory), "--from", str(bad), "--force", cwd=tmp_path)
+    one_error_line(done, ExitCode.INVALID, "even with --force", "rope_theta")
+    assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
+    assert (directory / "config.json").read_bytes() == REFERENCE
+
+
 @pytest.mark.integration
 @pytest.mark.root
 def test_push_over_a_hostile_deep_file_writes_and_audit_calls_it_invalid(
