@@ -221,14 +221,14 @@ def test_unexpected_exception_is_one_line_that_says_how_to_get_the_traceback(
 # real hosts: never pushed, and a hostile file already on a host is just "invalid"
 
 
-def _ssh_args(host: Host, *, fleet: bool = False) -> list[str]:
+def _ssh_args(host: Host) -> list[str]:
     assert host.client is not None
     return [
         "--ssh-config",
         str(host.client.ssh_config),
         "--known-hosts",
         str(host.client.known_hosts),
-        "--identity" if fleet else "-i",
+        "--identity",
         str(host.client.identity),
         "--no-agent",
     ]
@@ -281,9 +281,7 @@ def test_push_over_a_hostile_deep_file_writes_and_audit_calls_it_invalid(
     (directory / "config.json").write_bytes(nested(200_000))
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
-    audit = cli(
-        "audit", spec, "--from", ref, "--json", *_ssh_args(ssh_host, fleet=True), cwd=tmp_path
-    )
+    audit = cli("audit", spec, "--from", ref, "--json", *_ssh_args(ssh_host), cwd=tmp_path)
     assert audit.returncode == ExitCode.DRIFT, audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert host["status"] == "invalid"
