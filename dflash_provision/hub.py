@@ -206,7 +206,8 @@ def _probe(where: _Where, *, token: str | None) -> tuple[HfFileMetadata | None, 
         where.repo_id, where.filename, revision=where.revision, endpoint=where.endpoint
     )
     try:
-        lookup_failure = _lookup_failure(url, _time_left())
+        # Rounded so a message says "within 2 s", not "within 1.99991 s".
+        lookup_failure = _lookup_failure(url, round(_time_left(), 1) or 0.1)
         if lookup_failure is not None:
             return None, lookup_failure
         meta = get_hf_file_metadata(url, token=token, timeout=_time_left(), endpoint=where.endpoint)
