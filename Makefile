@@ -30,11 +30,12 @@ system-deps:
 demo: install system-deps
 	$(PY) -m dflash_provision.testbed.demo
 
+# -ra: the summary ends with every skipped (and xfailed) test and its reason.
 test: install system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m "not slow"
+	$(VENV)/bin/pytest -m "not slow" -ra
 
 # Reserved for the real-vLLM tier; pytest's exit 5 ("no tests collected") is not a failure here.
 test-slow: install system-deps

@@ -47,8 +47,9 @@ NOT_APPLIED_MESSAGE = "write did not take effect"
 _DEFAULT_WRITE = WriteOptions()
 
 
-class NoBackups(DflashProvisionError):
-    """Rollback asked for, but the target keeps no backup of its config."""
+class NoBackups(UsageError):
+    """Rollback asked for, but the target keeps no backup of its config: nothing to restore is
+    a request that cannot be met (exit 2, like a --to that names no backup), not a bug."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -386,8 +387,12 @@ def compare_read(target: str, read: RemoteRead, authority: LoadedConfig) -> Veri
     result = VerifyResult(target, read.path, VerifyStatus.MATCH, authority.label, expected, read)
     if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
         result.status = VerifyStatus.MISSING
-        hint = "push creates it" if read.status is ReadStatus.MISSING else "push --mkdir creates it"
-        result.message = f"{read.path}: no config file ({read.status.value}); {hint}"
+        result.message = (
+            f"{read.path}: no config file; push creates it"
+            if read.status is ReadStatus.MISSING
+            else f"{read.path}: no config file, its directory does not exist; "
+            "push --mkdir creates it"
+        )
         return result
     if not read.present:
         result.status = VerifyStatus.UNREADABLE
@@ -460,7 +465,10 @@ def rollback_config(
     path = target.config_path
     backups = list_backups(transport, target, timeout=timeout)
     if not backups:
-        raise NoBackups(f"{target}: no backups of {path} to roll back to")
+        raise NoBackups(
+            f"{target}: no backups of {path} to roll back to (push keeps one each time it "
+            "replaces the file)"
+        )
     current = read_remote_config(transport, path, timeout=timeout)
     chosen = choose_backup(backups, current.sha256, to)
     saved = read_remote_config(transport, chosen.path, timeout=timeout)

@@ -82,13 +82,17 @@ def load_source(
 
 def load_remote(spec: str, connector: Connector | None = None) -> LoadedConfig:
     """Read a target's config.json (default: ~/.ssh/config, known_hosts, no other options)."""
-    from dflash_provision.remote.ops import read_remote_config
+    from dflash_provision.errors import RemoteStepFailed
+    from dflash_provision.remote.ops import ReadStatus, read_remote_config
     from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import Connector
 
     target = parse_target(spec)
     with (connector or Connector()).open(target) as transport:
         read = read_remote_config(transport, target.config_path)
+    if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
+        raise UsageError(f"{target.display()}: {read.describe()}")  # as for a local file
     if not read.present or read.data is None:
-        raise UsageError(f"{target.display()}: {read.describe()}")
+        # Reachable, but the file cannot be read: verify and audit exit 7 for this too.
+        raise RemoteStepFailed(f"{target.display()}: {read.describe()}", step="read")
     return LoadedConfig(label=target.display(), data=read.data)

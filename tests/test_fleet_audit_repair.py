@@ -241,7 +241,7 @@ def test_repair_fixes_exactly_the_writable_bad_hosts(fresh: Scenario, tmp_path: 
         assert "read-only" in by_name[name].message
         assert fresh.file_bytes(name) == INCIDENT  # the old file is untouched
     assert fresh.file_bytes("h17") == REFERENCE
-    assert repair_exit_code(repairs, dry_run=False) is ExitCode.ERROR
+    assert repair_exit_code(repairs, dry_run=False) is ExitCode.REMOTE_FAILED
     # Every write went into the history, started before and finished after.
     rows = history.query(op="repair", limit=None)
     assert {r.host for r in rows if r.status == "ok"} == WRITABLE_BAD
@@ -269,7 +269,7 @@ def test_repair_max_failures_stops_starting_writes(fresh: Scenario):
         "h07": RepairAction.SKIPPED_MAX_FAILURES,
     }
     assert fresh.file_bytes("h07") == INCIDENT
-    assert repair_exit_code(repairs, dry_run=False) is ExitCode.ERROR
+    assert repair_exit_code(repairs, dry_run=False) is ExitCode.REMOTE_FAILED
 
 
 def test_cli_audit_json_prometheus_and_exit_code(fresh: Scenario, tmp_path: Path):
@@ -304,7 +304,7 @@ def test_cli_repair_dry_run_writes_nothing_then_repair_exit_codes(fresh: Scenari
     assert fresh.file_bytes("h07") == INCIDENT
 
     real = fresh.cli("repair", "--json")
-    assert real.returncode == ExitCode.ERROR, real.stderr  # h19/h20 are read-only
+    assert real.returncode == ExitCode.REMOTE_FAILED, real.stderr  # h19/h20 are read-only
     document = json.loads(real.stdout)
     actions = {h["name"]: h["action"] for h in document["hosts"]}
     assert {n for n, a in actions.items() if a == "wrote"} == WRITABLE_BAD

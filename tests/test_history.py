@@ -254,7 +254,7 @@ def test_history_cli_shows_json_and_filters(tmp_path):
     rows = json.loads(out.stdout)
     assert [(r["host"], r["status"], r["incomplete"]) for r in rows] == [("h02", "started", True)]
     table = subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "history", "--limit", "5"],
+        [sys.executable, "-m", "dflash_provision", "history", "--last", "5"],
         env=env,
         capture_output=True,
         check=True,

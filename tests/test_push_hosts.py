@@ -133,7 +133,7 @@ def test_cli_push_and_verify_over_ssh(ssh_host):
         str(ssh_host.client.ssh_config),
         "--known-hosts",
         str(ssh_host.client.known_hosts),
-        "-i",
+        "--identity",
         str(ssh_host.client.identity),
         "--no-agent",
     ]
@@ -300,7 +300,7 @@ def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
             str(ssh_host.client.ssh_config),
             "--known-hosts",
             str(ssh_host.client.known_hosts),
-            "-i",
+            "--identity",
             str(ssh_host.client.identity),
             "--no-agent",
         ],

@@ -9,12 +9,16 @@ loose ones; ``authority_options`` adds ``--repo`` / ``--from`` / ``--lock`` and 
 from __future__ import annotations
 
 import functools
+import os
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from dflash_provision.cli._flags import deprecated_spelling
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
@@ -24,7 +28,10 @@ if TYPE_CHECKING:
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F], F]]:
+SSH_CONFIG_ENV = "DFLASH_PROVISION_SSH_CONFIG"
+
+
+def _connection_option_list(old_short_identity: bool) -> list[Callable[[F], F]]:
     return [
         click.option(
             "--connect-timeout",
@@ -51,8 +58,12 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
         # ignoring it (the host alias would then fail to resolve, or another key would be used).
         click.option(
             "--ssh-config",
+            "-F",
             type=click.Path(exists=True, dir_okay=False),
-            help="ssh_config file for host aliases (default ~/.ssh/config when it exists).",
+            envvar=SSH_CONFIG_ENV,
+            show_envvar=True,
+            help="ssh_config file for host aliases, as ssh -F (default ~/.ssh/config when it "
+            "exists).",
         ),
         click.option(
             "--known-hosts",
@@ -60,12 +71,28 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
             help="known_hosts file to check keys in.",
         ),
         click.option(
-            *identity_flags,
+            "--identity",
+            "--private-key",
             "identity",
             multiple=True,
+            metavar="KEY",
             type=click.Path(exists=True, dir_okay=False),
-            help="Private key file (repeatable).",
+            help="Private key file, as ssh -i or Ansible's --private-key (repeatable).",
         ),
+        # -i is the inventory in audit and repair (Ansible's -i); the single-target commands
+        # took it for the key file (OpenSSH's -i) and still do, with a warning, for a while.
+        click.option(
+            "-i",
+            "old_identity",
+            multiple=True,
+            hidden=True,
+            type=click.Path(exists=True, dir_okay=False),
+            callback=deprecated_spelling(
+                "-i KEY", "--identity KEY", "-i names the inventory, as in Ansible"
+            ),
+        )
+        if old_short_identity
+        else _no_option,
         click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),
         click.option(
             "--sudo",
@@ -79,18 +106,58 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
     ]
 
 
+_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PUBLIC_KEY = re.compile(rb"(ssh-|ecdsa-|sk-)[a-z0-9@.-]+ AAAA")
+
+
+def checked_key_file(path: str) -> str:
+    """``path`` if it is a readable private key file, else a usage error (exit 2) that says
+    what it is. Without this a public key or a typo'd file given to ``-i`` surfaces only as
+    a failed login after the connection, or a "no route" for another reason."""
+    from dflash_provision.errors import UsageError
+
+    try:
+        # stat before open: opening a FIFO would wait for a writer.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"--identity {path}: not a regular file")
+        with open(path, "rb") as handle:
+            head = handle.read(64 * 1024).lstrip()
+    except OSError as exc:
+        raise UsageError(f"--identity {path}: cannot read the key ({exc.strerror})") from None
+    if _PRIVATE_KEY.match(head):
+        return path
+    if _PUBLIC_KEY.match(head):
+        raise UsageError(
+            f"--identity {path}: this is a public key; give the private key file "
+            f"({path.removesuffix('.pub')} if it is beside it)"
+        )
+    raise UsageError(
+        f"--identity {path}: not a private key file (expected an OpenSSH or PEM private key, "
+        "e.g. ~/.ssh/id_ed25519)"
+    )
+
+
+def _no_option(func: F) -> F:
+    return func
+
+
 def connection_options(func: F) -> F:
     """Add the connection options; the command receives ``connection: Connector``."""
-    return _with_connection_options(func, ("--identity", "-i"))
+    return _with_connection_options(func, old_short_identity=True)
+
+
+def source_connection_options(func: F) -> F:
+    """The same for a remote SOURCE of validate / diff: the key file is ``--identity`` only
+    (these commands never took ``-i`` for it, and ``-i`` is the inventory elsewhere)."""
+    return _with_connection_options(func, old_short_identity=False)
 
 
 def fleet_connection_options(func: F) -> F:
-    """The same, but ``-i`` stays free for the inventory (Ansible's convention), so the key
-    file is spelled ``--identity`` only."""
-    return _with_connection_options(func, ("--identity",))
+    """The same for fleet commands, where ``-i`` is the inventory (Ansible's convention)."""
+    return _with_connection_options(func, old_short_identity=False)
 
 
-def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
+def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -105,14 +172,17 @@ def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
             ssh_config_path=kwargs.pop("ssh_config") or default_ssh_config_path(),
             known_hosts_path=kwargs.pop("known_hosts"),
             host_key_policy="accept-new" if kwargs.pop("accept_new_host_key") else "reject",
-            identity_files=tuple(kwargs.pop("identity")),
+            identity_files=tuple(
+                checked_key_file(path)
+                for path in (*kwargs.pop("identity"), *kwargs.pop("old_identity", ()))
+            ),
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
         kwargs["connection"] = Connector(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
         return func(*args, **kwargs)
 
-    for option in reversed(_connection_option_list(identity_flags)):
+    for option in reversed(_connection_option_list(old_short_identity)):
         wrapper = option(wrapper)
     return wrapper  # type: ignore[return-value]
 

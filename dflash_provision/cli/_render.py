@@ -4,6 +4,7 @@ pipe alike, and a push / rollback result."""
 from __future__ import annotations
 
 import json
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -13,8 +14,13 @@ if TYPE_CHECKING:
     from dflash_provision.push import PushResult
 
 # Piped output is wide enough that rows do not wrap mid-word; trailing padding is cut so that
-# `grep`, `diff` and logs see clean lines.
+# `grep`, `diff` and logs see clean lines. COLUMNS, when set, wins (as for `ls` and rich itself).
 _PIPE_WIDTH = 200
+
+
+def _pipe_width() -> int:
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else _PIPE_WIDTH
 
 
 def echo_rich(*renderables: Any) -> None:
@@ -25,12 +31,15 @@ def echo_rich(*renderables: Any) -> None:
         for renderable in renderables:
             console.print(renderable, highlight=False)
         return
-    console = Console(width=_PIPE_WIDTH, soft_wrap=False, no_color=True, highlight=False)
-    with console.capture() as captured:
-        for renderable in renderables:
+    console = Console(width=_pipe_width(), soft_wrap=False, no_color=True, highlight=False)
+    for renderable in renderables:
+        if isinstance(renderable, str):  # a summary line: whole, never wrapped mid-phrase
+            click.echo(renderable)
+            continue
+        with console.capture() as captured:
             console.print(renderable)
-    for line in captured.get().splitlines():
-        click.echo(line.rstrip())
+        for line in captured.get().splitlines():
+            click.echo(line.rstrip())
 
 
 def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, verb: str) -> None:

@@ -11,10 +11,12 @@ Exit codes:
 
     0  every host's config is the authoritative one (in_sync)
     4  (DRIFT) at least one host answered and its file is wrong: drifted, missing, invalid or
-       loader_normalised. Takes precedence over 5: a known-wrong host is the more urgent news.
-    5  (UNREACHABLE) no host is known to be wrong, but at least one could not be checked:
-       refused, timed out, other network failure, authentication or host-key failure,
-       permission denied, container not running, or another error. ``--json`` says which.
+       loader_normalised. Takes precedence: a known-wrong host is the more urgent news.
+    7, 8, 6, 5  no host is known to be wrong, but at least one could not be checked; the code is
+       the one ``verify`` gives for such a host, the first of this order present: 7 the file
+       could not be read (permission denied, another error), 8 container not running, 6
+       authentication or host key, 5 refused, timed out, other network failure. ``--json``
+       says which host is which.
     2  bad arguments or inventory; other codes as for single-target commands when the
        authoritative config cannot be loaded (e.g. 10-16 for Hub errors).
     9  (LOCAL_WRITE) every host in sync, but the --prometheus file or the history could not be

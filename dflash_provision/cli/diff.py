@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from dflash_provision.cli._connect import connection_options
+from dflash_provision.cli._connect import source_connection_options
 from dflash_provision.errors import ConfigInvalid, ExitCode
 from dflash_provision.sources import LoadedConfig
 from dflash_provision.transport.factory import Connector
@@ -37,7 +37,7 @@ def _parse(side: LoadedConfig) -> Any:
 @click.argument("a")
 @click.argument("b")
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
-@connection_options
+@source_connection_options
 @click.pass_context
 def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Connector) -> None:
     """Show what changes from config A to config B, ignoring key order and whitespace.

@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -43,6 +44,20 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"dflash_provision.cli.{entry[0]}")
         command: click.Command = module.command
         return command
+
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            typed = args[0] if args else ""
+            close = difflib.get_close_matches(typed, self.list_commands(ctx), n=1, cutoff=0.6)
+            if not close or typed.startswith("-"):
+                raise
+            raise click.UsageError(
+                f"No such command {typed!r}. Did you mean {close[0]!r}?", ctx
+            ) from exc
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Help text comes from the table above so --help imports no command module.

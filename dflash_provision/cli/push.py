@@ -64,6 +64,9 @@ def command(
         connection.open(target) as transport,
         journal(store, "push", key, target.config_path) as rec,
     ):
+        # Connect before validating: an unreachable host fails in the connect time, not after
+        # the ~2 s a config this machine has not judged yet costs (transformers).
+        transport.connect()
         result = push_config(
             transport,
             target,

@@ -10,12 +10,12 @@ write is recorded in the local history as "started" before it begins.
 Exit codes:
 
     0  every host ends in sync (written ones verified by a fresh audit)
-    1  (ERROR) a write failed, was skipped by --max-failures, or a written host is not in sync
-       afterwards
-    5  (UNREACHABLE) every write succeeded, but some hosts could not be checked at all, so the
-       fleet is not known to be right
+    7  (REMOTE_FAILED) a write failed, was skipped by --max-failures, or a written host is not
+       in sync afterwards (as push exits 7 for a failed write; 1 is kept for bugs)
+    7, 8, 6 or 5  every write succeeded, but some hosts could not be checked at all, so the
+       fleet is not known to be right: the audit's code for them (see cli/audit.py)
     3  (INVALID) the authoritative config itself fails validation: nothing is written
-    with --dry-run: the audit's codes (0 nothing to do, 4 something would change, 5 unreachable)
+    with --dry-run: the audit's codes (0 nothing to do, 4 something would change, 5-8 unchecked)
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from dflash_provision.cli._connect import connection_options
+from dflash_provision.cli._connect import source_connection_options
 from dflash_provision.errors import ExitCode
 from dflash_provision.findings import LAYERS, ValidationReport
 from dflash_provision.transport.factory import Connector
@@ -58,7 +58,7 @@ def render_report(report: ValidationReport, *, against_label: str | None = None)
     "at most block_size - 1 (more drafts than that accept nothing).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
-@connection_options
+@source_connection_options
 @click.pass_context
 def command(
     ctx: click.Context,

@@ -152,10 +152,23 @@ class RemoteRead:
         return self.status is ReadStatus.PRESENT
 
     def describe(self) -> str:
-        """One human line for the status, e.g. "/m/config.json: missing (no such file)"."""
+        """One human line for the status, e.g. "/m/config.json: permission denied"."""
         if self.present:
             return f"{self.path}: {self.size} bytes, sha256 {self.sha256}"
-        return f"{self.path}: {self.status.value}" + (f" ({self.message})" if self.message else "")
+        words = _READ_STATUS_TEXT[self.status]
+        detail = self.message if self.message and self.message.lower() != words else ""
+        return f"{self.path}: {words}" + (f" ({detail})" if detail else "")
+
+
+# The statuses' tokens are for machines (--json, history); people read these.
+_READ_STATUS_TEXT = {
+    ReadStatus.PRESENT: "present",
+    ReadStatus.MISSING: "no such file",
+    ReadStatus.PERMISSION_DENIED: "permission denied",
+    ReadStatus.NOT_REGULAR: "not a regular file",
+    ReadStatus.DIR_MISSING: "directory does not exist",
+    ReadStatus.ERROR: "cannot be read",
+}
 
 
 def read_remote_config(

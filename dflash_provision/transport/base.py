@@ -53,6 +53,10 @@ class Transport(abc.ABC):
     ) -> CommandResult:
         """Run ``argv`` (no shell on our side: each element arrives as one argument)."""
 
+    def connect(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
+        """Open the connection now rather than on the first ``run`` (so that an unreachable host
+        is reported before any slower work); raises as ``run`` would."""
+
     def close(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
         """Release connections. Safe to call twice."""
 
@@ -94,6 +98,9 @@ class WrappingTransport(Transport):
         result = self.inner.run(self.wrap(argv), stdin=stdin, timeout=timeout)
         self.check(argv, result)
         return result
+
+    def connect(self) -> None:
+        self.inner.connect()
 
     def close(self) -> None:
         self.inner.close()

@@ -67,6 +67,9 @@ class SshTransport(Transport):
 
     # -- connection ---------------------------------------------------------------------------
 
+    def connect(self) -> None:
+        self._connected()
+
     def _connected(self) -> paramiko.SSHClient:
         with self._lock:
             if self._client is not None:
