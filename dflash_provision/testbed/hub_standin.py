@@ -288,110 +288,114 @@ _RESOLVE = re.compile(r"^/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<rev>[^/]+)/(?P<
 _MODEL_INFO = re.compile(r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)(?:/revision/(?P<rev>[^/]+))?$")
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """Serves one request for ``hub`` (set on the subclass _make_handler builds per server)."""
+
+    hub: HubStandin
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        path = urlsplit(self.path).path
+        self.hub._record(self.command, path)
+        auth = self.headers.get("Authorization")
+        try:
+            if match := _RESOLVE.match(path):
+                repo_id, rev = match["repo"], unquote(match["rev"])
+                sha, data, fault = self.hub.resolve_file(repo_id, rev, unquote(match["file"]), auth)
+                self._resolve(repo_id, sha, data, fault or Fault())
+            elif match := _LFS_CDN.match(path):
+                data, fault = self.hub.lfs_object(match["repo"], match["sha256"])
+                headers = {"ETag": f'"{match["sha256"]}"', "Accept-Ranges": "bytes"}
+                self._send_file(data, headers, fault or Fault())
+            elif match := _MODEL_INFO.match(path):
+                info = self.hub.model_info(match["repo"], unquote(match["rev"] or "main"), auth)
+                body = json.dumps(info).encode()
+                self._send(200, body, {"Content-Type": "application/json"})
+            else:
+                raise _HubError(404, "NotFound", f"no route for {path}")
+        except _HubError as err:
+            headers = {"X-Error-Code": err.code, "X-Error-Message": err.message}
+            if err.commit:
+                headers["X-Repo-Commit"] = err.commit
+            body = json.dumps({"error": err.message}).encode()
+            self._send(err.status, body, {"Content-Type": "application/json", **headers})
+
+    def _resolve(self, repo_id: str, sha: str, data: bytes, fault: Fault) -> None:
+        headers = {"X-Repo-Commit": sha, "Accept-Ranges": "bytes"}
+        if fault.redirect_loop:
+            self._send(302, b"", {**headers, "Location": self.path})
+        elif fault.lfs:
+            # The real Hub: the pointer's blob id as ETag, the object's sha256 and size in
+            # X-Linked-*, and a Location on another origin, so the client's HEAD stops here.
+            sha256 = hashlib.sha256(data).hexdigest()
+            pointer = f"oid sha256:{sha256}\nsize {len(data)}\n".encode()
+            port = self.server.server_address[1]
+            cdn = "localhost" if self.hub.host == "127.0.0.1" else "127.0.0.1"
+            headers.update(
+                {
+                    "ETag": f'"{git_blob_sha(pointer)}"',
+                    "X-Linked-Etag": f'"{sha256}"',
+                    "X-Linked-Size": str(len(data)),
+                    "Location": f"http://{cdn}:{port}/lfs-cdn/{repo_id}/{sha256}",
+                }
+            )
+            self._send(302, b"", headers)
+        else:
+            headers["ETag"] = f'"{git_blob_sha(data)}"'
+            self._send_file(data, headers, fault)
+
+    def _send_file(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
+        headers["Content-Type"] = "application/octet-stream"
+        if self.command == "HEAD":
+            self._send(200, data, headers)  # HEAD declares the true file
+        elif fault.drip_interval is not None:
+            self._drip(data, headers, fault)
+        else:
+            self._send(200, data if fault.body is None else fault.body, headers)
+
+    def _drip(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
+        assert fault.drip_interval is not None
+        self.send_response(200)
+        for name, value in {**headers, "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        sent = 0
+        deadline = time.monotonic() + fault.drip_limit
+        try:
+            while sent < len(data) and time.monotonic() < deadline:
+                self.wfile.write(data[sent : sent + 1])
+                self.wfile.flush()
+                sent += 1
+                if self.hub._stopping.wait(fault.drip_interval):
+                    break
+        except OSError:
+            pass  # the client hung up: what the test wants to see
+        finally:
+            with self.hub._lock:
+                self.hub.dripped.append(sent)
+            self.close_connection = True
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":  # HEAD announces the length but sends no body
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # tests read counters, not logs
+
+
 def _make_handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
-
-        def do_HEAD(self) -> None:
-            self._serve()
-
-        def do_GET(self) -> None:
-            self._serve()
-
-        def _serve(self) -> None:
-            path = urlsplit(self.path).path
-            hub._record(self.command, path)
-            auth = self.headers.get("Authorization")
-            try:
-                if match := _RESOLVE.match(path):
-                    repo_id, rev = match["repo"], unquote(match["rev"])
-                    sha, data, fault = hub.resolve_file(repo_id, rev, unquote(match["file"]), auth)
-                    self._resolve(repo_id, sha, data, fault or Fault())
-                elif match := _LFS_CDN.match(path):
-                    data, fault = hub.lfs_object(match["repo"], match["sha256"])
-                    headers = {"ETag": f'"{match["sha256"]}"', "Accept-Ranges": "bytes"}
-                    self._send_file(data, headers, fault or Fault())
-                elif match := _MODEL_INFO.match(path):
-                    info = hub.model_info(match["repo"], unquote(match["rev"] or "main"), auth)
-                    body = json.dumps(info).encode()
-                    self._send(200, body, {"Content-Type": "application/json"})
-                else:
-                    raise _HubError(404, "NotFound", f"no route for {path}")
-            except _HubError as err:
-                headers = {"X-Error-Code": err.code, "X-Error-Message": err.message}
-                if err.commit:
-                    headers["X-Repo-Commit"] = err.commit
-                body = json.dumps({"error": err.message}).encode()
-                self._send(err.status, body, {"Content-Type": "application/json", **headers})
-
-        def _resolve(self, repo_id: str, sha: str, data: bytes, fault: Fault) -> None:
-            headers = {"X-Repo-Commit": sha, "Accept-Ranges": "bytes"}
-            if fault.redirect_loop:
-                self._send(302, b"", {**headers, "Location": self.path})
-            elif fault.lfs:
-                # The real Hub: the pointer's blob id as ETag, the object's sha256 and size in
-                # X-Linked-*, and a Location on another origin, so the client's HEAD stops here.
-                sha256 = hashlib.sha256(data).hexdigest()
-                pointer = f"oid sha256:{sha256}\nsize {len(data)}\n".encode()
-                port = self.server.server_address[1]
-                cdn = "localhost" if hub.host == "127.0.0.1" else "127.0.0.1"
-                headers.update(
-                    {
-                        "ETag": f'"{git_blob_sha(pointer)}"',
-                        "X-Linked-Etag": f'"{sha256}"',
-                        "X-Linked-Size": str(len(data)),
-                        "Location": f"http://{cdn}:{port}/lfs-cdn/{repo_id}/{sha256}",
-                    }
-                )
-                self._send(302, b"", headers)
-            else:
-                headers["ETag"] = f'"{git_blob_sha(data)}"'
-                self._send_file(data, headers, fault)
-
-        def _send_file(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
-            headers["Content-Type"] = "application/octet-stream"
-            if self.command == "HEAD":
-                self._send(200, data, headers)  # HEAD declares the true file
-            elif fault.drip_interval is not None:
-                self._drip(data, headers, fault)
-            else:
-                self._send(200, data if fault.body is None else fault.body, headers)
-
-        def _drip(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
-            assert fault.drip_interval is not None
-            self.send_response(200)
-            for name, value in {**headers, "Content-Length": str(len(data))}.items():
-                self.send_header(name, value)
-            self.end_headers()
-            sent = 0
-            deadline = time.monotonic() + fault.drip_limit
-            try:
-                while sent < len(data) and time.monotonic() < deadline:
-                    self.wfile.write(data[sent : sent + 1])
-                    self.wfile.flush()
-                    sent += 1
-                    if hub._stopping.wait(fault.drip_interval):
-                        break
-            except OSError:
-                pass  # the client hung up: what the test wants to see
-            finally:
-                with hub._lock:
-                    hub.dripped.append(sent)
-                self.close_connection = True
-
-        def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":  # HEAD announces the length but sends no body
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # tests read counters, not logs
-
-    return Handler
+    return type("Handler", (_Handler,), {"hub": hub})
 
 
 def iter_catalogue(hub: HubStandin) -> Iterator[str]:
