@@ -1,7 +1,7 @@
 """One exception root for everything the user can cause or meet, each carrying its exit code.
 
 The CLI prints ``error: <message>`` on one line and exits with ``exit_code``; anything that is not
-a DflashProvisionError is a bug and shows a traceback.
+a DflashProvisionError is a bug: one line as well, exit 1, the traceback with ``--debug``.
 """
 
 from __future__ import annotations
@@ -21,12 +21,15 @@ class ExitCode(IntEnum):
     AUTH = 6  # authentication failed, host key unknown or changed, sudo needs a password
     REMOTE_FAILED = 7  # a remote step failed: permission, disk full, read-only, missing dir, ...
     CONTAINER = 8  # the container does not exist or is not running
+    LOCAL_WRITE = 9  # the work was done, but this controller could not record or write its own
+    # files: the history database (corrupt, unwritable, disk full), a --prometheus file
     HUB_REPO_NOT_FOUND = 10
     HUB_GATED = 11
     HUB_REVISION_NOT_FOUND = 12
     HUB_FILE_NOT_FOUND = 13
     HUB_UNREACHABLE = 14
     HUB_OFFLINE_NOT_CACHED = 15
+    HUB_INTEGRITY = 16  # the Hub's bytes do not match the sha256 / size it declared for them
 
 
 class DflashProvisionError(Exception):
@@ -90,3 +93,9 @@ class RemoteStepFailed(DflashProvisionError):
 
 class ContainerError(DflashProvisionError):
     exit_code = ExitCode.CONTAINER
+
+
+class LocalWriteFailed(DflashProvisionError):
+    """This controller could not write its own files (history database, --prometheus file)."""
+
+    exit_code = ExitCode.LOCAL_WRITE

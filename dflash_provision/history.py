@@ -14,6 +14,12 @@ recorded as ``started`` *before* the remote write begins and updated when it end
 process was killed stays visible as ``started`` (shown as "incomplete"): the host may hold either
 file and deserves a ``verify``.
 
+Failures of the store itself (a corrupt or unwritable database, a full disk, a
+``DFLASH_PROVISION_HOME`` that is a file) never stop or hide the operation being recorded: the
+first one is kept in ``HistoryStore.problem`` as one line that says what is wrong and how to fix
+it (the CLI prints it and exits 9), and later writes of that run are skipped. Reading (``history``)
+raises it as ``LocalWriteFailed``.
+
 Concurrency: each thread gets its own connection (sqlite3 connections must not be shared across
 threads without care); processes coordinate through WAL mode, a busy timeout and a bounded retry
 for the moments SQLite reports "database is locked" without waiting (see ``_when_not_busy``), so
@@ -23,8 +29,9 @@ two audits started by cron at the same minute both get recorded.
 from __future__ import annotations
 
 import contextlib
-import getpass
+import errno
 import os
+import pwd
 import random
 import shlex
 import socket
@@ -37,6 +44,8 @@ from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+
+from dflash_provision.errors import LocalWriteFailed
 
 if TYPE_CHECKING:
     from dflash_provision.target import Target
@@ -151,12 +160,69 @@ def default_db_path() -> Path:
 
 
 def whoami() -> str:
-    """``user@controller`` for the ``who`` column."""
+    """``user@controller`` for the ``who`` column, from the real uid.
+
+    Not from ``LOGNAME``/``USER`` (what getpass.getuser reads first): anyone can set those, and
+    the journal must say who really ran the command.
+    """
+    uid = os.getuid()
     try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # no passwd entry (containers with arbitrary uids)
-        user = str(os.getuid())
+        user = pwd.getpwuid(uid).pw_name
+    except KeyError:  # no passwd entry (containers with arbitrary uids)
+        user = str(uid)
     return f"{user}@{socket.gethostname()}"
+
+
+def check_home() -> None:
+    """LocalWriteFailed when the history's directory exists but is not a directory."""
+    home = data_dir()
+    if home.exists() and not home.is_dir():
+        raise LocalWriteFailed(describe_failure(home / DB_FILENAME, NotADirectoryError()))
+
+
+def describe_failure(path: Path, exc: BaseException) -> str:
+    """One line: what is wrong with the history database at ``path``, and how to fix it."""
+    home = path.parent
+    detail = (str(exc).splitlines() or [type(exc).__name__])[0]
+    code = getattr(exc, "errno", None) or getattr(exc, "sqlite_errorcode", None)
+    text = detail.lower()
+    aside = f"move it aside (mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.broken')})"
+    where = f"{HOME_ENV}={home}" if os.environ.get(HOME_ENV) else str(home)
+    if isinstance(exc, (NotADirectoryError, FileExistsError)) or (
+        home.exists() and not home.is_dir()
+    ):
+        return f"history directory {where} is not a directory: point {HOME_ENV} at a directory"
+    if code in (errno.ENOSPC, sqlite3.SQLITE_FULL) or "disk is full" in text:
+        return (
+            f"history database {path}: the disk is full ({detail}); free some space, or set "
+            f"{HOME_ENV} to a directory on another disk"
+        )
+    if "not a database" in text or "malformed" in text or code in _CORRUPT:
+        return (
+            f"history database {path} is corrupt ({detail}); {aside}: the next command starts "
+            "a new one"
+        )
+    if _read_only(home):
+        return (
+            f"history database {path}: {home} is on a read-only filesystem ({detail}); set "
+            f"{HOME_ENV} to a writable directory"
+        )
+    if isinstance(exc, PermissionError) or "readonly" in text or "unable to open" in text:
+        return (
+            f"history database {path} cannot be written ({detail}); fix the permissions of "
+            f"{home}, or set {HOME_ENV} to a writable directory"
+        )
+    return f"history database {path}: {detail}; if this persists, {aside}"
+
+
+def _read_only(directory: Path) -> bool:
+    try:
+        return bool(os.statvfs(directory).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
+
+
+_CORRUPT = {getattr(sqlite3, "SQLITE_CORRUPT", 11), getattr(sqlite3, "SQLITE_NOTADB", 26)}
 
 
 def current_command() -> str:
@@ -221,6 +287,31 @@ class HistoryStore:
         self._local = threading.local()
         self._init_lock = threading.Lock()
         self._initialised = False
+        # The first failure to write (one line with the fix); once set, writes are skipped.
+        self.problem: str | None = None
+
+    def _write(self, action: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        """Run a write; a failure of the store is kept in ``problem`` instead of raised, so the
+        operation being recorded carries on and reports its own outcome."""
+        if self.problem is not None:
+            return None
+        try:
+            return action(self._conn())
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise  # our SQL is wrong: a bug, not a state of the store
+        except (sqlite3.Error, OSError) as exc:
+            with self._init_lock:
+                if self.problem is None:
+                    self.problem = describe_failure(self.path, exc)
+            return None
+
+    def _read(self, action: Callable[[sqlite3.Connection], _T]) -> _T:
+        try:
+            return action(self._conn())
+        except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
+            raise
+        except (sqlite3.Error, OSError) as exc:
+            raise LocalWriteFailed(describe_failure(self.path, exc)) from None
 
     # -- connections -------------------------------------------------------------------------
 
@@ -263,35 +354,38 @@ class HistoryStore:
         sha256_before: str | None = None,
         command: str | None = None,
         who: str | None = None,
-    ) -> int:
-        """Record that ``op`` is about to change ``host:path``; returns the row id."""
-        conn = self._conn()
-        cursor = _when_not_busy(
-            lambda: conn.execute(
-                "INSERT INTO events (started_at, who, command, op, host, path, sha256_before,"
-                " status, pid, machine, login, port, container)"
-                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (
-                    utc_now(),
-                    who or whoami(),
-                    command or current_command(),
-                    op,
-                    str(host),
-                    path,
-                    sha256_before,
-                    STARTED,
-                    os.getpid(),
-                    *host.columns(),
-                ),
-            )
+    ) -> int | None:
+        """Record that ``op`` is about to change ``host:path``; returns the row id (None when
+        the store failed: see ``problem``)."""
+        row = (
+            utc_now(),
+            who or whoami(),
+            command or current_command(),
+            op,
+            str(host),
+            path,
+            sha256_before,
+            STARTED,
+            os.getpid(),
+            *host.columns(),
         )
-        row_id = cursor.lastrowid
-        assert row_id is not None
-        return row_id
+
+        def insert(conn: sqlite3.Connection) -> int | None:
+            cursor = _when_not_busy(
+                lambda: conn.execute(
+                    "INSERT INTO events (started_at, who, command, op, host, path, sha256_before,"
+                    " status, pid, machine, login, port, container)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    row,
+                )
+            )
+            return cursor.lastrowid
+
+        return self._write(insert)
 
     def record_finish(
         self,
-        entry_id: int,
+        entry_id: int | None,
         *,
         status: str,
         sha256_before: str | None = None,
@@ -299,14 +393,19 @@ class HistoryStore:
         message: str = "",
         duration_s: float | None = None,
     ) -> None:
-        """Close a row opened by :meth:`record_start`. ``None`` hashes keep what was stored."""
-        conn = self._conn()
-        _when_not_busy(
-            lambda: conn.execute(
-                "UPDATE events SET finished_at = ?, duration_s = ?, status = ?, message = ?,"
-                " sha256_before = COALESCE(?, sha256_before),"
-                " sha256_after = COALESCE(?, sha256_after) WHERE id = ?",
-                (utc_now(), duration_s, status, message, sha256_before, sha256_after, entry_id),
+        """Close a row opened by :meth:`record_start` (no row: nothing to do). ``None`` hashes
+        keep what was stored."""
+        if entry_id is None:
+            return
+        values = (utc_now(), duration_s, status, message, sha256_before, sha256_after, entry_id)
+        self._write(
+            lambda conn: _when_not_busy(
+                lambda: conn.execute(
+                    "UPDATE events SET finished_at = ?, duration_s = ?, status = ?, message = ?,"
+                    " sha256_before = COALESCE(?, sha256_before),"
+                    " sha256_after = COALESCE(?, sha256_after) WHERE id = ?",
+                    values,
+                )
             )
         )
 
@@ -318,7 +417,8 @@ class HistoryStore:
         command: str | None = None,
         who: str | None = None,
     ) -> int:
-        """Record many finished audit results in one transaction (one fsync for a whole fleet)."""
+        """Record many finished audit results in one transaction (one fsync for a whole fleet);
+        returns how many were recorded (0 when the store failed: see ``problem``)."""
         now = utc_now()
         rows = [
             (
@@ -339,9 +439,8 @@ class HistoryStore:
             )
             for r in records
         ]
-        conn = self._conn()
 
-        def insert_all() -> None:
+        def insert_all(conn: sqlite3.Connection) -> int:
             conn.execute("BEGIN IMMEDIATE")
             try:
                 conn.executemany(
@@ -351,13 +450,14 @@ class HistoryStore:
                     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
+                conn.execute("COMMIT")
             except BaseException:
-                conn.execute("ROLLBACK")
+                with contextlib.suppress(sqlite3.Error):  # a failed COMMIT may have ended it
+                    conn.execute("ROLLBACK")
                 raise
-            conn.execute("COMMIT")
+            return len(rows)
 
-        _when_not_busy(insert_all)
-        return len(rows)
+        return self._write(lambda conn: _when_not_busy(lambda: insert_all(conn))) or 0
 
     @contextlib.contextmanager
     def recorded(
@@ -409,7 +509,8 @@ class HistoryStore:
         status: str | None = None,
         limit: int | None = 50,
     ) -> list[HistoryEntry]:
-        """Newest first. ``limit=None`` returns everything.
+        """Newest first. ``limit=None`` returns everything. LocalWriteFailed when the database
+        cannot be read.
 
         ``host`` matches its machine, and its login, port and container only where it names
         them: ``gpu1`` finds ``gpu1`` (fleet commands, inventory names), ``root@gpu1:2222``
@@ -431,8 +532,7 @@ class HistoryStore:
         if limit is not None:
             sql += " LIMIT ?"
             params.append(limit)
-        conn = self._conn()
-        rows = _when_not_busy(lambda: conn.execute(sql, params).fetchall())
+        rows = self._read(lambda conn: _when_not_busy(lambda: conn.execute(sql, params).fetchall()))
         return [HistoryEntry(**dict(row)) for row in rows]
 
 
@@ -449,6 +549,12 @@ class Recording:
 
 _default_store: HistoryStore | None = None
 _default_lock = threading.Lock()
+
+
+def default_store_problem() -> str | None:
+    """What went wrong with the process-wide store in this run, if anything (for the CLI)."""
+    with _default_lock:
+        return _default_store.problem if _default_store is not None else None
 
 
 def default_store() -> HistoryStore:

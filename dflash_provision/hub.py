@@ -29,6 +29,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
 
@@ -36,6 +37,7 @@ from dflash_provision.errors import ExitCode, HubError, UsageError
 from dflash_provision.netlookup import LookupTimedOut, lookup_within
 
 if TYPE_CHECKING:
+    from huggingface_hub import HfFileMetadata
     from huggingface_hub.errors import HfHubHTTPError
 
 # Held around every hf_hub_download (see _offline_while). Downloads are one per drafter source
@@ -88,40 +90,51 @@ def fetch_config(
         endpoint=(endpoint or constants.ENDPOINT).rstrip("/"),
         cache_dir=cache_dir or constants.HF_HUB_CACHE,
     )
+    from dflash_provision import hub_deadline
+
     offline = constants.is_offline_mode()
-    try:
-        pinned_in_cache = is_commit_sha(requested) and isinstance(
-            try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir, revision=requested),
-            str,
-        )
-        probed_sha: str | None = None
-        unreachable: str | None = None  # why the Hub could not be asked, if it could not
-        if not offline and not pinned_in_cache:
-            probed_sha, unreachable = _probe(where, token=token, timeout=timeout)
+    meta: HfFileMetadata | None = None  # what the Hub declared in our HEAD, when we made one
+    unreachable: str | None = None  # why the Hub could not be asked, if it could not
+    # One deadline for everything below (name lookup, HEADs, the body): --timeout bounds the
+    # whole fetch, not each read.
+    with hub_deadline.deadline(timeout):
         try:
-            with _offline_while(offline or unreachable is not None):
-                path_str = hf_hub_download(
-                    repo_id,
-                    filename,
-                    revision=requested,
-                    token=token,
-                    endpoint=endpoint,
-                    cache_dir=cache_dir,
-                    etag_timeout=timeout,
-                    local_files_only=offline or unreachable is not None,
-                )
-        except Exception as exc:
-            _raise_mapped(exc, where, offline=offline, unreachable=unreachable)
-    except HFValidationError as exc:
-        raise UsageError(f"{repo_id}: not a valid Hub repo id ({_first_line(exc)})") from None
-    except ValueError as exc:  # e.g. a filename that climbs out of the repo ("../x")
-        raise UsageError(f"{where}: {_first_line(exc)}") from None
+            pinned_in_cache = is_commit_sha(requested) and isinstance(
+                try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir, revision=requested),
+                str,
+            )
+            try:
+                if not offline and not pinned_in_cache:
+                    meta, unreachable = _probe(where, token=token)
+                cache_only = offline or unreachable is not None
+                with _offline_while(cache_only):
+                    path_str = hf_hub_download(
+                        repo_id,
+                        filename,
+                        revision=requested,
+                        token=token,
+                        endpoint=endpoint,
+                        cache_dir=cache_dir,
+                        etag_timeout=_etag_timeout(cache_only),
+                        local_files_only=cache_only,
+                    )
+            except Exception as exc:
+                _raise_mapped(exc, where, offline=offline, unreachable=unreachable)
+        except HFValidationError as exc:
+            raise UsageError(f"{repo_id}: not a valid Hub repo id ({_first_line(exc)})") from None
+        except ValueError as exc:  # e.g. a filename that climbs out of the repo ("../x")
+            raise UsageError(f"{where}: {_first_line(exc)}") from None
 
     path = Path(str(path_str))
-    commit_sha = _commit_from_snapshot_path(path, filename) or probed_sha
+    commit_sha = _commit_from_snapshot_path(path, filename) or (meta.commit_hash if meta else None)
     if commit_sha is None:
         raise HubError(f"{where}: cannot tell which commit {path} belongs to")
     data = path.read_bytes()
+    if meta is not None:
+        # Asked the Hub in this call: the bytes must be what it declared (downloaded now, or
+        # a cached blob it just named). A file read from the cache alone (pinned, offline,
+        # Hub unreachable) is checked against the lock's sha256 where a lock pins it.
+        _check_declared(where, path, data, meta)
     return FetchedConfig(
         repo_id=repo_id,
         requested_revision=requested,
@@ -131,6 +144,9 @@ def fetch_config(
         data=data,
         sha256=hashlib.sha256(data).hexdigest(),
     )
+
+
+REFUSED = "refused: not written, not recorded in the lock, not kept in the cache"
 
 
 @dataclass(frozen=True)
@@ -144,33 +160,88 @@ class _Where:
     def __str__(self) -> str:
         return f"{self.repo_id}@{self.revision} {self.filename}"
 
+    @property
+    def shown_endpoint(self) -> str:
+        """The endpoint as messages show it: ``user:token@`` in HF_ENDPOINT is never printed."""
+        return redact_credentials(self.endpoint)
 
-def _probe(where: _Where, *, token: str | None, timeout: float) -> tuple[str | None, str | None]:
-    """One HEAD without retries. Returns (commit sha, None) or (None, why the Hub is unreachable).
+
+def redact_credentials(text: str) -> str:
+    """``scheme://user:secret@host`` -> ``scheme://***@host``, wherever it appears in ``text``."""
+    return _URL_CREDENTIALS.sub(r"\1***@", text)
+
+
+_URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
+
+
+def _time_left() -> float:
+    """Seconds left of fetch_config's deadline; DeadlinePassed when none are."""
+    from dflash_provision import hub_deadline
+
+    left = hub_deadline.remaining()
+    assert left is not None  # only called inside fetch_config's deadline
+    return left
+
+
+def _etag_timeout(cache_only: bool) -> float:
+    # A read from the cache alone makes no request: it needs no time left (and must not fail
+    # because the HEAD that found the Hub unreachable used the whole budget).
+    return 1.0 if cache_only else _time_left()
+
+
+def _probe(where: _Where, *, token: str | None) -> tuple[HfFileMetadata | None, str | None]:
+    """One HEAD without retries. Returns (what the Hub declared, None) or (None, why the Hub is
+    unreachable).
 
     Definite answers from the Hub (not found, gated, ...) raise at once; a Hub that cannot be
-    reached means "cache only", so hf_hub_download never enters its slow retry loop.
+    reached (or only answers with redirects) means "cache only", so hf_hub_download never
+    enters its slow retry loop.
     """
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import FileMetadataError, HfHubHTTPError
 
+    from dflash_provision.hub_deadline import DeadlinePassed
+
     url = hf_hub_url(
         where.repo_id, where.filename, revision=where.revision, endpoint=where.endpoint
     )
-    lookup_failure = _lookup_failure(url, timeout)
-    if lookup_failure is not None:
-        return None, lookup_failure
     try:
-        meta = get_hf_file_metadata(url, token=token, timeout=timeout, endpoint=where.endpoint)
+        # Rounded so a message says "within 2 s", not "within 1.99991 s".
+        lookup_failure = _lookup_failure(url, round(_time_left(), 1) or 0.1)
+        if lookup_failure is not None:
+            return None, lookup_failure
+        meta = get_hf_file_metadata(url, token=token, timeout=_time_left(), endpoint=where.endpoint)
+    except DeadlinePassed as exc:
+        return None, f"no answer {exc}"
     except _transport_error() as exc:
         return None, _first_line(exc) or type(exc).__name__
+    except _redirect_loop() as exc:
+        return None, f"redirect loop: {_first_line(exc)}"
     except FileMetadataError:
         return None, "it answered but does not look like a Hub (no X-Repo-Commit or ETag)"
     except HfHubHTTPError as exc:
         if _is_server_side(exc):
             return None, f"HTTP {_status(exc)}"
         _raise_mapped(exc, where, offline=False, unreachable=None)
-    return meta.commit_hash, None
+    return meta, None
+
+
+def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata) -> None:
+    """HubError (exit 16) unless ``data`` is the file the Hub declared; bad bytes are evicted.
+
+    The declaration is the name of the cached blob (huggingface_hub stores a download under
+    the ETag the Hub gave it, so this also catches a cache file changed on disk) and, when our
+    HEAD was answered with that same ETag, the size it declared.
+    """
+    from dflash_provision.hub_integrity import cached_etag, declared_mismatch, evict
+
+    etag = cached_etag(path) or meta.etag
+    size = meta.size if meta.etag == etag else None
+    problem = declared_mismatch(data, etag, size)
+    if problem is None:
+        return
+    evict(path)
+    raise HubError(f"{where}: {problem}; {REFUSED}", exit_code=ExitCode.HUB_INTEGRITY)
 
 
 @contextlib.contextmanager
@@ -218,17 +289,28 @@ def _lookup_failure(url: str, timeout: float) -> str | None:
     return None
 
 
+def _redirect_loop() -> type[Exception]:
+    """The HTTP client's "too many redirects" (not a transport error, so caught by name)."""
+    loop: type[Exception] = _http_client().TooManyRedirects
+    return loop
+
+
 def _transport_error() -> type[Exception]:
-    """The HTTP client's "could not connect / no answer in time" base class. huggingface_hub
-    2.x is built on httpx2, 1.x on httpx; name whichever is installed."""
+    """The HTTP client's "could not connect / no answer in time" base class."""
+    error: type[Exception] = _http_client().TransportError
+    return error
+
+
+def _http_client() -> ModuleType:
+    """huggingface_hub 2.x is built on httpx2, 1.x on httpx: whichever is installed."""
     try:
         import httpx2
 
-        return httpx2.TransportError
+        return httpx2
     except ImportError:  # pragma: no cover - depends on the installed huggingface_hub
         import httpx  # type: ignore[import-not-found]
 
-        return httpx.TransportError  # type: ignore[no-any-return]
+        return httpx  # type: ignore[no-any-return]
 
 
 def _is_server_side(exc: HfHubHTTPError) -> bool:
@@ -261,7 +343,7 @@ def _raise_mapped(
         ) from None
     if isinstance(exc, RepositoryNotFoundError):
         raise HubError(
-            f"{where}: repository {where.repo_id} not found at {where.endpoint} "
+            f"{where}: repository {where.repo_id} not found at {where.shown_endpoint} "
             "(if it is private, set HF_TOKEN)",
             exit_code=ExitCode.HUB_REPO_NOT_FOUND,
         ) from None
@@ -278,7 +360,8 @@ def _raise_mapped(
                 exit_code=ExitCode.HUB_OFFLINE_NOT_CACHED,
             ) from None
         raise HubError(
-            f"{where}: cannot reach the Hub at {where.endpoint} ({unreachable or 'no answer'}) "
+            f"{where}: cannot reach the Hub at {where.shown_endpoint} "
+            f"({unreachable or 'no answer'}) "
             f"and the file is not in the cache ({where.cache_dir})",
             exit_code=ExitCode.HUB_UNREACHABLE,
         ) from None
@@ -289,8 +372,40 @@ def _raise_mapped(
             exit_code=ExitCode.HUB_FILE_NOT_FOUND,
         ) from None
     if isinstance(exc, HfHubHTTPError):
-        raise HubError(f"{where}: the Hub at {where.endpoint} said: {_first_line(exc)}") from None
+        raise HubError(
+            f"{where}: the Hub at {where.shown_endpoint} said: {_first_line(exc)}"
+        ) from None
+    _raise_transfer_failure(exc, where)
     raise exc
+
+
+def _raise_transfer_failure(exc: Exception, where: _Where) -> None:
+    """HubError for a download that started and could not end well; returns for anything else."""
+    from dflash_provision.hub_deadline import DeadlinePassed
+
+    if isinstance(exc, DeadlinePassed):
+        raise HubError(
+            f"{where}: the Hub at {where.shown_endpoint} did not send the file within "
+            f"{exc.seconds:g} s (--timeout); nothing recorded",
+            exit_code=ExitCode.HUB_UNREACHABLE,
+        ) from None
+    if isinstance(exc, _redirect_loop()):
+        raise HubError(
+            f"{where}: the Hub at {where.shown_endpoint} answers with a redirect loop "
+            f"({_first_line(exc)}); nothing recorded",
+            exit_code=ExitCode.HUB_UNREACHABLE,
+        ) from None
+    # huggingface_hub's own size check (the body's length against the declared size).
+    sizes = _CONSISTENCY.search(str(exc)) if isinstance(exc, OSError) else None
+    if sizes is not None:
+        raise HubError(
+            f"{where}: the Hub declared {sizes['declared']} bytes and sent {sizes['sent']}; "
+            f"{REFUSED}",
+            exit_code=ExitCode.HUB_INTEGRITY,
+        ) from None
+
+
+_CONSISTENCY = re.compile(r"should be of size (?P<declared>\d+) but has size (?P<sent>\d+)")
 
 
 def _status(exc: Exception) -> int | None:
@@ -299,8 +414,9 @@ def _status(exc: Exception) -> int | None:
 
 
 def _first_line(exc: BaseException) -> str:
+    # Library messages quote URLs, which carry HF_ENDPOINT's credentials when it has some.
     lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
-    return lines[0] if lines else type(exc).__name__
+    return redact_credentials(lines[0]) if lines else type(exc).__name__
 
 
 def _commit_from_snapshot_path(path: Path, filename: str) -> str | None:

@@ -22,6 +22,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision import strict_json
 from dflash_provision.errors import ConfigInvalid, UsageError
 
 if TYPE_CHECKING:
@@ -185,9 +186,11 @@ def _parse(text: str, path: Path) -> list[LockEntry]:
         return UsageError(f"{path}: malformed lock file: {why}")
 
     try:
-        document = json.loads(text)
+        document = strict_json.loads(text)
     except json.JSONDecodeError as exc:
         raise bad(f"not JSON ({exc.msg} at line {exc.lineno})") from None
+    except strict_json.StrictJsonError as exc:
+        raise bad(f"not JSON ({exc})") from None
     if not isinstance(document, dict) or not isinstance(document.get("entries"), list):
         raise bad('expected an object with an "entries" list')
     if document.get("version") != LOCK_VERSION:

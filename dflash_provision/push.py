@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import enum
 import hashlib
-import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -92,8 +91,12 @@ def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
 
 
 def _parse_json(data: bytes) -> tuple[Any, str | None]:
+    # The current file is the host's: strict parsing, so deep nesting or a 1e999999 is "not
+    # valid JSON" here too, never a RecursionError or an Infinity in the diff.
+    from dflash_provision import strict_json
+
     try:
-        return json.loads(data), None
+        return strict_json.loads(data.decode("utf-8")), None
     except (UnicodeDecodeError, ValueError) as exc:
         return None, str(exc).splitlines()[0]
 
@@ -189,6 +192,13 @@ def check_authority(
         f"{f.layer}: {f.path + ': ' if f.path else ''}{f.message}" for f in errors[:3]
     )
     more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
+    if force and report.layers.get("parse") == "failed":
+        # --force overrides what a config says, not whether it is JSON every reader takes the
+        # same way: a syntax error, 1e999999 (infinity), a 2**4000 or a duplicate key.
+        raise ConfigInvalid(
+            f"{authority.label} fails validation, refusing to push even with --force: it does "
+            f"not parse as a config: {summary}{more}"
+        )
     if not force:
         raise ConfigInvalid(
             f"{authority.label} fails validation, refusing to push: {summary}{more} "

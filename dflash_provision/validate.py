@@ -11,6 +11,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from dflash_provision import strict_json
 from dflash_provision.diff import Change, render_value, semantic_diff
 from dflash_provision.findings import Finding, Layer, ValidationReport, json_path
 from dflash_provision.invariants import check_invariants, check_target
@@ -44,10 +45,6 @@ class _DuplicateKeys:
         return obj
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not valid JSON (JavaScript-only constant)")
-
-
 def _paths_of(doc: Any, prefix: list[str | int]) -> dict[int, list[str | int]]:
     """id(container) -> its path, to locate the objects that held duplicate keys."""
     found: dict[int, list[str | int]] = {id(doc): prefix}
@@ -79,11 +76,11 @@ def parse_config(data: bytes, *, layer: Layer = "parse", what: str = "") -> Pars
         return ParseResult(None, [Finding(layer, "", message)])
     hook = _DuplicateKeys()
     try:
-        doc = json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
+        doc = strict_json.loads(text, object_pairs_hook=hook)
     except json.JSONDecodeError as exc:
         return ParseResult(None, [Finding(layer, "", prefix + json_error_text(exc))])
-    except ValueError as exc:
-        return ParseResult(None, [Finding(layer, "", f"{prefix}invalid JSON: {exc}")])
+    except strict_json.StrictJsonError as exc:
+        return ParseResult(None, [Finding(layer, exc.path, f"{prefix}invalid JSON: {exc}")])
     if not isinstance(doc, dict):
         kind = type(doc).__name__.replace("NoneType", "null").replace("list", "array")
         message = f"{prefix}top level is {kind}; a config.json must be a JSON object"

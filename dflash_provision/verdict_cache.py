@@ -35,7 +35,14 @@ CACHED_LAYERS = ("parse", "schema", "invariants", "effective")
 FORMAT = 1  # bump when the entry's shape changes
 MAX_ENTRY_BYTES = 1 << 20  # an entry is ~1 KB; anything bigger is not ours
 # What decides a verdict besides the bytes: change any of these files and old verdicts expire.
-_RULE_MODULES = ("validate.py", "schema_check.py", "invariants.py", "effective.py", "findings.py")
+_RULE_MODULES = (
+    "validate.py",
+    "strict_json.py",  # what parses at all (nesting, numbers): a rule like the others
+    "schema_check.py",
+    "invariants.py",
+    "effective.py",
+    "findings.py",
+)
 
 
 def enabled() -> bool:

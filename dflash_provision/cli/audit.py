@@ -18,7 +18,9 @@ Exit codes:
        authentication or host key, 5 refused, timed out, other network failure. ``--json``
        says which host is which.
     2  bad arguments or inventory; other codes as for single-target commands when the
-       authoritative config cannot be loaded (e.g. 10-15 for Hub errors).
+       authoritative config cannot be loaded (e.g. 10-16 for Hub errors).
+    9  (LOCAL_WRITE) every host in sync, but the --prometheus file or the history could not be
+       written (the results are printed all the same).
 
 ``--prometheus FILE`` writes a node_exporter textfile-collector file atomically (metrics in
 dflash_provision.report). Progress is shown only when stdout is a terminal.
@@ -33,6 +35,7 @@ import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_rich
+from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
 
@@ -71,15 +74,28 @@ def command(
             run=run,
         )
     elapsed = time.monotonic() - started
-    code = audit_exit_code(audits)
-    if prometheus is not None:
-        report.write_textfile(
-            prometheus,
-            report.prometheus_text(audits, timestamp=time.time(), run_duration_s=elapsed),
-        )
+    code = int(audit_exit_code(audits))
     if as_json:
-        document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
+        document = report.audit_document(audits, elapsed_s=elapsed, exit_code=code)
         click.echo(report.to_json(document))
     else:
         echo_rich(report.audit_table(audits), report.summary_line(audits, elapsed))
-    ctx.exit(int(code))
+    # After the results are out: a textfile that cannot be written loses no audit.
+    if prometheus is not None:
+        try:
+            report.write_textfile(
+                prometheus,
+                report.prometheus_text(audits, timestamp=time.time(), run_duration_s=elapsed),
+            )
+        except OSError as exc:
+            click.echo(f"error: {_textfile_failure(prometheus, exc)}", err=True)
+            code = code or int(ExitCode.LOCAL_WRITE)  # drift or unreachable hosts stay the news
+    ctx.exit(code)
+
+
+def _textfile_failure(path: Path, exc: OSError) -> str:
+    directory = path.parent if str(path.parent) else Path(".")
+    why = exc.strerror or str(exc)
+    if not directory.is_dir():
+        return f"--prometheus {path}: directory {directory} does not exist; create it first"
+    return f"--prometheus {path}: cannot write ({why}); nothing written there"

@@ -25,9 +25,11 @@ def _parse(side: LoadedConfig) -> Any:
     from dflash_provision.validate import parse_config
 
     parsed = parse_config(side.data, what=side.label)
-    errors = [f for f in parsed.findings if f.severity == "error" and not f.path]
-    if parsed.doc is None or errors:
-        raise ConfigInvalid(parsed.findings[0].message)
+    # Any parse problem refuses the diff, a duplicate key too: its file holds two values and
+    # loaders keep only the last one, so "identical" would hide the value a reader sees first.
+    if parsed.findings:
+        more = len(parsed.findings) - 1
+        raise ConfigInvalid(parsed.findings[0].message + (f" (+{more} more)" if more else ""))
     return parsed.doc
 
 
@@ -53,7 +55,9 @@ def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Conne
             "identical": not changes,
             "changes": [change.to_dict() for change in changes],
         }
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        # allow_nan=False: the parse layer refuses non-finite numbers, so none can reach here;
+        # if one ever did, fail loudly rather than print Infinity, which is not JSON.
+        click.echo(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False))
     elif changes:
         click.echo(f"--- {side_a.label}")
         click.echo(f"+++ {side_b.label}")

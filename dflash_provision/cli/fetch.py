@@ -43,7 +43,7 @@ from dflash_provision.lockfile import DEFAULT_LOCK_PATH
     type=click.FloatRange(min=0.1),
     default=10.0,
     show_default=True,
-    help="Seconds to wait for the Hub to answer.",
+    help="Seconds the whole fetch may take: name lookup, metadata and download together.",
 )
 def command(
     repo_spec: str,

@@ -50,9 +50,10 @@ def command(
     A write still shown as "started (incomplete)" never recorded its end: the process was
     killed or the controller crashed. Run `dflash-provision verify` on that host.
     """
-    from dflash_provision.history import HostKey, default_db_path, default_store
+    from dflash_provision.history import HostKey, check_home, default_db_path, default_store
     from dflash_provision.report import history_table
 
+    check_home()  # a DFLASH_PROVISION_HOME that is a file is an error, not "no history yet"
     if not default_db_path().exists():
         entries = []
     else:

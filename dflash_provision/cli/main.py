@@ -93,6 +93,11 @@ def main(argv: list[str] | None = None) -> None:
     # The group's callback records --debug here; the errors below are caught after its context
     # has ended, so this dict is how the flag reaches them.
     state: dict[str, bool] = {"debug": os.environ.get(DEBUG_ENV, "") not in ("", "0")}
+    sys.exit(_after_run(_run(argv, state)))
+
+
+def _run(argv: list[str] | None, state: dict[str, bool]) -> int:
+    """The command's exit code; every error has printed its one line by then."""
 
     def debug() -> bool:
         return state["debug"]
@@ -103,21 +108,45 @@ def main(argv: list[str] | None = None) -> None:
         if debug():
             traceback.print_exc()
         click.echo(f"error: {exc.message}", err=True)
-        sys.exit(int(exc.exit_code))
+        return int(exc.exit_code)
     except click.exceptions.Abort:
         if debug():  # click turns an EOFError or Ctrl-C into Abort: show what it was
             traceback.print_exc()
         click.echo("aborted", err=True)
-        sys.exit(130)
+        return 130
     except click.ClickException as exc:
         exc.show()
-        sys.exit(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
+        return int(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
-        sys.exit(exc.exit_code)
+        return int(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        sys.exit(130)
-    sys.exit(int(rv) if isinstance(rv, int) else 0)
+        return 130
+    except Exception as exc:  # the last net: a bug still ends in one line
+        if debug():
+            traceback.print_exc()
+        click.echo(unexpected_error_line(exc, traceback_shown=debug()), err=True)
+        return int(ExitCode.ERROR)
+    return int(rv) if isinstance(rv, int) else 0
+
+
+def _after_run(code: int) -> int:
+    """Say so when the history could not record this run (the command's own outcome was already
+    reported); exit 9 unless the command has more urgent news (any other non-zero code)."""
+    history = sys.modules.get("dflash_provision.history")  # not imported: nothing was recorded
+    problem = history.default_store_problem() if history is not None else None
+    if problem is None:
+        return code
+    click.echo(f"error: not recorded in the history: {problem}", err=True)
+    return code or int(ExitCode.LOCAL_WRITE)
+
+
+def unexpected_error_line(exc: BaseException, *, traceback_shown: bool) -> str:
+    """One line for an exception nobody expected (a bug): what it was, and how to see more."""
+    lines = [line.strip() for line in str(exc).splitlines() if line.strip()]
+    what = type(exc).__name__ + (f": {lines[0][:300]}" if lines else "")
+    hint = "" if traceback_shown else f"; run with --debug (or {DEBUG_ENV}=1) for the traceback"
+    return f"error: unexpected {what} (a bug in dflash-provision){hint}"
 
 
 if __name__ == "__main__":

@@ -123,7 +123,7 @@ class FleetRun:
                 loaded.label,
                 loaded.data,
                 hashlib.sha256(loaded.data).hexdigest(),
-                json.loads(loaded.data),
+                _parse_authority(loaded),
             )
 
         key: DrafterSpec | str = member.source if member.source.is_set else member.name
@@ -172,6 +172,19 @@ class FleetRun:
             )
         more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
         return Verdict(HostStatus.DRIFTED, lines[0] + more, lines)
+
+
+def _parse_authority(loaded: LoadedConfig) -> Any:
+    """The authoritative config parsed strictly; one that does not parse stops the run."""
+    from dflash_provision import strict_json
+    from dflash_provision.errors import ConfigInvalid
+
+    try:
+        return strict_json.loads(loaded.data.decode("utf-8"))
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise ConfigInvalid(
+            f"{loaded.label}: the authoritative config is not valid JSON ({exc})"
+        ) from None
 
 
 def _first(errors: Sequence[Finding], layers: AbstractSet[str]) -> str:

@@ -13,6 +13,10 @@ client insists on (read from huggingface_hub 2.4's file_download.py and utils/_h
   ``X-Repo-Commit`` so the client can cache the absence), GatedRepo (401 without a token, 403
   with a token that was not granted access).
 
+Faults, per repo (``StandinRepo.fault``, see ``Fault``), for the client's checks: a body that is
+not what the headers declare, LFS-style serving (302 to another origin with ``X-Linked-Etag``
+= sha256 and ``X-Linked-Size``), a redirect loop, and a body sent one byte every N seconds.
+
 Every request is counted per (method, path) so tests can prove that a cached pinned revision
 makes no request at all. Run it in a thread (``HubStandin`` is a context manager) or from the
 command line: ``python -m dflash_provision.testbed.hub_standin --port 8080``.
@@ -25,6 +29,7 @@ import hashlib
 import json
 import re
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -49,6 +54,17 @@ DFLASH2_REPO = "z-lab/Qwen3.8-27B-DFlash2"
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
 
 
+@dataclass(frozen=True)
+class Fault:
+    """How a repo's files are served wrong. The headers always declare the true file."""
+
+    body: bytes | None = None  # GET sends these bytes instead (a tampering proxy, a bad mirror)
+    lfs: bool = False  # as the Hub serves LFS files: 302 to another origin (the "CDN")
+    redirect_loop: bool = False  # resolve answers 302 to itself, forever
+    drip_interval: float | None = None  # GET sends the body one byte every this many seconds
+    drip_limit: float = 60.0  # ... and gives up after this long: a stand-in never hangs a run
+
+
 @dataclass
 class StandinRepo:
     """One repo: refs (branch or tag name -> commit sha) and commits (sha -> filename -> bytes)."""
@@ -56,6 +72,7 @@ class StandinRepo:
     refs: dict[str, str]
     commits: dict[str, dict[str, bytes]]
     gated_token: str | None = None  # set => gated; only this bearer token gets in
+    fault: Fault | None = None
 
     def resolve(self, revision: str) -> str | None:
         if revision in self.refs:
@@ -125,7 +142,10 @@ class HubStandin:
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
     _server: ThreadingHTTPServer | None = field(default=None, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
+    # Bytes of each dripped body the client took before it hung up (or the drip ended).
+    dripped: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
+    _stopping: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -143,6 +163,7 @@ class HubStandin:
         branch: str = "main",
         commit_sha: str | None = None,
         gated_token: str | None = None,
+        fault: Fault | None = None,
     ) -> str:
         """Add a commit holding ``files`` to ``repo_id`` (created if new), point ``branch`` at
         it and return its sha (derived from the content unless given)."""
@@ -157,6 +178,8 @@ class HubStandin:
             repo.refs[branch] = commit_sha
             if gated_token is not None:
                 repo.gated_token = gated_token
+            if fault is not None:
+                repo.fault = fault
         return commit_sha
 
     # --- counters --------------------------------------------------------------------------
@@ -184,6 +207,7 @@ class HubStandin:
         return self
 
     def stop(self) -> None:
+        self._stopping.set()  # ends any drip at once
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -222,13 +246,24 @@ class HubStandin:
 
     def resolve_file(
         self, repo_id: str, revision: str, filename: str, authorization: str | None
-    ) -> tuple[str, bytes]:
+    ) -> tuple[str, bytes, Fault | None]:
         repo = self._repo(repo_id, authorization)
         sha = self._commit(repo, revision)
         data = repo.commits[sha].get(filename)
         if data is None:
             raise _HubError(404, "EntryNotFound", f"{filename} does not exist", commit=sha)
-        return sha, data
+        return sha, data, repo.fault
+
+    def lfs_object(self, repo_id: str, sha256: str) -> tuple[bytes, Fault | None]:
+        """The file of ``repo_id`` whose sha256 is ``sha256`` (what the "CDN" serves), and the
+        repo's fault."""
+        with self._lock:
+            repo = self.repos.get(repo_id)
+            for files in repo.commits.values() if repo else ():
+                for data in files.values():
+                    if hashlib.sha256(data).hexdigest() == sha256:
+                        return data, repo.fault if repo else None
+        raise _HubError(404, "NotFound", f"no object {sha256}")
 
     def model_info(
         self, repo_id: str, revision: str, authorization: str | None
@@ -248,61 +283,119 @@ class HubStandin:
         }
 
 
+_LFS_CDN = re.compile(r"^/lfs-cdn/(?P<repo>[^/]+(?:/[^/]+)?)/(?P<sha256>[0-9a-f]{64})$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _MODEL_INFO = re.compile(r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)(?:/revision/(?P<rev>[^/]+))?$")
 
 
+class _Handler(BaseHTTPRequestHandler):
+    """Serves one request for ``hub`` (set on the subclass _make_handler builds per server)."""
+
+    hub: HubStandin
+    protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
+
+    def do_HEAD(self) -> None:
+        self._serve()
+
+    def do_GET(self) -> None:
+        self._serve()
+
+    def _serve(self) -> None:
+        path = urlsplit(self.path).path
+        self.hub._record(self.command, path)
+        auth = self.headers.get("Authorization")
+        try:
+            if match := _RESOLVE.match(path):
+                repo_id, rev = match["repo"], unquote(match["rev"])
+                sha, data, fault = self.hub.resolve_file(repo_id, rev, unquote(match["file"]), auth)
+                self._resolve(repo_id, sha, data, fault or Fault())
+            elif match := _LFS_CDN.match(path):
+                data, fault = self.hub.lfs_object(match["repo"], match["sha256"])
+                headers = {"ETag": f'"{match["sha256"]}"', "Accept-Ranges": "bytes"}
+                self._send_file(data, headers, fault or Fault())
+            elif match := _MODEL_INFO.match(path):
+                info = self.hub.model_info(match["repo"], unquote(match["rev"] or "main"), auth)
+                body = json.dumps(info).encode()
+                self._send(200, body, {"Content-Type": "application/json"})
+            else:
+                raise _HubError(404, "NotFound", f"no route for {path}")
+        except _HubError as err:
+            headers = {"X-Error-Code": err.code, "X-Error-Message": err.message}
+            if err.commit:
+                headers["X-Repo-Commit"] = err.commit
+            body = json.dumps({"error": err.message}).encode()
+            self._send(err.status, body, {"Content-Type": "application/json", **headers})
+
+    def _resolve(self, repo_id: str, sha: str, data: bytes, fault: Fault) -> None:
+        headers = {"X-Repo-Commit": sha, "Accept-Ranges": "bytes"}
+        if fault.redirect_loop:
+            self._send(302, b"", {**headers, "Location": self.path})
+        elif fault.lfs:
+            # The real Hub: the pointer's blob id as ETag, the object's sha256 and size in
+            # X-Linked-*, and a Location on another origin, so the client's HEAD stops here.
+            sha256 = hashlib.sha256(data).hexdigest()
+            pointer = f"oid sha256:{sha256}\nsize {len(data)}\n".encode()
+            port = self.server.server_address[1]
+            cdn = "localhost" if self.hub.host == "127.0.0.1" else "127.0.0.1"
+            headers.update(
+                {
+                    "ETag": f'"{git_blob_sha(pointer)}"',
+                    "X-Linked-Etag": f'"{sha256}"',
+                    "X-Linked-Size": str(len(data)),
+                    "Location": f"http://{cdn}:{port}/lfs-cdn/{repo_id}/{sha256}",
+                }
+            )
+            self._send(302, b"", headers)
+        else:
+            headers["ETag"] = f'"{git_blob_sha(data)}"'
+            self._send_file(data, headers, fault)
+
+    def _send_file(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
+        headers["Content-Type"] = "application/octet-stream"
+        if self.command == "HEAD":
+            self._send(200, data, headers)  # HEAD declares the true file
+        elif fault.drip_interval is not None:
+            self._drip(data, headers, fault)
+        else:
+            self._send(200, data if fault.body is None else fault.body, headers)
+
+    def _drip(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
+        assert fault.drip_interval is not None
+        self.send_response(200)
+        for name, value in {**headers, "Content-Length": str(len(data))}.items():
+            self.send_header(name, value)
+        self.end_headers()
+        sent = 0
+        deadline = time.monotonic() + fault.drip_limit
+        try:
+            while sent < len(data) and time.monotonic() < deadline:
+                self.wfile.write(data[sent : sent + 1])
+                self.wfile.flush()
+                sent += 1
+                if self.hub._stopping.wait(fault.drip_interval):
+                    break
+        except OSError:
+            pass  # the client hung up: what the test wants to see
+        finally:
+            with self.hub._lock:
+                self.hub.dripped.append(sent)
+            self.close_connection = True
+
+    def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
+        self.send_response(status)
+        for name, value in headers.items():
+            self.send_header(name, value)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if self.command != "HEAD":  # HEAD announces the length but sends no body
+            self.wfile.write(body)
+
+    def log_message(self, format: str, *args: object) -> None:
+        pass  # tests read counters, not logs
+
+
 def _make_handler(hub: HubStandin) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"  # keep-alive, as the client's connection pool expects
-
-        def do_HEAD(self) -> None:
-            self._serve()
-
-        def do_GET(self) -> None:
-            self._serve()
-
-        def _serve(self) -> None:
-            path = urlsplit(self.path).path
-            hub._record(self.command, path)
-            auth = self.headers.get("Authorization")
-            try:
-                if match := _RESOLVE.match(path):
-                    repo_id, rev = match["repo"], unquote(match["rev"])
-                    sha, data = hub.resolve_file(repo_id, rev, unquote(match["file"]), auth)
-                    headers = {
-                        "Content-Type": "application/octet-stream",
-                        "X-Repo-Commit": sha,
-                        "ETag": f'"{git_blob_sha(data)}"',
-                        "Accept-Ranges": "bytes",
-                    }
-                    self._send(200, data, headers)
-                elif match := _MODEL_INFO.match(path):
-                    info = hub.model_info(match["repo"], unquote(match["rev"] or "main"), auth)
-                    body = json.dumps(info).encode()
-                    self._send(200, body, {"Content-Type": "application/json"})
-                else:
-                    raise _HubError(404, "NotFound", f"no route for {path}")
-            except _HubError as err:
-                headers = {"X-Error-Code": err.code, "X-Error-Message": err.message}
-                if err.commit:
-                    headers["X-Repo-Commit"] = err.commit
-                body = json.dumps({"error": err.message}).encode()
-                self._send(err.status, body, {"Content-Type": "application/json", **headers})
-
-        def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:
-            self.send_response(status)
-            for name, value in headers.items():
-                self.send_header(name, value)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            if self.command != "HEAD":  # HEAD announces the length but sends no body
-                self.wfile.write(body)
-
-        def log_message(self, format: str, *args: object) -> None:
-            pass  # tests read counters, not logs
-
-    return Handler
+    return type("Handler", (_Handler,), {"hub": hub})
 
 
 def iter_catalogue(hub: HubStandin) -> Iterator[str]:
