@@ -27,6 +27,11 @@ class ExitCode(IntEnum):
     HUB_FILE_NOT_FOUND = 13
     HUB_UNREACHABLE = 14
     HUB_OFFLINE_NOT_CACHED = 15
+    # runtime (launch / status / stop / logs)
+    LAUNCH_FAILED = 20  # the server exited, logged a fatal error, or was not ready in time
+    NOT_RUNNING = 21  # no server of ours on that port (status, stop)
+    PORT_TAKEN = 22  # a different launch (without --restart) or a foreign process has the port
+    VLLM_UNUSABLE = 23  # vLLM missing on the target, or it cannot run this drafter as asked
 
 
 class DflashProvisionError(Exception):
@@ -90,3 +95,9 @@ class RemoteStepFailed(DflashProvisionError):
 
 class ContainerError(DflashProvisionError):
     exit_code = ExitCode.CONTAINER
+
+
+class RuntimeFailure(DflashProvisionError):
+    """A vLLM server could not be started, found or stopped as asked (exit codes 20-23)."""
+
+    exit_code = ExitCode.LAUNCH_FAILED

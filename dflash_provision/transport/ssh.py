@@ -262,6 +262,31 @@ class SshTransport(Transport):
             if jumps is not None:
                 jumps.release()  # the jump connection closes with its last user
 
+    # -- port forwarding -----------------------------------------------------------------------
+
+    def open_direct_tcpip(self, host: str, port: int, timeout: float) -> paramiko.Channel:
+        """A direct-tcpip channel to ``host:port`` as the target sees it (``ssh -L``'s
+        mechanism, on this transport's connection): the port is reached, never exposed.
+
+        UnreachableError(reason="refused") when the target says nothing accepts there.
+        """
+        transport = self._client().get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel(
+                "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise UnreachableError(
+                f"{self.description}: nothing accepts connections on {host}:{port} ({exc.text})",
+                reason="refused",
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(
+                f"{self.description}: cannot open a forward to {host}:{port}: {reason_text(exc)}",
+                reason="network",
+            ) from None
+
     # -- commands -----------------------------------------------------------------------------
 
     def run(

@@ -1,0 +1,98 @@
+# Helpers for the runtime scripts, appended after remote/scripts/common.sh (oneline, say, flush,
+# nl). POSIX sh for dash and busybox ash: a container that runs vLLM may still have only busybox.
+
+# state_dir PORT: sets $sdir, the port's directory (see dflash_provision/runtime/records.py).
+# Without HOME (lxc-attach --clear-env) root uses /root, others a per-uid directory in /tmp.
+state_dir() {
+	base=${XDG_STATE_HOME:-}
+	if [ -z "$base" ]; then
+		h=${HOME:-}
+		if [ -z "$h" ]; then
+			uid=$(id -u)
+			if [ "$uid" = 0 ]; then h=/root; else h=/tmp/dflash-provision-$uid; fi
+		fi
+		base=$h/.local/state
+	fi
+	sdir=$base/dflash-provision/vllm/$1
+}
+
+# read_pid: sets $pid from the pidfile when it holds a number; false otherwise.
+read_pid() {
+	pid=
+	[ -f "$sdir/pid" ] || return 1
+	IFS= read -r pid <"$sdir/pid" || true
+	case $pid in
+	'' | *[!0-9]*)
+		pid=
+		return 1
+		;;
+	esac
+}
+
+# members PGID: sets $members to the pids of process group PGID that are not zombies. kill -0
+# alone would count zombies, and a killed server's zombie is not a running server. Reads
+# /proc/*/stat with the shell's own read: no process per pid.
+members() {
+	members=
+	for st in /proc/[0-9]*/stat; do
+		line=
+		IFS= read -r line <"$st" 2>/dev/null || continue
+		# Fields after the command name, which may hold spaces and parentheses: the last ") ".
+		rest=${line##*) }
+		set -- $rest
+		if [ "$3" = "$pgid_want" ] && [ "$1" != Z ]; then
+			p=${st#/proc/}
+			members="$members ${p%/stat}"
+		fi
+	done
+}
+group_alive() {
+	pgid_want=$1
+	members
+	[ -n "$members" ]
+}
+
+# listener PORT: sets $inode to the socket inode listening on TCP PORT (any address, v4 or v6)
+# in this network namespace, or empty.
+listener() {
+	want=$(printf '%04X' "$1")
+	inode=
+	for table in /proc/net/tcp /proc/net/tcp6; do
+		[ -r "$table" ] || continue
+		while read -r _sl local _rem st _q _t _r _u _to ino _rest; do
+			[ "$st" = 0A ] || continue
+			[ "${local##*:}" = "$want" ] || continue
+			inode=$ino
+			return 0
+		done <"$table"
+	done
+	return 1
+}
+
+# owner_of INODE: sets $owner to a pid holding socket INODE, among the processes this namespace
+# shows (one `ls` for all of them), or empty.
+owner_of() {
+	owner=$(
+		ls -l /proc/[0-9]*/fd/ 2>/dev/null | while IFS= read -r entry; do
+			case $entry in
+			/proc/*/fd: | /proc/*/fd/:)
+				dir=${entry#/proc/}
+				dir=${dir%%/*}
+				;;
+			*"socket:[$1]")
+				echo "$dir"
+				break
+				;;
+			esac
+		done
+	)
+}
+
+# say_argv PID: flushes, then prints one "arg VALUE" line per element of /proc/PID/cmdline.
+say_argv() {
+	flush
+	[ -r "/proc/$1/cmdline" ] || return 0
+	tr '\000' '\n' <"/proc/$1/cmdline" | while IFS= read -r a; do
+		printf 'arg %s\n' "$a"
+	done
+}

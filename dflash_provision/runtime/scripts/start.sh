@@ -1,0 +1,48 @@
+# dflash start PORT CMD [ARG...]: start CMD detached for PORT, unless our server runs there.
+# stdin: line 1 the launch record (JSON, one line), then NAME=VALUE lines to export: env values
+# travel on stdin, never on a command line that `ps` shows.
+#   dflash-start 1
+#   dir DIR
+#   status started|running|error
+#   pid N                 (started: the new server, its own session and process group)
+#   log PATH              offset N: the log's size before this start (its lines come after)
+#   error MESSAGE
+# The server: setsid (new session and process group, no controlling terminal, so it outlives
+# the SSH session), nohup, stdin /dev/null, stdout and stderr appended to the log.
+port=$1
+shift
+state_dir "$port"
+say "dflash-start 1"
+say "dir $sdir"
+umask 077
+if ! err=$(mkdir -p "$sdir" 2>&1 && chmod 700 "$sdir" 2>&1); then
+	say "status error"
+	say "error cannot create $(oneline "$sdir"): $(oneline "$err")"
+	exit 0
+fi
+if read_pid && group_alive "$pid"; then
+	say "status running"
+	say "pid $pid"
+	exit 0
+fi
+if ! command -v setsid >/dev/null 2>&1; then
+	say "status error"
+	say "error setsid is not installed on this machine"
+	exit 0
+fi
+IFS= read -r record || true
+printf '%s\n' "$record" >"$sdir/launch.json.tmp" && mv -f "$sdir/launch.json.tmp" "$sdir/launch.json"
+while IFS= read -r assignment; do
+	[ -n "$assignment" ] && export "$assignment"
+done
+log=$sdir/server.log
+printf '==== dflash-provision launch on port %s at %s\n' "$port" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$log"
+offset=$(wc -c <"$log")
+setsid nohup "$@" </dev/null >>"$log" 2>&1 &
+pid=$!
+printf '%s\n' "$pid" >"$sdir/pid.tmp" && mv -f "$sdir/pid.tmp" "$sdir/pid"
+say "status started"
+say "pid $pid"
+say "log $log"
+say "offset $offset"
+exit 0
