@@ -166,7 +166,11 @@ def find_server(
 ) -> RunningServer | None:
     """The server on ``port``: ours (pidfile alive) or any process listening there that the
     target lets us see. None when nothing runs there."""
-    state = probe_port(transport, port, timeout=timeout)
+    return server_from_state(probe_port(transport, port, timeout=timeout))
+
+
+def server_from_state(state: PortState) -> RunningServer | None:
+    """The RunningServer a PortState shows, or None."""
     pid = state.argv_pid
     if pid is None:
         pid = state.pid if state.ours else state.listener_pid
@@ -174,7 +178,7 @@ def find_server(
         return None
     record = state.record if state.ours and not state.foreign_listener else None
     return RunningServer(
-        port=port,
+        port=state.port,
         pid=pid,
         argv=state.argv,
         speculative_config=speculative_config_of(state.argv),
@@ -329,4 +333,75 @@ def read_log(
         text=body.decode("utf-8", errors="replace"),
         size=_opt_int(fields.get("size")),
         alive=None if "alive" not in fields else fields["alive"] == "1",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Status
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """``status``'s answer for one port."""
+
+    port: int
+    target: str
+    state: str  # "ready" | "starting" | "unhealthy" | "not-running"
+    server: RunningServer | None
+    health_status: int | None  # /health's HTTP status; None when nothing answered
+    last_record: LaunchRecord | None  # the port's launch record, even when nothing runs
+    state_dir: str
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        server = self.server
+        return {
+            "target": self.target,
+            "port": self.port,
+            "state": self.state,
+            "running": self.running,
+            "started_by_dflash_provision": bool(server and server.started_by_us),
+            "pid": server.pid if server else None,
+            "argv": server.argv if server else [],
+            "speculative_config": server.speculative_config if server else None,
+            "health_status": self.health_status,
+            "record": self.last_record.to_dict() if self.last_record else None,
+            "state_dir": self.state_dir,
+        }
+
+
+def server_status(
+    transport: Transport,
+    port: int,
+    *,
+    python: str | None = None,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    health_timeout: float = 5.0,
+) -> ServerStatus:
+    """What runs on ``port`` and whether /health answers 200 (two round trips at most)."""
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.runtime.readiness import probe_health
+
+    state = probe_port(transport, port, timeout=timeout)
+    server = server_from_state(state)
+    record = state.record
+    health: int | None = None
+    if server is None:
+        label = "not-running"
+    else:
+        chosen = python or (record.python if record else None)
+        with open_server(transport, port, python=chosen) as access:
+            health = probe_health(access, timeout=health_timeout)
+        label = "ready" if health == 200 else "starting" if health is None else "unhealthy"
+    return ServerStatus(
+        port=port,
+        target=transport.description,
+        state=label,
+        server=server,
+        health_status=health,
+        last_record=record,
+        state_dir=state.state_dir,
     )
