@@ -32,6 +32,9 @@ class ExitCode(IntEnum):
     NOT_RUNNING = 21  # no server of ours on that port (status, stop)
     PORT_TAKEN = 22  # a different launch (without --restart) or a foreign process has the port
     VLLM_UNUSABLE = 23  # vLLM missing on the target, or it cannot run this drafter as asked
+    # runtime-check / doctor
+    RUNTIME_CHECK_FAILED = 24  # a stage a-d failed: the server does not run what was provisioned
+    ACCEPTANCE_LOW = 25  # stages a-d passed, acceptance is below --min-acceptance
 
 
 class DflashProvisionError(Exception):
