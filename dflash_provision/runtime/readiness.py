@@ -23,17 +23,16 @@ from dflash_provision.transport.base import Transport
 ReadyOutcome = Literal["ready", "exited", "fatal", "timeout"]
 Progress = Callable[[float, str], None]
 
+_ERROR_LEVEL = re.compile(r"(?:^|\) )ERROR\b")  # vLLM: "(EngineCore pid=9) ERROR 12-01 ..."
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
+_EXCEPTION_LINE = re.compile(r"^[\w.]+(?:Error|Exception|Interrupt)\b:")  # closes a traceback
 _FATAL_WHILE_ALIVE = [
     re.compile(r"DFlash sliding attention requires a window size"),
     re.compile(r"\bNotImplementedError\b"),
     re.compile(r"Engine ?core (?:initialization|proc \S+) failed|EngineCore failed to start", re.I),
-    re.compile(r"(?:^|\) |\] )ERROR\b"),  # vLLM: "ERROR 12-01 05:00:00 [core.py:1] ..."
+    _ERROR_LEVEL,
 ]
-_FATAL_AFTER_EXIT = [
-    *_FATAL_WHILE_ALIVE,
-    re.compile(r"^Traceback \(most recent call last\)"),
-    re.compile(r"^\w+(?:Error|Exception)\b:"),  # the exception line closing a traceback
-]
+_FATAL_AFTER_EXIT = [*_FATAL_WHILE_ALIVE, _TRACEBACK, _EXCEPTION_LINE]
 #: Lines of context reported with a failure, besides the fatal lines themselves.
 TAIL_LINES = 20
 _LOG_POLL_BYTES = 64 * 1024
@@ -62,14 +61,32 @@ class ReadyResult:
 
 
 def fatal_lines(text: str, *, exited: bool) -> list[str]:
-    """The log lines that say start-up failed (in order, each once)."""
+    """The log lines that say start-up failed, each once, the most telling first: the
+    exception's own line (``ValueError: DFlash sliding attention ...``), then ERROR lines, then
+    a traceback's header."""
     patterns = _FATAL_AFTER_EXIT if exited else _FATAL_WHILE_ALIVE
-    found: list[str] = []
-    for line in text.splitlines():
+    found: list[tuple[int, int, str]] = []
+    seen: set[str] = set()
+    for position, line in enumerate(text.splitlines()):
         stripped = line.strip()
-        if stripped and stripped not in found and any(p.search(stripped) for p in patterns):
-            found.append(stripped)
-    return found
+        if not stripped or stripped in seen:
+            continue
+        ranks = [_rank(p) for p in patterns if p.search(stripped)]
+        if ranks:
+            seen.add(stripped)
+            found.append((min(ranks), position, stripped))
+    return [line for _, _, line in sorted(found)]
+
+
+def _rank(pattern: re.Pattern[str]) -> int:
+    """How telling a match of ``pattern`` is (lower first)."""
+    if pattern is _TRACEBACK:
+        return 3
+    if pattern is _ERROR_LEVEL:
+        return 2
+    if pattern is _EXCEPTION_LINE:
+        return 1
+    return 0
 
 
 def probe_health(access: ServerAccess, *, timeout: float) -> int | None:
