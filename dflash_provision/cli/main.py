@@ -29,6 +29,11 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "status": ("status", "Show the vLLM server on a target's port: pid, command, record, health."),
     "stop": ("stop", "Stop the vLLM server launch started on a port (TERM, then KILL)."),
     "logs": ("logs", "Print the last lines of a launched server's log."),
+    "runtime-check": (
+        "runtime_check",
+        "Prove the server runs the provisioned drafter and its drafts are accepted (a-e).",
+    ),
+    "doctor": ("doctor", "Trace the config pipeline for one target; name the first broken link."),
 }
 
 DEBUG_ENV = "DFLASH_PROVISION_DEBUG"
