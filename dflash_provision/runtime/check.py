@@ -79,6 +79,7 @@ class CheckReport:
     stages: list[StageResult] = field(default_factory=list)
     duration_s: float = 0.0
     smoke_s: float = 0.0  # time spent in smoke completions (d's prompt included)
+    disk_bytes: bytes | None = None  # the file stage a read (doctor validates it)
 
     @property
     def ok(self) -> bool:
@@ -170,6 +171,7 @@ def run_check(
     )
     report = CheckReport(target.display(), settings.port, authority.label)
     stage_a = _timed(lambda: stage_file(ctx))
+    report.disk_bytes = ctx.disk.data if ctx.disk is not None else None
     ctx.server = find_server(transport, settings.port, timeout=settings.timeout)
     ctx.log = _read_log(ctx)
     python = target_python(settings, ctx.server)

@@ -217,7 +217,11 @@ def run_probe(
     """Run the probe on the target. The parsed JSON object, or a one-line error."""
     budget = max(ctx.timeout, 30.0)
     argv = probe_command(python, ctx.target.model_dir, model, num_spec, budget)
-    result = ctx.transport.run(argv, stdin=probe_source().encode(), timeout=budget + 15)
+    try:
+        source = probe_source()
+    except ImportError:
+        return "the target-side probe (dflash_provision.runtime.remote_probe) is not in this build"
+    result = ctx.transport.run(argv, stdin=source.encode(), timeout=budget + 15)
     out = result.stdout[:_MAX_PROBE_OUTPUT]
     try:
         parsed = json.loads(out.decode("utf-8", "replace"))
@@ -307,21 +311,27 @@ def stage_loader(
         f"python {probe.get('python')} ({python}), transformers {probe.get('transformers')}"
     ]
     data: dict[str, Any] = {"python": python, "probe": probe}
-    problems: list[str] = []
+    loader: list[str] = []
     eff = probe.get("effective") or {}
-    if eff.get("error") or not isinstance(eff.get("config"), dict):
-        problems.append(f"the target's transformers cannot load the drafter: {eff.get('error')}")
+    if not probe.get("transformers"):
+        loader.append(
+            f"{python} on the target cannot import transformers: give --python with the python "
+            "that runs vLLM"
+        )
+    elif eff.get("error") or not isinstance(eff.get("config"), dict):
+        loader.append(f"the target's transformers cannot load the drafter: {eff.get('error')}")
     else:
-        lines = compare_effective(ctx.auth_doc, eff["config"])
-        problems += [f"loaded on the target: {line}" for line in lines]
-        if not lines:
+        found = compare_effective(ctx.auth_doc, eff["config"])
+        loader += [f"loaded on the target: {line}" for line in found]
+        if not found:
             evidence.append(
                 "transformers on the target loads every critical field as authoritative"
             )
-    problems += _vllm_part(ctx, probe.get("vllm") or {}, model, evidence)
-    data["problems"] = problems
+    vllm = _vllm_part(ctx, probe.get("vllm") or {}, model, evidence)
+    problems = loader + vllm
+    data.update(problems=problems, loader_problems=loader, vllm_problems=vllm)
     if problems:
-        summary = f"{len(problems)} field(s) differ on the target: {problems[0]}"
+        summary = f"{len(problems)} problem(s) on the target: {problems[0]}"
         return StageResult("b", name, StageStatus.FAILED, summary, evidence + problems, data)
     return StageResult(
         "b", name, StageStatus.PASSED, "the target loads the authoritative values", evidence, data
