@@ -61,11 +61,11 @@ class DrafterSpec:
     name: str
     layer_types: tuple[str, ...] = ("full_attention",)
     target_layer_ids: tuple[int, ...] = TARGET_LAYER_IDS
-    #: How many captured layers the ``fc`` weight is sized for (differs from the ids when broken).
-    fc_layers: int = len(TARGET_LAYER_IDS)
     zero_norm: bool = True
     use_sliding_window: bool = False
     sliding_window: int | None = None
+    #: What the drafter claims its target has (the wrong-ids drafter was made for a deeper one).
+    num_target_layers: int = LAYERS
 
 
 DRAFTERS: tuple[DrafterSpec, ...] = (
@@ -81,15 +81,16 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
         use_sliding_window=False,
         sliding_window=SLIDING_WINDOW,
     ),
-    # Healthy server, first completion fails: the config names one layer, fc expects two.
-    DrafterSpec("wrong-ids", target_layer_ids=(3,), fc_layers=2),
+    # Healthy server, first completion fails: made for an 8-layer target, so hidden state 6
+    # (id 5 + 1) does not exist in the 4-layer tiny target; vLLM captures one aux state where
+    # fc expects two ("expects 256 concatenated aux hidden features but received 128").
+    DrafterSpec("wrong-ids", target_layer_ids=(1, 5), num_target_layers=8),
     # The real Qwen3.6-27B-DFlash layout (4 sliding + 1 full). It resolves in vLLM without
     # serving; the CPU build cannot serve it (the V2 model runner needs Triton).
     DrafterSpec(
         "mixed",
         layer_types=("sliding_attention",) * 4 + ("full_attention",),
         target_layer_ids=(0, 1, 2, 3),
-        fc_layers=4,
         use_sliding_window=True,
         sliding_window=SLIDING_WINDOW,
     ),
@@ -205,7 +206,7 @@ def drafter_config(spec: DrafterSpec) -> dict[str, Any]:
         "head_dim": HEAD_DIM,
         "vocab_size": VOCAB,
         "max_position_embeddings": MAX_POSITIONS,
-        "num_target_layers": LAYERS,
+        "num_target_layers": spec.num_target_layers,
         "layer_types": list(spec.layer_types),
         "use_sliding_window": spec.use_sliding_window,
         "sliding_window": spec.sliding_window,
@@ -277,7 +278,7 @@ def write_drafter(out: Path, spec: DrafterSpec) -> None:
     weights: dict[str, np.ndarray] = {}
     for i in range(len(spec.layer_types)):
         weights.update(_layer_weights(rng, f"layers.{i}"))
-    weights["fc.weight"] = _normal(rng, HIDDEN, HIDDEN * spec.fc_layers)
+    weights["fc.weight"] = _normal(rng, HIDDEN, HIDDEN * len(spec.target_layer_ids))
     weights["hidden_norm.weight"] = np.ones(HIDDEN, dtype=np.float32)
     norm = np.zeros if spec.zero_norm else np.ones
     weights["norm.weight"] = norm(HIDDEN, dtype=np.float32)

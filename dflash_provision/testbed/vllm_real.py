@@ -81,9 +81,12 @@ def _version(name):
 
 _metadata.version = _version
 
-from vllm.entrypoints.cli.main import main  # noqa: E402
+# vLLM starts its engine with the "spawn" method, which re-imports this file as __mp_main__:
+# the patch above must run there too, the CLI must not.
+if __name__ == "__main__":
+    from vllm.entrypoints.cli.main import main
 
-sys.exit(main())
+    sys.exit(main())
 '''
 
 
@@ -124,6 +127,11 @@ def is_ready(env_dir: Path = DEFAULT_DIR) -> bool:
     )
 
 
+def wrapper_text(env: VllmEnv) -> str:
+    """The ``vllm`` wrapper script for ``env``."""
+    return WRAPPER.format(python=env.python, dist=DISTRIBUTION)
+
+
 def ensure_vllm_env(env_dir: Path = DEFAULT_DIR, *, progress: Progress | None = None) -> VllmEnv:
     """The real-vLLM venv at ``env_dir``, installed first when missing (minutes, ~3.5 GB).
 
@@ -132,6 +140,8 @@ def ensure_vllm_env(env_dir: Path = DEFAULT_DIR, *, progress: Progress | None = 
     say = progress or (lambda _line: None)
     env = VllmEnv(env_dir)
     if is_ready(env_dir):
+        if env.vllm.read_text() != wrapper_text(env):  # built by an older version of this file
+            write_wrapper(env)
         return env
     env_dir.parent.mkdir(parents=True, exist_ok=True)
     with _locked(env_dir.with_name(env_dir.name + ".lock"), say):
@@ -219,7 +229,7 @@ def _last_line(log: Path, max_bytes: int = 4096) -> str:
 def write_wrapper(env: VllmEnv) -> None:
     """Replace pip's ``vllm`` console script with the version-lookup wrapper."""
     env.vllm.unlink(missing_ok=True)
-    env.vllm.write_text(WRAPPER.format(python=env.python, dist=DISTRIBUTION))
+    env.vllm.write_text(wrapper_text(env))
     env.vllm.chmod(0o755)
 
 
