@@ -335,7 +335,7 @@ def load_config(path: str) -> Any:
         )
     if config_file.stat().st_size > MAX_CONFIG_BYTES:
         raise StartupFailure("ValueError", f"{config_file} is too large")
-    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # no "PyTorch was not found"
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")  # no "PyTorch was not found"
     try:
         from transformers import AutoConfig
 

@@ -23,7 +23,9 @@ into ``/root/.pyenv``, and ``/root`` is private inside a fake host):
   container's own /lib or /usr is touched and its PATH still has no python. A container created
   without those mounts (e.g. the ``lxc_container_on_host`` fixture) gets them added to its config
   and is restarted once (``StandinInstall.restarted``); ``standin_container()`` creates one with
-  the mounts from the start.
+  the mounts from the start. The container's loopback is brought up too (now and in its
+  ``/etc/init.d/rcS``): busybox's init leaves ``lo`` down, and a server on 127.0.0.1 there would
+  be unreachable even from inside the container.
 
 ``write_control(place, path, control)`` writes the stand-in's test-control JSON (see
 ``vllm_standin``'s docstring for the keys) atomically at ``path`` in that place; point the server
@@ -52,6 +54,7 @@ CONTROL_ENV = vllm_standin.CONTROL_ENV
 #: Where the container sees the machine's /usr and the venv's site-packages (read-only binds).
 CONTAINER_ROOT = "/opt/dflash-standin"
 HOST_PYTHON = "/usr/bin/python3"
+LOOPBACK_UP = "/bin/ifconfig lo 127.0.0.1 up"
 VERIFY_TIMEOUT_S = 120.0  # importing transformers on a loaded 2-core machine takes seconds
 
 Place = Host | Container | None
@@ -198,20 +201,40 @@ def _config_path(container: Container) -> Path:
     return container.rootfs.parent / "config"
 
 
+def _ensure_loopback_at_boot(container: Container) -> None:
+    """Make the container's init bring ``lo`` up: busybox's rcS never does, so 127.0.0.1 is
+    "Network is unreachable" inside it and nothing could reach a server listening there."""
+    rcs = container.rootfs / "etc" / "init.d" / "rcS"
+    text = rcs.read_text() if rcs.exists() else "#!/bin/sh\n"
+    if LOOPBACK_UP in text:
+        return
+    first, _, rest = text.partition("\n")
+    # Before udhcpc, which never returns in a container without a network.
+    rcs.write_text(f"{first}\n{LOOPBACK_UP}\n{rest}")
+    rcs.chmod(0o744)
+
+
 def _ensure_mounts(container: Container) -> bool:
-    """Add the python mounts to the container's config; restart it if it ran. True: restarted."""
+    """Add the python mounts to the container's config and lo to its boot; restart it if it
+    ran without them. True: restarted."""
+    _ensure_loopback_at_boot(container)
     config = _config_path(container)
     text = config.read_text()
     missing = [e for e in standin_mount_entries() if f"lxc.mount.entry = {e}" not in text]
-    if not missing:
-        return False
-    lines = "".join(f"lxc.mount.entry = {e}\n" for e in missing)
-    config.write_text(text.rstrip("\n") + "\n# dflash-provision vLLM stand-in: python\n" + lines)
+    if missing:
+        lines = "".join(f"lxc.mount.entry = {e}\n" for e in missing)
+        note = "\n# dflash-provision vLLM stand-in: a python with transformers\n"
+        config.write_text(text.rstrip("\n") + note + lines)
     if container.state() != "RUNNING":
         return False
-    container.stop()
-    container.start()
-    return True
+    if missing:
+        container.stop()
+        container.start()
+        return True
+    proc = container.attach(["sh", "-c", LOOPBACK_UP])  # started before rcS had the line
+    if proc.returncode != 0:
+        raise StandinInstallError(f"cannot bring lo up in {container.name}: {proc.stderr}")
+    return False
 
 
 def standin_container(host: Host | None = None, *, lxcpath: str | Path | None = None) -> Container:
