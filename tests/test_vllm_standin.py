@@ -9,6 +9,7 @@ import re
 import signal
 import socket
 import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -128,6 +129,51 @@ def test_sliding_layers_with_use_sliding_window_false_have_no_window(tmp_path: P
     with pytest.raises(vllm_standin.StartupFailure, match="requires a window size") as v2:
         vllm_standin._window_per_layer(draft.config, True)
     assert v2.value.kind == "ValueError"
+
+
+def start_in_process(
+    tmp_path: Path, drafter: dict[str, Any], model: str, capsys: pytest.CaptureFixture[str]
+) -> tuple[vllm_standin.Engine | vllm_standin.StartupFailure, str]:
+    """start_engine in this process (no server): the engine or the failure, and the log."""
+    args = vllm_standin.parse_serve_args(
+        [model, "--speculative-config", spec(write_drafter(tmp_path / "d", drafter), 4)]
+    )
+    log = vllm_standin.VllmLog()
+    control = vllm_standin.ControlFile(None, log)
+    try:
+        result: Any = vllm_standin.start_engine(args, log, control, threading.Event())
+    except vllm_standin.StartupFailure as failure:
+        result = failure
+    return result, capsys.readouterr().out
+
+
+@pytest.mark.integration
+def test_drafter_without_target_layer_ids_falls_back_to_the_models_layers(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = qwen3_8b()
+    del config["dflash_config"]["target_layer_ids"]
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(
+        json.dumps({**samples.load_json(samples.REFERENCE_TARGET), "vocab_size": 151936})
+    )
+    engine, log = start_in_process(tmp_path, config, str(target), capsys)
+    assert isinstance(engine, vllm_standin.Engine)
+    assert "Using auxiliary layers from model: (2, 32, 61)" in log  # the 64-layer target's
+    assert "from speculative config" not in log
+
+
+@pytest.mark.integration
+def test_drafter_vocab_that_differs_from_a_local_target_fails_start_up(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(samples.REFERENCE_TARGET.read_text())
+    failure, _ = start_in_process(tmp_path, qwen3_8b(), str(target), capsys)
+    assert isinstance(failure, vllm_standin.StartupFailure)
+    assert "vocab size (151936) does not match the target model's (248320)" in failure.message
 
 
 # --------------------------------------------------------------------------------------------

@@ -150,7 +150,9 @@ def _container_python_wrapper() -> str:
 # writing into a place
 
 
-def _run_in(place: Place, argv: Sequence[str], stdin: bytes | None = None, timeout: float = 60):
+def _run_in(
+    place: Place, argv: Sequence[str], stdin: bytes | None = None, timeout: float = 60
+) -> subprocess.CompletedProcess[Any]:
     """Run ``argv`` at the place (test set-up, not the product's transports)."""
     if isinstance(place, Host):
         return place.exec(argv, stdin, timeout)
@@ -158,7 +160,10 @@ def _run_in(place: Place, argv: Sequence[str], stdin: bytes | None = None, timeo
         return place.attach(argv, stdin, timeout)
     proc = subprocess.run(list(argv), input=stdin, capture_output=True, timeout=timeout)
     return subprocess.CompletedProcess(
-        proc.args, proc.returncode, proc.stdout.decode(errors="replace"), proc.stderr.decode()
+        proc.args,
+        proc.returncode,
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
     )
 
 
