@@ -32,7 +32,11 @@ _FATAL_WHILE_ALIVE = [
     re.compile(r"Engine ?core (?:initialization|proc \S+) failed|EngineCore failed to start", re.I),
     _ERROR_LEVEL,
 ]
-_FATAL_AFTER_EXIT = [*_FATAL_WHILE_ALIVE, _TRACEBACK, _EXCEPTION_LINE]
+# The command itself could not run (shell and busybox wording).
+_NOT_EXECUTED = re.compile(
+    r"can't execute|: not found$|No such file or directory$|Permission denied$"
+)
+_FATAL_AFTER_EXIT = [*_FATAL_WHILE_ALIVE, _TRACEBACK, _EXCEPTION_LINE, _NOT_EXECUTED]
 #: Lines of context reported with a failure, besides the fatal lines themselves.
 TAIL_LINES = 20
 _LOG_POLL_BYTES = 64 * 1024

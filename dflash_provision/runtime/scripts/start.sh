@@ -38,7 +38,13 @@ done
 log=$sdir/server.log
 printf '==== dflash-provision launch on port %s at %s\n' "$port" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$log"
 offset=$(wc -c <"$log")
-setsid nohup "$@" </dev/null >>"$log" 2>&1 &
+# nohup when there is one (busybox containers may lack it): setsid alone already leaves no
+# controlling terminal that could send SIGHUP.
+if command -v nohup >/dev/null 2>&1; then
+	setsid nohup "$@" </dev/null >>"$log" 2>&1 &
+else
+	setsid "$@" </dev/null >>"$log" 2>&1 &
+fi
 pid=$!
 printf '%s\n' "$pid" >"$sdir/pid.tmp" && mv -f "$sdir/pid.tmp" "$sdir/pid"
 say "status started"
