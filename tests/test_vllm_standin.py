@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.testbed import samples, vllm_standin
+from dflash_provision.testbed import samples, vllm_standin, vllm_standin_install
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.testbed.lxc import Container
 from dflash_provision.testbed.vllm_standin_install import (
@@ -543,3 +543,19 @@ def test_stand_in_serves_inside_a_busybox_container_behind_ssh(
     )
     assert server_exit == "server exit 0"
     assert container.attach(["sh", "-c", "command -v python3"]).returncode != 0
+
+
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.lxc
+def test_container_python_also_runs_through_the_mounted_loader(
+    lxc_container_on_host: Container,
+) -> None:
+    installed = install_standin(lxc_container_on_host, "/root/standin", verify=False)
+    wrapper = vllm_standin_install._container_python_wrapper(direct=False)
+    assert "--library-path" in wrapper
+    vllm_standin_install._put(lxc_container_on_host, "/root/loader-python", wrapper.encode(), "755")
+    check = "import transformers; print(transformers.AutoConfig.__name__)"
+    for python in (installed.python, "/root/loader-python"):
+        proc = lxc_container_on_host.attach([python, "-c", check], timeout=120)
+        assert (proc.returncode, proc.stdout.strip()) == (0, "AutoConfig"), proc.stderr

@@ -18,9 +18,10 @@ into ``/root/.pyenv``, and ``/root`` is private inside a fake host):
   ``PYTHONPATH`` = this venv's site-packages (under /work, visible inside the host);
 - busybox container (no python at all): read-only bind mounts, set in the container's LXC config,
   of the machine's ``/usr`` at ``/opt/dflash-standin/usr`` and of the site-packages at
-  ``/opt/dflash-standin/site-packages``; the wrapper runs that python through the mounted dynamic
-  loader (``ld-linux-x86-64.so.2 --library-path ...``) with ``PYTHONHOME`` set, so nothing in the
-  container's own /lib or /usr is touched and its PATH still has no python. A container created
+  ``/opt/dflash-standin/site-packages``; the wrapper runs that python with ``PYTHONHOME`` set
+  (through the mounted dynamic loader, ``ld-linux-x86-64.so.2 --library-path ...``, when the
+  container's own libraries can't run it), so nothing in the container's /lib or /usr is
+  touched and its PATH still has no python. A container created
   without those mounts (e.g. the ``lxc_container_on_host`` fixture) gets them added to its config
   and is restarted once (``StandinInstall.restarted``); ``standin_container()`` creates one with
   the mounts from the start. The container's loopback is brought up too (now and in its
@@ -130,20 +131,33 @@ def _host_python_wrapper() -> str:
     )
 
 
-def _container_python_wrapper() -> str:
+def _container_python_wrapper(direct: bool) -> str:
+    """``direct``: the container's own dynamic loader and libraries run the mounted python (the
+    busybox template binds the machine's /lib*, /usr/lib*), so the server's command line reads
+    ``python3.11 vllm_standin.py serve ...`` as with a real vllm. Otherwise the mounted loader
+    runs it with the mounted libraries (``ld-linux ... --library-path ...`` leads the command
+    line then)."""
     loader, python = _loader_and_python()
     root = CONTAINER_ROOT
-    libdir = os.path.dirname(loader)
+    run = f"{root}{python}"
+    if not direct:
+        run = f"{root}{loader} --library-path {root}{os.path.dirname(loader)} {run}"
     return (
         "#!/bin/sh\n"
         "# python for the vLLM stand-in in a busybox container: the machine's python3 from a\n"
-        f"# read-only bind mount at {root}, run through that mount's dynamic loader\n"
+        f"# read-only bind mount at {root}\n"
         f"PYTHONHOME={root}/usr\n"
         f"PYTHONPATH={root}/site-packages\n"
         "PYTHONNOUSERSITE=1\n"
         "export PYTHONHOME PYTHONPATH PYTHONNOUSERSITE\n"
-        f'exec {root}{loader} --library-path {root}{libdir} {root}{python} "$@"\n'
+        f'exec {run} "$@"\n'
     )
+
+
+def _container_runs_python_directly(container: Container) -> bool:
+    _, python = _loader_and_python()
+    probe = f"PYTHONHOME={CONTAINER_ROOT}/usr {CONTAINER_ROOT}{python} -c pass"
+    return container.attach(["sh", "-c", probe], timeout=VERIFY_TIMEOUT_S).returncode == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -268,7 +282,7 @@ def install_standin(place: Place, dest_dir: str, *, verify: bool = True) -> Stan
     restarted = False
     if isinstance(place, Container):
         restarted = _ensure_mounts(place)
-        wrapper: str | None = _container_python_wrapper()
+        wrapper: str | None = _container_python_wrapper(_container_runs_python_directly(place))
     elif isinstance(place, Host):
         if site_packages().is_relative_to("/root"):
             raise StandinInstallError(f"{site_packages()} is under /root, invisible in a host")
