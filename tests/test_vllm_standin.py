@@ -106,6 +106,10 @@ def test_serve_arguments_take_unknown_flags_with_or_without_values() -> None:
     )
     assert (args.model, args.port, args.enforce_eager) == ("/m/T", 9001, True)
     assert args.other == {"--kv-cache-dtype": "auto", "--x": "1"}
+    switch_first = vllm_standin.parse_serve_args(
+        ["--enforce-eager", "/m/T", "--max_model_len", "256", "-tp", "1"]
+    )
+    assert (switch_first.model, switch_first.max_model_len) == ("/m/T", 256)
     with pytest.raises(vllm_standin.UsageError):
         vllm_standin.parse_serve_args(["/m/T", "--speculative-config", "{not json"])
 

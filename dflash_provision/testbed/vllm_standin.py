@@ -222,26 +222,44 @@ _VALUE_FLAGS = {
 }
 
 
+# vLLM's switches that take no value (so a following MODEL is not read as their value).
+_SWITCHES = {
+    "--enforce-eager",
+    "--trust-remote-code",
+    "--disable-log-requests",
+    "--disable-log-stats",
+    "--enable-prefix-caching",
+    "--no-enable-prefix-caching",
+    "--enable-chunked-prefill",
+    "--no-enable-chunked-prefill",
+    "--disable-frontend-multiprocessing",
+    "--headless",
+}
+
+
 def _split_flags(argv: list[str]) -> tuple[list[str], dict[str, str | bool]]:
-    """Positionals and ``--flag [value]`` pairs; ``--flag=value`` works too."""
+    """Positionals and ``--flag [value]`` pairs; ``--flag=value`` and ``--flag_name`` work too
+    (vLLM's parser accepts underscores)."""
     positionals: list[str] = []
     flags: dict[str, str | bool] = {}
     i = 0
     while i < len(argv):
         arg = argv[i]
-        if not arg.startswith("--") or arg == "--":
+        if not arg.startswith("-") or arg in ("-", "--"):
             positionals.append(arg)
             i += 1
             continue
         name, eq, value = arg.partition("=")
+        name = name[:2] + name[2:].replace("_", "-") if name.startswith("--") else name
+        has_next = i + 1 < len(argv)
         if eq:
             flags[name] = value
         elif name in _VALUE_FLAGS:
-            if i + 1 >= len(argv):
+            if not has_next:
                 raise UsageError(f"argument {name}: expected one argument")
             flags[name] = argv[i + 1]
             i += 1
-        elif i + 1 < len(argv) and not argv[i + 1].startswith("--"):
+        elif name not in _SWITCHES and has_next and not argv[i + 1].startswith("--"):
             flags[name] = argv[i + 1]  # an unknown flag followed by a value: keep both
             i += 1
         else:
