@@ -4,6 +4,7 @@ fake host. Its DFlash rules use real transformers on the bundled sample configs.
 
 from __future__ import annotations
 
+import http.client
 import json
 import re
 import signal
@@ -414,8 +415,13 @@ def test_extra_traffic_moves_counters_between_two_metrics_reads(serve: Any, tmp_
 def test_bounds_and_unknown_paths_get_http_errors(serve: Any, tmp_path: Path) -> None:
     server = serve(write_drafter(tmp_path / "d", qwen3_8b()), 4)
     assert server.wait_ready(), server.log()
-    too_big = b"{" + b" " * (vllm_standin.MAX_BODY_BYTES + 1) + b"}"
-    assert server.request("/v1/completions", too_big)[0] == 413
+    # Only the headers of an oversized body: the server must refuse before reading it.
+    conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=30)
+    conn.putrequest("POST", "/v1/completions")
+    conn.putheader("Content-Length", str(vllm_standin.MAX_BODY_BYTES + 1))
+    conn.endheaders()
+    assert conn.getresponse().status == 413
+    conn.close()
     assert server.request("/nowhere")[0] == 404
     long_ask = {"prompt": "hi", "max_tokens": 10**6}
     assert server.request("/v1/completions", long_ask)[0] == 400
