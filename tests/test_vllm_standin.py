@@ -331,6 +331,36 @@ def test_good_drafter_serves_and_counts_acceptance_the_control_file_asks_for(
     assert server.stop() == 0
 
 
+def spec_decoding_totals(log: str) -> tuple[int, int]:
+    """Sums of Accepted and Drafted over the SpecDecoding metrics lines of a log."""
+    pairs = re.findall(
+        r"SpecDecoding metrics: .*Accepted: (\d+) tokens, Drafted: (\d+) tokens", log
+    )
+    return sum(int(a) for a, _ in pairs), sum(int(d) for _, d in pairs)
+
+
+@pytest.mark.integration
+def test_spec_decoding_log_lines_add_up_to_the_counters(serve: Any, tmp_path: Path) -> None:
+    drafter = write_drafter(tmp_path / "d", qwen3_8b())
+    server = serve(drafter, 4, {"acceptance": 0.5}, env={"VLLM_LOG_STATS_INTERVAL": "0.2"})
+    assert server.wait_ready(), server.log()
+    complete(server, 40)
+    counters = server.metrics()
+    drafted = counters["vllm:spec_decode_num_draft_tokens_total"]
+    deadline = time.monotonic() + READY_DEADLINE_S
+    while spec_decoding_totals(server.log())[1] < drafted:
+        assert time.monotonic() < deadline and server.proc.poll() is None, server.log()
+        time.sleep(0.1)
+    accepted_logged, drafted_logged = spec_decoding_totals(server.log())
+    assert (accepted_logged, drafted_logged) == (
+        counters["vllm:spec_decode_num_accepted_tokens_total"],
+        drafted,
+    )
+    assert re.search(
+        r"Per-position acceptance rate: [\d.]+, [\d.]+, [\d.]+, [\d.]+, ", server.log()
+    )
+
+
 @pytest.mark.integration
 def test_incident_file_serves_and_logs_its_shifted_ids_like_vllm(
     serve: Any, tmp_path: Path
