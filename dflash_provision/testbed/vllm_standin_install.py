@@ -75,10 +75,6 @@ class StandinInstall:
     where: str  # "local", "host h01", "container c-1a2b3c on h01"
     restarted: bool = False  # the container was restarted to add the python mounts
 
-    def env(self, control_path: str | None = None) -> dict[str, str]:
-        """Environment entries for a launch (``--env K=V``): the control file, if any."""
-        return {CONTROL_ENV: control_path} if control_path else {}
-
 
 def site_packages() -> Path:
     """The site-packages holding this process's transformers."""
@@ -100,6 +96,8 @@ def _loader_and_python() -> tuple[str, str]:
 def standin_mount_entries() -> list[str]:
     """``lxc.mount.entry`` values that give a busybox container a python with transformers."""
     root = CONTAINER_ROOT.lstrip("/")
+    if any(c.isspace() for c in str(site_packages())):
+        raise StandinInstallError(f"{site_packages()}: a space can't go into lxc.mount.entry")
     return [
         f"/usr {root}/usr none ro,bind,create=dir 0 0",
         f"{site_packages()} {root}/site-packages none ro,bind,create=dir 0 0",
