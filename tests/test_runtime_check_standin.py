@@ -240,7 +240,10 @@ def test_other_traffic_on_the_server_is_flagged(bed: Bed) -> None:
     code, report = bed.check_json()
     assert code == 0
     e = stages(report)["e"]
-    assert e["data"]["foreign_drafts"] >= 500
+    # 500 drafts by "other clients" between the two readings; the smoke prompts' 96 tokens can
+    # explain at most 96 drafts, so at least 404 are someone else's.
+    assert e["data"]["drafts"] >= 500
+    assert e["data"]["foreign_drafts"] >= 500 - 96
     assert any("other traffic mixed into the counters" in w for w in e["warnings"])
 
 
