@@ -101,6 +101,21 @@ def test_control_file_rejects_typos_and_out_of_range_values() -> None:
             vllm_standin.parse_control(bad)
 
 
+def test_control_file_errors_keep_the_last_good_value_and_warn_once(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "control.json"
+    control = vllm_standin.ControlFile(str(path), vllm_standin.VllmLog())
+    assert control.read() == vllm_standin.Control()  # no file yet: defaults
+    path.write_text(json.dumps({"acceptance": 0.011, "extra_traffic": 3}))
+    good = control.read()
+    assert (good.acceptance, good.extra_traffic) == (0.011, 3)
+    path.write_text("{half a json")
+    assert control.read() == good and control.read() == good
+    warnings = [line for line in capsys.readouterr().out.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and str(path) in warnings[0]
+
+
 def test_serve_arguments_take_unknown_flags_with_or_without_values() -> None:
     args = vllm_standin.parse_serve_args(
         ["/m/T", "--port", "9001", "--enforce-eager", "--kv-cache-dtype", "auto", "--x=1"]

@@ -674,8 +674,9 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         )
     control = engine.control.read()
     if control.fail_completions:
-        engine.log.error("serving_completion.py:1", "Error in preprocessing prompt inputs")
-        engine.log.error("core.py:1", f"RuntimeError: {COMPLETION_FAILURE}", proc="EngineCore_DP0")
+        # The server stays up and healthy; only the request fails (what real vLLM did with a
+        # drafter whose target_layer_ids count does not match its fc weights).
+        engine.log.error("serving_completion.py:398", f"RuntimeError: {COMPLETION_FAILURE}")
         raise ApiError(500, "InternalServerError", COMPLETION_FAILURE)
     choices = []
     for index, prompt_tokens in enumerate(prompts):
