@@ -23,20 +23,56 @@ from dflash_provision.transport.base import Transport
 ReadyOutcome = Literal["ready", "exited", "fatal", "timeout"]
 Progress = Callable[[float, str], None]
 
-_ERROR_LEVEL = re.compile(r"(?:^|\) )ERROR\b")  # vLLM: "(EngineCore pid=9) ERROR 12-01 ..."
-_TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
-_EXCEPTION_LINE = re.compile(r"^[\w.]+(?:Error|Exception|Interrupt)\b:")  # closes a traceback
-_FATAL_WHILE_ALIVE = [
-    re.compile(r"DFlash sliding attention requires a window size"),
-    re.compile(r"\bNotImplementedError\b"),
-    re.compile(r"Engine ?core (?:initialization|proc \S+) failed|EngineCore failed to start", re.I),
-    _ERROR_LEVEL,
-]
-# The command itself could not run (shell and busybox wording).
-_NOT_EXECUTED = re.compile(
-    r"can't execute|: not found$|No such file or directory$|Permission denied$"
+# vLLM's line prefix: "(EngineCore_DP0 pid=53) ERROR 12-01 06:04:17 [core.py:843] message".
+# vLLM logs a failing engine's traceback with that prefix on every line, so lines are judged
+# by their level and their message, the prefix taken off.
+_PREFIX = re.compile(
+    r"^(?:\([^)]*\) )?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+    r"\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ?"
 )
-_FATAL_AFTER_EXIT = [*_FATAL_WHILE_ALIVE, _TRACEBACK, _EXCEPTION_LINE, _NOT_EXECUTED]
+_SPECIFIC = re.compile(r"DFlash sliding attention requires a window size|\bNotImplementedError\b")
+_EXCEPTION = re.compile(r"^[\w.]+(?:Error|Exception|Interrupt)\b:")  # closes a traceback
+_GENERIC_ENGINE = re.compile(
+    r"Engine ?core (?:initialization|proc \S+) failed|EngineCore failed to start|"
+    r"See root cause above",
+    re.I,
+)
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
+# The command itself could not run (shell and busybox wording).
+_NOT_EXECUTED = re.compile(r"can't execute|: not found$|No such file or directory$")
+
+
+def _rank(line: str, *, exited: bool) -> int | None:
+    """How telling ``line`` is about a failed start-up (lower first), None when it is not.
+
+    0 vLLM's own DFlash refusals; 1 an exception's line, a command that could not run; 2 any
+    other ERROR message; 3 "engine failed, see root cause above"; 4 a traceback's header.
+    While the server still runs, only ERROR-level lines and the DFlash refusals count (libraries
+    print harmless tracebacks of optional imports).
+    """
+    prefix = _PREFIX.match(line)
+    level = prefix.group("level") if prefix else None
+    message = line[prefix.end() :] if prefix else line
+    if _SPECIFIC.search(message):
+        return 0
+    if level is None and not exited:
+        return None
+    if level is not None and level not in ("ERROR", "CRITICAL"):
+        return None
+    if not message.strip() or message[:1].isspace():
+        return None  # a traceback's frame lines: context, not the cause
+    if _GENERIC_ENGINE.search(message):
+        return 3
+    if _TRACEBACK.search(message):
+        return 4
+    if _EXCEPTION.search(message) or (level is None and _NOT_EXECUTED.search(message)):
+        return 1
+    return 2 if level is not None else None
+
+
+#: After a fatal line, how long a still-running server gets to exit on its own (vLLM's API
+#: server follows its engine down within a few seconds), so the report has the whole story.
+EXIT_GRACE_S = 8.0
 #: Lines of context reported with a failure, besides the fatal lines themselves.
 TAIL_LINES = 20
 _LOG_POLL_BYTES = 64 * 1024
@@ -65,32 +101,18 @@ class ReadyResult:
 
 
 def fatal_lines(text: str, *, exited: bool) -> list[str]:
-    """The log lines that say start-up failed, each once, the most telling first: the
-    exception's own line (``ValueError: DFlash sliding attention ...``), then ERROR lines, then
-    a traceback's header."""
-    patterns = _FATAL_AFTER_EXIT if exited else _FATAL_WHILE_ALIVE
+    """The log lines that say start-up failed, each once, the most telling first."""
     found: list[tuple[int, int, str]] = []
     seen: set[str] = set()
     for position, line in enumerate(text.splitlines()):
-        stripped = line.strip()
-        if not stripped or stripped in seen:
+        stripped = line.rstrip()
+        if not stripped.strip() or stripped in seen:
             continue
-        ranks = [_rank(p) for p in patterns if p.search(stripped)]
-        if ranks:
+        rank = _rank(stripped, exited=exited)
+        if rank is not None:
             seen.add(stripped)
-            found.append((min(ranks), position, stripped))
+            found.append((rank, position, stripped.strip()))
     return [line for _, _, line in sorted(found)]
-
-
-def _rank(pattern: re.Pattern[str]) -> int:
-    """How telling a match of ``pattern`` is (lower first)."""
-    if pattern is _TRACEBACK:
-        return 3
-    if pattern is _ERROR_LEVEL:
-        return 2
-    if pattern is _EXCEPTION_LINE:
-        return 1
-    return 0
 
 
 def probe_health(access: ServerAccess, *, timeout: float) -> int | None:
@@ -118,6 +140,7 @@ def wait_ready(
     started = time.monotonic()
     deadline = started + timeout
     last_line = ""
+    fatal_seen: float | None = None
     while True:
         status = probe_health(access, timeout=request_timeout)
         elapsed = time.monotonic() - started
@@ -134,9 +157,12 @@ def wait_ready(
         lines = log.lines
         exited = log.alive is False
         fatal = fatal_lines(log.text, exited=exited)
-        if exited or fatal:
-            # Exited: say why, or at least show how it ended. A fatal line while alive: done
-            # waiting; the caller stops what is left.
+        if fatal and not exited and fatal_seen is None:
+            fatal_seen = time.monotonic()
+        grace_over = fatal_seen is not None and time.monotonic() - fatal_seen >= EXIT_GRACE_S
+        if exited or grace_over:
+            # Exited: say why, or at least show how it ended. A fatal line and still alive
+            # after the grace: done waiting; the caller stops what is left.
             outcome: ReadyOutcome = "exited" if exited else "fatal"
             return ReadyResult(outcome, elapsed, fatal, lines[-TAIL_LINES:], status)
         if time.monotonic() >= deadline:
