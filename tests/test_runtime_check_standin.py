@@ -144,6 +144,11 @@ def test_a_good_launch_passes_every_stage_with_its_evidence(bed: Bed) -> None:
     c = stages(report)["c"]["data"]
     assert c["spec"] == {"method": "dflash", "model": DRAFTER_DIR, "num_speculative_tokens": 15}
 
+    # Frequent alerting can leave the loader probe (seconds per host) out: b says it was skipped.
+    code, quick = bed.check_json("--skip-loader")
+    assert code == 0 and statuses(quick) == "a:passed b:skipped c:passed d:passed e:passed"
+    assert "--skip-loader" in stages(quick)["b"]["summary"]
+
 
 def test_the_incidents_wrong_file_fails_on_disk_at_the_server_and_in_acceptance(bed: Bed) -> None:
     # The incident: the file on disk holds guessed values and the server runs with them.

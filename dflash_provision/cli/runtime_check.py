@@ -75,6 +75,12 @@ _STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
 )
 @click.option("--python", help="The target's Python for the probe (default: the server's).")
 @click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
+@click.option(
+    "--skip-loader",
+    is_flag=True,
+    help="Skip stage b (the target's python, transformers and vLLM: seconds per host), e.g. "
+    "for frequent acceptance alerting.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(
     "--prometheus",
@@ -93,6 +99,7 @@ def command(
     max_tokens: int,
     python: str | None,
     model: str | None,
+    skip_loader: bool,
     as_json: bool,
     prometheus: Path | None,
 ) -> None:
@@ -106,6 +113,7 @@ def command(
         timeout=connection.ssh.command_timeout,
         python=python,
         model=model,
+        probe=not skip_loader,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:
