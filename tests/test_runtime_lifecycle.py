@@ -68,8 +68,16 @@ class Bed:
         assert self.host.client is not None
         return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
 
-    def launch(self, *extra: str, target: str | None = None, env: dict[str, str] | None = None):
+    def launch(
+        self,
+        *extra: str,
+        target: str | None = None,
+        env: dict[str, str] | None = None,
+        check: bool = False,
+    ):
         env_args = [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
+        if not check:
+            env_args.append("--no-check")
         return self.cli.run(
             "launch",
             target or self.target,
@@ -83,7 +91,6 @@ class Bed:
             str(self.port),
             "--ready-timeout",
             READY_TIMEOUT,
-            "--no-check",
             *env_args,
             *self.ssh(),
             *extra,
@@ -174,6 +181,22 @@ def test_launch_over_ssh_serves_and_keeps_running_after_the_session_ends(bed: Be
     assert "HF_TOKEN=s3cret-value" in environ.splitlines()
     assert bed.sh('stat -c %a "$1"', f"{STATE}/{bed.port}").strip() == "700"
     assert bed.sh('ls -A "$1"', DRAFTER_DIR).split() == ["config.json"]
+
+
+def test_launch_ends_with_runtime_check_on_the_server_it_started(bed: Bed) -> None:
+    python = ("--python", bed.standin.python)  # the one that runs the stand-in (stage b)
+    proc = bed.launch(*python, check=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    out = proc.stdout
+    assert out.index("ready on") < out.index("runtime-check ")
+    assert "runtime-check passed" in out
+
+    as_json = bed.launch(*python, "--json", check=True)  # already running: checked again
+    data = json.loads(as_json.stdout)
+    assert data["launch"]["status"] == "already-running"
+    assert data["runtime_check"]["ok"] is True
+    stages = data["runtime_check"]["stages"]
+    assert [(s["stage"], s["status"]) for s in stages] == [(k, "passed") for k in "abcde"]
 
 
 def test_same_launch_again_says_already_running_and_a_different_one_needs_restart(

@@ -135,16 +135,20 @@ def command(
     )
     with connection.open(target) as transport:
         result = launch(transport, target, authority, request, progress=_Progress())
-    for warning in result.preflight.warnings:
-        click.echo(f"warning: {warning}", err=True)
+        for warning in result.preflight.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        check = None
+        if not as_json:
+            _render(result)
+        if result.ok and not no_check:
+            check = _runtime_check(transport, target, authority, request, as_json=as_json)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-    else:
-        _render(result)
+        data = {"launch": result.to_dict(), "runtime_check": check.to_dict() if check else None}
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
     if not result.ok:
         ctx.exit(int(result.exit_code))
-    if not no_check:
-        _runtime_check(ctx, target_spec, port, python, as_json)
+    if check is not None:
+        ctx.exit(int(check.exit_code))
 
 
 def _split_command(text: str) -> list[str]:
@@ -235,16 +239,20 @@ def _render(result) -> None:  # type: ignore[no-untyped-def]
         click.echo("  (what was left of the server was stopped)")
 
 
-def _runtime_check(
-    ctx: click.Context, target_spec: str, port: int, python: str | None, as_json: bool
-) -> None:
-    """Hand over to runtime-check (CHECKS' command) when this build has it."""
-    if find_spec("dflash_provision.cli.runtime_check") is None:
+def _runtime_check(transport, target, authority, request, *, as_json: bool):  # type: ignore[no-untyped-def]
+    """runtime-check (CHECKS' stages a-e) on the connection launch already has; the report is
+    printed here in human mode and returned (None when this build has no runtime-check)."""
+    if find_spec("dflash_provision.runtime.check") is None:
         click.echo("runtime-check: not in this build; skipped", err=True)
-        return
-    from dflash_provision.cli import runtime_check
+        return None
+    from dflash_provision.runtime.check import CheckSettings, run_check
 
-    args = [target_spec, "--port", str(port)]
-    if as_json:
-        args.append("--json")
-    ctx.exit(runtime_check.run_after_launch(ctx, args))  # type: ignore[attr-defined]
+    settings = CheckSettings(
+        port=request.port, python=request.python, timeout=request.command_timeout
+    )
+    report = run_check(transport, target, authority, settings, push_fix=request.fix_command)
+    if not as_json:
+        from dflash_provision.cli.runtime_check import emit_report
+
+        emit_report(report, as_json=False)
+    return report
