@@ -156,6 +156,10 @@ def test_launch_over_ssh_serves_and_keeps_running_after_the_session_ends(bed: Be
     # The CLI process (and its SSH connection) is gone; the server still runs and answers.
     pid = bed.pid()
     assert pid is not None and bed.group(pid), "no server process after the session ended"
+    # Its own session, and no SSH session process above it any more: its parent is the host's
+    # PID 1 (the orphan was reparented when the launch's shell ended).
+    ppid, sid = bed.sh('ps -o ppid=,sid= -p "$1"', str(pid)).split()
+    assert (int(ppid), int(sid)) == (1, pid)
     status = bed.run("status", "--json")
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
@@ -322,6 +326,23 @@ def test_sliding_layers_without_a_window_are_refused_then_fail_with_vllms_own_li
     )
 
 
+def test_a_server_not_ready_in_time_keeps_starting_and_launch_again_waits_for_it(
+    bed: Bed,
+) -> None:
+    control = "/root/standin/control.json"
+    write_control(bed.host, control, {"startup_delay_s": 15})
+    env = {CONTROL_ENV: control}
+    slow = bed.launch("--ready-timeout", "2", env=env)
+    assert slow.returncode == ExitCode.LAUNCH_FAILED, slow.stdout + slow.stderr
+    assert "not ready within 2 s" in slow.stdout and "still starting" in slow.stdout
+    pid = bed.pid()
+    assert pid is not None and bed.group(pid), "a slow server must be left running"
+
+    again = bed.launch(env=env)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "already-running" in again.stdout and bed.pid() == pid
+
+
 # --------------------------------------------------------------------------------------------
 # pre-flight refusals: nothing starts
 
@@ -401,7 +422,7 @@ def test_launch_status_stop_inside_an_lxc_container_behind_ssh(
     assert launched.returncode == 0, launched.stdout + launched.stderr
     assert "ready" in launched.stdout
 
-    status = bed.run("status", "--json", *python, target=target)
+    status = bed.run("status", "--json", target=target)  # the record's python is used
     assert status.returncode == 0, status.stderr
     data = json.loads(status.stdout)
     assert data["state"] == "ready" and data["health_status"] == 200
@@ -415,7 +436,7 @@ def test_launch_status_stop_inside_an_lxc_container_behind_ssh(
 
     stopped = bed.run("stop", target=target)
     assert stopped.returncode == 0, stopped.stderr
-    after = bed.run("status", *python, target=target)
+    after = bed.run("status", target=target)
     assert after.returncode == ExitCode.NOT_RUNNING
     left = container.attach(["sh", "-c", "ps -o pid,args | grep -c '[v]llm_standin' || true"])
     assert str(left.stdout).strip() == "0"

@@ -6,7 +6,9 @@ import json
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -17,8 +19,18 @@ from dflash_provision.cli._connect import (
     connection_options,
 )
 
+if TYPE_CHECKING:
+    from dflash_provision.runtime.check import CheckReport
+    from dflash_provision.runtime.launch import LaunchRequest, LaunchResult
+    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.target import Target
+    from dflash_provision.transport.base import Transport
 
-def port_option(func):  # type: ignore[no-untyped-def]
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def port_option(func: F) -> F:
+    """--port, the same for launch, status, stop and logs."""
     return click.option(
         "--port",
         type=click.IntRange(1, 65535),
@@ -207,7 +219,7 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _render(result) -> None:  # type: ignore[no-untyped-def]
+def _render(result: LaunchResult) -> None:
     pre, record = result.preflight, result.record
     click.echo(f"launch {result.target} port {result.port}")
     click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {pre.drafter_sha256[:12]} matches")
@@ -239,7 +251,14 @@ def _render(result) -> None:  # type: ignore[no-untyped-def]
         click.echo("  (what was left of the server was stopped)")
 
 
-def _runtime_check(transport, target, authority, request, *, as_json: bool):  # type: ignore[no-untyped-def]
+def _runtime_check(
+    transport: Transport,
+    target: Target,
+    authority: LoadedConfig,
+    request: LaunchRequest,
+    *,
+    as_json: bool,
+) -> CheckReport | None:
     """runtime-check (CHECKS' stages a-e) on the connection launch already has; the report is
     printed here in human mode and returned (None when this build has no runtime-check)."""
     if find_spec("dflash_provision.runtime.check") is None:

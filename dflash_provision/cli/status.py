@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import shlex
+from typing import TYPE_CHECKING
 
 import click
 
 from dflash_provision.cli._connect import Connection, connection_options
 from dflash_provision.cli.launch import port_option
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.process import ServerStatus
 
 
 @click.command(
@@ -51,7 +55,7 @@ def command(
         ctx.exit(int(ExitCode.NOT_RUNNING))
 
 
-def _render(status) -> None:  # type: ignore[no-untyped-def]
+def _render(status: ServerStatus) -> None:
     server, record = status.server, status.last_record
     where = f"port {status.port} on {status.target}"
     if server is None:
