@@ -106,8 +106,8 @@ class Bed:
         return str(proc.stdout)
 
     def pid(self) -> int | None:
-        text = self.sh('cat "$1" 2>/dev/null || true', f"{STATE}/{self.port}/pid").strip()
-        return int(text) if text.isdigit() else None
+        text = self.sh('cat "$1" 2>/dev/null || true', f"{STATE}/{self.port}/pid").split()
+        return int(text[0]) if text and text[0].isdigit() else None  # "PID START_TIME"
 
     def group(self, pgid: int) -> list[int]:
         """Live (non-zombie) processes of process group ``pgid`` inside the host."""
@@ -245,6 +245,21 @@ def test_stop_leaves_nothing_of_the_server_and_status_says_not_running(bed: Bed)
     assert status.returncode == ExitCode.NOT_RUNNING
     assert "not running" in status.stdout and "last launch" in status.stdout
     assert bed.run("stop").returncode == ExitCode.NOT_RUNNING
+
+
+def test_a_pidfile_from_before_a_reboot_never_gets_another_process_signalled(bed: Bed) -> None:
+    # The pidfile lives in $HOME and outlives a reboot, after which its pid may be another
+    # program's: the recorded start time no longer matches, so it is not our server.
+    assert bed.launch().returncode == 0
+    pid = bed.pid()
+    assert pid is not None
+    bed.sh('printf "%s 1\\n" "$1" > "$2"', str(pid), f"{STATE}/{bed.port}/pid")
+
+    stop = bed.run("stop", "--timeout", "1")
+    assert stop.returncode == ExitCode.NOT_RUNNING, stop.stdout + stop.stderr
+    assert f"held by pid {pid}" in stop.stdout and "left alone" in stop.stdout
+    assert bed.group(pid), "a process the pidfile does not really name was signalled"
+    assert "NOT started by us" in bed.run("status").stdout
 
 
 def test_stop_kills_a_process_group_that_ignores_sigterm(bed: Bed) -> None:

@@ -212,7 +212,10 @@ def _read_log(ctx: CheckContext) -> Any:
     tail = read_log(
         ctx.transport, server.record, LOG_LINES, max_bytes=LOG_BYTES, timeout=ctx.timeout
     )
-    return parse_log(tail.lines) if tail.present else None
+    if not tail.present:
+        return None
+    ctx.log_size = tail.size
+    return parse_log(tail.lines)
 
 
 def _serve_stages(
@@ -283,11 +286,22 @@ def _metrics_text(access: Any, timeout: float) -> str:
 
 
 def _fatal_since(ctx: CheckContext) -> list[str]:
-    """Fatal lines the server logged (read again: a failed request logs its error now)."""
-    if ctx.server is None or ctx.server.record is None:
+    """Fatal lines the server logged since stage c read its log (a failed request logs its
+    error as it answers)."""
+    from dflash_provision.runtime.process import read_log
+    from dflash_provision.runtime.vllm_log import parse_log
+
+    if ctx.server is None or ctx.server.record is None or ctx.log_size is None:
         return []
-    facts = _read_log(ctx)
-    return list(facts.fatal) if facts is not None else []
+    tail = read_log(
+        ctx.transport,
+        ctx.server.record,
+        LOG_LINES,
+        max_bytes=LOG_BYTES,
+        offset=ctx.log_size,
+        timeout=ctx.timeout,
+    )
+    return parse_log(tail.lines).fatal if tail.present else []
 
 
 __all__ = [

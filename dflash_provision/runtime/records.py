@@ -3,7 +3,9 @@
 Per port, on the machine (or in the container) that runs vLLM::
 
     ${XDG_STATE_HOME:-$HOME/.local/state}/dflash-provision/vllm/<port>/     (mode 0700)
-        pid           the server's pid (= its process group: it is started with setsid)
+        pid           "PID START_TIME": the server's pid (= its process group: it is started
+                      with setsid) and its start time (/proc/PID/stat field 22), so a pid
+                      reused after a reboot is never taken for ours
         server.log    vLLM's stdout and stderr, appended across launches
         launch.json   this record (one JSON object)
 

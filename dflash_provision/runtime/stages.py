@@ -109,6 +109,7 @@ class CheckContext:
     probe: dict[str, Any] | None = None
     server: Any = None  # process.RunningServer
     log: LogFacts | None = None
+    log_size: int | None = None  # the log's size when it was read: later lines come after
 
     @property
     def target_layer_ids(self) -> list[int] | None:
@@ -262,7 +263,13 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
     problems: list[str] = []
     auth = ctx.auth_doc
     aux = draft.get("aux_layer_ids")
-    if ctx.expected_aux is not None and aux != ctx.expected_aux:
+    if ctx.expected_aux is not None and aux is None:
+        why = f" ({draft['aux_error']})" if draft.get("aux_error") else ""
+        problems.append(
+            "vLLM takes no auxiliary layer ids from this config: it falls back to the model's "
+            f'defaults ("from model"), expected target_layer_ids + 1 = {ctx.expected_aux}{why}'
+        )
+    elif ctx.expected_aux is not None and aux != ctx.expected_aux:
         problems.append(
             f"vLLM's auxiliary layer ids {aux}, expected target_layer_ids + 1 = {ctx.expected_aux}"
         )
@@ -274,6 +281,9 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
             continue
         if index >= len(layer_types):
             problems.append(f"vLLM builds layer {index}; layer_types has {len(layer_types)}")
+            continue
+        if layer.get("error"):
+            problems.append(f"vLLM refuses layer {index}: {layer['error']}")
             continue
         want = window if layer_types[index] == _SLIDING else None
         if layer.get("sliding_window") != want:
@@ -304,6 +314,8 @@ def stage_loader(
     """b: the config as the target's transformers loads it, and vLLM's resolution there."""
     name = STAGE_NAMES["b"]
     probe = run_probe(ctx, python, model, num_spec)
+    if isinstance(probe, dict) and probe.get("error") and "effective" not in probe:
+        probe = f"the probe refused its arguments: {probe['error']}"
     if isinstance(probe, str):
         return StageResult("b", name, StageStatus.FAILED, probe, [probe], {"python": python})
     ctx.probe = probe
@@ -355,6 +367,12 @@ def _vllm_part(
         f"vLLM resolves aux layer ids {draft.get('aux_layer_ids')}, windows "
         f"{[layer.get('sliding_window') for layer in draft.get('layers') or []]}"
     )
+    if draft.get("mixed_layout_error"):
+        # Not a wrong value: the V1 runner refuses mixed layouts; launch adds the V2 runner.
+        evidence.append(
+            f"mixed sliding/full layout: needs VLLM_USE_V2_MODEL_RUNNER=1 "
+            f"({draft['mixed_layout_error']})"
+        )
     return compare_vllm_draft(ctx, draft)
 
 
@@ -396,21 +414,23 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
     problems = _argv_problems(ctx, spec)
     problems += _log_problems(ctx, spec, evidence)
     data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}
-    if ctx.log is not None:
+    warnings = []
+    if ctx.log is None:
+        data["log"] = None
+        warnings.append(
+            "the server's start-up log is not readable (not started by dflash-provision launch): "
+            "engine version and auxiliary layers not verified"
+        )
+    else:
         data["log"] = ctx.log.to_dict()
     if problems:
+        fix = _server_fix(ctx, problems)
         return StageResult(
-            "c",
-            name,
-            StageStatus.FAILED,
-            problems[0],
-            evidence + problems,
-            data,
-            fix=_server_fix(ctx, problems),
+            "c", name, StageStatus.FAILED, problems[0], evidence + problems, data, fix, [], warnings
         )
     n = spec.get("num_speculative_tokens")
     summary = f"dflash with {ctx.target.model_dir}, {n} speculative tokens, aux {ctx.expected_aux}"
-    return StageResult("c", name, StageStatus.PASSED, summary, evidence, data)
+    return StageResult("c", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings)
 
 
 def _argv_problems(ctx: CheckContext, spec: dict[str, Any]) -> list[str]:
@@ -438,7 +458,6 @@ def _argv_problems(ctx: CheckContext, spec: dict[str, Any]) -> list[str]:
 def _log_problems(ctx: CheckContext, spec: dict[str, Any], evidence: list[str]) -> list[str]:
     facts = ctx.log
     if facts is None:
-        evidence.append("start-up log not readable: engine version and aux layers not verified")
         return []
     problems = []
     engine = facts.engine

@@ -16,7 +16,7 @@ case $where in
 	state_dir "$where"
 	log=$sdir/server.log
 	alive=0
-	read_pid && group_alive "$pid" && alive=1
+	read_pid && server_alive && alive=1
 	say "alive $alive"
 	;;
 esac

@@ -16,17 +16,41 @@ state_dir() {
 	sdir=$base/dflash-provision/vllm/$1
 }
 
-# read_pid: sets $pid from the pidfile when it holds a number; false otherwise.
+# start_time PID: sets $stime to PID's start time (clock ticks since boot, /proc/PID/stat field
+# 22), or empty when PID does not exist.
+start_time() {
+	stime=
+	line=
+	IFS= read -r line <"/proc/$1/stat" 2>/dev/null || return 1
+	set -- ${line##*) }
+	[ $# -ge 20 ] || return 1
+	shift 19
+	stime=$1
+}
+
+# read_pid: sets $pid (and $pid_stime, the start time recorded with it) from the pidfile; false
+# when there is none or it does not hold a number.
 read_pid() {
 	pid=
+	pid_stime=
 	[ -f "$sdir/pid" ] || return 1
-	IFS= read -r pid <"$sdir/pid" || true
+	IFS=' ' read -r pid pid_stime _ <"$sdir/pid" || true
 	case $pid in
 	'' | *[!0-9]*)
 		pid=
 		return 1
 		;;
 	esac
+}
+
+# server_alive: the pidfile's server still runs. Its process group has live members AND, when
+# its leader is still there, the leader started when the pidfile says: the pidfile sits in
+# $HOME and outlives a reboot, after which the same pid may be another program's.
+server_alive() {
+	group_alive "$pid" || return 1
+	[ -n "$pid_stime" ] || return 0
+	start_time "$pid" || return 0
+	[ "$stime" = "$pid_stime" ]
 }
 
 # members PGID: sets $members to the pids of process group PGID that are not zombies. kill -0

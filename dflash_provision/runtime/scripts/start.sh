@@ -20,7 +20,7 @@ if ! err=$(mkdir -p "$sdir" 2>&1 && chmod 700 "$sdir" 2>&1); then
 	say "error cannot create $(oneline "$sdir"): $(oneline "$err")"
 	exit 0
 fi
-if read_pid && group_alive "$pid"; then
+if read_pid && server_alive; then
 	say "status running"
 	say "pid $pid"
 	exit 0
@@ -46,7 +46,8 @@ else
 	setsid "$@" </dev/null >>"$log" 2>&1 &
 fi
 pid=$!
-printf '%s\n' "$pid" >"$sdir/pid.tmp" && mv -f "$sdir/pid.tmp" "$sdir/pid"
+start_time "$pid" || stime=
+printf '%s %s\n' "$pid" "$stime" >"$sdir/pid.tmp" && mv -f "$sdir/pid.tmp" "$sdir/pid"
 say "status started"
 say "pid $pid"
 say "log $log"

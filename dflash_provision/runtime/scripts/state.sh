@@ -17,7 +17,7 @@ cmdpid=
 alive=0
 if read_pid; then
 	say "pid $pid"
-	if group_alive "$pid"; then
+	if server_alive; then
 		alive=1
 		cmdpid=$pid
 	fi

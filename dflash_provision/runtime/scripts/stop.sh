@@ -12,7 +12,7 @@ if ! read_pid; then
 	exit 0
 fi
 say "pid $pid"
-if ! group_alive "$pid"; then
+if ! server_alive; then
 	rm -f "$sdir/pid"
 	say "status not-running"
 	exit 0
