@@ -419,7 +419,12 @@ def _await(
         )
         return result
     if ready.outcome == "fatal":
-        stop_server(transport, request.port, timeout=request.stop_timeout, command_timeout=60.0)
+        stop_server(
+            transport,
+            request.port,
+            timeout=request.stop_timeout,
+            command_timeout=request.command_timeout,
+        )
         result.stopped_after_failure = True
     why = ready.fatal_lines[0] if ready.fatal_lines else "no error line in its log"
     verb = "exited during start-up" if ready.outcome == "exited" else "failed during start-up"

@@ -171,5 +171,6 @@ def wait_ready(
             newest = next((line for line in reversed(lines) if line.strip()), last_line)
             last_line = newest
             health = "no answer" if status is None else f"HTTP {status}"
-            progress(elapsed, f"/health: {health}; log: {newest.strip()[:160]}")
+            said = f"; log: {newest.strip()[:160]}" if newest.strip() else ""
+            progress(elapsed, f"/health: {health}{said}")
         time.sleep(min(poll_s, max(0.0, deadline - time.monotonic())))
