@@ -27,7 +27,14 @@ if [ ! -f "$log" ]; then
 	exit 0
 fi
 say "status present"
-say "size $(wc -c <"$log")"
+size=$(wc -c <"$log")
+say "size $size"
+# Only the log's last bytes are ever read (tail seeks on a file): at most MAXBYTES, and none
+# from before OFFSET (a log shorter than OFFSET was truncated: all of it is new).
+[ "$offset" -le "$size" ] || offset=0
+n=$((size - offset))
+[ "$n" -le "$maxbytes" ] || n=$maxbytes
 say data
 flush
-tail -c +$((offset + 1)) "$log" | tail -n "$lines" | tail -c "$maxbytes"
+[ "$n" -gt 0 ] || exit 0
+tail -c "$n" "$log" | tail -n "$lines"
