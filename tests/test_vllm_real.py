@@ -338,16 +338,30 @@ def test_the_venv_runs_inside_a_fake_host(bed: RealBed) -> None:
     assert done.stdout.split()[0] == "0.32.0"
 
 
+@dataclass
+class Launched:
+    port: int
+    launch: Run
+
+
+@pytest.fixture(scope="module")
+def agreeing_server(bed: RealBed) -> Iterator[Launched]:
+    """The agreeing drafter launched once for the tests that read from a healthy server."""
+    port = free_port()
+    launched = bed.launch("agreeing", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+    print(f"launch-to-ready (CLI wall time, real vLLM): {launched.seconds:.1f} s")
+    yield Launched(port, launched)
+    bed.stop("agreeing", port)
+
+
 @pytest.mark.vllm
 @pytest.mark.integration
 @pytest.mark.root
 def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
-    bed: RealBed, port: int
+    bed: RealBed, agreeing_server: Launched
 ) -> None:
-    launched = bed.launch("agreeing", port, "--no-check")
-    assert launched.returncode == 0, launched.output
-    print(f"launch-to-ready (CLI wall time, real vLLM): {launched.seconds:.1f} s")
-
+    port = agreeing_server.port
     before = raw_counters(port)
     check = bed.on_target("runtime-check", "agreeing", port, "--json")
     after = raw_counters(port)
@@ -368,12 +382,50 @@ def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
     assert "0.32.0" in " ".join(server["evidence"]) + server["summary"]
     assert stage(report, "b")["data"]["probe"]["vllm"]["draft"]["aux_layer_ids"] == [2, 4]
 
-    status = bed.cli("status", bed.target("agreeing"), "--port", str(port), *bed.ssh_options())
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_replies_through_the_ssh_forward_arrive_whole(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    # Real vLLM's /metrics is ~60 KB: more than one SSH channel window, unlike the stand-in's.
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.target import parse_target
+    from dflash_provision.transport.factory import open_transport
+    from dflash_provision.transport.ssh import SshOptions
+
+    assert bed.host.client is not None
+    options = SshOptions(ssh_config_path=str(bed.host.client.ssh_config), use_agent=False)
+    transport = open_transport(parse_target(bed.target("agreeing")), options)
+    lengths = []
+    try:
+        with open_server(transport, agreeing_server.port) as access:
+            for _ in range(10):
+                reply = access.request("GET", "/metrics", timeout=60, max_bytes=1 << 22)
+                lengths.append((len(reply.body), int(reply.headers["content-length"])))
+    finally:
+        transport.close()
+    assert [got for got, _ in lengths] == [announced for _, announced in lengths]
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_status_then_stop_leaves_no_vllm_process_behind(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    port = agreeing_server.port
+    target = bed.target("agreeing")
+    status = bed.cli("status", target, "--port", str(port), *bed.ssh_options())
     assert status.returncode == 0, status.output
+    assert bed.vllm_processes() != []
 
     stopped = bed.stop("agreeing", port)
     assert stopped.returncode == 0, stopped.output
     assert bed.vllm_processes() == []
+    again = bed.cli("status", target, "--port", str(port), *bed.ssh_options())
+    assert again.returncode == ExitCode.NOT_RUNNING, again.output
 
 
 @pytest.mark.vllm
