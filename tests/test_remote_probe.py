@@ -8,6 +8,7 @@ Fast tests use the project's own Python and real transformers (no vLLM there). T
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -33,9 +34,14 @@ def write_config(directory: Path, doc: dict[str, Any]) -> Path:
 
 
 def run_probe(
-    python: str, *args: str, env: dict[str, str] | None = None
+    python: str, *args: str, env: dict[str, str] | None = None, cache: Path | None = None
 ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
-    """Run the probe as the product does; returns the process and its parsed JSON answer."""
+    """Run the probe as the product does; returns the process and its parsed JSON answer.
+
+    The answer cache is off unless ``cache`` names a directory for it (never the real ~/.cache).
+    """
+    env = dict(os.environ if env is None else env)
+    env[remote_probe.CACHE_ENV] = str(cache) if cache else "off"
     done = subprocess.run(
         [python, "-", *args],
         input=remote_probe.probe_source(),
@@ -143,6 +149,38 @@ def test_probe_reports_a_vllm_that_fails_to_import(tmp_path: Path) -> None:
     assert answer["vllm"]["importable"] is False
     assert answer["vllm"]["error"] == "ImportError: broken build: no _C"
     assert answer["effective"]["error"] is None  # the loader part still answered
+
+
+@pytest.mark.integration
+def test_probe_answer_is_cached_until_the_drafter_config_changes(tmp_path: Path) -> None:
+    drafter = write_config(tmp_path / "d", tiny_models.drafter_config(spec("agreeing")))
+    cache = tmp_path / "cache"
+    _, first = run_probe(sys.executable, "--drafter", str(drafter), cache=cache)
+    _, second = run_probe(sys.executable, "--drafter", str(drafter), cache=cache)
+    assert first["cached"] is False
+    assert second["cached"] is True
+    assert {**second, "cached": False} == first
+    assert len(list(cache.glob("*.json"))) == 1
+
+    write_config(drafter, tiny_models.drafter_config(spec("mixed")))  # same path, new bytes
+    _, changed = run_probe(sys.executable, "--drafter", str(drafter), cache=cache)
+    assert changed["cached"] is False
+    assert changed["effective"]["config"]["num_hidden_layers"] == 5
+    _, bypassed = run_probe(sys.executable, "--drafter", str(drafter), "--no-cache", cache=cache)
+    assert bypassed["cached"] is False
+
+
+def test_probe_caches_no_answer_that_timed_out(tmp_path: Path) -> None:
+    fake = tmp_path / "site"
+    (fake / "transformers").mkdir(parents=True)
+    (fake / "transformers" / "__init__.py").write_text("import time\ntime.sleep(600)\n")
+    drafter = write_config(tmp_path / "d", tiny_models.drafter_config(spec("agreeing")))
+    env = {"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
+    cache = tmp_path / "cache"
+    args = ("--drafter", str(drafter), "--timeout", "1")
+    _, answer = run_probe(sys.executable, *args, env=env, cache=cache)
+    assert answer["effective"]["error"] == "probe timed out after 1 s"
+    assert not list(cache.glob("*.json"))
 
 
 def test_rendered_answer_stays_under_the_size_limit_and_keeps_the_key_fields() -> None:

