@@ -126,7 +126,7 @@ def _put(host: Host, path: str, data: bytes) -> None:
 
 @pytest.fixture
 def bed(ssh_host: Host, tmp_path: Path) -> Iterator[Bed]:
-    standin = install_standin(ssh_host, "/root/standin")
+    standin = install_standin(ssh_host, "/root/standin", verify=False)  # launch asks it
     _put(ssh_host, f"{DRAFTER_DIR}/config.json", REFERENCE)
     _put(ssh_host, f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
     authority = tmp_path / "authoritative.json"
@@ -414,7 +414,7 @@ def test_a_port_held_by_a_process_launch_did_not_start_is_refused(bed: Bed) -> N
 def container_bed(bed: Bed) -> Iterator[tuple[Bed, Container]]:
     container = standin_container(bed.host)
     try:
-        installed = install_standin(container, "/root/standin")
+        installed = install_standin(container, "/root/standin", verify=False)
         for path, data in (
             (f"{DRAFTER_DIR}/config.json", REFERENCE),
             (f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes()),
