@@ -122,9 +122,7 @@ def test_stage_c_fails_on_the_from_model_fallback() -> None:
 def test_stage_c_without_a_readable_log_passes_on_argv_and_says_what_it_could_not_see() -> None:
     result = serving(SPEC, None)
     assert result.passed
-    assert (
-        "start-up log not readable: engine version and aux layers not verified" in result.evidence
-    )
+    assert "engine version and auxiliary layers not verified" in result.warnings[0]
 
 
 @pytest.mark.parametrize(
@@ -183,3 +181,17 @@ def test_fleet_prometheus_text_has_per_host_acceptance_only_when_measured(tmp_pa
     assert 'dflash_runtime_check_passed{host="g2",group="east",path="/m/config.json"} 0' in text
     assert "# TYPE dflash_runtime_mean_acceptance_length gauge" in text
     assert fleet_check.fleet_exit_code(rows) == ExitCode.UNREACHABLE
+
+
+def test_vllm_falling_back_to_the_models_layers_and_refusing_a_layer_are_named() -> None:
+    draft = good_draft()
+    draft["aux_layer_ids"] = None  # get_eagle3_aux_layers_from_config found no ids
+    draft["layers"][1] = {
+        "index": 1,
+        "sliding_window": None,
+        "causal": None,
+        "error": "ValueError: DFlash sliding attention requires a window size",
+    }
+    problems = compare_vllm_draft(ctx(), draft)
+    assert '("from model")' in problems[0] and "[2, 17, 32, 47, 62]" in problems[0]
+    assert "vLLM refuses layer 1: ValueError: DFlash sliding attention requires" in problems[1]

@@ -323,3 +323,37 @@ def test_runtime_check_inside_an_lxc_container_behind_ssh_passes_every_stage(
     probe = stages(report)["b"]["data"]["probe"]
     assert probe["effective"]["config"]["layer_types"][0] == "sliding_attention"
     assert stages(report)["e"]["data"]["acceptance_rate"] == pytest.approx(0.6, abs=0.01)
+
+
+def test_a_server_the_tool_did_not_start_is_found_by_its_port_and_checked(bed: Bed) -> None:
+    # Started by hand, as an operator would: no pidfile, no launch record, no known log.
+    spec = json.dumps({"method": "dflash", "model": DRAFTER_DIR, "num_speculative_tokens": 7})
+    script = (
+        # The reference drafter mixes sliding and full layers: vLLM needs its V2 runner.
+        f'{CONTROL_ENV}="$4" VLLM_USE_V2_MODEL_RUNNER=1 setsid "$1" serve "$2" '
+        '--speculative-config "$3" '
+        '--host 127.0.0.1 --port "$5" > /root/by-hand.log 2>&1 < /dev/null &'
+    )
+    bed.host.exec(
+        ["sh", "-c", script, "sh", bed.standin.vllm, TARGET_DIR, spec, CONTROL, str(bed.port)],
+        check=True,
+    )
+    wait = (
+        "import sys, time, urllib.request\n"
+        "for _ in range(240):\n"
+        "    try:\n"
+        "        urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/health', timeout=1)\n"
+        "        sys.exit(0)\n"
+        "    except OSError:\n"
+        "        time.sleep(0.5)\n"
+        "sys.exit(open('/root/by-hand.log').read()[-2000:])\n"
+    )
+    ready = bed.host.exec(["/usr/bin/python3", "-c", wait, str(bed.port)], timeout=280)
+    assert ready.returncode == 0, ready.stderr
+
+    code, report = bed.check_json("--python", bed.standin.python)
+    assert code == 0, json.dumps(report, indent=1)[:3000]
+    c = stages(report)["c"]
+    assert c["data"]["spec"]["num_speculative_tokens"] == 7
+    assert "not started by dflash-provision launch" in c["warnings"][0]
+    assert stages(report)["e"]["data"]["acceptance_rate"] == pytest.approx(0.6, abs=0.01)
