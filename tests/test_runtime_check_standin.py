@@ -68,14 +68,20 @@ class Bed:
         assert self.host.client is not None
         return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
 
-    def launch(self, *extra: str, drafter: str = DRAFTER_DIR, authority: bytes = REFERENCE):
-        """Start the stand-in with the drafter (launch's own pre-flight, no check)."""
+    def launch(
+        self,
+        *extra: str,
+        drafter: str = DRAFTER_DIR,
+        authority: bytes = REFERENCE,
+        check: bool = False,
+    ):
+        """Start the stand-in with the drafter (launch's own pre-flight; no check unless asked)."""
         proc = self.cli.run(
             "launch", f"{self.host.alias}:{drafter}", "--model", TARGET_DIR,
             "--from", self.authority(authority), "--vllm", self.standin.vllm,
             "--python", self.standin.python, "--port", str(self.port),
-            "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", "300", "--no-check",
-            *self.ssh(), *extra,
+            "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", "300",
+            *([] if check else ["--no-check"]), *self.ssh(), *extra,
         )  # fmt: skip
         assert proc.returncode == 0, proc.stdout + proc.stderr
         return proc
@@ -357,3 +363,10 @@ def test_a_server_the_tool_did_not_start_is_found_by_its_port_and_checked(bed: B
     assert c["data"]["spec"]["num_speculative_tokens"] == 7
     assert "not started by dflash-provision launch" in c["warnings"][0]
     assert stages(report)["e"]["data"]["acceptance_rate"] == pytest.approx(0.6, abs=0.01)
+
+
+def test_launch_runs_runtime_check_with_its_own_authority_and_connection(bed: Bed) -> None:
+    proc = bed.launch(check=True)
+    assert "started: vLLM 0.32.0+dflash-standin ready" in proc.stdout
+    assert "e  acceptance: PASSED" in proc.stdout
+    assert "runtime-check passed" in proc.stdout

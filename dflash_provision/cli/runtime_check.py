@@ -73,6 +73,7 @@ _STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
     show_default=True,
     help="Tokens each smoke prompt generates (fixed length: ignore_eos).",
 )
+@click.option("--lock-repo", metavar="OWNER/NAME", help="Which repo's entry of the lock file.")
 @click.option("--python", help="The target's Python for the probe (default: the server's).")
 @click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
 @click.option(
@@ -99,6 +100,7 @@ def command(
     max_tokens: int,
     python: str | None,
     model: str | None,
+    lock_repo: str | None,
     skip_loader: bool,
     as_json: bool,
     prometheus: Path | None,
@@ -117,14 +119,16 @@ def command(
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:
-        ctx.exit(_single(selection, connection, settings, as_json))
+        ctx.exit(_single(selection, connection, settings, as_json, lock_repo))
     ctx.exit(_fleet(selection, connection, settings, as_json, prometheus))
 
 
 # -- one target --------------------------------------------------------------------------------
 
 
-def authority_for_single(selection: FleetSelection) -> tuple[LoadedConfig, str]:
+def authority_for_single(
+    selection: FleetSelection, lock_repo: str | None = None
+) -> tuple[LoadedConfig, str]:
     """The authoritative config as push resolves it (``./dflash.lock`` by default), and the push
     options that name it again (for the fix command)."""
     import shlex
@@ -137,12 +141,13 @@ def authority_for_single(selection: FleetSelection) -> tuple[LoadedConfig, str]:
     repo = selection.repo
     if repo and selection.revision:
         repo = f"{repo.split('@', 1)[0]}@{selection.revision}"
-    loaded = resolve_authoritative(repo, selection.from_file, selection.lock)
+    loaded = resolve_authoritative(repo, selection.from_file, selection.lock, lock_repo=lock_repo)
     args = []
     for flag, value in (
         ("--repo", repo),
         ("--from", selection.from_file),
         ("--lock", selection.lock),
+        ("--lock-repo", lock_repo),
     ):
         if value:
             args.append(f"{flag} {shlex.quote(value)}")
@@ -150,7 +155,11 @@ def authority_for_single(selection: FleetSelection) -> tuple[LoadedConfig, str]:
 
 
 def _single(
-    selection: FleetSelection, connection: Connection, settings: CheckSettings, as_json: bool
+    selection: FleetSelection,
+    connection: Connection,
+    settings: CheckSettings,
+    as_json: bool,
+    lock_repo: str | None,
 ) -> int:
     from dflash_provision.runtime.check import push_fix_command, run_check
     from dflash_provision.target import parse_target
@@ -160,7 +169,7 @@ def _single(
         from dflash_provision.inventory.common import with_path
 
         target = with_path(target, selection.model_path, "command line", "--path")
-    authority, args = authority_for_single(selection)
+    authority, args = authority_for_single(selection, lock_repo)
     with connection.open(target) as transport:
         report = run_check(
             transport, target, authority, settings, push_fix=push_fix_command(target, args)
@@ -190,11 +199,53 @@ def check_after_launch(
     return int(report.exit_code)
 
 
+# The launching command's own options that mean the same here (its ctx.params, as parsed).
+_INHERITED_VALUES = {
+    "repo": "--repo",
+    "from_file": "--from",
+    "lock": "--lock",
+    "lock_repo": "--lock-repo",
+    "python": "--python",
+    "connect_timeout": "--connect-timeout",
+    "command_timeout": "--command-timeout",
+    "ssh_config": "--ssh-config",
+    "known_hosts": "--known-hosts",
+    "lxc_path": "--lxc-path",
+}
+_INHERITED_FLAGS = {
+    "accept_new_host_key": "--accept-new-host-key",
+    "no_agent": "--no-agent",
+    "sudo": "--sudo",
+}
+
+
+def inherited_args(params: dict[str, Any]) -> list[str]:
+    """The authority, python and connection options of a launching command, as arguments."""
+    args: list[str] = []
+    for name, flag in _INHERITED_VALUES.items():
+        if params.get(name) is not None:
+            args += [flag, str(params[name])]
+    args += [flag for name, flag in _INHERITED_FLAGS.items() if params.get(name)]
+    for key in params.get("identity") or ():
+        args += ["--identity", str(key)]
+    return args
+
+
 def run_after_launch(ctx: click.Context, args: list[str]) -> int:
-    """Run this command with ``args`` (a fresh connection; default authority) and return its
-    exit code."""
+    """Run this command after ``launch``: ``args`` (TARGET, --port...) plus the launch's own
+    authority, python and connection options; returns the exit code."""
+    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    extra = inherited_args(ctx.params)
+    merged = list(args)
+    i = 0
+    while i < len(extra):  # what the caller passed explicitly wins
+        flag = extra[i]
+        takes_value = flag not in _INHERITED_FLAGS.values()
+        if flag not in given or flag == "--identity":
+            merged += extra[i : i + 2] if takes_value else [flag]
+        i += 2 if takes_value else 1
     try:
-        command.main(args=args, standalone_mode=False, obj=ctx.obj)
+        command.main(args=merged, standalone_mode=False, obj=ctx.obj)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     return 0
