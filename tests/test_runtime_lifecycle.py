@@ -432,6 +432,13 @@ def test_launch_status_stop_inside_an_lxc_container_behind_ssh(
 ) -> None:
     bed, container = container_bed
     target = f"{bed.host.alias}/lxc:{container.name}:{DRAFTER_DIR}"
+    # A busybox container has no python3 of its own: with no way to reach the port, nothing
+    # starts (rather than waiting out the ready timeout).
+    line = _error_line(bed.launch(target=target), ExitCode.REMOTE_FAILED)
+    assert "no python3 to reach the server's port" in line and "--python" in line
+    listing = container.attach(["sh", "-c", 'ls "$1" 2>&1 || true', "sh", STATE])
+    assert "No such file" in str(listing.stdout)
+
     python = ["--python", bed.standin.python]
     launched = bed.launch(*python, target=target)
     assert launched.returncode == 0, launched.stdout + launched.stderr

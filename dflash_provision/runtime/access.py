@@ -90,6 +90,17 @@ def open_server(transport: Transport, port: int, *, python: str | None = None) -
     return LocalAccess(port)
 
 
+def check_access(transport: Transport, port: int, *, python: str | None, timeout: float) -> None:
+    """Make sure the port can be reached before anything starts: for a container, that its
+    python runs (else RemoteStepFailed(step="access") naming --python). Nothing to check for
+    SSH and local access."""
+    access = open_server(transport, port, python=python)
+    if isinstance(access, ContainerAccess):
+        result = transport.run([access.python, "-c", "import urllib.request"], timeout=timeout)
+        if result.exit_status != 0:
+            raise access._no_python(result.exit_status, result.stderr)
+
+
 def _layers(transport: Transport) -> Iterator[Transport]:
     current: Transport | None = transport
     while current is not None:
@@ -281,12 +292,13 @@ class ContainerAccess(ServerAccess):
     def _no_python(self, status: int, stderr: bytes) -> RemoteStepFailed:
         text = stderr.decode("utf-8", "replace").strip()
         last = text.splitlines()[-1] if text else f"exit status {status}"
-        if status == 127:
+        if status in (126, 127):
             return RemoteStepFailed(
                 f"{self.transport.description}: no {self.python} to reach the server's port "
                 f"inside the container ({last}); name one with --python",
-                step="http",
+                step="access",
             )
         return RemoteStepFailed(
-            f"{self.transport.description}: the request program failed: {last[:300]}", step="http"
+            f"{self.transport.description}: {self.python} cannot make the request: {last[:300]}",
+            step="access",
         )

@@ -6,7 +6,8 @@ Pre-flight, before anything starts (each refusal names its fix):
 2. it validates, every layer, with the target model's config.json when MODEL is a directory on
    the target that holds one;
 3. ``num_speculative_tokens <= block_size - 1`` (default ``block_size - 1``);
-4. vLLM answers ``CMD --version`` on the target (the version goes into the record);
+4. vLLM answers ``CMD --version`` on the target (the version goes into the record), and the
+   port can be reached (in a container: its ``--python`` runs);
 5. a drafter mixing sliding and full attention layers gets ``VLLM_USE_V2_MODEL_RUNNER=1`` (vLLM's
    V1 runner refuses such drafts with NotImplementedError). An explicit ``--env
    VLLM_USE_V2_MODEL_RUNNER=0`` is refused. Whether the V2 runner can run on the target (on CPU it
@@ -37,7 +38,7 @@ from dflash_provision.errors import (
 )
 from dflash_provision.findings import ValidationReport
 from dflash_provision.remote.ops import read_remote_config
-from dflash_provision.runtime.access import open_server
+from dflash_provision.runtime.access import check_access, open_server
 from dflash_provision.runtime.process import (
     PortState,
     check_port,
@@ -164,6 +165,7 @@ def preflight(
     report = validate_config(authority.data, label=authority.label, target=target_bytes)
     warnings += _judge_validation(report, authority.label, force=request.force)
     version = vllm_version(transport, request.vllm_cmd, timeout=timeout)
+    check_access(transport, request.port, python=request.python, timeout=timeout)
     env, added = _runtime_env(doc, dict(request.env))
     from dflash_provision.push import _sha  # the one sha256 helper push and verify use
 

@@ -119,7 +119,11 @@ def probe_health(access: ServerAccess, *, timeout: float) -> int | None:
     """/health's status, or None when nothing answers yet (refused, reset, no reply)."""
     try:
         return access.request("GET", "/health", timeout=timeout, max_bytes=4096).status
-    except (UnreachableError, RemoteStepFailed):
+    except UnreachableError:
+        return None
+    except RemoteStepFailed as exc:
+        if exc.step == "access":  # no way to ask at all: waiting would not help
+            raise
         return None
 
 
