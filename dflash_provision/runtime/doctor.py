@@ -105,7 +105,7 @@ def diagnose(
     links = [
         _authoritative_link(authority),
         _from_stage("file on disk", a, ExitCode.DRIFT, fix=f"{push_fix}, then {restart}"),
-        _validation_link(check, push_fix),
+        _validation_link(check, push_fix, _target_model_config(transport, c, settings)),
         _loader_link(b, check),
         _vllm_link(b, c),
         _server_link(c, d, restart),
@@ -174,13 +174,30 @@ def _authoritative_link(authority: LoadedConfig) -> Link:
     )
 
 
-def _validation_link(check: CheckReport, push_fix: str) -> Link:
-    """The file on disk through every validate layer (it may be wrong AND invalid)."""
+def _target_model_config(
+    transport: Transport, c: StageResult, settings: CheckSettings
+) -> bytes | None:
+    """The target model's config.json when the model is a directory on the target (one read),
+    so validation can check hidden size, vocabulary and layer ids against it."""
+    from dflash_provision.remote.ops import read_remote_config
+
+    model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
+    if not model or not model.startswith("/") or "\n" in model:
+        return None
+    read = read_remote_config(
+        transport, model.rstrip("/") + "/config.json", timeout=settings.timeout, metadata=False
+    )
+    return read.data if read.present else None
+
+
+def _validation_link(check: CheckReport, push_fix: str, target: bytes | None) -> Link:
+    """The file on disk through every validate layer (it may be wrong AND invalid), with the
+    target model's config when it could be read."""
     from dflash_provision.validate import validate_config
 
     if check.disk_bytes is None:
         return Link("validation", StageStatus.SKIPPED, "no file on disk to validate")
-    report = validate_config(check.disk_bytes, label="file on disk")
+    report = validate_config(check.disk_bytes, label="file on disk", target=target)
     layers = ", ".join(f"{k} {v}" for k, v in report.layers.items())
     if report.ok:
         return Link("validation", StageStatus.PASSED, f"the file on disk validates ({layers})")
