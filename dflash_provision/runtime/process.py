@@ -89,6 +89,7 @@ class PortState:
     alive: bool  # the pidfile's process group has live members
     listening: bool  # something listens on the port (in the target's network namespace)
     listener_pid: int | None  # the listening process, when the target shows it
+    listener_pgid: int | None  # its process group
     log_path: str | None
     record: LaunchRecord | None
     record_error: str | None
@@ -107,7 +108,9 @@ class PortState:
             return False
         if not self.ours:
             return True
-        return self.listener_pid is not None and self.listener_pid != self.pid
+        if self.listener_pid is None or self.listener_pid == self.pid:
+            return False
+        return self.listener_pgid != self.pid  # a child of our server (same group) is ours
 
 
 def probe_port(
@@ -132,6 +135,7 @@ def probe_port(
         alive=fields.get("alive") == "1",
         listening=fields.get("listening") == "1",
         listener_pid=_opt_int(fields.get("listener")),
+        listener_pgid=_opt_int(fields.get("listener_pgid")),
         log_path=fields.get("log"),
         record=record,
         record_error=record_error,

@@ -76,8 +76,9 @@ group_alive() {
 	[ -n "$members" ]
 }
 
-# listener PORT: sets $inode to the socket inode listening on TCP PORT (any address, v4 or v6)
-# in this network namespace, or empty.
+# listener PORT: sets $inode to the socket inode listening on TCP PORT in this network namespace
+# at an address that 127.0.0.1 reaches (127.0.0.1, 0.0.0.0, ::, ::ffff:127.0.0.1), or empty.
+# Other addresses do not count: the fake hosts of the test bed, for one, share a namespace.
 listener() {
 	want=$(printf '%04X' "$1")
 	inode=
@@ -86,6 +87,11 @@ listener() {
 		while read -r _sl local _rem st _q _t _r _u _to ino _rest; do
 			[ "$st" = 0A ] || continue
 			[ "${local##*:}" = "$want" ] || continue
+			case ${local%:*} in
+			0100007F | 00000000 | 00000000000000000000000000000000) ;;
+			0000000000000000FFFF00000100007F) ;;
+			*) continue ;;
+			esac
 			inode=$ino
 			return 0
 		done <"$table"

@@ -5,6 +5,7 @@
 #   alive 1|0              that process group still has live (non-zombie) members
 #   listening 1|0          something listens on TCP PORT in this network namespace
 #   listener N             the pid holding that socket, when this namespace shows it
+#   listener_pgid N        its process group (a server's child holding the socket is still it)
 #   log PATH               the server log, when it exists
 #   record JSON            the launch record (one line), when it exists and is < 256 KiB
 #   cmdpid N               whose command line follows
@@ -28,6 +29,7 @@ if listener "$port"; then
 	owner_of "$inode"
 	if [ -n "$owner" ]; then
 		say "listener $owner"
+		IFS= read -r line <"/proc/$owner/stat" 2>/dev/null && set -- ${line##*) } && say "listener_pgid $3"
 		cmdpid=$owner
 	fi
 else
