@@ -323,31 +323,62 @@ def stage_loader(
         f"python {probe.get('python')} ({python}), transformers {probe.get('transformers')}"
     ]
     data: dict[str, Any] = {"python": python, "probe": probe}
-    loader: list[str] = []
-    eff = probe.get("effective") or {}
-    if not probe.get("transformers"):
-        loader.append(
-            f"{python} on the target cannot import transformers: give --python with the python "
-            "that runs vLLM"
-        )
-    elif eff.get("error") or not isinstance(eff.get("config"), dict):
-        loader.append(f"the target's transformers cannot load the drafter: {eff.get('error')}")
-    else:
-        found = compare_effective(ctx.auth_doc, eff["config"])
-        loader += [f"loaded on the target: {line}" for line in found]
-        if not found:
-            evidence.append(
-                "transformers on the target loads every critical field as authoritative"
-            )
+    loader, vs_authoritative = _loader_part(ctx, probe, python, evidence)
     vllm = _vllm_part(ctx, probe.get("vllm") or {}, model, evidence)
-    problems = loader + vllm
-    data.update(problems=problems, loader_problems=loader, vllm_problems=vllm)
+    problems = vs_authoritative + vllm
+    data.update(
+        problems=problems,
+        loader_problems=loader,
+        authoritative_problems=vs_authoritative,
+        vllm_problems=vllm,
+    )
     if problems:
-        summary = f"{len(problems)} problem(s) on the target: {problems[0]}"
+        summary = f"{len(problems)} problem(s) on the target; first: {problems[0]}"
         return StageResult("b", name, StageStatus.FAILED, summary, evidence + problems, data)
     return StageResult(
         "b", name, StageStatus.PASSED, "the target loads the authoritative values", evidence, data
     )
+
+
+def _loader_part(
+    ctx: CheckContext, probe: dict[str, Any], python: str, evidence: list[str]
+) -> tuple[list[str], list[str]]:
+    """(what the loader itself changes in the file on disk, how the loaded config differs from
+    the authoritative one). They differ only when the file on disk is not authoritative (stage
+    a): then the second list also holds the file's own differences, marked as such."""
+    eff = probe.get("effective") or {}
+    if not probe.get("transformers"):
+        refused = (
+            f"{python} on the target cannot import transformers: give --python with the python "
+            "that runs vLLM"
+        )
+        return [refused], [refused]
+    if eff.get("error") or not isinstance(eff.get("config"), dict):
+        refused = f"the target's transformers cannot load the drafter: {eff.get('error')}"
+        return [refused], [refused]
+    loaded = eff["config"]
+    vs_auth = compare_effective(ctx.auth_doc, loaded)
+    disk_doc = _disk_doc(ctx)
+    by_loader = compare_effective(disk_doc, loaded) if disk_doc is not None else vs_auth
+    if by_loader:
+        evidence += [f"the loader changes the file: {line}" for line in by_loader]
+    else:
+        evidence.append("transformers on the target keeps every critical field of the file")
+    if vs_auth and not by_loader:
+        marked = [f"loaded on the target (as the file on disk says): {line}" for line in vs_auth]
+    else:
+        marked = [f"loaded on the target: {line}" for line in vs_auth]
+    return by_loader, marked
+
+
+def _disk_doc(ctx: CheckContext) -> dict[str, Any] | None:
+    if ctx.disk is None or ctx.disk.data is None:
+        return None
+    try:
+        doc = json.loads(ctx.disk.data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
 
 
 def _vllm_part(
@@ -424,7 +455,7 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
     else:
         data["log"] = ctx.log.to_dict()
     if problems:
-        fix = _server_fix(ctx, problems)
+        fix = _server_fix(ctx, problems, port)
         return StageResult(
             "c", name, StageStatus.FAILED, problems[0], evidence + problems, data, fix, [], warnings
         )
@@ -495,8 +526,12 @@ def _log_problems(ctx: CheckContext, spec: dict[str, Any], evidence: list[str]) 
     return problems
 
 
-def _server_fix(ctx: CheckContext, problems: list[str]) -> str:
+def _server_fix(ctx: CheckContext, problems: list[str], port: int) -> str:
+    """Restart with the right settings; after a push first when the file on disk is wrong (the
+    server read it at start-up)."""
     target = shlex.quote(ctx.target.display())
+    wrong_file = ctx.disk is not None and ctx.disk.data != ctx.authority.data
+    first = f"{ctx.push_fix}, then " if wrong_file else ""
     model = server_model(ctx.server) or "MODEL"
     size, _ = block_size_of(ctx.auth_doc)
     n = (
@@ -504,7 +539,8 @@ def _server_fix(ctx: CheckContext, problems: list[str]) -> str:
         if size and any("num_speculative_tokens" in p for p in problems)
         else ""
     )
-    return f"dflash-provision launch {target} --model {shlex.quote(model)}{n} --restart"
+    launch = f"dflash-provision launch {target} --model {shlex.quote(model)} --port {port}"
+    return f"{first}{launch}{n} --restart"
 
 
 def server_model(server: Any) -> str | None:
