@@ -2,9 +2,10 @@
 the process exits or its log says start-up failed, with the log lines that say why.
 
 What counts as fatal while the process still runs (vLLM's API server can outlive its engine for
-a while): vLLM's DFlash refusals, NotImplementedError, an engine that failed to start, and lines
-logged at ERROR level. A bare Traceback only counts once the process is gone (libraries print
-tracebacks of optional imports that fail harmlessly).
+a while): vLLM's DFlash refusals, NotImplementedError, an engine that failed to start, and
+ERROR-level lines carrying an exception or a traceback; it then gets a few seconds to exit on
+its own. Other ERROR lines and a bare traceback only count once the process is gone (libraries
+print tracebacks of optional imports that fail harmlessly). See ``_rank``.
 """
 
 from __future__ import annotations
@@ -47,8 +48,9 @@ def _rank(line: str, *, exited: bool) -> int | None:
 
     0 vLLM's own DFlash refusals; 1 an exception's line, a command that could not run; 2 any
     other ERROR message; 3 "engine failed, see root cause above"; 4 a traceback's header.
-    While the server still runs, only ERROR-level lines and the DFlash refusals count (libraries
-    print harmless tracebacks of optional imports).
+    While the server still runs, only the DFlash refusals and ERROR-level lines that carry an
+    exception, an engine failure or a traceback count (libraries print harmless tracebacks of
+    optional imports, and not every ERROR line is fatal).
     """
     prefix = _PREFIX.match(line)
     level = prefix.group("level") if prefix else None
@@ -67,7 +69,9 @@ def _rank(line: str, *, exited: bool) -> int | None:
         return 4
     if _EXCEPTION.search(message) or (level is None and _NOT_EXECUTED.search(message)):
         return 1
-    return 2 if level is not None else None
+    # Any other ERROR message: only once the server has exited. vLLM logs some harmless ERROR
+    # lines while starting, and its engine's real failures say so in the lines above.
+    return 2 if level is not None and exited else None
 
 
 #: After a fatal line, how long a still-running server gets to exit on its own (vLLM's API
