@@ -36,6 +36,10 @@ while IFS= read -r assignment; do
 	[ -n "$assignment" ] && export "$assignment"
 done
 log=$sdir/server.log
+# The log is appended across launches; past 64 MiB the old part moves to server.log.1.
+if [ -f "$log" ] && [ "$(wc -c <"$log")" -gt 67108864 ]; then
+	mv -f "$log" "$log.1"
+fi
 printf '==== dflash-provision launch on port %s at %s\n' "$port" "$(date -u +%Y-%m-%dT%H:%M:%SZ)" >>"$log"
 offset=$(wc -c <"$log")
 # nohup when there is one (busybox containers may lack it): setsid alone already leaves no
