@@ -479,6 +479,8 @@ def test_sliding_layers_without_a_window_fail_launch_with_vllms_own_line(
 def test_wrong_target_layer_ids_serve_but_the_first_completion_fails(
     bed: RealBed, port: int
 ) -> None:
+    """vLLM logs ~60 ERROR lines for this request (the ValueError, its traceback, the engine's
+    death); the telling one is the ValueError, not the last three (EngineDeadError's tail)."""
     launched = bed.launch("wrong-ids", port, "--no-check", "--force")
     assert launched.returncode == 0, launched.output  # healthy: /health answers 200
 
