@@ -23,6 +23,7 @@ Typical use::
 from __future__ import annotations
 
 import json
+import os
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -307,6 +308,8 @@ def _corpus(lines: int = 400) -> Sequence[str]:
 
 def write_tokenizer(out: Path) -> None:
     """A byte-level BPE tokenizer (id 0 is end-of-text), saved as PreTrainedTokenizerFast."""
+    # transformers announces at import that torch is absent (true, and not needed here).
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
