@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     from dflash_provision.runtime.check import CheckReport, CheckSettings
     from dflash_provision.runtime.stages import StageResult
     from dflash_provision.sources import LoadedConfig
-    from dflash_provision.target import Target
-    from dflash_provision.transport.base import Transport
 
 _STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
 
@@ -174,27 +172,6 @@ def _single(
         report = run_check(
             transport, target, authority, settings, push_fix=push_fix_command(target, args)
         )
-    emit_report(report, as_json=as_json)
-    return int(report.exit_code)
-
-
-def check_after_launch(
-    transport: Transport,
-    target: Target,
-    authority: LoadedConfig,
-    *,
-    port: int,
-    python: str | None,
-    push_fix: str,
-    as_json: bool = False,
-    timeout: float = 60.0,
-) -> int:
-    """For ``launch``: the check on the connection and authority it already has; prints the
-    report and returns the exit code."""
-    from dflash_provision.runtime.check import CheckSettings, run_check
-
-    settings = CheckSettings(port=port, python=python, timeout=timeout)
-    report = run_check(transport, target, authority, settings, push_fix=push_fix)
     emit_report(report, as_json=as_json)
     return int(report.exit_code)
 
