@@ -99,9 +99,17 @@ listener() {
 	return 1
 }
 
-# owner_of INODE: sets $owner to a pid holding socket INODE, among the processes this namespace
-# shows (one `ls` for all of them), or empty.
+# owner_of INODE [PID]: sets $owner to a pid holding socket INODE, or empty. PID (our server)
+# is looked at first; otherwise every process this namespace shows (one `ls` for all of them).
 owner_of() {
+	if [ -n "${2:-}" ]; then
+		case $(ls -l "/proc/$2/fd/" 2>/dev/null) in
+		*"socket:[$1]"*)
+			owner=$2
+			return 0
+			;;
+		esac
+	fi
 	owner=$(
 		ls -l /proc/[0-9]*/fd/ 2>/dev/null | while IFS= read -r entry; do
 			case $entry in

@@ -26,7 +26,7 @@ fi
 say "alive $alive"
 if listener "$port"; then
 	say "listening 1"
-	owner_of "$inode"
+	owner_of "$inode" "$cmdpid"
 	if [ -n "$owner" ]; then
 		say "listener $owner"
 		IFS= read -r line <"/proc/$owner/stat" 2>/dev/null && set -- ${line##*) } && say "listener_pgid $3"
