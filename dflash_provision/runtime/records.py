@@ -6,7 +6,8 @@ Per port, on the machine (or in the container) that runs vLLM::
         pid           "PID START_TIME": the server's pid (= its process group: it is started
                       with setsid) and its start time (/proc/PID/stat field 22), so a pid
                       reused after a reboot is never taken for ours
-        server.log    vLLM's stdout and stderr, appended across launches
+        server.log    vLLM's stdout and stderr, appended across launches (past 64 MiB a
+                      launch moves it to server.log.1)
         launch.json   this record (one JSON object)
 
 Without HOME (``lxc-attach --clear-env`` sets only PATH) root uses /root and others
