@@ -195,3 +195,22 @@ def test_vllm_falling_back_to_the_models_layers_and_refusing_a_layer_are_named()
     problems = compare_vllm_draft(ctx(), draft)
     assert '("from model")' in problems[0] and "[2, 17, 32, 47, 62]" in problems[0]
     assert "vLLM refuses layer 1: ValueError: DFlash sliding attention requires" in problems[1]
+
+
+def test_a_reply_cut_short_is_named_not_taken_for_an_empty_answer() -> None:
+    from dflash_provision.runtime.access import HttpReply
+    from dflash_provision.runtime.stages import complete, cut_short
+
+    class Access:
+        def request(self, *args: Any, **kwargs: Any) -> HttpReply:
+            return HttpReply(200, {"content-length": "60000"}, b'{"choices": [')
+
+    whole = HttpReply(200, {"content-length": "2"}, b"{}")
+    assert cut_short(whole) is None
+    assert cut_short(HttpReply(200, {}, b"x" * 10, truncated=True)) is not None
+    result = complete(Access(), "m", "p", 4, 1.0)
+    assert not result.ok
+    assert result.error == (
+        "the reply was cut short: 13 of 60000 bytes arrived (the connection to the server lost "
+        "the rest)"
+    )

@@ -23,7 +23,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.runtime.stages import (
     SMOKE_PROMPTS,
     CheckContext,
@@ -31,6 +31,7 @@ from dflash_provision.runtime.stages import (
     StageResult,
     StageStatus,
     complete,
+    cut_short,
     served_model_id,
     server_model,
     server_spec,
@@ -251,7 +252,12 @@ def _serve_stages(
             more = _complete(access, model_id, prompt, settings.max_tokens, timeout)
             tokens += more.tokens if more.ok else 0
         report.smoke_s = time.monotonic() - started
-        after = spec_counters(_metrics_text(access, timeout))
+        try:
+            after = spec_counters(_metrics_text(access, timeout))
+        except DflashProvisionError as exc:
+            why = f"the counters could not be read after the smoke prompts: {exc.message}"
+            failed = StageResult("e", "acceptance", StageStatus.FAILED, why, [why])
+            return [stage_d, failed]
         result = acceptance(before, after, expected_max_drafts=tokens)
         earlier = {s.key: s for s in report.stages}
         stage_e = stage_acceptance(
@@ -280,6 +286,9 @@ def _complete(access: Any, model_id: str | None, prompt: str, tokens: int, timeo
 
 def _metrics_text(access: Any, timeout: float) -> str:
     reply = access.request("GET", "/metrics", timeout=timeout, max_bytes=METRICS_BYTES)
+    short = cut_short(reply)
+    if short:
+        raise RemoteStepFailed(f"GET /metrics: {short}", step="http")
     if reply.status != 200:
         return ""
     return str(reply.body.decode("utf-8", "replace"))
@@ -287,9 +296,10 @@ def _metrics_text(access: Any, timeout: float) -> str:
 
 def _fatal_since(ctx: CheckContext) -> list[str]:
     """Fatal lines the server logged since stage c read its log (a failed request logs its
-    error as it answers)."""
+    error as it answers), the most telling first (launch's own ranking: vLLM's DFlash errors,
+    then an exception's line, before the traceback around it)."""
     from dflash_provision.runtime.process import read_log
-    from dflash_provision.runtime.vllm_log import parse_log
+    from dflash_provision.runtime.readiness import fatal_lines
 
     if ctx.server is None or ctx.server.record is None or ctx.log_size is None:
         return []
@@ -301,7 +311,7 @@ def _fatal_since(ctx: CheckContext) -> list[str]:
         offset=ctx.log_size,
         timeout=ctx.timeout,
     )
-    return parse_log(tail.lines).fatal if tail.present else []
+    return fatal_lines(tail.text, exited=False) if tail.present else []
 
 
 __all__ = [

@@ -603,6 +603,9 @@ def complete(
     reply = access.request(
         "POST", "/v1/completions", json.dumps(body).encode(), timeout=timeout, max_bytes=MAX_REPLY
     )
+    short = cut_short(reply)
+    if short:
+        return Completion(False, error=short, status=reply.status)
     text = reply.body.decode("utf-8", "replace") if isinstance(reply.body, bytes) else reply.body
     try:
         parsed = json.loads(text)
@@ -621,6 +624,20 @@ def complete(
     )
 
 
+def cut_short(reply: Any) -> str | None:
+    """Why a reply's body is not whole (longer than our limit, or fewer bytes than its
+    Content-Length), else None: a cut reply must not pass for an empty answer or low counters."""
+    if getattr(reply, "truncated", False):
+        return f"the reply is longer than the {MAX_REPLY} bytes read"
+    announced = (getattr(reply, "headers", None) or {}).get("content-length", "")
+    if announced.isdigit() and len(reply.body) < int(announced):
+        return (
+            f"the reply was cut short: {len(reply.body)} of {announced} bytes arrived "
+            "(the connection to the server lost the rest)"
+        )
+    return None
+
+
 def _error_text(parsed: Any, text: str) -> str:
     if isinstance(parsed, dict):
         error = parsed.get("error", parsed.get("message", parsed))
@@ -637,7 +654,9 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
         summary = f"completion of {first.tokens} tokens returned"
         return StageResult("d", name, StageStatus.PASSED, summary, [f"text: {first.text!r}"])
     summary = f"the completion failed (HTTP {first.status}): {first.error}"
-    evidence = [summary, *[f"log: {line[:300]}" for line in fatal_after[-3:]]]
+    if fatal_after and fatal_after[0][:200] not in first.error:
+        summary += f"; the server logged: {fatal_after[0][:300]}"
+    evidence = [summary, *[f"log: {line[:300]}" for line in fatal_after[:3]]]
     return StageResult(
         "d",
         name,
