@@ -97,3 +97,14 @@ def test_runtime_check_without_an_authoritative_config_says_how_to_name_one(
     proc = cli.run("runtime-check", str(tmp / "drafter"))
     assert proc.returncode == ExitCode.USAGE
     assert "no authoritative config" in proc.stderr and "--from" in proc.stderr
+
+
+def test_an_authoritative_config_that_is_not_json_is_a_clear_error(
+    here: tuple[Cli, Path],
+) -> None:
+    cli, tmp = here
+    (tmp / "authority.json").write_bytes(b'{"architectures": [')
+    proc = cli.run("runtime-check", str(tmp / "drafter"), "--from", str(tmp / "authority.json"))
+    assert proc.returncode == ExitCode.INVALID, proc.stdout + proc.stderr
+    assert proc.stderr.startswith("error: the authoritative config: ")
+    assert "invalid JSON at line 1" in proc.stderr

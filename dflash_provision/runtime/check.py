@@ -15,7 +15,6 @@ python that runs it. d's completion is also e's first smoke prompt.
 
 from __future__ import annotations
 
-import json
 import posixpath
 import shlex
 import time
@@ -169,7 +168,7 @@ def run_check(
         transport=transport,
         target=target,
         authority=authority,
-        auth_doc=json.loads(authority.data),
+        auth_doc=_authoritative_doc(authority),
         push_fix=push_fix,
         timeout=settings.timeout,
     )
@@ -196,6 +195,18 @@ def run_check(
         report.stages += _serve_stages(ctx, settings, python, model, report, _int(num_spec))
     report.duration_s = time.monotonic() - started
     return report
+
+
+def _authoritative_doc(authority: LoadedConfig) -> dict[str, Any]:
+    """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
+    be compared with it)."""
+    from dflash_provision.errors import ConfigInvalid
+    from dflash_provision.validate import parse_config
+
+    parsed = parse_config(authority.data, what=authority.label)
+    if parsed.doc is None:
+        raise ConfigInvalid(f"the authoritative config: {parsed.findings[0].message}")
+    return parsed.doc
 
 
 def _int(value: Any) -> int | None:

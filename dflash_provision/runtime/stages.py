@@ -680,7 +680,10 @@ def likely_causes(ctx: CheckContext, earlier: dict[str, StageResult], n: int | N
         stage = earlier.get(key)
         return f"stage {key} {stage.status.value}: {stage.summary}" if stage else "not checked"
 
-    mask = (auth.get("dflash_config") or {}).get("mask_token_id", auth.get("mask_token_id"))
+    inner = auth.get("dflash_config")
+    mask = (inner if isinstance(inner, dict) else {}).get(
+        "mask_token_id", auth.get("mask_token_id")
+    )
     causes = [
         f"the file on disk is not the authoritative config ({seen('a')}); "
         f"fix: dflash-provision push {target} ...",
