@@ -214,3 +214,10 @@ def test_a_reply_cut_short_is_named_not_taken_for_an_empty_answer() -> None:
         "the reply was cut short: 13 of 60000 bytes arrived (the connection to the server lost "
         "the rest)"
     )
+
+
+def test_a_malformed_probe_answer_is_a_problem_not_a_crash() -> None:
+    draft = {"aux_layer_ids": "x", "layers": {"0": 1}, "hf_config": ["layer_types"]}
+    problems = compare_vllm_draft(ctx(), draft)
+    assert problems[0].startswith("vLLM's auxiliary layer ids x, expected")
+    assert any("hf_config has no layer_types" in p for p in problems)

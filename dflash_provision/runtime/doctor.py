@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
-from dflash_provision.runtime.stages import StageResult, StageStatus, server_model
+from dflash_provision.runtime.stages import StageResult, StageStatus, part, server_model
 
 if TYPE_CHECKING:
     from dflash_provision.sources import LoadedConfig
@@ -237,7 +237,7 @@ def _loader_link(b: StageResult, check: CheckReport) -> Link:
 
 def _vllm_link(b: StageResult, c: StageResult) -> Link:
     probe = b.data.get("probe") or {}
-    vllm = probe.get("vllm") or {}
+    vllm = part(probe, "vllm")
     engine = (c.data.get("log") or {}).get("engine_version")
     version = vllm.get("version") or engine
     evidence = [f"vLLM {version or 'unknown'}" + (f" (server log: v{engine})" if engine else "")]

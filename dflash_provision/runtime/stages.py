@@ -275,8 +275,8 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
         )
     layer_types = auth.get("layer_types")
     window = auth.get("sliding_window")
-    for layer in draft.get("layers") or []:
-        index = layer.get("index") if isinstance(layer, dict) else None
+    for layer in _layers_of(draft):
+        index = layer.get("index")
         if not isinstance(index, int) or not isinstance(layer_types, list):
             continue
         if index >= len(layer_types):
@@ -291,7 +291,8 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
                 f"vLLM layer {index}: window {layer.get('sliding_window')}, expected {want} "
                 f"({layer_types[index]})"
             )
-    hf_config = draft.get("hf_config") or {}
+    hf_config = draft.get("hf_config")
+    hf_config = hf_config if isinstance(hf_config, dict) else {}
     for name in ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers"):
         if name not in auth:
             continue
@@ -306,6 +307,18 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
                 f"{json.dumps(auth[name])}"
             )
     return problems
+
+
+def part(probe: dict[str, Any], name: str) -> dict[str, Any]:
+    """One part of the probe's answer as an object ({} when absent or of another type)."""
+    value = probe.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _layers_of(draft: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probe's per-layer entries that are objects (its JSON is checked, not trusted)."""
+    layers = draft.get("layers")
+    return [item for item in layers if isinstance(item, dict)] if isinstance(layers, list) else []
 
 
 def stage_loader(
@@ -324,7 +337,7 @@ def stage_loader(
     ]
     data: dict[str, Any] = {"python": python, "probe": probe}
     loader, vs_authoritative = _loader_part(ctx, probe, python, evidence)
-    vllm = _vllm_part(ctx, probe.get("vllm") or {}, model, evidence)
+    vllm = _vllm_part(ctx, part(probe, "vllm"), model, evidence)
     problems = vs_authoritative + vllm
     data.update(
         problems=problems,
@@ -346,7 +359,7 @@ def _loader_part(
     """(what the loader itself changes in the file on disk, how the loaded config differs from
     the authoritative one). They differ only when the file on disk is not authoritative (stage
     a): then the second list also holds the file's own differences, marked as such."""
-    eff = probe.get("effective") or {}
+    eff = part(probe, "effective")
     if not probe.get("transformers"):
         refused = (
             f"{python} on the target cannot import transformers: give --python with the python "
@@ -396,7 +409,7 @@ def _vllm_part(
         return [f"vLLM cannot resolve the draft config: {vllm.get('error')}"]
     evidence.append(
         f"vLLM resolves aux layer ids {draft.get('aux_layer_ids')}, windows "
-        f"{[layer.get('sliding_window') for layer in draft.get('layers') or []]}"
+        f"{[layer.get('sliding_window') for layer in _layers_of(draft)]}"
     )
     if draft.get("mixed_layout_error"):
         # Not a wrong value: the V1 runner refuses mixed layouts; launch adds the V2 runner.
