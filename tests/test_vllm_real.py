@@ -520,3 +520,26 @@ def test_mixed_layout_is_resolved_by_vllm_through_stage_b_without_serving(
     assert "V2 model runner" in draft["mixed_layout_error"]
     assert stage(report, "c")["status"] == "failed"  # and it says nothing is serving
     assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_the_runtime_demo_behaves_as_documented(tmp_path: Path) -> None:
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    ensure_env_or_skip()
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo_runtime"],
+        capture_output=True,
+        text=True,
+        timeout=3 * CLI_TIMEOUT_S,
+        cwd=tmp_path,
+        check=False,
+    )
+    print(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert "acceptance 100.0%" in done.stdout  # the agreeing drafter's runtime-check
+    assert "is below --min-acceptance" in done.stdout  # the rejected drafts caught
+    assert done.stdout.rstrip().endswith("Runtime demo finished: every step behaved as documented.")
