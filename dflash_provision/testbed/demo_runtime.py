@@ -28,6 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import tiny_models
 from dflash_provision.testbed.demo import Transcript
 from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
@@ -175,12 +176,18 @@ def _runtime_steps(
         "healthy, completions work. Only acceptance tells."
     )
     t.cli(["launch", retrained, *launch, "--restart", "--no-check", *SERVE_ARGS])
-    t.cli(["runtime-check", retrained, "--port", port, "--from", authority, *ssh], expect=25)
-    t.cli(["doctor", retrained, "--port", port, "--from", authority, *ssh], expect=25)
+    t.cli(
+        ["runtime-check", retrained, "--port", port, "--from", authority, *ssh],
+        expect=ExitCode.ACCEPTANCE_LOW,
+    )
+    t.cli(
+        ["doctor", retrained, "--port", port, "--from", authority, *ssh],
+        expect=ExitCode.ACCEPTANCE_LOW,
+    )
 
     t.heading(f"{n + 2}. Stop the server (TERM, then KILL): nothing of it is left on the host")
     t.cli(["stop", retrained, "--port", port, *ssh])
-    t.cli(["status", retrained, "--port", port, *ssh], expect=21)
+    t.cli(["status", retrained, "--port", port, *ssh], expect=ExitCode.NOT_RUNNING)
 
 
 def main() -> int:
