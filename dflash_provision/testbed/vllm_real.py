@@ -154,6 +154,7 @@ def ensure_vllm_env(env_dir: Path = DEFAULT_DIR, *, progress: Progress | None = 
 def _build(env: VllmEnv, say: Progress) -> None:
     (env.dir / MARKER).unlink(missing_ok=True)
     if not env.python.exists():
+        _check_base_python()
         say(f"creating venv {env.dir} on {BASE_PYTHON}")
         _run([BASE_PYTHON, "-m", "venv", str(env.dir)], VENV_TIMEOUT_S, "create the venv")
     started = time.monotonic()
@@ -170,6 +171,20 @@ def _build(env: VllmEnv, say: Progress) -> None:
     if version != VLLM_VERSION:
         raise VllmEnvError(f"{env.vllm} --version printed {version!r}, expected {VLLM_VERSION}")
     (env.dir / MARKER).write_text(marker_text())
+
+
+def _check_base_python() -> None:
+    """The base Python must exist and make venvs (Debian splits that into python3-venv)."""
+    if not Path(BASE_PYTHON).exists():
+        raise VllmEnvError(f"{BASE_PYTHON} not found: the venv must be built on the system python")
+    done = subprocess.run(
+        [BASE_PYTHON, "-c", "import ensurepip, venv"],
+        capture_output=True,
+        timeout=VENV_TIMEOUT_S,
+        check=False,
+    )
+    if done.returncode != 0:
+        raise VllmEnvError(f"{BASE_PYTHON} cannot create venvs: apt-get install python3-venv")
 
 
 def _pip_install(env: VllmEnv, log: Path, say: Progress) -> None:
