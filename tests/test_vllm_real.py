@@ -402,6 +402,17 @@ def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
     assert "0.32.0" in " ".join(server["evidence"]) + server["summary"]
     assert stage(report, "b")["data"]["probe"]["vllm"]["draft"]["aux_layer_ids"] == [2, 4]
 
+    # Again: the target-side probe answers from its cache (vLLM is not imported again).
+    warm = bed.on_target("runtime-check", "agreeing", port, "--json")
+    assert warm.returncode == 0, warm.output
+    warm_report = warm.json()
+    assert stage(warm_report, "b")["data"]["probe"]["cached"] is True
+    print(
+        "runtime-check without smoke prompts, warm probe: "
+        f"{warm_report['duration_s'] - warm_report['smoke_s']:.2f} s "
+        f"(stage b {stage(warm_report, 'b')['duration_s']:.2f} s)"
+    )
+
 
 @pytest.mark.vllm
 @pytest.mark.integration
