@@ -185,3 +185,35 @@ def test_local_launch_is_ready_then_found_by_its_port_and_stopped(
         stopped = stop_server(transport, port, timeout=10)
     assert stopped.status == "stopped"
     assert find_server(transport, port) is None
+
+
+@pytest.mark.integration
+def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from dflash_provision.runtime.process import start_server
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = _free_port()
+    lock = tmp_path / "state" / "dflash-provision" / "vllm" / str(port) / "starting"
+    lock.mkdir(parents=True)
+    starter = subprocess.Popen(["sleep", "60"])  # another launch, mid-start
+    (lock / "pid").write_text(f"{starter.pid}\n")
+    transport = LocalTransport()
+    record = _record(port=port, argv=["sleep", "60"])
+    try:
+        with pytest.raises(RuntimeFailure, match="another launch is starting") as busy:
+            start_server(transport, record, {})
+        assert busy.value.exit_code == ExitCode.PORT_TAKEN
+        assert find_server(transport, port) is None
+    finally:
+        starter.kill()
+        starter.wait()
+    # That starter died without cleaning up: its lock no longer holds anyone back.
+    started = start_server(transport, record, {})
+    try:
+        assert started.status == "started" and not lock.exists()
+    finally:
+        assert stop_server(transport, port, timeout=5).status == "stopped"

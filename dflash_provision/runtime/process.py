@@ -14,7 +14,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-from dflash_provision.errors import RemoteStepFailed, UsageError
+from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure, UsageError
 from dflash_provision.remote.ops import (  # the shared script protocol, not a copy of it
     RemoteProtocolError,
     _parse,
@@ -241,6 +241,11 @@ def start_server(
         transport, "start", [str(record.port), *record.argv], stdin=stdin, timeout=timeout
     )
     status = fields.get("status")
+    if status == "busy":
+        raise RuntimeFailure(
+            f"{transport.description}: port {record.port}: {fields.get('error', 'busy')}",
+            exit_code=ExitCode.PORT_TAKEN,
+        )
     if status not in ("started", "running") or "pid" not in fields:
         raise RemoteStepFailed(
             f"{transport.description}: cannot start the server: "

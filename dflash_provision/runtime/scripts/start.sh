@@ -3,7 +3,7 @@
 # travel on stdin, never on a command line that `ps` shows.
 #   dflash-start 1
 #   dir DIR
-#   status started|running|error
+#   status started|running|busy|error
 #   pid N                 (started: the new server, its own session and process group)
 #   log PATH              offset N: the log's size before this start (its lines come after)
 #   error MESSAGE
@@ -20,6 +20,26 @@ if ! err=$(mkdir -p "$sdir" 2>&1 && chmod 700 "$sdir" 2>&1); then
 	say "error cannot create $(oneline "$sdir"): $(oneline "$err")"
 	exit 0
 fi
+# One start at a time per port: a lock directory holding the starting shell's pid. A lock whose
+# holder is gone (killed mid-start) is taken over; one without a pid yet counts as held.
+lock=$sdir/starting
+if ! mkdir "$lock" 2>/dev/null; then
+	holder=
+	IFS= read -r holder <"$lock/pid" 2>/dev/null || true
+	if [ -z "$holder" ] || kill -0 "$holder" 2>/dev/null; then
+		say "status busy"
+		say "error another launch is starting a server on this port right now (lock $(oneline "$lock"), pid ${holder:-?})"
+		exit 0
+	fi
+	rm -rf "$lock"
+	if ! mkdir "$lock" 2>/dev/null; then
+		say "status busy"
+		say "error another launch is starting a server on this port right now"
+		exit 0
+	fi
+fi
+printf '%s\n' "$$" >"$lock/pid"
+trap 'rm -rf "$lock"; flush' EXIT
 if read_pid && server_alive; then
 	say "status running"
 	say "pid $pid"
