@@ -335,6 +335,10 @@ def stage_loader(
     evidence = [
         f"python {probe.get('python')} ({python}), transformers {probe.get('transformers')}"
     ]
+    if probe.get("cached") is True:
+        # The probe keys its cache by the python, the installed package versions and the config
+        # bytes: a hit is the same answer the loader would give again.
+        evidence.append("the probe's answer came from its cache on the target (same inputs)")
     data: dict[str, Any] = {"python": python, "probe": probe}
     loader, vs_authoritative = _loader_part(ctx, probe, python, evidence)
     vllm = _vllm_part(ctx, part(probe, "vllm"), model, evidence)
