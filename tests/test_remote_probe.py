@@ -183,6 +183,70 @@ def test_probe_caches_no_answer_that_timed_out(tmp_path: Path) -> None:
     assert not list(cache.glob("*.json"))
 
 
+FAKE_VLLM = {
+    "__init__.py": "__version__ = '0.0.1+fake'\n",
+    "config.py": "class ParallelConfig:\n    pass\n",
+    "engine/__init__.py": "",
+    "engine/arg_utils.py": """
+class _HfConfig:
+    num_hidden_layers = 1
+
+    def to_dict(self):  # a build whose conversion dropped the sliding-window fields
+        return {"model_type": "eagle", "num_hidden_layers": 1}
+
+
+class _ModelConfig:
+    hf_config = _HfConfig()
+
+
+class _Spec:
+    method = "dflash"
+    num_speculative_tokens = 4
+    draft_model_config = _ModelConfig()
+
+
+class EngineArgs:
+    def __init__(self, **kwargs):
+        self.kwargs = kwargs
+
+    def create_model_config(self):
+        return object()
+
+    def create_speculative_config(self, model_config, parallel_config):
+        return _Spec()
+""",
+    "v1/__init__.py": "",
+    "v1/worker/__init__.py": "",
+    "v1/worker/gpu/__init__.py": "",
+    "v1/worker/gpu/spec_decode/__init__.py": "",
+    "v1/worker/gpu/spec_decode/eagle/__init__.py": "",
+    "v1/worker/gpu/spec_decode/eagle/eagle3_utils.py": (
+        "def get_eagle3_aux_layers_from_config(spec):\n    return (2, 4)\n"
+    ),
+}
+
+
+def test_probe_reports_a_vllm_build_without_the_dflash_layer_resolver(tmp_path: Path) -> None:
+    # A fake vLLM (no qwen3_dflash, hf_config without the sliding-window fields): the probe
+    # still reports what that build resolves, and why the per-layer part is missing.
+    fake = tmp_path / "site"
+    for name, text in FAKE_VLLM.items():
+        (fake / "vllm" / name).parent.mkdir(parents=True, exist_ok=True)
+        (fake / "vllm" / name).write_text(text)
+    drafter = write_config(tmp_path / "d", tiny_models.drafter_config(spec("mixed")))
+    env = {"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
+    args = ("--drafter", str(drafter), "--model", str(tmp_path / "target"))
+    _, answer = run_probe(sys.executable, *args, env=env)
+    vllm = answer["vllm"]
+    assert (vllm["importable"], vllm["version"], vllm["error"]) == (True, "0.0.1+fake", None)
+    draft = vllm["draft"]
+    assert draft["aux_layer_ids"] == [2, 4]
+    assert draft["layers"] is None
+    assert draft["layers_error"] == "ModuleNotFoundError: No module named 'vllm.model_executor'"
+    assert draft["hf_config"] == {"model_type": "eagle", "num_hidden_layers": 1}
+    assert answer["effective"]["config"]["sliding_window"] == tiny_models.SLIDING_WINDOW
+
+
 def test_rendered_answer_stays_under_the_size_limit_and_keeps_the_key_fields() -> None:
     huge = {f"field_{i}": "x" * 1000 for i in range(400)}
     hf_config = {**huge, "layer_types": ["full_attention"], "sliding_window": None}
@@ -268,6 +332,7 @@ def test_vllm_resolution_of_the_agreeing_drafter(
     draft = probe_with_vllm(vllm_python, models, "agreeing")["vllm"]["draft"]
     assert draft["aux_layer_ids"] == [2, 4]
     assert draft["layers"] == [{"index": 0, "sliding_window": None, "causal": False, "error": None}]
+    assert draft["layers_error"] is None
     assert draft["mixed_layout_error"] is None
 
 

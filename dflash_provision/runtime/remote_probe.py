@@ -50,7 +50,7 @@ from typing import Any
 
 PROBE_VERSION = 1
 #: Bump when the answer's content changes for the same inputs (invalidates cached answers).
-CACHE_FORMAT = "1"
+CACHE_FORMAT = "2"
 CACHE_ENV = "DFLASH_PROBE_CACHE"
 #: Config files larger than this are not hashed (nor cached): a drafter config is a few KB.
 MAX_KEYED_FILE = 1024 * 1024
@@ -183,13 +183,21 @@ def resolve_draft(drafter: str, model: str, num_tokens: int) -> dict[str, Any]:
         raise RuntimeError("vLLM built no draft model config for this speculative config")
     hf_config = spec.draft_model_config.hf_config
     aux, aux_error = _aux_layers(spec)
-    layers, mixed_error = _layers(hf_config)
+    layers: list[dict[str, Any]] | None = None
+    mixed_error = layers_error = None
+    try:
+        layers, mixed_error = _layers(hf_config)
+    except ProbeTimeout:
+        raise
+    except Exception as exc:  # a vLLM build without this resolver still reports its hf_config
+        layers_error = _error(exc)
     return {
         "method": getattr(spec, "method", None),
         "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None),
         "aux_layer_ids": aux,
         "aux_error": aux_error,
         "layers": layers,
+        "layers_error": layers_error,
         "mixed_layout_error": mixed_error,
         "hf_config": _hf_config_dict(hf_config),
     }
