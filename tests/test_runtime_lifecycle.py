@@ -406,6 +406,45 @@ def test_a_port_held_by_a_process_launch_did_not_start_is_refused(bed: Bed) -> N
     assert stop.returncode == ExitCode.NOT_RUNNING and "left alone" in stop.stdout
 
 
+def test_a_large_reply_through_the_ssh_forward_arrives_whole(bed: Bed) -> None:
+    # python's http.server answers HTTP/1.0 (the connection closes after the reply, as vLLM's
+    # "Connection: close" does): http.client then closes its socket before the body is read,
+    # which must not end the SSH channel mid-body. 300 KB spans many channel windows.
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.runtime.readiness import probe_health
+    from dflash_provision.target import parse_target
+    from dflash_provision.transport.factory import open_transport
+    from dflash_provision.transport.options import SshOptions
+
+    body = bytes(range(256)) * 1200
+    _put(bed.host, "/root/www/big.bin", body)
+    bed.host.exec(
+        [
+            "sh",
+            "-c",
+            'cd /root/www && setsid python3 -m http.server --bind 127.0.0.1 "$1" '
+            "</dev/null >/dev/null 2>&1 &",
+            "sh",
+            str(bed.port),
+        ],
+        check=True,
+    )
+    assert bed.host.client is not None
+    options = SshOptions(ssh_config_path=str(bed.host.client.ssh_config), use_agent=False)
+    with (
+        open_transport(parse_target(bed.target), options) as transport,
+        open_server(transport, bed.port) as access,
+    ):
+        for _ in range(100):  # until it listens (bounded; no timing asserted)
+            if probe_health(access, timeout=5) is not None:
+                break
+        for _ in range(3):
+            reply = access.request("GET", "/big.bin", timeout=30, max_bytes=1 << 20)
+            assert reply.status == 200 and reply.body == body
+        capped = access.request("GET", "/big.bin", timeout=30, max_bytes=1000)
+        assert capped.truncated and capped.body == body[:1000]
+
+
 # --------------------------------------------------------------------------------------------
 # into an LXC container behind the SSH host
 

@@ -191,7 +191,7 @@ class SshForwardAccess(ServerAccess):
         channel = self.ssh.open_direct_tcpip(SERVER_HOST, self.port, timeout)
         channel.settimeout(timeout)
         conn = http.client.HTTPConnection(SERVER_HOST, self.port, timeout=timeout)
-        conn.sock = channel  # http.client speaks over the channel (sendall, makefile)
+        conn.sock = _HeldChannel(channel)  # type: ignore[assignment]
         try:
             return _exchange(conn, method, path, body, _headers(body, headers), max_bytes)
         except TimeoutError:
@@ -209,6 +209,26 @@ class SshForwardAccess(ServerAccess):
         finally:
             conn.close()
             channel.close()
+
+
+class _HeldChannel:
+    """The channel as http.client sees it (sendall, makefile), except that its close() does
+    nothing: on a "Connection: close" reply getresponse() closes its socket before the body is
+    read, which a real socket survives (makefile holds it open) but a paramiko channel does
+    not: the rest of the body was lost (seen with real vLLM's ~60 KB /metrics; found by the
+    real-vLLM tier). The request closes the channel itself once the body is read."""
+
+    def __init__(self, channel: Any) -> None:
+        self._channel = channel
+
+    def sendall(self, data: bytes) -> None:
+        self._channel.sendall(data)
+
+    def makefile(self, *args: Any) -> Any:
+        return self._channel.makefile(*args)
+
+    def close(self) -> None:
+        pass
 
 
 # Runs inside the container: argv METHOD URL TIMEOUT MAX_BYTES, body on stdin (may be empty).
