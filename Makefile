@@ -30,10 +30,12 @@ system-deps:
 demo: install system-deps
 	$(PY) -m dflash_provision.testbed.demo
 
+# -ra: the summary ends with every skipped (and xfailed) test and its reason.
 test: install system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/pytest -m "not slow and not vllm"
+	$(VENV)/bin/mypy
+	$(VENV)/bin/pytest -m "not slow and not vllm" -ra
 
 # Reserved for the real-vLLM tier; pytest's exit 5 ("no tests collected") is not a failure here.
 test-slow: install system-deps
@@ -57,6 +59,7 @@ test-all: install system-deps
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
 
 format: install
 	$(VENV)/bin/ruff format .
@@ -66,4 +69,4 @@ bench: install system-deps
 	$(PY) bench/bench_fleet.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .demo
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo

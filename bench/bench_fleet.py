@@ -47,14 +47,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minimal_paramiko
 
-from dflash_provision.cli.audit import authority_loader
-from dflash_provision.fleet import FleetRun, audit, repair
+from dflash_provision.fleet import FleetRun, audit, authority_loader, repair
 from dflash_provision.inventory import DrafterSpec, FleetMember
 from dflash_provision.push import check_authority, push_config
 from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet
+from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
@@ -185,13 +185,13 @@ class Bench:
         return 2.0 if read_back else 1.0
 
     def audit_core(self, hosts: int) -> float:
-        run = FleetRun(authority_loader(), ssh_options=self.options)
+        run = FleetRun(authority_loader(), connector=Connector(self.options))
         audits = audit(self.members(hosts), run.authority_for, workers=64, run=run)
         assert all(a.status.audited for a in audits), [a.detail for a in audits][:3]
         return statistics.mean(a.execs for a in audits)
 
     def push_core(self, hosts: int) -> float:
-        run = FleetRun(authority_loader(), ssh_options=self.options)
+        run = FleetRun(authority_loader(), connector=Connector(self.options))
         loaded = LoadedConfig(str(self.authority_file), self.authority_file.read_bytes())
         check_authority(loaded, force=False)  # once per run, like repair
 
@@ -209,7 +209,7 @@ class Bench:
         return statistics.mean(execs)
 
     def repair_core(self, hosts: int) -> float:
-        run = FleetRun(authority_loader(), ssh_options=self.options)
+        run = FleetRun(authority_loader(), connector=Connector(self.options))
         repairs = repair(self.members(hosts), run.authority_for, workers=64, run=run)
         assert all(r.final.status.value == "in_sync" for r in repairs), repairs[0].to_dict()
         return statistics.mean(r.execs for r in repairs)

@@ -19,14 +19,6 @@ ChangeKind = Literal["changed", "added", "removed", "type_changed"]
 _MAX_VALUE = 300
 
 
-def canonical_bytes(obj: Any) -> bytes:
-    """The one byte form pushes write: sorted keys, 2-space indent, UTF-8, trailing newline."""
-    text = json.dumps(
-        obj, sort_keys=True, indent=2, separators=(",", ": "), ensure_ascii=False, allow_nan=False
-    )
-    return (text + "\n").encode("utf-8")
-
-
 @dataclass(frozen=True)
 class Change:
     """One semantic difference. ``old`` is None for "added", ``new`` is None for "removed"."""

@@ -72,7 +72,7 @@ def _import_auto_config() -> Any:
         warnings.simplefilter("ignore")
         import transformers
 
-    transformers.logging.set_verbosity_error()
+    transformers.logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     logging.getLogger("transformers").setLevel(logging.ERROR)
     return transformers.AutoConfig
 

@@ -87,13 +87,15 @@ class ValidationReport:
 
     @property
     def loader_normalised(self) -> bool:
-        """True when the file is otherwise fine but transformers would load something else.
+        """True when transformers would load something other than the file says: the file
+        parses and passes the schema (so it loads), and the effective layer failed.
 
-        Fleet audit uses this to classify a file as "loader-normalised" rather than plain invalid.
+        The one rule for ``validate --json`` and fleet audit alike. A broken invariant does
+        not change it: what the loader does to the file is the sharper fact.
         """
-        return self.layers.get("effective") == "failed" and all(
-            status != "failed" for layer, status in self.layers.items() if layer != "effective"
-        )
+        if self.layers.get("effective") != "failed":
+            return False
+        return all(self.layers.get(layer) != "failed" for layer in ("parse", "schema"))
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -5,7 +5,11 @@ Where: ``platformdirs.user_data_dir("dflash-provision")/history.sqlite3`` (on Li
 shared controllers).
 
 One row per host and operation: who (``user@controller``), when (UTC, ISO 8601), the command line,
-the operation, host, path, sha256 before and after, status, message and duration. A write is
+the operation, host, path, sha256 before and after, status, message and duration. A host is named
+one way, a ``HostKey`` (the machine as the user named it, plus the login, port and container when
+a target spec gave them), stored in its own columns, so ``history --host`` is one SQL match.
+
+``journal`` is the one entry point for changes (push, rollback, repair). A write is
 recorded as ``started`` *before* the remote write begins and updated when it ends, so a write whose
 process was killed stays visible as ``started`` (shown as "incomplete"): the host may hold either
 file and deserves a ``verify``.
@@ -29,10 +33,13 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
+
+if TYPE_CHECKING:
+    from dflash_provision.target import Target
 
 _T = TypeVar("_T")
 
@@ -46,7 +53,7 @@ FAILED = "failed"
 
 OPERATIONS = ("push", "repair", "rollback", "audit", "verify")
 
-_SCHEMA_VERSION = 1
+_SCHEMA_VERSION = 2
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -66,6 +73,67 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_host_time ON events (host, id);
 """
+# Version 2: the host's key in columns of its own (``host`` keeps the text shown to users).
+_KEY_COLUMNS = ("machine", "login", "port", "container")
+_SCHEMA_2 = """
+ALTER TABLE events ADD COLUMN machine TEXT;
+ALTER TABLE events ADD COLUMN login TEXT;
+ALTER TABLE events ADD COLUMN port INTEGER;
+ALTER TABLE events ADD COLUMN container TEXT;
+CREATE INDEX IF NOT EXISTS events_machine_time ON events (machine, id);
+"""
+
+
+@dataclass(frozen=True)
+class HostKey:
+    """How the history names a host: the machine as the user named it (a target spec's host, or
+    an inventory name), and the login, port and container (``lxc:c1``) when they were given.
+
+    ``str()`` is the text shown in ``history``, e.g. ``root@gpu1:2222/lxc:c1``.
+    """
+
+    machine: str
+    login: str | None = None
+    port: int | None = None
+    container: str | None = None
+
+    @classmethod
+    def of_target(cls, target: Target) -> HostKey:
+        """The key of a target spec's machine (``local`` for this one)."""
+        return cls(
+            target.host or "local",
+            target.user if target.host else None,
+            target.port if target.host else None,
+            target.container.display() if target.container else None,
+        )
+
+    @classmethod
+    def parse(cls, text: str) -> HostKey:
+        """``[user@]machine[:port][/container]`` (machine may be ``[v6]``): what ``history
+        --host`` takes, and what schema 1 stored as text."""
+        where, slash, container = text.partition("/")
+        login, at, machine = where.rpartition("@")
+        port = ""
+        if machine.startswith("[") and "]" in machine:  # [v6::addr]:port
+            inside, _, rest = machine[1:].partition("]")
+            machine, port = inside, rest[1:]
+        elif machine.count(":") == 1:
+            machine, port = machine.split(":")
+        return cls(
+            machine,
+            login if at else None,
+            int(port) if port.isdigit() else None,
+            container if slash else None,
+        )
+
+    def __str__(self) -> str:
+        host = f"[{self.machine}]" if ":" in self.machine else self.machine
+        text = f"{self.login}@{host}" if self.login else host
+        text += f":{self.port}" if self.port is not None else ""
+        return text + (f"/{self.container}" if self.container else "")
+
+    def columns(self) -> tuple[str, str | None, int | None, str | None]:
+        return self.machine, self.login, self.port, self.container
 
 
 def data_dir() -> Path:
@@ -130,11 +198,14 @@ class HistoryEntry:
         return data
 
 
+_ENTRY_COLUMNS = tuple(f.name for f in fields(HistoryEntry))
+
+
 @dataclass(frozen=True)
 class AuditRecord:
     """One host's audit outcome, for :meth:`HistoryStore.record_audits` (one transaction)."""
 
-    host: str
+    host: HostKey
     path: str
     status: str
     sha256: str | None
@@ -186,7 +257,7 @@ class HistoryStore:
     def record_start(
         self,
         op: str,
-        host: str,
+        host: HostKey,
         path: str,
         *,
         sha256_before: str | None = None,
@@ -198,17 +269,19 @@ class HistoryStore:
         cursor = _when_not_busy(
             lambda: conn.execute(
                 "INSERT INTO events (started_at, who, command, op, host, path, sha256_before,"
-                " status, pid) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                " status, pid, machine, login, port, container)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (
                     utc_now(),
                     who or whoami(),
                     command or current_command(),
                     op,
-                    host,
+                    str(host),
                     path,
                     sha256_before,
                     STARTED,
                     os.getpid(),
+                    *host.columns(),
                 ),
             )
         )
@@ -255,13 +328,14 @@ class HistoryStore:
                 who or whoami(),
                 command or current_command(),
                 op,
-                r.host,
+                str(r.host),
                 r.path,
                 r.sha256,
                 r.sha256,
                 r.status,
                 r.message,
                 os.getpid(),
+                *r.host.columns(),
             )
             for r in records
         ]
@@ -272,8 +346,9 @@ class HistoryStore:
             try:
                 conn.executemany(
                     "INSERT INTO events (started_at, finished_at, duration_s, who, command, op,"
-                    " host, path, sha256_before, sha256_after, status, message, pid)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " host, path, sha256_before, sha256_after, status, message, pid,"
+                    " machine, login, port, container)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     rows,
                 )
             except BaseException:
@@ -288,7 +363,7 @@ class HistoryStore:
     def recorded(
         self,
         op: str,
-        host: str,
+        host: HostKey,
         path: str,
         *,
         sha256_before: str | None = None,
@@ -299,15 +374,15 @@ class HistoryStore:
         The body fills in ``sha256_before`` / ``sha256_after`` / ``message`` and may set
         ``status``; a body that raises is recorded as ``failed`` with the exception's message.
         """
-        rec = Recording(sha256_before=sha256_before)
-        rec.id = self.record_start(op, host, path, sha256_before=sha256_before, command=command)
+        row_id = self.record_start(op, host, path, sha256_before=sha256_before, command=command)
+        rec = Recording(id=row_id, sha256_before=sha256_before)
         started = time.monotonic()
         try:
             yield rec
         except BaseException as exc:
             message = getattr(exc, "message", None) or str(exc) or type(exc).__name__
             self.record_finish(
-                rec.id,
+                row_id,
                 status=FAILED,
                 sha256_before=rec.sha256_before,
                 sha256_after=rec.sha256_after,
@@ -316,7 +391,7 @@ class HistoryStore:
             )
             raise
         self.record_finish(
-            rec.id,
+            row_id,
             status=rec.status,
             sha256_before=rec.sha256_before,
             sha256_after=rec.sha256_after,
@@ -329,84 +404,43 @@ class HistoryStore:
     def query(
         self,
         *,
-        host: str | None = None,
+        host: HostKey | None = None,
         op: str | None = None,
         status: str | None = None,
         limit: int | None = 50,
     ) -> list[HistoryEntry]:
         """Newest first. ``limit=None`` returns everything.
 
-        ``host`` names a machine the way a user would (see same_machine): ``gpu1`` finds rows
-        recorded as ``gpu1`` (fleet commands, inventory names), ``root@gpu1`` and
-        ``root@gpu1:2222`` (push and rollback, which name the login) and ``gpu1/lxc:c1`` (its
-        containers).
+        ``host`` matches its machine, and its login, port and container only where it names
+        them: ``gpu1`` finds ``gpu1`` (fleet commands, inventory names), ``root@gpu1:2222``
+        (push and rollback, which name the login) and ``gpu1/lxc:c1`` (its containers).
         """
         clauses: list[str] = []
         params: list[Any] = []
-        for column, value in (("op", op), ("status", status)):
+        wanted: list[tuple[str, object]] = [("op", op), ("status", status)]
+        if host is not None:
+            wanted += list(zip(_KEY_COLUMNS, host.columns(), strict=True))
+        for column, value in wanted:
             if value is not None:
                 clauses.append(f"{column} = ?")
                 params.append(value)
-        if host is not None:
-            # A cheap pre-filter in SQL; same_machine decides.
-            clauses.append("host LIKE ? ESCAPE '\\'")
-            params.append(f"%{_like_escaped(_machine_of(host)[0])}%")
-        sql = "SELECT * FROM events"
+        sql = f"SELECT {', '.join(_ENTRY_COLUMNS)} FROM events"  # noqa: S608 - our own names
         if clauses:
             sql += " WHERE " + " AND ".join(clauses)
         sql += " ORDER BY id DESC"
-        entries: list[HistoryEntry] = []
+        if limit is not None:
+            sql += " LIMIT ?"
+            params.append(limit)
         conn = self._conn()
-        for row in _when_not_busy(lambda: conn.execute(sql, params).fetchall()):
-            if host is not None and not same_machine(row["host"], host):
-                continue
-            entries.append(HistoryEntry(**dict(row)))
-            if limit is not None and len(entries) >= limit:
-                break
-        return entries
-
-
-def same_machine(recorded: str, wanted: str) -> bool:
-    """Whether the host column ``recorded`` is on the machine ``wanted`` names.
-
-    Both are read as ``[user@]machine[:port][/container]``. The login and port of ``wanted``
-    count only when given, and so does its container: ``gpu1`` covers ``root@gpu1:22`` and
-    ``gpu1/lxc:c1``; ``gpu1/lxc:c1`` covers only that container.
-    """
-    if recorded == wanted:
-        return True
-    have_machine, have_user, have_port, have_container = _machine_of(recorded)
-    want_machine, want_user, want_port, want_container = _machine_of(wanted)
-    return (
-        have_machine == want_machine
-        and want_user in (None, have_user)
-        and want_port in (None, have_port)
-        and want_container in (None, have_container)
-    )
-
-
-def _machine_of(host: str) -> tuple[str, str | None, str | None, str | None]:
-    """(machine, user, port, container) of ``[user@]machine[:port][/container]``."""
-    where, slash, container = host.partition("/")
-    user, at, machine = where.rpartition("@")
-    port: str | None = None
-    if machine.startswith("[") and "]" in machine:  # [v6::addr]:port
-        inside, _, rest = machine[1:].partition("]")
-        machine, port = inside, rest[1:] or None
-    elif machine.count(":") == 1:
-        machine, port = machine.split(":")
-    return machine, user if at else None, port, container if slash else None
-
-
-def _like_escaped(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+        rows = _when_not_busy(lambda: conn.execute(sql, params).fetchall())
+        return [HistoryEntry(**dict(row)) for row in rows]
 
 
 @dataclass
 class Recording:
-    """Mutable outcome of one :meth:`HistoryStore.recorded` block."""
+    """Mutable outcome of one :func:`journal` block; ``id`` is its row (None: not kept)."""
 
-    id: int = 0
+    id: int | None = None
     status: str = OK
     sha256_before: str | None = None
     sha256_after: str | None = None
@@ -427,16 +461,23 @@ def default_store() -> HistoryStore:
         return _default_store
 
 
-def recorded(
+@contextlib.contextmanager
+def journal(
+    store: HistoryStore | None,
     op: str,
-    host: str,
+    host: HostKey,
     path: str,
     *,
     sha256_before: str | None = None,
-    command: str | None = None,
-) -> contextlib.AbstractContextManager[Recording]:
-    """Shortcut for ``default_store().recorded(...)``, for the push / rollback commands."""
-    return default_store().recorded(op, host, path, sha256_before=sha256_before, command=command)
+) -> Iterator[Recording]:
+    """Journal one change (push, rollback, repair) of ``host:path``: the row reads "started"
+    before the body runs, so a change that is killed half way stays visible; the body fills in
+    the outcome. With no ``store`` (a dry run, a fleet run without history) nothing is kept."""
+    if store is None:
+        yield Recording(sha256_before=sha256_before)
+        return
+    with store.recorded(op, host, path, sha256_before=sha256_before) as recording:
+        yield recording
 
 
 def _set_up(conn: sqlite3.Connection) -> None:
@@ -449,15 +490,33 @@ def _set_up(conn: sqlite3.Connection) -> None:
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("BEGIN IMMEDIATE")  # one process creates the schema; the others then see it
     try:
-        if conn.execute("PRAGMA user_version").fetchone()[0] < _SCHEMA_VERSION:
-            for statement in _SCHEMA.split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        if version < 1:
+            _execute_all(conn, _SCHEMA)
+        if version < 2:
+            _execute_all(conn, _SCHEMA_2)
+            _key_old_rows(conn)
+        if version < _SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")
         raise
     conn.execute("COMMIT")
+
+
+def _execute_all(conn: sqlite3.Connection, script: str) -> None:
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _key_old_rows(conn: sqlite3.Connection) -> None:
+    """Fill the key columns of rows written by schema 1, which kept only the host's text."""
+    rows = conn.execute("SELECT id, host FROM events WHERE machine IS NULL").fetchall()
+    conn.executemany(
+        "UPDATE events SET machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
+        [(*HostKey.parse(host).columns(), row_id) for row_id, host in rows],
+    )
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

@@ -97,7 +97,8 @@ def _check_sliding(doc: dict[str, Any]) -> list[Finding]:
     where = f"layer_types has sliding_attention at {sliding}"
     findings = []
     window = doc.get("sliding_window")
-    if _int(window) is None or window <= 0:
+    size = _int(window)
+    if size is None or size <= 0:
         findings.append(
             _err(
                 "sliding_window",

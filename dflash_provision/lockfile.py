@@ -145,7 +145,9 @@ def load_locked_config(
     from dflash_provision import hub
 
     entry = find_entry(read_lock(lock_path), repo_id, filename, lock_path=lock_path)
-    fetched = hub.fetch_config(
+    fetched = hub.pinned_from_cache(
+        entry.repo_id, entry.commit_sha, entry.filename, entry.sha256, cache_dir=cache_dir
+    ) or hub.fetch_config(
         entry.repo_id, entry.commit_sha, entry.filename, cache_dir=cache_dir, endpoint=endpoint
     )
     if fetched.sha256 != entry.sha256:

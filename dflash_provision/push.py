@@ -26,30 +26,31 @@ from dflash_provision.errors import (
     UsageError,
 )
 from dflash_provision.remote.ops import (
-    DEFAULT_KEEP_BACKUPS,
     Backup,
     ReadStatus,
     RemoteRead,
     WriteOutcome,
     WriteStatus,
     list_remote_backups,
-    read_back,
     read_remote_config,
-    write_remote_config,
 )
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+from dflash_provision.remote.proof import WriteOptions, write_and_prove
+from dflash_provision.transport.base import Transport
 
 if TYPE_CHECKING:
     from dflash_provision.diff import Change
     from dflash_provision.findings import ValidationReport
+    from dflash_provision.history import Recording
     from dflash_provision.sources import LoadedConfig
     from dflash_provision.target import Target
 
 NOT_APPLIED_MESSAGE = "write did not take effect"
+_DEFAULT_WRITE = WriteOptions()
 
 
-class NoBackups(DflashProvisionError):
-    """Rollback asked for, but the target keeps no backup of its config."""
+class NoBackups(UsageError):
+    """Rollback asked for, but the target keeps no backup of its config: nothing to restore is
+    a request that cannot be met (exit 2, like a --to that names no backup), not a bug."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -140,8 +141,15 @@ class PushResult:
     def exit_code(self) -> ExitCode:
         return ExitCode.OK if self.ok else ExitCode.REMOTE_FAILED
 
+    def journal_into(self, recording: Recording) -> None:
+        """What the journal row opened for this push or rollback keeps of its outcome."""
+        recording.status = self.status.value
+        recording.sha256_before = self.old_sha256
+        recording.sha256_after = self.readback.sha256 if self.readback else None
+        recording.message = self.message
+
     def to_dict(self) -> dict[str, Any]:
-        """Plain data for --json output and history records."""
+        """Plain data for --json output."""
         write = self.write
         return {
             "target": self.target,
@@ -198,16 +206,14 @@ def push_config(
     *,
     dry_run: bool = False,
     force: bool = False,
-    mkdir: bool = False,
-    follow_symlinks: bool = False,
-    keep_backups: int = DEFAULT_KEEP_BACKUPS,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    write: WriteOptions = _DEFAULT_WRITE,
     validate: bool = True,
 ) -> PushResult:
     """Make ``target``'s config hold exactly ``authority.data``, and prove it by reading it back.
 
     Validation runs first (``validate=False`` skips it for callers that validated once for a
-    whole fleet); an invalid config raises ConfigInvalid unless ``force``.
+    whole fleet); an invalid config raises ConfigInvalid unless ``force``. ``write``: backups,
+    mkdir, symlinks, timeout (see remote.proof.WriteOptions).
     """
     report, warnings = check_authority(authority, force=force) if validate else (None, [])
     path = target.config_path
@@ -222,20 +228,12 @@ def push_config(
         validation=report,
     )
     if dry_run:
-        return _dry_run(transport, result, authority.data, mkdir=mkdir, timeout=timeout)
-    return _write_and_prove(
-        transport,
-        result,
-        authority.data,
-        mkdir=mkdir,
-        follow_symlinks=follow_symlinks,
-        keep_backups=keep_backups,
-        timeout=timeout,
-    )
+        return _dry_run(transport, result, authority.data, mkdir=write.mkdir, timeout=write.timeout)
+    return _write_and_prove(transport, result, authority.data, write)
 
 
 def _dry_run(
-    transport: Transport, result: PushResult, data: bytes, *, mkdir: bool, timeout: float
+    transport: Transport, result: PushResult, data: bytes, *, mkdir: bool, timeout: float | None
 ) -> PushResult:
     current = read_remote_config(transport, result.path, timeout=timeout)
     result.readback = current
@@ -256,37 +254,18 @@ def _dry_run(
 
 
 def _write_and_prove(
-    transport: Transport,
-    result: PushResult,
-    data: bytes,
-    *,
-    mkdir: bool,
-    follow_symlinks: bool,
-    keep_backups: int,
-    timeout: float,
+    transport: Transport, result: PushResult, data: bytes, options: WriteOptions
 ) -> PushResult:
-    # With a backup kept, the old bytes come back with the read-back (one cat reads the backup
-    # and the new file) instead of costing the write exec a process of its own. Without one
-    # (--keep-backups 0), or when a followed symlink keeps its backups elsewhere, the write
-    # sends them.
-    old_via_read_back = keep_backups > 0 and not follow_symlinks
-    outcome = write_remote_config(
-        transport,
-        result.path,
-        data,
-        keep_backups=keep_backups,
-        mkdir=mkdir,
-        follow_symlinks=follow_symlinks,
-        timeout=timeout,
-        send_old=not old_via_read_back,
-    )
+    proof = write_and_prove(transport, result.path, data, options)
+    outcome, old = proof.outcome, proof.old
     result.write = outcome
+    result.readback = proof.readback
+    result.old_sha256 = old.sha256
     if not outcome.ok:
-        result.old_sha256 = _sha(outcome.old_data)
         # A write that failed before looking at the old file knows nothing about it: no diff
         # then, rather than a "(new file)" that may be false.
-        if outcome.old_seen:
-            result.diff = config_diff(outcome.old_data, data)
+        if old.known:
+            result.diff = config_diff(old.data, data)
         not_applied = outcome.failed_step == "readback"
         result.status = PushStatus.NOT_APPLIED if not_applied else PushStatus.FAILED
         result.failed_step = outcome.failed_step
@@ -299,21 +278,15 @@ def _write_and_prove(
             else f"{outcome.failure_text()}; the old file was left untouched"
         )
         return result
-
-    # The separate read-back: a fresh exec, so whatever the write exec believed, this is what
-    # a reader (vLLM) will see.
-    backup = outcome.backup_path if outcome.old_present and outcome.old_data is None else None
-    readback, kept = read_back(transport, result.path, data, timeout=timeout, before=backup)
-    result.readback = readback
-    old = outcome.old_data
-    if backup is not None:
-        old = _old_bytes_from_backup(transport, outcome, backup, kept, timeout)
-    result.old_sha256 = _sha(old) or outcome.old_sha256
     result.diff = (
-        config_diff(old, data)
-        if old is not None or not outcome.old_present
+        config_diff(old.data, data)
+        if old.data is not None or not old.present
         else ConfigDiff([], [f"({OLD_UNREADABLE})"], bytes_equal=False, note=OLD_UNREADABLE)
     )
+    # The separate read-back, a fresh exec: whatever the write exec believed, this is what a
+    # reader (vLLM) will see.
+    readback = proof.readback
+    assert readback is not None
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED
         result.failed_step = "readback"
@@ -326,26 +299,6 @@ def _write_and_prove(
 
 
 OLD_UNREADABLE = "the old file's bytes could not be read from its backup"
-
-
-def _old_bytes_from_backup(
-    transport: Transport,
-    outcome: WriteOutcome,
-    backup: str,
-    kept: bytes | None,
-    timeout: float,
-) -> bytes | None:
-    """The replaced file's bytes: what the read-back's cat gave ahead of the new file, checked
-    against the hash the write reported; else one read of the backup (another push may have
-    pruned it meanwhile: None then)."""
-
-    def matches(candidate: bytes) -> bool:
-        return outcome.old_sha256 is None or _sha(candidate) == outcome.old_sha256
-
-    if kept is not None and matches(kept):
-        return kept
-    read = read_remote_config(transport, backup, timeout=timeout, metadata=False)
-    return read.data if read.present and read.data is not None and matches(read.data) else None
 
 
 def _read_hint(read: RemoteRead) -> str:
@@ -424,8 +377,12 @@ def compare_read(target: str, read: RemoteRead, authority: LoadedConfig) -> Veri
     result = VerifyResult(target, read.path, VerifyStatus.MATCH, authority.label, expected, read)
     if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
         result.status = VerifyStatus.MISSING
-        hint = "push creates it" if read.status is ReadStatus.MISSING else "push --mkdir creates it"
-        result.message = f"{read.path}: no config file ({read.status.value}); {hint}"
+        result.message = (
+            f"{read.path}: no config file; push creates it"
+            if read.status is ReadStatus.MISSING
+            else f"{read.path}: no config file, its directory does not exist; "
+            "push --mkdir creates it"
+        )
         return result
     if not read.present:
         result.status = VerifyStatus.UNREADABLE
@@ -451,7 +408,7 @@ def verify_config(
     target: Target,
     authority: LoadedConfig,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> VerifyResult:
     """Read ``target``'s config back (one exec) and compare it with the authoritative bytes."""
     read = read_remote_config(transport, target.config_path, timeout=timeout)
@@ -463,7 +420,7 @@ def verify_config(
 
 
 def list_backups(
-    transport: Transport, target: Target, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport, target: Target, *, timeout: float | None = None
 ) -> list[Backup]:
     """The target config's backups, oldest first."""
     return list_remote_backups(transport, target.config_path, timeout=timeout)
@@ -489,17 +446,19 @@ def rollback_config(
     target: Target,
     *,
     to: str | None = None,
-    keep_backups: int = DEFAULT_KEEP_BACKUPS,
-    follow_symlinks: bool = False,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    write: WriteOptions = _DEFAULT_WRITE,
 ) -> PushResult:
     """Restore a backup (see choose_backup) through the atomic write protocol + read-back."""
     from dflash_provision.sources import LoadedConfig
 
+    timeout = write.timeout
     path = target.config_path
     backups = list_backups(transport, target, timeout=timeout)
     if not backups:
-        raise NoBackups(f"{target}: no backups of {path} to roll back to")
+        raise NoBackups(
+            f"{target}: no backups of {path} to roll back to (push keeps one each time it "
+            "replaces the file)"
+        )
     current = read_remote_config(transport, path, timeout=timeout)
     chosen = choose_backup(backups, current.sha256, to)
     saved = read_remote_config(transport, chosen.path, timeout=timeout)
@@ -509,14 +468,6 @@ def rollback_config(
             exit_code=ExitCode.REMOTE_FAILED,
         )
     authority = LoadedConfig(label=f"backup {chosen.name}", data=saved.data)
-    result = push_config(
-        transport,
-        target,
-        authority,
-        keep_backups=keep_backups,
-        follow_symlinks=follow_symlinks,
-        timeout=timeout,
-        validate=False,
-    )
+    result = push_config(transport, target, authority, write=write, validate=False)
     result.restored_from = chosen
     return result

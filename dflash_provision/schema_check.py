@@ -69,7 +69,7 @@ def _validator(architecture: str) -> Any:
         return isinstance(instance, int) and not isinstance(instance, bool)
 
     type_checker = Draft202012Validator.TYPE_CHECKER.redefine("integer", is_strict_int)
-    validator_cls = extend(Draft202012Validator, type_checker=type_checker)
+    validator_cls = extend(Draft202012Validator, type_checker=type_checker)  # type: ignore[no-untyped-call]
     Draft202012Validator.check_schema(schema)
     return validator_cls(schema, registry=registry)
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from dflash_provision.errors import UsageError
 
 if TYPE_CHECKING:
-    from dflash_provision.transport.options import SshOptions
+    from dflash_provision.transport.factory import Connector
 
 CONFIG_FILENAME = "config.json"
 
@@ -54,8 +54,11 @@ def load_local(path: Path) -> LoadedConfig:
         raise UsageError(f"{file_path}: permission denied") from None
 
 
-def load_source(spec: str, *, revision: str | None = None) -> LoadedConfig:
-    """Load SOURCE as described in the module docstring. ``revision`` overrides ``@rev``."""
+def load_source(
+    spec: str, *, revision: str | None = None, connector: Connector | None = None
+) -> LoadedConfig:
+    """Load SOURCE as described in the module docstring. ``revision`` overrides ``@rev``;
+    ``connector`` reaches a remote target (the command's SSH options)."""
     path = Path(spec).expanduser()
     if path.exists():
         return load_local(path)
@@ -71,21 +74,25 @@ def load_source(spec: str, *, revision: str | None = None) -> LoadedConfig:
             commit_sha=fetched.commit_sha,
         )
     if ":" in spec:
-        return load_remote(spec)
+        return load_remote(spec, connector)
     raise UsageError(
         f"{spec}: no such file, directory, Hub repo id (owner/name[@rev]) or target (host:/path)"
     )
 
 
-def load_remote(spec: str, options: SshOptions | None = None) -> LoadedConfig:
-    """Read a target's config.json (default SSH options: ~/.ssh/config, known_hosts)."""
-    from dflash_provision.remote.ops import read_remote_config
+def load_remote(spec: str, connector: Connector | None = None) -> LoadedConfig:
+    """Read a target's config.json (default: ~/.ssh/config, known_hosts, no other options)."""
+    from dflash_provision.errors import RemoteStepFailed
+    from dflash_provision.remote.ops import ReadStatus, read_remote_config
     from dflash_provision.target import parse_target
-    from dflash_provision.transport.factory import open_transport
+    from dflash_provision.transport.factory import Connector
 
     target = parse_target(spec)
-    with open_transport(target, options) as transport:
+    with (connector or Connector()).open(target) as transport:
         read = read_remote_config(transport, target.config_path)
+    if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
+        raise UsageError(f"{target.display()}: {read.describe()}")  # as for a local file
     if not read.present or read.data is None:
-        raise UsageError(f"{target.display()}: {read.describe()}")
+        # Reachable, but the file cannot be read: verify and audit exit 7 for this too.
+        raise RemoteStepFailed(f"{target.display()}: {read.describe()}", step="read")
     return LoadedConfig(label=target.display(), data=read.data)

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Literal
 
 from dflash_provision.errors import UsageError
@@ -146,6 +146,40 @@ def parse_target(spec: str) -> Target:
         container = _container(local.group(1), local.group(2), spec)
         return Target(spec, None, None, None, container, _remote_path(local.group(3), spec))
     return _parse_scp_like(spec)
+
+
+def make_target(
+    host: str | None,
+    user: str | None,
+    port: int | None,
+    container: ContainerRef | None,
+    path: str,
+) -> Target:
+    """A Target from its fields (an inventory's), each checked by the rule parse_target applies
+    to it, so both obey one grammar without rendering the fields to a spec and parsing it back.
+    ``path`` must be absolute."""
+    spec = Target("", host, user, port, container, path).display()  # names it in messages
+    if host is not None:
+        if ":" in host:
+            _ipv6(host, spec)
+        else:
+            _hostname(host, spec)
+        if user is not None and not _USER.fullmatch(user):
+            raise UsageError(f"target {_show(spec)}: {_show(user)} is not a valid user name")
+        if port is not None:
+            _port(str(port), spec)
+    if container is not None:
+        _container(container.kind, container.name, spec)
+    target = Target("", host, user, port, container, _remote_path(path, spec))
+    return replace(target, raw=target.display())
+
+
+def parse_container_ref(text: str) -> ContainerRef:
+    """``KIND:NAME`` (as in a target spec) -> ContainerRef; UsageError when it is not one."""
+    kind, sep, name = text.partition(":")
+    if kind not in CONTAINER_KINDS or not sep or not name or name.startswith("/") or ":" in name:
+        raise UsageError(f"expected KIND:NAME ({', '.join(CONTAINER_KINDS)}), got {_show(text)}")
+    return _container(kind, name, f"{kind}:{name}:/x")
 
 
 def _parse_scp_like(spec: str) -> Target:

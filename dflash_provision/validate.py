@@ -60,6 +60,15 @@ def _paths_of(doc: Any, prefix: list[str | int]) -> dict[int, list[str | int]]:
     return found
 
 
+def json_error_text(exc: json.JSONDecodeError) -> str:
+    """The decoder's message as one whole phrase with its position. Some of its messages end in
+    "at" and expect the position after them ("Unterminated string starting at")."""
+    where = f"line {exc.lineno}, column {exc.colno}"
+    if exc.msg.endswith(" at"):
+        return f"invalid JSON: {exc.msg[:1].lower()}{exc.msg[1:]} {where}"
+    return f"invalid JSON at {where}: {exc.msg}"
+
+
 def parse_config(data: bytes, *, layer: Layer = "parse", what: str = "") -> ParseResult:
     """Parse bytes into a JSON object, reporting position of syntax errors and duplicate keys."""
     prefix = f"{what}: " if what else ""
@@ -72,8 +81,7 @@ def parse_config(data: bytes, *, layer: Layer = "parse", what: str = "") -> Pars
     try:
         doc = json.loads(text, object_pairs_hook=hook, parse_constant=_reject_constant)
     except json.JSONDecodeError as exc:
-        message = f"{prefix}invalid JSON at line {exc.lineno}, column {exc.colno}: {exc.msg}"
-        return ParseResult(None, [Finding(layer, "", message)])
+        return ParseResult(None, [Finding(layer, "", prefix + json_error_text(exc))])
     except ValueError as exc:
         return ParseResult(None, [Finding(layer, "", f"{prefix}invalid JSON: {exc}")])
     if not isinstance(doc, dict):
@@ -123,16 +131,42 @@ def validate_config(
     effective: bool = True,
     num_speculative_tokens: int | None = None,
 ) -> ValidationReport:
-    """Run every layer on ``data``; layers not asked for (or not runnable) are "skipped"."""
+    """Run every layer on ``data``; layers not asked for (or not runnable) are "skipped".
+
+    With ``effective`` the verdict of the data-only layers comes from the verdict cache when this
+    machine has judged the same bytes under the same rules before (dflash_provision.verdict_cache),
+    so transformers is imported only for a config it has not seen.
+    """
+    from dflash_provision import verdict_cache
+
     report = ValidationReport(source=label)
+    cached = verdict_cache.lookup(data, num_speculative_tokens) if effective else []
+    for layer, findings in cached:
+        report.record(layer, findings)  # type: ignore[arg-type]
+    if not cached:
+        _judge(report, data, effective=effective, num_speculative_tokens=num_speculative_tokens)
+        if effective:
+            verdict_cache.store(data, num_speculative_tokens, report)
+    doc = parse_config(data).doc  # cheap; the comparisons need the document itself
+    if doc is None:
+        for layer in ("target", "against"):
+            report.record(layer, None)  # type: ignore[arg-type]
+        return report
+    _compare(report, doc, target=target, against=against)
+    return report
+
+
+def _judge(
+    report: ValidationReport, data: bytes, *, effective: bool, num_speculative_tokens: int | None
+) -> None:
+    """The layers that depend on the bytes alone: parse, schema, invariants, effective."""
     parsed = parse_config(data)
     report.record("parse", parsed.findings)
     doc = parsed.doc
     if doc is None:
-        for layer in ("schema", "invariants", "effective", "target", "against"):
-            report.record(layer, None)  # type: ignore[arg-type]
-        return report
-
+        for layer in ("schema", "invariants", "effective"):
+            report.record(layer, None)
+        return
     report.record("schema", check_schema(doc))
     report.record(
         "invariants", check_invariants(doc, num_speculative_tokens=num_speculative_tokens)
@@ -144,6 +178,11 @@ def validate_config(
     else:
         report.record("effective", None)
 
+
+def _compare(
+    report: ValidationReport, doc: dict[str, Any], *, target: bytes | None, against: bytes | None
+) -> None:
+    """The layers that compare with another config: target fit and --against."""
     if target is None:
         report.record("target", None)
     else:
@@ -161,4 +200,3 @@ def validate_config(
         if auth.doc is not None:
             against_list += against_findings(doc, auth.doc)
         report.record("against", against_list)
-    return report

@@ -17,8 +17,12 @@ from dflash_provision.testbed.hosts import Fleet
 HEAVY_MODULES = ("paramiko", "transformers", "huggingface_hub", "deepdiff", "jsonschema")
 
 
-def run_cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
+def run_cli(
+    *args: str, cwd: Path | None = None, debug_env: str | None = None
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
+    if debug_env is not None:
+        env["DFLASH_PROVISION_DEBUG"] = debug_env
     return subprocess.run(
         [sys.executable, "-m", "dflash_provision", *args],
         capture_output=True,
@@ -105,3 +109,18 @@ def test_diff_and_validate_read_a_remote_target_over_ssh(fleet: Fleet, tmp_path:
     assert report["layers"]["against"] == "failed"
     against = {f["path"] for f in report["findings"] if f["layer"] == "against"}
     assert {"dflash_config.mask_token_id", "sliding_window", "use_sliding_window"} <= against
+
+
+@pytest.mark.parametrize("how", ["flag", "env", "neither"])
+def test_debug_flag_or_variable_shows_the_traceback_behind_an_error_line(how: str) -> None:
+    # A target with an empty host name: a usage error raised by the core, not by click.
+    args = ["verify", "--from", str(samples.REFERENCE_DRAFTER), "root@:/models/x"]
+    if how == "flag":
+        args.insert(0, "--debug")
+    done = run_cli(*args, debug_env="1" if how == "env" else None)
+    assert done.returncode == 2
+    assert done.stderr.rstrip().endswith("error: target 'root@:/models/x': empty host name")
+    shown = "Traceback (most recent call last)" in done.stderr
+    assert shown is (how != "neither")
+    if shown:
+        assert "UsageError" in done.stderr

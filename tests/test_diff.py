@@ -5,9 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import pytest
-
-from dflash_provision.diff import Change, canonical_bytes, render_changes, semantic_diff
+from dflash_provision.diff import Change, render_changes, semantic_diff
 from dflash_provision.testbed import samples
 
 
@@ -84,27 +82,6 @@ def test_incident_against_reference_names_every_wrong_field() -> None:
 def test_odd_keys_are_quoted_in_paths() -> None:
     (change,) = semantic_diff({"a.b": 1}, {"a.b": 2})
     assert change.path == '["a.b"]'
-
-
-def test_canonical_bytes_are_independent_of_input_order_and_end_with_newline() -> None:
-    a = canonical_bytes({"b": 1, "a": {"y": 2, "x": [1, 2]}})
-    b = canonical_bytes({"a": {"x": [1, 2], "y": 2}, "b": 1})
-    assert a == b
-    assert a.endswith(b"}\n")
-    assert json.loads(a) == {"a": {"x": [1, 2], "y": 2}, "b": 1}
-
-
-def test_canonical_bytes_keep_unicode_as_utf8_and_refuse_nan() -> None:
-    assert canonical_bytes({"name": "é"}) == '{\n  "name": "é"\n}\n'.encode()
-    with pytest.raises(ValueError):
-        canonical_bytes({"x": float("nan")})
-
-
-def test_canonical_form_round_trips_the_reference_without_drift() -> None:
-    reference = json.loads(samples.REFERENCE_DRAFTER.read_text(encoding="utf-8"))
-    again = json.loads(canonical_bytes(reference))
-    assert semantic_diff(reference, again) == []
-    assert canonical_bytes(again) == canonical_bytes(reference)
 
 
 def test_boolean_versus_integer_is_a_type_change() -> None:

@@ -27,7 +27,6 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.cli.audit import authority_loader
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet import (
     FleetRun,
@@ -35,6 +34,7 @@ from dflash_provision.fleet import (
     RepairAction,
     audit,
     audit_exit_code,
+    authority_loader,
     repair,
     repair_exit_code,
 )
@@ -42,6 +42,7 @@ from dflash_provision.history import HistoryStore
 from dflash_provision.inventory import load_members
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet, known_hosts_name
+from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
@@ -202,7 +203,7 @@ def members(sc: Scenario):
 
 
 def test_audit_classifies_every_host_with_one_read_each(fresh: Scenario):
-    run = FleetRun(authority_loader(), ssh_options=fresh.options())
+    run = FleetRun(authority_loader(), connector=Connector(fresh.options()))
     audits = audit(members(fresh), run.authority_for, workers=32, run=run)
     assert {a.name: a.status for a in audits} == EXPECTED, [
         a.detail for a in audits if a.name == "h18"
@@ -226,7 +227,7 @@ def test_audit_classifies_every_host_with_one_read_each(fresh: Scenario):
 
 def test_repair_fixes_exactly_the_writable_bad_hosts(fresh: Scenario, tmp_path: Path):
     history = HistoryStore(tmp_path / "history.sqlite3")
-    run = FleetRun(authority_loader(), ssh_options=fresh.options())
+    run = FleetRun(authority_loader(), connector=Connector(fresh.options()))
     repairs = repair(members(fresh), run.authority_for, workers=32, history=history, run=run)
     actions = {r.name: r.action for r in repairs}
     assert {n for n, a in actions.items() if a is RepairAction.WROTE} == WRITABLE_BAD
@@ -240,7 +241,7 @@ def test_repair_fixes_exactly_the_writable_bad_hosts(fresh: Scenario, tmp_path: 
         assert "read-only" in by_name[name].message
         assert fresh.file_bytes(name) == INCIDENT  # the old file is untouched
     assert fresh.file_bytes("h17") == REFERENCE
-    assert repair_exit_code(repairs, dry_run=False) is ExitCode.ERROR
+    assert repair_exit_code(repairs, dry_run=False) is ExitCode.REMOTE_FAILED
     # Every write went into the history, started before and finished after.
     rows = history.query(op="repair", limit=None)
     assert {r.host for r in rows if r.status == "ok"} == WRITABLE_BAD
@@ -250,7 +251,7 @@ def test_repair_fixes_exactly_the_writable_bad_hosts(fresh: Scenario, tmp_path: 
     assert h07.sha256_after == by_name["h07"].before.expected_sha256
 
     # A second audit: in sync everywhere except the hosts that cannot be reached or written.
-    again = audit(members(fresh), run.authority_for, ssh_options=fresh.options())
+    again = audit(members(fresh), run.authority_for, connector=Connector(fresh.options()))
     bad = {a.name: a.status for a in again if a.status is not HostStatus.IN_SYNC}
     assert bad == {n: EXPECTED[n] for n in NOT_REACHED | READ_ONLY}
 
@@ -259,7 +260,7 @@ def test_repair_max_failures_stops_starting_writes(fresh: Scenario):
     chosen = [m for m in members(fresh) if m.name in ("h19", "h20", "h07")]
     chosen.sort(key=lambda m: ["h19", "h20", "h07"].index(m.name))
     repairs = repair(
-        chosen, authority_loader(), workers=1, max_failures=1, ssh_options=fresh.options()
+        chosen, authority_loader(), workers=1, max_failures=1, connector=Connector(fresh.options())
     )
     actions = {r.name: r.action for r in repairs}
     assert actions == {
@@ -268,7 +269,7 @@ def test_repair_max_failures_stops_starting_writes(fresh: Scenario):
         "h07": RepairAction.SKIPPED_MAX_FAILURES,
     }
     assert fresh.file_bytes("h07") == INCIDENT
-    assert repair_exit_code(repairs, dry_run=False) is ExitCode.ERROR
+    assert repair_exit_code(repairs, dry_run=False) is ExitCode.REMOTE_FAILED
 
 
 def test_cli_audit_json_prometheus_and_exit_code(fresh: Scenario, tmp_path: Path):
@@ -303,7 +304,7 @@ def test_cli_repair_dry_run_writes_nothing_then_repair_exit_codes(fresh: Scenari
     assert fresh.file_bytes("h07") == INCIDENT
 
     real = fresh.cli("repair", "--json")
-    assert real.returncode == ExitCode.ERROR, real.stderr  # h19/h20 are read-only
+    assert real.returncode == ExitCode.REMOTE_FAILED, real.stderr  # h19/h20 are read-only
     document = json.loads(real.stdout)
     actions = {h["name"]: h["action"] for h in document["hosts"]}
     assert {n for n, a in actions.items() if a == "wrote"} == WRITABLE_BAD

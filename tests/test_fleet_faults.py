@@ -8,14 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.cli.audit import authority_loader
 from dflash_provision.errors import AuthError, UnreachableError
-from dflash_provision.fleet import FleetRun, HostStatus, audit, classify_exception
+from dflash_provision.fleet import FleetRun, HostStatus, audit, authority_loader, classify_exception
 from dflash_provision.fleet.run import Memo
 from dflash_provision.inventory import DrafterSpec, FleetMember
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import _ensure_ed25519
+from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
@@ -41,7 +41,9 @@ def test_wrong_key_is_auth_failed_and_missing_container_is_reported(ssh_host, tm
         use_agent=False,
     )
     (result,) = audit(
-        [member(f"root@{ssh_host.address}:{MODEL}")], authority_loader(), ssh_options=wrong_key
+        [member(f"root@{ssh_host.address}:{MODEL}")],
+        authority_loader(),
+        connector=Connector(wrong_key),
     )
     assert result.status is HostStatus.AUTH_FAILED, result.detail
 
@@ -55,7 +57,7 @@ def test_wrong_key_is_auth_failed_and_missing_container_is_reported(ssh_host, tm
     (container,) = audit(
         [member(f"{ssh_host.alias}/lxc:no-such-ct:{MODEL}")],
         authority_loader(),
-        ssh_options=options,
+        connector=Connector(options),
     )
     assert container.status is HostStatus.CONTAINER_NOT_RUNNING, container.detail
     assert "no-such-ct" in container.detail

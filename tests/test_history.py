@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision import history
-from dflash_provision.history import AuditRecord, HistoryStore
+from dflash_provision.history import AuditRecord, HistoryStore, HostKey
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def store(tmp_path: Path) -> HistoryStore:
 def test_home_env_moves_the_database(tmp_path, monkeypatch):
     monkeypatch.setenv(history.HOME_ENV, str(tmp_path / "home"))
     assert history.default_db_path() == tmp_path / "home" / "history.sqlite3"
-    with history.recorded("push", "h01", "/m/config.json", command="dflash-provision push"):
+    with history.journal(history.default_store(), "push", HostKey("h01"), "/m/config.json"):
         pass
     assert (tmp_path / "home" / "history.sqlite3").exists()
     (entry,) = history.default_store().query()
@@ -33,7 +33,7 @@ def test_home_env_moves_the_database(tmp_path, monkeypatch):
 
 
 def test_recorded_write_stores_who_when_hashes_and_duration(store):
-    with store.recorded("push", "h01", "/m/config.json", sha256_before="aa" * 32) as rec:
+    with store.recorded("push", HostKey("h01"), "/m/config.json", sha256_before="aa" * 32) as rec:
         rec.sha256_after = "bb" * 32
         rec.message = "replaced"
     (entry,) = store.query()
@@ -48,7 +48,10 @@ def test_recorded_write_stores_who_when_hashes_and_duration(store):
 def test_a_failing_write_is_recorded_as_failed_with_the_message(store):
     from dflash_provision.errors import RemoteStepFailed
 
-    with pytest.raises(RemoteStepFailed), store.recorded("repair", "h02", "/m/config.json"):
+    with (
+        pytest.raises(RemoteStepFailed),
+        store.recorded("repair", HostKey("h02"), "/m/config.json"),
+    ):
         raise RemoteStepFailed("rename failed: Read-only file system", step="rename")
     (entry,) = store.query()
     assert entry.status == "failed"
@@ -61,15 +64,15 @@ def test_a_write_killed_midway_stays_visible_as_incomplete(tmp_path):
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from dflash_provision.history import HistoryStore\n"
+        "from dflash_provision.history import HistoryStore, HostKey\n"
         f"store = HistoryStore(Path({str(db)!r}))\n"
-        "cm = store.recorded('push', 'h03', '/m/config.json', sha256_before='cc'*32)\n"
+        "cm = store.recorded('push', HostKey('h03'), '/m/config.json', sha256_before='cc'*32)\n"
         "cm.__enter__()\n"
         "os.kill(os.getpid(), 9)\n"
     )
     proc = subprocess.run([sys.executable, "-c", script], check=False, timeout=60)
     assert proc.returncode == -9
-    (entry,) = HistoryStore(db).query(host="h03")
+    (entry,) = HistoryStore(db).query(host=HostKey("h03"))
     assert entry.status == "started"
     assert entry.incomplete
     assert entry.finished_at is None
@@ -79,9 +82,9 @@ def test_a_write_killed_midway_stays_visible_as_incomplete(tmp_path):
 
 def test_query_filters_by_host_and_limits_newest_first(store):
     for i in range(5):
-        rid = store.record_start("push", f"h{i % 2}", "/m/config.json")
+        rid = store.record_start("push", HostKey(f"h{i % 2}"), "/m/config.json")
         store.record_finish(rid, status="ok", message=str(i))
-    entries = store.query(host="h0", limit=2)
+    entries = store.query(host=HostKey("h0"), limit=2)
     assert [e.message for e in entries] == ["4", "2"]
     assert len(store.query(limit=None)) == 5
 
@@ -89,29 +92,59 @@ def test_query_filters_by_host_and_limits_newest_first(store):
 def test_host_filter_finds_a_machine_however_each_command_named_it(store):
     # push and rollback name the login (root@gpu1), fleet commands the inventory name (gpu1).
     for host in ("root@gpu1", "root@gpu1:2222", "gpu1/lxc:c1", "gpu1", "alice@gpu1", "gpu10"):
-        store.record_finish(store.record_start("push", host, "/m/config.json"), status="ok")
-    assert {e.host for e in store.query(host="gpu1")} == {
+        key = HostKey.parse(host)
+        store.record_finish(store.record_start("push", key, "/m/config.json"), status="ok")
+
+    def query(host: str) -> list[str]:
+        return [e.host for e in store.query(host=HostKey.parse(host))]
+
+    assert set(query("gpu1")) == {
         "root@gpu1",
         "root@gpu1:2222",
         "gpu1/lxc:c1",
         "gpu1",
         "alice@gpu1",
     }
-    assert {e.host for e in store.query(host="root@gpu1")} == {"root@gpu1", "root@gpu1:2222"}
-    assert [e.host for e in store.query(host="gpu1/lxc:c1")] == ["gpu1/lxc:c1"]
-    assert [e.host for e in store.query(host="gpu1:2222")] == ["root@gpu1:2222"]
+    assert set(query("root@gpu1")) == {"root@gpu1", "root@gpu1:2222"}
+    assert query("gpu1/lxc:c1") == ["gpu1/lxc:c1"]
+    assert query("gpu1:2222") == ["root@gpu1:2222"]
+
+
+def test_a_history_written_before_host_keys_had_columns_is_found_by_host(tmp_path):
+    # Schema 1 kept the host as text only: opening it adds the key columns and fills them.
+    db = tmp_path / "history.sqlite3"
+    old = sqlite3.connect(db)
+    old.executescript(history._SCHEMA + "PRAGMA user_version = 1;")
+    for host in ("root@gpu1:2222", "gpu1/lxc:c1", "gpu2"):
+        old.execute(
+            "INSERT INTO events (started_at, who, command, op, host, path, status, pid)"
+            " VALUES ('2026-01-01T00:00:00+00:00', 'u@c', 'x', 'push', ?, '/m', 'ok', 1)",
+            (host,),
+        )
+    old.commit()
+    old.close()
+    store = HistoryStore(db)
+    assert {e.host for e in store.query(host=HostKey.parse("gpu1"))} == {
+        "root@gpu1:2222",
+        "gpu1/lxc:c1",
+    }
+    store.record_finish(store.record_start("push", HostKey("gpu2"), "/m"), status="ok")
+    assert len(store.query(host=HostKey("gpu2"))) == 2
 
 
 def test_host_filter_takes_sql_wildcards_literally(store):
     for host in ("h_1", "hx1", "[fe80::1]:22"):
-        store.record_finish(store.record_start("push", host, "/m/config.json"), status="ok")
-    assert [e.host for e in store.query(host="h_1")] == ["h_1"]
-    assert [e.host for e in store.query(host="fe80::1")] == ["[fe80::1]:22"]
+        key = HostKey.parse(host)
+        store.record_finish(store.record_start("push", key, "/m/config.json"), status="ok")
+    assert [e.host for e in store.query(host=HostKey.parse("h_1"))] == ["h_1"]
+    assert [e.host for e in store.query(host=HostKey.parse("fe80::1"))] == ["[fe80::1]:22"]
 
 
 def test_audit_records_are_written_in_one_batch(store):
     records = [
-        AuditRecord(f"h{i:02d}", "/m/config.json", "drifted" if i % 3 else "in_sync", "ab", "", 0.1)
+        AuditRecord(
+            HostKey(f"h{i:02d}"), "/m/config.json", "drifted" if i % 3 else "in_sync", "ab", "", 0.1
+        )
         for i in range(30)
     ]
     assert store.record_audits(records) == 30
@@ -121,15 +154,15 @@ def test_audit_records_are_written_in_one_batch(store):
 def test_concurrent_threads_and_processes_all_land(store):
     def worker(n: int) -> None:
         for j in range(20):
-            with store.recorded("repair", f"t{n}", f"/m/{j}"):
+            with store.recorded("repair", HostKey(f"t{n}"), f"/m/{j}"):
                 pass
 
     child = (
         "from pathlib import Path\n"
-        "from dflash_provision.history import HistoryStore\n"
+        "from dflash_provision.history import HistoryStore, HostKey\n"
         f"s = HistoryStore(Path({str(store.path)!r}))\n"
         "for j in range(40):\n"
-        "    s.record_finish(s.record_start('audit', 'proc', str(j)), status='ok')\n"
+        "    s.record_finish(s.record_start('audit', HostKey('proc'), str(j)), status='ok')\n"
     )
     procs = [subprocess.Popen([sys.executable, "-c", child]) for _ in range(2)]
     threads = [threading.Thread(target=worker, args=(n,)) for n in range(8)]
@@ -147,12 +180,12 @@ def test_concurrent_threads_and_processes_all_land(store):
 _FIRST_USE = (
     "import os, sys, time\n"
     "from pathlib import Path\n"
-    "from dflash_provision.history import HistoryStore\n"
+    "from dflash_provision.history import HistoryStore, HostKey\n"
     "store = HistoryStore(Path(sys.argv[1]))\n"
     "Path(sys.argv[2] + '.' + str(os.getpid())).touch()\n"
     "while not os.path.exists(sys.argv[2]):\n"
     "    time.sleep(0.0005)\n"
-    "store.record_finish(store.record_start('audit', 'cron', 'x'), status='ok')\n"
+    "store.record_finish(store.record_start('audit', HostKey('cron'), 'x'), status='ok')\n"
 )
 
 
@@ -209,8 +242,8 @@ def test_busy_retry_waits_out_a_lock_and_gives_up_after_its_budget():
 def test_history_cli_shows_json_and_filters(tmp_path):
     env = {**os.environ, history.HOME_ENV: str(tmp_path)}
     store = HistoryStore(tmp_path / history.DB_FILENAME)
-    store.record_finish(store.record_start("push", "h01", "/m/config.json"), status="ok")
-    store.record_start("repair", "h02", "/m/config.json")  # never finished
+    store.record_finish(store.record_start("push", HostKey("h01"), "/m/config.json"), status="ok")
+    store.record_start("repair", HostKey("h02"), "/m/config.json")  # never finished
     out = subprocess.run(
         [sys.executable, "-m", "dflash_provision", "history", "--json", "--host", "h02"],
         env=env,
@@ -221,7 +254,7 @@ def test_history_cli_shows_json_and_filters(tmp_path):
     rows = json.loads(out.stdout)
     assert [(r["host"], r["status"], r["incomplete"]) for r in rows] == [("h02", "started", True)]
     table = subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "history", "--limit", "5"],
+        [sys.executable, "-m", "dflash_provision", "history", "--last", "5"],
         env=env,
         capture_output=True,
         check=True,

@@ -18,8 +18,8 @@ from dflash_provision.inventory import load_inventory
 from dflash_provision.testbed.hosts import Fleet
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import HostRoute, SshOptions
-from dflash_provision.transport.ssh_endpoint import resolve_endpoint
-from dflash_provision.transport.ssh_files import clear_caches
+from dflash_provision.transport.ssh.config import resolve_endpoint
+from dflash_provision.transport.ssh.config_files import clear_caches
 from tests.test_push_cli_failures import Cli, ssh_args
 from tests.test_transport_ssh import accepted_logins
 

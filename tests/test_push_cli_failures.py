@@ -253,7 +253,7 @@ def test_key_the_host_does_not_accept_exits_auth_and_names_host_and_key(
         f"    UserKnownHostsFile {hosts.client.known_hosts}\n"
     )
     proc = cli.run(
-        "push", f"h01:{model}", "--from", REF, "--ssh-config", str(config), "-i", str(wrong)
+        "push", f"h01:{model}", "--from", REF, "--ssh-config", str(config), "--identity", str(wrong)
     )
     the_error_line(
         proc,
@@ -511,7 +511,7 @@ def test_ssh_config_or_identity_file_that_does_not_exist_is_a_usage_error(
 ) -> None:
     # No fleet needed: the CLI must refuse before connecting anywhere.
     missing = tmp_path / "no-such-file"
-    for option in ("--ssh-config", "-i"):
+    for option in ("--ssh-config", "--identity", "-i"):
         proc = cli.run("push", "h01:/root/models/X", "--from", REF, option, str(missing))
         assert proc.returncode == ExitCode.USAGE, proc.stderr
         assert str(missing) in proc.stderr and "does not exist" in proc.stderr

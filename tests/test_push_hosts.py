@@ -32,6 +32,7 @@ import pytest
 from dflash_provision.errors import ContainerError, ExitCode, UnreachableError
 from dflash_provision.push import NOT_APPLIED_MESSAGE, PushStatus, push_config, rollback_config
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
+from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
@@ -117,7 +118,7 @@ def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
     weird = "/root/models/sp ace/'q\"/$(touch /root/canary);touch /root/canary;`touch /root/canary`"
     target = parse_target(f"{ssh_host.alias}:{weird}")
     with open_transport(target, options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE), mkdir=True)
+        result = push_config(transport, target, loaded(REFERENCE), write=WriteOptions(mkdir=True))
     assert result.status is PushStatus.WRITTEN
     assert host_path(ssh_host, weird + "/config.json").read_bytes() == REFERENCE
     assert not canary.exists()
@@ -132,7 +133,7 @@ def test_cli_push_and_verify_over_ssh(ssh_host):
         str(ssh_host.client.ssh_config),
         "--known-hosts",
         str(ssh_host.client.known_hosts),
-        "-i",
+        "--identity",
         str(ssh_host.client.identity),
         "--no-agent",
     ]
@@ -219,7 +220,7 @@ def test_missing_directory_fails_and_mkdir_creates_it(ssh_host):
         refused = push_config(transport, target, loaded(REFERENCE))
         assert (refused.status, refused.failed_step) == (PushStatus.FAILED, "dir")
         assert not host_path(ssh_host, "/root/models/new").exists()
-        created = push_config(transport, target, loaded(REFERENCE), mkdir=True)
+        created = push_config(transport, target, loaded(REFERENCE), write=WriteOptions(mkdir=True))
     assert created.status is PushStatus.WRITTEN
     assert host_path(ssh_host, "/root/models/new/X/config.json").read_bytes() == REFERENCE
 
@@ -299,7 +300,7 @@ def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
             str(ssh_host.client.ssh_config),
             "--known-hosts",
             str(ssh_host.client.known_hosts),
-            "-i",
+            "--identity",
             str(ssh_host.client.identity),
             "--no-agent",
         ],

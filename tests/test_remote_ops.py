@@ -721,3 +721,34 @@ def test_concurrent_writes_of_two_configs_leave_exactly_one_complete(transport, 
     assert all(o.ok for o in outcomes), [o.failure_text() for o in outcomes if not o.ok]
     assert config.read_bytes() in (first, second)
     assert_no_temp_left(model_dir)
+
+
+# -- the write-and-prove protocol in one call (remote/proof.py) ---------------------------------
+
+
+@pytest.mark.parametrize("keep_backups", [0, 3])
+def test_write_and_prove_returns_the_read_back_and_the_old_file_however_its_bytes_travel(
+    transport, model_dir, keep_backups: int
+):
+    # With a backup, the old bytes come back with the read-back's cat; without, from the write.
+    from dflash_provision.remote.proof import WriteOptions, write_and_prove
+
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    proof = write_and_prove(transport, str(config), NEW, WriteOptions(keep_backups=keep_backups))
+    assert proof.outcome.ok and config.read_bytes() == NEW
+    assert proof.readback is not None and proof.readback.data == NEW
+    assert (proof.old.known, proof.old.present, proof.old.data) == (True, True, OLD)
+    assert proof.old.sha256 == sha(OLD)
+
+
+def test_write_and_prove_of_a_failed_write_has_no_read_back_and_keeps_the_old_file(
+    transport, model_dir
+):
+    from dflash_provision.remote.proof import WriteOptions, write_and_prove
+
+    missing = model_dir / "not-there" / "config.json"
+    proof = write_and_prove(transport, str(missing), NEW, WriteOptions())
+    assert not proof.outcome.ok and proof.outcome.failed_step == "dir"
+    assert proof.readback is None
+    assert not proof.old.present and proof.old.data is None

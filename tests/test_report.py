@@ -142,7 +142,13 @@ def test_audit_exit_code_drift_wins_over_unreachable():
     assert audit_exit_code([FLEET[0]]) is ExitCode.OK
     assert audit_exit_code([FLEET[0], FLEET[2]]) is ExitCode.UNREACHABLE
     assert audit_exit_code(FLEET) is ExitCode.DRIFT
-    assert audit_exit_code([make("x", HostStatus.PERMISSION_DENIED)]) is ExitCode.UNREACHABLE
+    # A host whose file cannot be read exits as `verify` of it would (7), not as unreachable.
+    assert audit_exit_code([make("x", HostStatus.PERMISSION_DENIED)]) is ExitCode.REMOTE_FAILED
+    assert audit_exit_code([FLEET[2], make("x", HostStatus.AUTH_FAILED)]) is ExitCode.AUTH
+    assert (
+        audit_exit_code([make("y", HostStatus.CONTAINER_NOT_RUNNING), FLEET[2]])
+        is ExitCode.CONTAINER
+    )
 
 
 def test_repair_exit_code_zero_only_when_every_host_ends_in_sync():
@@ -156,7 +162,8 @@ def test_repair_exit_code_zero_only_when_every_host_ends_in_sync():
     )
     assert repair_exit_code([fixed, in_sync], dry_run=False) is ExitCode.OK
     assert repair_exit_code([fixed, unreachable], dry_run=False) is ExitCode.UNREACHABLE
-    assert repair_exit_code([fixed, failed, unreachable], dry_run=False) is ExitCode.ERROR
+    # A failed write is a remote step that failed (7), as for push; exit 1 is kept for bugs.
+    assert repair_exit_code([fixed, failed, unreachable], dry_run=False) is ExitCode.REMOTE_FAILED
     would = HostRepair(FLEET[1], RepairAction.WOULD_WRITE)
     assert repair_exit_code([would, in_sync], dry_run=True) is ExitCode.DRIFT
 

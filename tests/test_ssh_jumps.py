@@ -12,10 +12,10 @@ import pytest
 
 from dflash_provision.errors import UnreachableError
 from dflash_provision.testbed.hosts import Fleet
-from dflash_provision.testbed.samples import REFERENCE_DRAFTER
+from dflash_provision.testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
-from dflash_provision.transport.ssh_jumps import JumpPool
+from dflash_provision.transport.ssh.route_pool import JumpPool
 from tests.test_push_cli_failures import Cli
 from tests.test_transport_ssh import accepted_logins, options_for_fleet
 
@@ -216,3 +216,30 @@ def test_a_released_connection_lingers_then_closes_and_exit_closes_it_too() -> N
     assert not made[1].closed
     jumps.close_all()  # what runs at exit
     assert made[1].closed
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_diff_and_validate_read_a_target_behind_a_bastion_with_the_ssh_options(
+    make_fleet, tmp_path: Path
+) -> None:
+    # The host exists only in the --ssh-config file, behind h01: the remote SOURCE is reached
+    # through the same connector (and options) as push and audit (they used to be ignored).
+    fleet: Fleet = make_fleet(2)
+    behind = fleet.hosts[1]
+    model = behind.root_dir / "models" / "behind-bastion"
+    model.mkdir(parents=True)
+    (model / "config.json").write_bytes(INCIDENT_DRAFTER.read_bytes())
+    config = bastion_config(fleet, tmp_path)
+    source = f"behind-{behind.name}:/root/models/behind-bastion"
+    ssh = ("--ssh-config", str(config), "--no-agent")
+    cli = Cli(tmp_path)
+
+    diffed = cli.run("diff", source, str(REFERENCE_DRAFTER), "--json", *ssh)
+    assert diffed.returncode == 4, diffed.stdout + diffed.stderr  # the incident's file drifted
+    assert json.loads(diffed.stdout)["a"] == source
+    validated = cli.run("validate", source, "--no-effective", "--json", *ssh)
+    assert validated.returncode == 0, validated.stdout + validated.stderr
+    assert json.loads(validated.stdout)["source"] == source
+    unrouted = cli.run("diff", source, str(REFERENCE_DRAFTER), "--no-agent")
+    assert unrouted.returncode != 0 and "behind-" in unrouted.stderr  # no alias without the config

@@ -17,9 +17,9 @@ from dflash_provision.testbed.hosts import Fleet, Host
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
-from dflash_provision.transport.ssh_endpoint import resolve_endpoint
-from dflash_provision.transport.ssh_files import clear_caches
-from dflash_provision.transport.ssh_proxy import expand_proxy_command
+from dflash_provision.transport.ssh.config import resolve_endpoint
+from dflash_provision.transport.ssh.config_files import clear_caches
+from dflash_provision.transport.ssh.config_route import expand_proxy_command
 from tests.test_transport_ssh import accepted_logins, options_for_fleet
 
 

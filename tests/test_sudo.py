@@ -134,7 +134,7 @@ def test_same_user_without_sudo_cannot_verify_dry_run_or_roll_back_and_is_told_w
     for args in (
         ["verify", spec, "--from", REF],  # was "no config file (dir-missing)", exit 4 (drift)
         ["push", spec, "--from", REF, "--dry-run"],
-        ["rollback", spec],  # was "no backups", exit 1
+        ["rollback", spec],  # was "no backups", exit 1 (now 2 when there truly are none)
     ):
         proc = cli.run(*args, *sudo_host.args())
         the_error_line(proc, ExitCode.REMOTE_FAILED, "h01", "cannot enter /root", "--sudo")
@@ -237,7 +237,8 @@ def test_ansible_become_repairs_as_root_for_that_host_only(
     line = f"h01 ansible_user={sudo_host.nopasswd.name} dflash_path={model} dflash_from={REF}"
     inventory.write_text(f"[gpu]\n{line} ansible_become=false\n")
     refused = cli.run("repair", "-i", str(inventory), "--json", *sudo_host.args())
-    assert refused.returncode == ExitCode.UNREACHABLE, refused.stdout + refused.stderr
+    # The login cannot read /root: the same exit code (7) as `verify` gives for that host.
+    assert refused.returncode == ExitCode.REMOTE_FAILED, refused.stdout + refused.stderr
     assert (directory / "config.json").read_bytes() == INCIDENT
     inventory.write_text(f"[gpu]\n{line} ansible_become=yes ansible_become_user=root\n")
     repaired = cli.run("repair", "-i", str(inventory), "--json", *sudo_host.args())

@@ -7,7 +7,13 @@ import os
 import pytest
 
 from dflash_provision.errors import ExitCode, UsageError
-from dflash_provision.target import ContainerRef, Target, parse_target
+from dflash_provision.target import (
+    ContainerRef,
+    Target,
+    make_target,
+    parse_container_ref,
+    parse_target,
+)
 
 # spec -> (host, user, port, container, path)
 VALID = {
@@ -75,6 +81,36 @@ def test_display_is_a_spec_that_parses_back_to_the_same_target(spec: str) -> Non
         target.container,
         target.path,
     )
+
+
+@pytest.mark.parametrize("spec", list(VALID))
+def test_a_target_made_from_its_fields_is_the_one_its_spec_parses_to(spec: str) -> None:
+    # Inventories give the fields; no spec is rendered for them and parsed back.
+    parsed = parse_target(spec)
+    made = make_target(parsed.host, parsed.user, parsed.port, parsed.container, parsed.path)
+    assert made == Target(parsed.display(), *VALID[spec])
+
+
+@pytest.mark.parametrize(
+    ("fields", "words"),
+    [
+        (("root@gpu1", None, None, None, "/m"), "'root@gpu1' is not a valid host name"),
+        (("gpu1", "a b", None, None, "/m"), "'a b' is not a valid user name"),
+        (("gpu1", None, 70000, None, "/m"), "port must be 1..65535"),
+        (("gpu1", None, None, ContainerRef("pct", "abc"), "/m"), "numeric VMID"),
+        (("gpu1", None, None, None, "m"), "the path must be absolute"),
+    ],
+)
+def test_a_field_a_spec_could_not_hold_is_refused(fields: tuple, words: str) -> None:
+    with pytest.raises(UsageError, match=words):
+        make_target(*fields)
+
+
+def test_container_ref_from_kind_and_name() -> None:
+    assert parse_container_ref("pct:101") == ContainerRef("pct", "101")
+    for text in ("lxc", "vm:c1", "lxc:/x", "lxc:a:b"):
+        with pytest.raises(UsageError, match="expected KIND:NAME"):
+            parse_container_ref(text)
 
 
 def test_relative_local_path_is_made_absolute_against_the_current_directory() -> None:

@@ -488,11 +488,11 @@ def test_silent_port_is_a_banner_timeout_even_when_the_handshake_wait_runs_out_f
     # paramiko's start_client() stops waiting WITHOUT an error when its timeout runs out; if that
     # happens before the banner timeout fires (the race the CLI used to lose about 1 run in 3),
     # the next call fails with "No existing session". Force that order here.
-    import dflash_provision.transport.ssh as ssh_module
-    import dflash_provision.transport.ssh_errors as ssh_errors
+    import dflash_provision.transport.ssh.login as ssh_login
+    import dflash_provision.transport.ssh.login_errors as ssh_errors
 
     # The wait the transport gives start_client() and the one the error message names.
-    for module in (ssh_module, ssh_errors):
+    for module in (ssh_login, ssh_errors):
         monkeypatch.setattr(module, "handshake_budget", lambda opts: 0.5)
     with BlackholeHost("127.0.0.1") as hole:
         started = time.monotonic()

@@ -1,41 +1,37 @@
 """Click options shared by the commands that reach targets (push, verify, rollback, ...).
 
 ``connection_options`` adds the SSH / container options and hands the command one
-``connection: Connection`` argument instead of a dozen loose ones; ``authority_options`` adds
-``--repo`` / ``--from`` / ``--lock`` and hands over ``authority_spec: AuthoritySpec``.
+``connection: Connector`` (the core's: a target becomes a transport there) instead of a dozen
+loose ones; ``authority_options`` adds ``--repo`` / ``--from`` / ``--lock`` and hands over
+``authority_spec: AuthoritySpec``.
 """
 
 from __future__ import annotations
 
 import functools
+import os
+import re
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from dflash_provision.cli._flags import deprecated_spelling
+from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
+
+if TYPE_CHECKING:
+    from dflash_provision.sources import LoadedConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 
-@dataclass(frozen=True)
-class Connection:
-    """How to reach targets: SSH settings plus where classic LXC keeps its containers."""
-
-    ssh: SshOptions
-    lxc_path: str | None = None
-
-    def open(self, target: Any, route: Any = None, *, sudo: bool = False) -> Any:
-        """A Transport for ``target`` (a dflash_provision.target.Target); ``route``: the host's
-        own SSH key / proxy settings (a HostRoute from an inventory), if any; ``sudo``: the
-        host's own need for sudo (``--sudo`` applies to every host anyway)."""
-        from dflash_provision.transport.factory import open_transport
-
-        return open_transport(target, self.ssh, lxc_path=self.lxc_path, route=route, sudo=sudo)
+SSH_CONFIG_ENV = "DFLASH_PROVISION_SSH_CONFIG"
 
 
-def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F], F]]:
+def _connection_option_list(old_short_identity: bool) -> list[Callable[[F], F]]:
     return [
         click.option(
             "--connect-timeout",
@@ -62,8 +58,12 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
         # ignoring it (the host alias would then fail to resolve, or another key would be used).
         click.option(
             "--ssh-config",
+            "-F",
             type=click.Path(exists=True, dir_okay=False),
-            help="ssh_config file for host aliases (default ~/.ssh/config when it exists).",
+            envvar=SSH_CONFIG_ENV,
+            show_envvar=True,
+            help="ssh_config file for host aliases, as ssh -F (default ~/.ssh/config when it "
+            "exists).",
         ),
         click.option(
             "--known-hosts",
@@ -71,12 +71,28 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
             help="known_hosts file to check keys in.",
         ),
         click.option(
-            *identity_flags,
+            "--identity",
+            "--private-key",
             "identity",
             multiple=True,
+            metavar="KEY",
             type=click.Path(exists=True, dir_okay=False),
-            help="Private key file (repeatable).",
+            help="Private key file, as ssh -i or Ansible's --private-key (repeatable).",
         ),
+        # -i is the inventory in audit and repair (Ansible's -i); the single-target commands
+        # took it for the key file (OpenSSH's -i) and still do, with a warning, for a while.
+        click.option(
+            "-i",
+            "old_identity",
+            multiple=True,
+            hidden=True,
+            type=click.Path(exists=True, dir_okay=False),
+            callback=deprecated_spelling(
+                "-i KEY", "--identity KEY", "-i names the inventory, as in Ansible"
+            ),
+        )
+        if old_short_identity
+        else _no_option,
         click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),
         click.option(
             "--sudo",
@@ -90,18 +106,58 @@ def _connection_option_list(identity_flags: tuple[str, ...]) -> list[Callable[[F
     ]
 
 
+_PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
+_PUBLIC_KEY = re.compile(rb"(ssh-|ecdsa-|sk-)[a-z0-9@.-]+ AAAA")
+
+
+def checked_key_file(path: str) -> str:
+    """``path`` if it is a readable private key file, else a usage error (exit 2) that says
+    what it is. Without this a public key or a typo'd file given to ``-i`` surfaces only as
+    a failed login after the connection, or a "no route" for another reason."""
+    from dflash_provision.errors import UsageError
+
+    try:
+        # stat before open: opening a FIFO would wait for a writer.
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            raise UsageError(f"--identity {path}: not a regular file")
+        with open(path, "rb") as handle:
+            head = handle.read(64 * 1024).lstrip()
+    except OSError as exc:
+        raise UsageError(f"--identity {path}: cannot read the key ({exc.strerror})") from None
+    if _PRIVATE_KEY.match(head):
+        return path
+    if _PUBLIC_KEY.match(head):
+        raise UsageError(
+            f"--identity {path}: this is a public key; give the private key file "
+            f"({path.removesuffix('.pub')} if it is beside it)"
+        )
+    raise UsageError(
+        f"--identity {path}: not a private key file (expected an OpenSSH or PEM private key, "
+        "e.g. ~/.ssh/id_ed25519)"
+    )
+
+
+def _no_option(func: F) -> F:
+    return func
+
+
 def connection_options(func: F) -> F:
-    """Add the connection options; the command receives ``connection: Connection``."""
-    return _with_connection_options(func, ("--identity", "-i"))
+    """Add the connection options; the command receives ``connection: Connector``."""
+    return _with_connection_options(func, old_short_identity=True)
+
+
+def source_connection_options(func: F) -> F:
+    """The same for a remote SOURCE of validate / diff: the key file is ``--identity`` only
+    (these commands never took ``-i`` for it, and ``-i`` is the inventory elsewhere)."""
+    return _with_connection_options(func, old_short_identity=False)
 
 
 def fleet_connection_options(func: F) -> F:
-    """The same, but ``-i`` stays free for the inventory (Ansible's convention), so the key
-    file is spelled ``--identity`` only."""
-    return _with_connection_options(func, ("--identity",))
+    """The same for fleet commands, where ``-i`` is the inventory (Ansible's convention)."""
+    return _with_connection_options(func, old_short_identity=False)
 
 
-def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
+def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -116,14 +172,17 @@ def _with_connection_options(func: F, identity_flags: tuple[str, ...]) -> F:
             ssh_config_path=kwargs.pop("ssh_config") or default_ssh_config_path(),
             known_hosts_path=kwargs.pop("known_hosts"),
             host_key_policy="accept-new" if kwargs.pop("accept_new_host_key") else "reject",
-            identity_files=tuple(kwargs.pop("identity")),
+            identity_files=tuple(
+                checked_key_file(path)
+                for path in (*kwargs.pop("identity"), *kwargs.pop("old_identity", ()))
+            ),
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
-        kwargs["connection"] = Connection(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
+        kwargs["connection"] = Connector(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
         return func(*args, **kwargs)
 
-    for option in reversed(_connection_option_list(identity_flags)):
+    for option in reversed(_connection_option_list(old_short_identity)):
         wrapper = option(wrapper)
     return wrapper  # type: ignore[return-value]
 
@@ -135,8 +194,8 @@ class AuthoritySpec:
     lock: str | None
     lock_repo: str | None
 
-    def load(self) -> Any:
-        """The authoritative LoadedConfig (see dflash_provision.authority)."""
+    def load(self) -> LoadedConfig:
+        """The authoritative config (see dflash_provision.authority)."""
         from dflash_provision.authority import resolve_authoritative
 
         return resolve_authoritative(self.repo, self.from_file, self.lock, lock_repo=self.lock_repo)

@@ -1,15 +1,26 @@
-"""Print rich renderables (tables, summary lines) to stdout, terminal or pipe alike."""
+"""Output shared by commands: rich renderables (tables, summary lines) to stdout, terminal or
+pipe alike, and a push / rollback result."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
+if TYPE_CHECKING:
+    from dflash_provision.push import PushResult
+
 # Piped output is wide enough that rows do not wrap mid-word; trailing padding is cut so that
-# `grep`, `diff` and logs see clean lines.
+# `grep`, `diff` and logs see clean lines. COLUMNS, when set, wins (as for `ls` and rich itself).
 _PIPE_WIDTH = 200
+
+
+def _pipe_width() -> int:
+    columns = os.environ.get("COLUMNS", "")
+    return int(columns) if columns.isdigit() and int(columns) >= 40 else _PIPE_WIDTH
 
 
 def echo_rich(*renderables: Any) -> None:
@@ -20,9 +31,47 @@ def echo_rich(*renderables: Any) -> None:
         for renderable in renderables:
             console.print(renderable, highlight=False)
         return
-    console = Console(width=_PIPE_WIDTH, soft_wrap=False, no_color=True, highlight=False)
-    with console.capture() as captured:
-        for renderable in renderables:
+    console = Console(width=_pipe_width(), soft_wrap=False, no_color=True, highlight=False)
+    for renderable in renderables:
+        if isinstance(renderable, str):  # a summary line: whole, never wrapped mid-phrase
+            click.echo(renderable)
+            continue
+        with console.capture() as captured:
             console.print(renderable)
-    for line in captured.get().splitlines():
-        click.echo(line.rstrip())
+        for line in captured.get().splitlines():
+            click.echo(line.rstrip())
+
+
+def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, verb: str) -> None:
+    """Print a push/rollback result (human or JSON) and end with its exit code."""
+    from dflash_provision.errors import RemoteStepFailed
+    from dflash_provision.push import PushStatus
+
+    for warning in result.warnings:
+        click.echo(f"warning: {warning}", err=True)
+    if as_json:
+        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        if not result.ok:
+            ctx.exit(int(result.exit_code))
+        return
+
+    click.echo(f"{verb} {result.target}  <-  {result.source}")
+    if result.restored_from is not None:
+        click.echo(f"  restoring backup {result.restored_from.name}")
+    for line in result.diff.lines if result.diff else []:
+        click.echo(f"  {line}")
+    write = result.write
+    if result.status is PushStatus.UNCHANGED:
+        click.echo(f"unchanged: {result.path} already has sha256 {result.new_sha256}")
+    elif result.status is PushStatus.DRY_RUN:
+        click.echo("dry run: nothing written")
+    elif result.status is PushStatus.WRITTEN and write is not None:
+        click.echo(f"written: {result.path} (sha256 {result.new_sha256}, read back and matched)")
+        if write.backup:
+            click.echo(f"  backup      .dflash-backups/{write.backup}")
+        if write.durability is not None:
+            click.echo(f"  durability  {write.durability.describe()}")
+    else:
+        raise RemoteStepFailed(
+            f"{result.target}: {result.message}", step=result.failed_step or "write"
+        )

@@ -7,16 +7,18 @@ from typing import Any
 
 import click
 
+from dflash_provision.cli._connect import source_connection_options
 from dflash_provision.errors import ConfigInvalid, ExitCode
 from dflash_provision.sources import LoadedConfig
+from dflash_provision.transport.factory import Connector
 
 
-def load_side(spec: str) -> LoadedConfig:
+def load_side(spec: str, connection: Connector) -> LoadedConfig:
     """Load one side of a diff. The single place to teach diff about new kinds of SOURCE
-    (remote targets such as ``root@gpu1:/path``)."""
+    (remote targets such as ``root@gpu1:/path``, reached with the SSH options)."""
     from dflash_provision.sources import load_source
 
-    return load_source(spec)
+    return load_source(spec, connector=connection)
 
 
 def _parse(side: LoadedConfig) -> Any:
@@ -33,15 +35,16 @@ def _parse(side: LoadedConfig) -> Any:
 @click.argument("a")
 @click.argument("b")
 @click.option("--json", "as_json", is_flag=True, help="Print the changes as JSON.")
+@source_connection_options
 @click.pass_context
-def command(ctx: click.Context, a: str, b: str, as_json: bool) -> None:
+def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Connector) -> None:
     """Show what changes from config A to config B, ignoring key order and whitespace.
 
     A and B are files, directories or Hub repo ids. Exits 0 when identical, 4 when they differ.
     """
     from dflash_provision.diff import render_changes, semantic_diff
 
-    side_a, side_b = load_side(a), load_side(b)
+    side_a, side_b = load_side(a, connection), load_side(b, connection)
     changes = semantic_diff(_parse(side_a), _parse(side_b))
     if as_json:
         payload = {

@@ -6,6 +6,7 @@ import json
 
 import click
 
+from dflash_provision.cli._flags import deprecated_spelling
 from dflash_provision.cli._render import echo_rich
 
 
@@ -17,22 +18,46 @@ from dflash_provision.cli._render import echo_rich
     help="Only this machine: an inventory name or SSH host (covers every login, port and "
     "container recorded on it; USER@HOST, HOST:PORT or HOST/lxc:NAME narrow it).",
 )
-@click.option("--op", type=click.Choice(["push", "repair", "rollback", "audit", "verify"]))
-@click.option("--limit", type=click.IntRange(min=1), default=50, show_default=True)
+@click.option(
+    "--op",
+    type=click.Choice(["push", "repair", "rollback", "audit", "verify"]),
+    help="Only this kind of operation.",
+)
+@click.option(
+    "--last",
+    "-n",
+    "last",
+    type=click.IntRange(min=1),
+    default=50,
+    show_default=True,
+    metavar="N",
+    help="Show the N newest records.",
+)
+# --limit was the row count here; everywhere else it is a host pattern (Ansible's --limit).
+@click.option(
+    "--limit",
+    "old_limit",
+    type=click.IntRange(min=1),
+    hidden=True,
+    callback=deprecated_spelling("--limit N", "--last N", "--limit is a host pattern in audit"),
+)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of records).")
-def command(host: str | None, op: str | None, limit: int, as_json: bool) -> None:
+def command(
+    host: str | None, op: str | None, last: int, old_limit: int | None, as_json: bool
+) -> None:
     """Show the local history of pushes, repairs, rollbacks and audits.
 
     A write still shown as "started (incomplete)" never recorded its end: the process was
     killed or the controller crashed. Run `dflash-provision verify` on that host.
     """
-    from dflash_provision.history import default_db_path, default_store
+    from dflash_provision.history import HostKey, default_db_path, default_store
     from dflash_provision.report import history_table
 
     if not default_db_path().exists():
         entries = []
     else:
-        entries = default_store().query(host=host, op=op, limit=limit)
+        key = HostKey.parse(host) if host is not None else None
+        entries = default_store().query(host=key, op=op, limit=old_limit or last)
     if as_json:
         click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
         return

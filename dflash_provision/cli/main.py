@@ -4,6 +4,7 @@
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -53,6 +54,20 @@ class LazyGroup(click.Group):
         command: click.Command = module.command
         return command
 
+    def resolve_command(
+        self, ctx: click.Context, args: list[str]
+    ) -> tuple[str | None, click.Command | None, list[str]]:
+        try:
+            return super().resolve_command(ctx, args)
+        except click.UsageError as exc:
+            typed = args[0] if args else ""
+            close = difflib.get_close_matches(typed, self.list_commands(ctx), n=1, cutoff=0.6)
+            if not close or typed.startswith("-"):
+                raise
+            raise click.UsageError(
+                f"No such command {typed!r}. Did you mean {close[0]!r}?", ctx
+            ) from exc
+
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
         # Help text comes from the table above so --help imports no command module.
         rows = [(name, COMMANDS[name][1]) for name in self.list_commands(ctx)]
@@ -84,16 +99,22 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 def main(argv: list[str] | None = None) -> None:
     """Run the CLI, turning expected errors into one line on stderr and a documented exit code."""
-    debug = os.environ.get(DEBUG_ENV, "") not in ("", "0")
+    # The group's callback records --debug here; the errors below are caught after its context
+    # has ended, so this dict is how the flag reaches them.
+    state: dict[str, bool] = {"debug": os.environ.get(DEBUG_ENV, "") not in ("", "0")}
+
+    def debug() -> bool:
+        return state["debug"]
+
     try:
-        rv = cli.main(args=argv, standalone_mode=False)
+        rv = cli.main(args=argv, standalone_mode=False, obj=state)
     except DflashProvisionError as exc:
-        if debug:
+        if debug():
             traceback.print_exc()
         click.echo(f"error: {exc.message}", err=True)
         sys.exit(int(exc.exit_code))
     except click.exceptions.Abort:
-        if debug:  # click turns an EOFError or Ctrl-C into Abort: show what it was
+        if debug():  # click turns an EOFError or Ctrl-C into Abort: show what it was
             traceback.print_exc()
         click.echo("aborted", err=True)
         sys.exit(130)

@@ -2,24 +2,15 @@
 
 from __future__ import annotations
 
-import contextlib
-import json
-from collections.abc import Iterator
-from typing import TYPE_CHECKING
-
 import click
 
 from dflash_provision.cli._connect import (
     AuthoritySpec,
-    Connection,
     authority_options,
     connection_options,
 )
-
-if TYPE_CHECKING:
-    from dflash_provision.history import Recording
-    from dflash_provision.push import PushResult
-    from dflash_provision.target import Target
+from dflash_provision.cli._render import emit_push_result
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
@@ -58,91 +49,34 @@ def command(
     follow_symlinks: bool,
     keep_backups: int,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
+    from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import push_config
+    from dflash_provision.remote.proof import WriteOptions
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()
-    with connection.open(target) as transport, recorded_change("push", target, dry_run) as rec:
+    store = None if dry_run else default_store()  # a dry run changes nothing: nothing to keep
+    key = HostKey.of_target(target)
+    with (
+        connection.open(target) as transport,
+        journal(store, "push", key, target.config_path) as rec,
+    ):
+        # Connect before validating: an unreachable host fails in the connect time, not after
+        # the ~2 s a config this machine has not judged yet costs (transformers).
+        transport.connect()
         result = push_config(
             transport,
             target,
             authority,
             dry_run=dry_run,
             force=force,
-            mkdir=mkdir,
-            follow_symlinks=follow_symlinks,
-            keep_backups=keep_backups,
-            timeout=connection.ssh.command_timeout,
+            write=WriteOptions(keep_backups, mkdir, follow_symlinks),
         )
-        rec.fill(result)
+        result.journal_into(rec)
     emit_push_result(ctx, result, as_json=as_json, verb="push")
 
 
-class _HistoryRow:
-    """Adapter from a PushResult to the history row opened for it."""
-
-    def __init__(self, recording: Recording | None) -> None:
-        self.recording = recording
-
-    def fill(self, result: PushResult) -> None:
-        if self.recording is None:
-            return
-        self.recording.status = result.status.value
-        self.recording.sha256_before = result.old_sha256
-        self.recording.sha256_after = result.readback.sha256 if result.readback else None
-        self.recording.message = result.message
-
-
-@contextlib.contextmanager
-def recorded_change(op: str, target: Target, dry_run: bool = False) -> Iterator[_HistoryRow]:
-    """Journal a change in the local history: the row reads "started" before the remote write,
-    so a push that is killed half way stays visible. Dry runs change nothing and are not kept."""
-    if dry_run:
-        yield _HistoryRow(None)
-        return
-    from dflash_provision import history
-
-    host = target.machine + (f"/{target.container.display()}" if target.container else "")
-    with history.recorded(op, host, target.config_path) as recording:
-        yield _HistoryRow(recording)
-
-
-def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, verb: str) -> None:
-    """Print a push/rollback result (human or JSON) and end with its exit code."""
-    from dflash_provision.errors import RemoteStepFailed
-    from dflash_provision.push import PushStatus
-
-    for warning in result.warnings:
-        click.echo(f"warning: {warning}", err=True)
-    if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
-        if not result.ok:
-            ctx.exit(int(result.exit_code))
-        return
-
-    click.echo(f"{verb} {result.target}  <-  {result.source}")
-    if result.restored_from is not None:
-        click.echo(f"  restoring backup {result.restored_from.name}")
-    for line in result.diff.lines if result.diff else []:
-        click.echo(f"  {line}")
-    write = result.write
-    if result.status is PushStatus.UNCHANGED:
-        click.echo(f"unchanged: {result.path} already has sha256 {result.new_sha256}")
-    elif result.status is PushStatus.DRY_RUN:
-        click.echo("dry run: nothing written")
-    elif result.status is PushStatus.WRITTEN and write is not None:
-        click.echo(f"written: {result.path} (sha256 {result.new_sha256}, read back and matched)")
-        if write.backup:
-            click.echo(f"  backup      .dflash-backups/{write.backup}")
-        if write.durability is not None:
-            click.echo(f"  durability  {write.durability.describe()}")
-    else:
-        raise RemoteStepFailed(
-            f"{result.target}: {result.message}", step=result.failed_step or "write"
-        )
-
-
-__all__ = ["command", "emit_push_result", "recorded_change"]
+__all__ = ["command"]

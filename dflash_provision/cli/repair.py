@@ -10,12 +10,12 @@ write is recorded in the local history as "started" before it begins.
 Exit codes:
 
     0  every host ends in sync (written ones verified by a fresh audit)
-    1  (ERROR) a write failed, was skipped by --max-failures, or a written host is not in sync
-       afterwards
-    5  (UNREACHABLE) every write succeeded, but some hosts could not be checked at all, so the
-       fleet is not known to be right
+    7  (REMOTE_FAILED) a write failed, was skipped by --max-failures, or a written host is not
+       in sync afterwards (as push exits 7 for a failed write; 1 is kept for bugs)
+    7, 8, 6 or 5  every write succeeded, but some hosts could not be checked at all, so the
+       fleet is not known to be right: the audit's code for them (see cli/audit.py)
     3  (INVALID) the authoritative config itself fails validation: nothing is written
-    with --dry-run: the audit's codes (0 nothing to do, 4 something would change, 5 unreachable)
+    with --dry-run: the audit's codes (0 nothing to do, 4 something would change, 5-8 unchecked)
 """
 
 from __future__ import annotations
@@ -24,14 +24,9 @@ import time
 
 import click
 
-from dflash_provision.cli._connect import Connection
+from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_rich
-from dflash_provision.cli.audit import (
-    FleetSelection,
-    ProgressDisplay,
-    fleet_options,
-    make_run,
-)
+from dflash_provision.transport.factory import Connector
 
 
 @click.command("repair")
@@ -58,7 +53,7 @@ from dflash_provision.cli.audit import (
 def command(
     ctx: click.Context,
     selection: FleetSelection,
-    connection: Connection,
+    connection: Connector,
     dry_run: bool,
     max_failures: int | None,
     keep_backups: int,
@@ -69,6 +64,7 @@ def command(
     from dflash_provision import report
     from dflash_provision.fleet import repair, repair_exit_code
     from dflash_provision.history import default_store
+    from dflash_provision.remote.proof import WriteOptions
 
     members = selection.members()
     run = make_run(connection)
@@ -82,7 +78,7 @@ def command(
             max_failures=max_failures,
             progress=lambda r: display.advance(r.name, r.action.value),
             history=default_store(),
-            push_options={"keep_backups": keep_backups, "mkdir": mkdir},
+            write=WriteOptions(keep_backups, mkdir),
             run=run,
         )
     elapsed = time.monotonic() - started

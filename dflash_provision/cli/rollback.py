@@ -6,7 +6,9 @@ import json
 
 import click
 
-from dflash_provision.cli._connect import Connection, connection_options
+from dflash_provision.cli._connect import connection_options
+from dflash_provision.cli._render import emit_push_result
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
@@ -39,10 +41,11 @@ def command(
     follow_symlinks: bool,
     keep_backups: int,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
-    from dflash_provision.cli.push import emit_push_result, recorded_change
+    from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import list_backups, rollback_config
+    from dflash_provision.remote.proof import WriteOptions
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
@@ -51,16 +54,15 @@ def command(
         if list_only:
             backups = list_backups(transport, target, timeout=timeout)
         else:
-            with recorded_change("rollback", target) as rec:
+            key = HostKey.of_target(target)
+            with journal(default_store(), "rollback", key, target.config_path) as rec:
                 result = rollback_config(
                     transport,
                     target,
                     to=to,
-                    keep_backups=keep_backups,
-                    follow_symlinks=follow_symlinks,
-                    timeout=timeout,
+                    write=WriteOptions(keep_backups, follow_symlinks=follow_symlinks),
                 )
-                rec.fill(result)
+                result.journal_into(rec)
     if not list_only:
         emit_push_result(ctx, result, as_json=as_json, verb="rollback")
         return

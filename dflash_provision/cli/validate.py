@@ -6,8 +6,10 @@ import json
 
 import click
 
+from dflash_provision.cli._connect import source_connection_options
 from dflash_provision.errors import ExitCode
 from dflash_provision.findings import LAYERS, ValidationReport
+from dflash_provision.transport.factory import Connector
 
 _MARKS = {"passed": "✓", "failed": "✗", "skipped": "-"}
 
@@ -17,7 +19,7 @@ def render_report(report: ValidationReport, *, against_label: str | None = None)
     lines = [report.source]
     for layer in LAYERS:
         status = report.layers.get(layer, "skipped")
-        title = layer
+        title: str = layer
         if layer == "against" and against_label:
             title = f"against {against_label}"
         lines.append(f"{_MARKS[status]} {title}" + (" (skipped)" if status == "skipped" else ""))
@@ -56,6 +58,7 @@ def render_report(report: ValidationReport, *, against_label: str | None = None)
     "at most block_size - 1 (more drafts than that accept nothing).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@source_connection_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -65,18 +68,22 @@ def command(
     no_effective: bool,
     num_speculative_tokens: int | None,
     as_json: bool,
+    connection: Connector,
 ) -> None:
     """Check a config: JSON, schema, DFlash invariants, loader effects, target fit, drift.
 
     SOURCE is a config.json file, a directory holding one, or a Hub repo id (owner/name[@rev]).
     Exits 0 when every layer passes, 3 when any finding is an error.
     """
-    from dflash_provision.sources import load_source
+    from dflash_provision.sources import LoadedConfig, load_source
     from dflash_provision.validate import validate_config
 
-    loaded = load_source(source)
-    target = load_source(target_source) if target_source else None
-    against = load_source(against_source) if against_source else None
+    def load(spec: str) -> LoadedConfig:
+        return load_source(spec, connector=connection)
+
+    loaded = load(source)
+    target = load(target_source) if target_source else None
+    against = load(against_source) if against_source else None
     report = validate_config(
         loaded.data,
         label=loaded.label,

@@ -8,10 +8,10 @@ import click
 
 from dflash_provision.cli._connect import (
     AuthoritySpec,
-    Connection,
     authority_options,
     connection_options,
 )
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
@@ -32,7 +32,7 @@ def command(
     target_spec: str,
     authority_spec: AuthoritySpec,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode, RemoteStepFailed
     from dflash_provision.push import VerifyStatus, verify_config

@@ -27,7 +27,7 @@ from dflash_provision.fleet.results import (
     audit_exit_code,
     repair_exit_code,
 )
-from dflash_provision.fleet.run import AuthorityFor, FleetRun, TransportOpener
+from dflash_provision.fleet.run import AuthorityFor, FleetRun, authority_loader
 
 __all__ = [
     "DEFAULT_WORKERS",
@@ -42,10 +42,10 @@ __all__ = [
     "RepairAction",
     "RepairProgress",
     "Timings",
-    "TransportOpener",
     "audit",
     "audit_exit_code",
     "audit_host",
+    "authority_loader",
     "classify_exception",
     "repair",
     "repair_exit_code",

@@ -10,13 +10,13 @@ from typing import TYPE_CHECKING, TypeVar
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.results import HostAudit, HostStatus
-from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun, TransportOpener
+from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.inventory import FleetMember
 
 if TYPE_CHECKING:
     from dflash_provision.history import HistoryStore
     from dflash_provision.remote.ops import RemoteRead
-    from dflash_provision.transport.options import SshOptions
+    from dflash_provision.transport.factory import Connector
 
 DEFAULT_WORKERS = 64
 
@@ -55,7 +55,6 @@ def audit_on(
             read = read_remote_config(
                 transport,
                 member.target.config_path,
-                timeout=run.command_timeout,
                 metadata=False,
                 remote_hash=False,  # one process less per host; the bytes are hashed here
             )
@@ -118,10 +117,9 @@ def audit(
     authority_for: AuthorityFor,
     *,
     workers: int = DEFAULT_WORKERS,
-    ssh_options: SshOptions | None = None,
+    connector: Connector | None = None,
     progress: AuditProgress | None = None,
     history: HistoryStore | None = None,
-    open_transport: TransportOpener | None = None,
     run: FleetRun | None = None,
 ) -> list[HostAudit]:
     """Audit every member in parallel; results come back in the members' order.
@@ -129,7 +127,7 @@ def audit(
     ``progress`` is called in the calling thread as each host finishes. With ``history`` every
     result is recorded (one transaction for the whole fleet).
     """
-    run = run or FleetRun(authority_for, ssh_options=ssh_options, open_transport=open_transport)
+    run = run or FleetRun(authority_for, connector=connector)
     resolve_authorities(run, members)
     ordered = for_each_host(
         members, lambda member: audit_host(run, member), workers, "audit", progress
@@ -172,11 +170,13 @@ def resolve_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
 
 
 def record_audits(history: HistoryStore, audits: Sequence[HostAudit], op: str = "audit") -> None:
-    from dflash_provision.history import AuditRecord
+    from dflash_provision.history import AuditRecord, HostKey
 
     history.record_audits(
         [
-            AuditRecord(a.name, a.path, a.status.value, a.sha256, a.detail, a.timings.total_s)
+            AuditRecord(
+                HostKey(a.name), a.path, a.status.value, a.sha256, a.detail, a.timings.total_s
+            )
             for a in audits
         ],
         op=op,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.auditing import (
@@ -17,15 +17,17 @@ from dflash_provision.fleet.auditing import (
     resolve_authorities,
 )
 from dflash_provision.fleet.results import HostAudit, HostRepair, HostStatus, RepairAction
-from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun, TransportOpener
+from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
+from dflash_provision.history import HostKey, journal
 from dflash_provision.inventory import FleetMember
+from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.sources import LoadedConfig
 
 if TYPE_CHECKING:
     from dflash_provision.history import HistoryStore
     from dflash_provision.push import PushResult
     from dflash_provision.remote.ops import RemoteRead
-    from dflash_provision.transport.options import SshOptions
+    from dflash_provision.transport.factory import Connector
 
 RepairProgress = Callable[[HostRepair], None]
 
@@ -64,13 +66,12 @@ def repair(
     authority_for: AuthorityFor,
     *,
     workers: int = DEFAULT_WORKERS,
-    ssh_options: SshOptions | None = None,
+    connector: Connector | None = None,
     dry_run: bool = False,
     max_failures: int | None = None,
     progress: RepairProgress | None = None,
     history: HistoryStore | None = None,
-    open_transport: TransportOpener | None = None,
-    push_options: dict[str, Any] | None = None,
+    write: WriteOptions | None = None,
     run: FleetRun | None = None,
 ) -> list[HostRepair]:
     """Audit, then write the authoritative config to every reachable host that needs it.
@@ -83,14 +84,14 @@ def repair(
     ``dry_run`` nothing is written. ``max_failures`` stops starting new writes after that many
     failed. Writes are recorded in ``history`` as "started" before they begin.
     """
-    run = run or FleetRun(authority_for, ssh_options=ssh_options, open_transport=open_transport)
+    run = run or FleetRun(authority_for, connector=connector)
     resolve_authorities(run, members)
     if not dry_run:
         check_authorities(run, members)
     budget = _FailureBudget(max_failures)
 
     def one(member: FleetMember) -> HostRepair:
-        return _repair_host(run, member, dry_run, budget, history, push_options or {})
+        return _repair_host(run, member, dry_run, budget, history, write or WriteOptions())
 
     ordered = for_each_host(members, one, workers, "repair", progress)
     if history is not None:
@@ -106,14 +107,12 @@ def _repair_host(
     dry_run: bool,
     budget: _FailureBudget,
     history: HistoryStore | None,
-    push_options: dict[str, Any],
+    write: WriteOptions,
 ) -> HostRepair:
     started = time.monotonic()
     transport = run.open(member)
     try:
-        result = _repair_steps(
-            run, member, transport, started, dry_run, budget, history, push_options
-        )
+        result = _repair_steps(run, member, transport, started, dry_run, budget, history, write)
         result.execs = transport.execs
         return result
     finally:
@@ -128,7 +127,7 @@ def _repair_steps(
     dry_run: bool,
     budget: _FailureBudget,
     history: HistoryStore | None,
-    push_options: dict[str, Any],
+    write: WriteOptions,
 ) -> HostRepair:
     before = audit_on(run, member, transport, started)
     if before.status is HostStatus.IN_SYNC:
@@ -145,7 +144,7 @@ def _repair_steps(
             RepairAction.SKIPPED_MAX_FAILURES,
             f"not written: --max-failures {budget.limit} reached",
         )
-    result, readback = _write(run, member, transport, before, history, push_options)
+    result, readback = _write(run, member, transport, before, history, write)
     if result.action is RepairAction.FAILED:
         budget.failed()
     # The fresh audit: push's read-back is already a separate exec reading the file from disk
@@ -160,7 +159,7 @@ def _write(
     transport: CountingTransport,
     before: HostAudit,
     history: HistoryStore | None,
-    push_options: dict[str, Any],
+    write: WriteOptions,
 ) -> tuple[HostRepair, RemoteRead | None]:
     """Push on the open connection; returns the result and push's read-back (if it got one)."""
     from dflash_provision.push import push_config
@@ -170,46 +169,35 @@ def _write(
     repair = HostRepair(before, RepairAction.FAILED, sha256_before=before.sha256)
     readback: RemoteRead | None = None
     t0 = time.monotonic()
-    history_id = (
-        history.record_start(
-            "repair", member.name, member.target.config_path, sha256_before=before.sha256
-        )
-        if history is not None
-        else None
-    )
-    repair.history_id = history_id
-    try:
-        outcome = push_config(
-            transport,
-            member.target,
-            loaded,
-            timeout=run.command_timeout,
-            validate=False,  # validated once per authoritative source in repair()
-            **push_options,
-        )
-    except DflashProvisionError as exc:
-        repair.message = exc.message
-    except Exception as exc:  # see _audit_on; the file's state is unknown, the history says so
-        repair.message = internal_error(exc) + "; the file may or may not have been replaced"
-    else:
-        readback = outcome.readback
-        repair.sha256_before = outcome.old_sha256
-        repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
-        if outcome.ok:
-            repair.action = RepairAction.WROTE
-            repair.message = _describe_push(outcome, before)
+    key = HostKey(member.name)
+    path = member.target.config_path
+    with journal(history, "repair", key, path, sha256_before=before.sha256) as recording:
+        repair.history_id = recording.id
+        try:
+            outcome = push_config(
+                transport,
+                member.target,
+                loaded,
+                write=write,
+                validate=False,  # validated once per authoritative source in repair()
+            )
+        except DflashProvisionError as exc:
+            repair.message = exc.message
+        except Exception as exc:  # see _audit_on; the file's state is unknown, the history says so
+            repair.message = internal_error(exc) + "; the file may or may not have been replaced"
         else:
-            repair.message = outcome.message or f"push {outcome.status.value}"
-    before.timings.write_s = time.monotonic() - t0
-    if history is not None and history_id is not None:
-        history.record_finish(
-            history_id,
-            status="ok" if repair.action is RepairAction.WROTE else "failed",
-            sha256_before=before.sha256,
-            sha256_after=repair.sha256_after,
-            message=repair.message,
-            duration_s=before.timings.write_s,
-        )
+            readback = outcome.readback
+            repair.sha256_before = outcome.old_sha256
+            repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
+            if outcome.ok:
+                repair.action = RepairAction.WROTE
+                repair.message = _describe_push(outcome, before)
+            else:
+                repair.message = outcome.message or f"push {outcome.status.value}"
+        before.timings.write_s = time.monotonic() - t0
+        recording.status = "ok" if repair.action is RepairAction.WROTE else "failed"
+        recording.sha256_after = repair.sha256_after
+        recording.message = repair.message
     return repair, readback
 
 

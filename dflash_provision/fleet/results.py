@@ -128,14 +128,37 @@ class HostRepair:
 # -- exit codes (documented in dflash_provision.cli.audit and cli.repair) ----------------------
 
 
+# A host that could not be judged exits as `verify` of that host would; with several kinds, the
+# first of this list wins (the nearer the failure is to the file, the more it says).
+_NOT_JUDGED_EXIT = (
+    ({HostStatus.PERMISSION_DENIED, HostStatus.ERROR}, ExitCode.REMOTE_FAILED),
+    ({HostStatus.CONTAINER_NOT_RUNNING}, ExitCode.CONTAINER),
+    (
+        {HostStatus.AUTH_FAILED, HostStatus.HOST_KEY_UNKNOWN, HostStatus.HOST_KEY_CHANGED},
+        ExitCode.AUTH,
+    ),
+)
+
+
+def not_judged_exit_code(audits: Sequence[HostAudit]) -> ExitCode:
+    """For hosts whose file could not be read: 7 read failed, 8 container, 6 authentication or
+    host key, 5 unreachable (in that order of precedence); OK when every host was judged."""
+    statuses = {a.status for a in audits if not a.status.audited}
+    if not statuses:
+        return ExitCode.OK
+    for kinds, code in _NOT_JUDGED_EXIT:
+        if statuses & kinds:
+            return code
+    return ExitCode.UNREACHABLE
+
+
 def audit_exit_code(audits: Sequence[HostAudit]) -> ExitCode:
-    """0 all in sync; DRIFT (4) when any host's file is wrong; else UNREACHABLE (5) when any
-    host could not be judged. Drift wins: it is a known-bad host, the other is an unknown one."""
+    """0 all in sync; DRIFT (4) when any host's file is wrong; else the code of the hosts that
+    could not be judged (see not_judged_exit_code). Drift wins: it is a known-bad host, the
+    others are unknown ones."""
     if any(a.status.needs_write for a in audits):
         return ExitCode.DRIFT
-    if any(not a.status.audited for a in audits):
-        return ExitCode.UNREACHABLE
-    return ExitCode.OK
+    return not_judged_exit_code(audits)
 
 
 def repair_exit_code(repairs: Sequence[HostRepair], *, dry_run: bool) -> ExitCode:
@@ -147,7 +170,5 @@ def repair_exit_code(repairs: Sequence[HostRepair], *, dry_run: bool) -> ExitCod
         or (r.action is RepairAction.WROTE and r.final.status is not HostStatus.IN_SYNC)
         for r in repairs
     ):
-        return ExitCode.ERROR
-    if any(not r.final.status.audited for r in repairs):
-        return ExitCode.UNREACHABLE
-    return ExitCode.OK
+        return ExitCode.REMOTE_FAILED
+    return not_judged_exit_code([r.final for r in repairs])

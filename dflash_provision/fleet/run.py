@@ -6,6 +6,7 @@ import hashlib
 import json
 import threading
 from collections.abc import Callable, Sequence
+from collections.abc import Set as AbstractSet
 from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -16,10 +17,24 @@ from dflash_provision.sources import LoadedConfig
 from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
-    from dflash_provision.transport.options import SshOptions
+    from dflash_provision.findings import Finding
+    from dflash_provision.transport.factory import Connector
 
 AuthorityFor = Callable[[FleetMember], LoadedConfig]
-TransportOpener = Callable[[FleetMember], Transport]
+
+
+def authority_loader() -> AuthorityFor:
+    """``authority_for(member)``: load the member's drafter source (FleetRun caches per source)."""
+    from dflash_provision.authority import resolve_authoritative
+
+    def load(member: FleetMember) -> LoadedConfig:
+        spec = member.source
+        repo = spec.repo
+        if repo and spec.revision:
+            repo = f"{repo.split('@', 1)[0]}@{spec.revision}"
+        return resolve_authoritative(repo=repo, from_file=spec.from_file, lock=spec.lock)
+
+    return load
 
 
 class Memo:
@@ -71,8 +86,12 @@ class CountingTransport(Transport):
         self.description = inner.description
         self.execs = 0
 
+    @property
+    def command_timeout(self) -> float:
+        return self.inner.command_timeout
+
     def run(
-        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float = 60.0
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
         self.execs += 1
         return self.inner.run(argv, stdin=stdin, timeout=timeout)
@@ -84,28 +103,16 @@ class CountingTransport(Transport):
 class FleetRun:
     """State shared by the workers of one audit or repair: authorities and verdict caches."""
 
-    def __init__(
-        self,
-        authority_for: AuthorityFor,
-        *,
-        ssh_options: SshOptions | None = None,
-        open_transport: TransportOpener | None = None,
-        command_timeout: float | None = None,
-    ) -> None:
+    def __init__(self, authority_for: AuthorityFor, *, connector: Connector | None = None) -> None:
+        from dflash_provision.transport.factory import Connector
+
         self.authority_for = authority_for
-        self._ssh_options = ssh_options
-        self._open = open_transport
-        self.command_timeout = command_timeout or (
-            ssh_options.command_timeout if ssh_options is not None else 60.0
-        )
+        self.connector = connector or Connector()
         self._authorities = Memo()
         self._verdicts = Memo()
         # The shortest wait after which a silent host counts as timed out (see classify_exception).
-        self.handshake_timeout = (
-            min(ssh_options.connect_timeout, ssh_options.banner_timeout)
-            if ssh_options is not None
-            else None
-        )
+        ssh = self.connector.ssh
+        self.handshake_timeout = min(ssh.connect_timeout, ssh.banner_timeout)
         self._cpu_lock = threading.Lock()
         self.validations = 0  # how many times validate_config ran (tests, benchmark)
 
@@ -124,13 +131,8 @@ class FleetRun:
         return result
 
     def open(self, member: FleetMember) -> CountingTransport:
-        if self._open is not None:
-            return CountingTransport(self._open(member))
-        from dflash_provision.transport.factory import open_transport
-
-        return CountingTransport(
-            open_transport(member.target, self._ssh_options, route=member.route, sudo=member.become)
-        )
+        transport = self.connector.open(member.target, member.route, sudo=member.become)
+        return CountingTransport(transport)
 
     def verdict(self, data: bytes, sha256: str, authority: Authority) -> Verdict:
         if sha256 == authority.sha256:
@@ -154,8 +156,7 @@ class FleetRun:
             return Verdict(
                 HostStatus.INVALID, _first(report.errors, {"parse", "schema"}), (), findings
             )
-        if "effective" in by_layer:
-            # The file may also break an invariant; what the loader does to it is the sharper fact.
+        if report.loader_normalised:  # the rule validate --json uses too (findings.py)
             return Verdict(
                 HostStatus.LOADER_NORMALISED, _first(report.errors, {"effective"}), (), findings
             )
@@ -173,7 +174,7 @@ class FleetRun:
         return Verdict(HostStatus.DRIFTED, lines[0] + more, lines)
 
 
-def _first(errors: Sequence[Any], layers: set[str]) -> str:
+def _first(errors: Sequence[Finding], layers: AbstractSet[str]) -> str:
     chosen = [f for f in errors if f.layer in layers]
     more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
     head = chosen[0]

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory.model import DrafterSpec, FleetMember
-from dflash_provision.target import ContainerRef, Target, parse_target
+from dflash_provision.target import ContainerRef, Target, make_target, parse_container_ref
 
 
 def yaml_module() -> Any:
@@ -83,28 +82,18 @@ def build_target(
     path: str,
     where: str,
 ) -> Target:
-    """Assemble a Target and run it through parse_target so every field obeys one grammar."""
-    draft = Target("", host, user, port, container, path)
+    """A Target from an inventory's fields, checked field by field as a target spec would be."""
     try:
-        parsed = parse_target(draft.display())
+        return make_target(host, user, port, container, path)
     except UsageError as exc:
         raise UsageError(f"{where}: {exc.message}") from None
-    return replace(parsed, raw=parsed.display())
 
 
 def parse_container(text: str, where: str) -> ContainerRef:
-    kind, sep, name = text.partition(":")
-    if not sep:
-        raise UsageError(
-            f"{where}: container: expected KIND:NAME (lxc, pct, incus, lxd), got {text!r}"
-        )
     try:
-        parsed = parse_target(f"{kind}:{name}:/x")
+        return parse_container_ref(text)
     except UsageError as exc:
         raise UsageError(f"{where}: container: {exc.message}") from None
-    if parsed.container is None:  # "lxc:/x" style would be a host called lxc
-        raise UsageError(f"{where}: container: expected KIND:NAME, got {text!r}")
-    return parsed.container
 
 
 def merge_source(base: DrafterSpec, override: DrafterSpec) -> DrafterSpec:

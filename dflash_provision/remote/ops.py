@@ -24,8 +24,8 @@ from datetime import UTC, datetime
 from functools import cache
 from importlib import resources
 
-from dflash_provision.errors import ExitCode, RemoteStepFailed, UsageError
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResult, Transport
+from dflash_provision.errors import RemoteStepFailed, UsageError
+from dflash_provision.transport.base import CommandResult, Transport
 
 BACKUP_DIRNAME = ".dflash-backups"
 DEFAULT_KEEP_BACKUPS = 5
@@ -107,7 +107,7 @@ def _parse(stdout: bytes, name: str) -> _Parsed:
 
 
 def _run(
-    transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float
+    transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float | None
 ) -> tuple[CommandResult, _Parsed]:
     result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
     return result, _parse(result.stdout, name)
@@ -152,17 +152,30 @@ class RemoteRead:
         return self.status is ReadStatus.PRESENT
 
     def describe(self) -> str:
-        """One human line for the status, e.g. "/m/config.json: missing (no such file)"."""
+        """One human line for the status, e.g. "/m/config.json: permission denied"."""
         if self.present:
             return f"{self.path}: {self.size} bytes, sha256 {self.sha256}"
-        return f"{self.path}: {self.status.value}" + (f" ({self.message})" if self.message else "")
+        words = _READ_STATUS_TEXT[self.status]
+        detail = self.message if self.message and self.message.lower() != words else ""
+        return f"{self.path}: {words}" + (f" ({detail})" if detail else "")
+
+
+# The statuses' tokens are for machines (--json, history); people read these.
+_READ_STATUS_TEXT = {
+    ReadStatus.PRESENT: "present",
+    ReadStatus.MISSING: "no such file",
+    ReadStatus.PERMISSION_DENIED: "permission denied",
+    ReadStatus.NOT_REGULAR: "not a regular file",
+    ReadStatus.DIR_MISSING: "directory does not exist",
+    ReadStatus.ERROR: "cannot be read",
+}
 
 
 def read_remote_config(
     transport: Transport,
     path: str,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     metadata: bool = True,
     remote_hash: bool = True,
 ) -> RemoteRead:
@@ -206,7 +219,7 @@ def read_back(
     path: str,
     expected: bytes,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     before: str | None = None,
 ) -> tuple[RemoteRead, bytes | None]:
     """Read ``path`` back after a write, in a fresh exec: what any reader will now see.
@@ -286,22 +299,6 @@ class Durability(enum.StrEnum):
         }[self.value]
 
 
-# Exit statuses write.sh uses for each step (the "failed STEP" line is authoritative).
-WRITE_STEP_EXIT = {
-    "args": 10,
-    "lock": 11,
-    "dir": 12,
-    "symlink": 13,
-    "dest": 14,
-    "tmp": 15,
-    "write": 16,
-    "verify": 17,
-    "attrs": 18,
-    "backup": 20,
-    "rename": 21,
-    "readback": 22,
-}
-
 _REASON_TEXT = {
     "no-space": "disk full",
     "read-only": "read-only filesystem",
@@ -347,7 +344,7 @@ class WriteOutcome:
     lock_method: str | None = None  # "flock" or "mkdir"
     created_dir: bool = False
     followed_symlink: bool = False
-    failed_step: str | None = None  # see WRITE_STEP_EXIT; "transport" when the script died
+    failed_step: str | None = None  # write.sh's step name; "transport" when the script died
     reason: str | None = None  # token such as "no-space", "read-only", "lock-timeout"
     message: str = ""
     exit_status: int = 0
@@ -356,10 +353,6 @@ class WriteOutcome:
     @property
     def ok(self) -> bool:
         return self.status is not WriteStatus.FAILED
-
-    @property
-    def old_existed(self) -> bool:
-        return self.old_present
 
     @property
     def backup_path(self) -> str | None:
@@ -376,17 +369,6 @@ class WriteOutcome:
             f"; {hint}" if hint else ""
         )
 
-    def raise_for_failure(self, where: str) -> None:
-        """Raise RemoteStepFailed naming the step when the write failed."""
-        if not self.ok:
-            raise RemoteStepFailed(
-                f"{where}: {self.failure_text()}; the old file was left untouched"
-                if self.failed_step != "readback"
-                else f"{where}: write did not take effect ({self.message})",
-                step=self.failed_step or "write",
-                exit_code=ExitCode.REMOTE_FAILED,
-            )
-
 
 def write_remote_config(
     transport: Transport,
@@ -396,7 +378,7 @@ def write_remote_config(
     keep_backups: int = DEFAULT_KEEP_BACKUPS,
     mkdir: bool = False,
     follow_symlinks: bool = False,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     lock_timeout: float | None = None,
     send_old: bool = True,
 ) -> WriteOutcome:
@@ -411,7 +393,8 @@ def write_remote_config(
     if keep_backups < 0:
         raise UsageError("--keep-backups must be 0 or more")
     if lock_timeout is None:
-        lock_timeout = max(1.0, min(10.0, timeout / 3))
+        limit = transport.command_timeout if timeout is None else timeout
+        lock_timeout = max(1.0, min(10.0, limit / 3))
     args = [
         path,
         str(len(data)),
@@ -503,7 +486,7 @@ def backup_dir(path: str) -> str:
 
 
 def list_remote_backups(
-    transport: Transport, path: str, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport, path: str, *, timeout: float | None = None
 ) -> list[Backup]:
     """The backups of ``path``, oldest first (one exec)."""
     check_remote_path(path)

@@ -1,8 +1,12 @@
-"""The README's first command (`make demo`): the main job end to end on built-in defaults.
+"""The README's first command (`make demo`): the main job end to end, as a tutorial.
 
-Everything runs on this machine: a local Hub stand-in plays the Hub, and every step is the real
-`dflash-provision` CLI in a subprocess, printed as a shell transcript so a new user sees exactly
-what to type on their own fleet.
+Everything runs on this machine: a local Hub stand-in plays the Hub, real sshd hosts play the
+fleet, and every step is the real `dflash-provision` command, shown exactly as typed from the
+directory the demo was started in (the repository root for `make demo`) and run as that very
+text by `sh` (see demo_transcript.py). Paste the lines in order, setup lines included, into a
+shell there while the demo's stand-ins are up (`--keep` leaves them up) and they do the same.
+
+Steps are functions of a Demo, listed in ``demo_steps()``; later features append theirs there.
 """
 
 from __future__ import annotations
@@ -10,99 +14,24 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shlex
 import shutil
-import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_provision.testbed import samples
+from dflash_provision.testbed.demo_transcript import (
+    Transcript,
+    program_on_path,
+    quote,
+    relative_or_absolute,
+)
 from dflash_provision.testbed.hub_standin import HubStandin
 
 WORKDIR = Path(".demo")
-
-
-class Transcript:
-    """Runs CLI steps and prints them like a terminal session; remembers failed expectations."""
-
-    def __init__(self, env: dict[str, str], cwd: Path) -> None:
-        self.env = env
-        self.cwd = cwd
-        self.surprises: list[str] = []
-
-    def heading(self, text: str) -> None:
-        print(f"\n## {text}", flush=True)
-
-    def cli(self, args: Sequence[str], *, expect: int = 0) -> subprocess.CompletedProcess[str]:
-        shown = shlex.join(["dflash-provision", *args])
-        print(f"$ {shown}", flush=True)
-        done = subprocess.run(
-            [sys.executable, "-m", "dflash_provision", *args],
-            env=self.env,
-            cwd=self.cwd,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        for line in (done.stdout + done.stderr).rstrip("\n").splitlines():
-            print(f"  {line}")
-        print(f"  [exit {done.returncode}]", flush=True)
-        if done.returncode != expect:
-            self.surprises.append(f"{shown}: exit {done.returncode}, expected {expect}")
-        return done
-
-
-def run_demo(workdir: Path = WORKDIR) -> int:
-    if workdir.exists():
-        shutil.rmtree(workdir)
-    workdir.mkdir(parents=True)
-    incident = workdir / "incident-config.json"
-    shutil.copyfile(samples.INCIDENT_DRAFTER, incident)
-
-    with HubStandin() as hub:
-        env = dict(os.environ)
-        env.update(
-            HF_ENDPOINT=hub.url,
-            HF_HOME=str((workdir / "hf-home").resolve()),
-            HF_HUB_DISABLE_TELEMETRY="1",
-            DFLASH_PROVISION_HOME=str((workdir / "state").resolve()),
-        )
-        env.pop("HF_TOKEN", None)
-        t = Transcript(env, workdir)
-        print(f"Local Hub stand-in at {hub.url} (plays huggingface.co for this demo)")
-
-        t.heading("1. Fetch the authoritative drafter config, pinned to a commit sha")
-        t.cli(["fetch", samples.REFERENCE_REPO, "-o", "config.json"])
-        print("  dflash.lock:")
-        for line in (workdir / "dflash.lock").read_text().splitlines():
-            print(f"    {line}")
-
-        t.heading("2. Validate it: schema, DFlash invariants, what transformers will load")
-        t.cli(["validate", "config.json", "--target-config", samples.REFERENCE_TARGET_REPO])
-
-        t.heading("3. The incident's hand-written file, checked against the authoritative one")
-        t.cli(["validate", incident.name, "--against", "config.json"], expect=3)
-        t.cli(["diff", incident.name, "config.json"], expect=4)
-        normalised = workdir / "normalised-config.json"
-        config = json.loads((workdir / "config.json").read_bytes())
-        config["use_sliding_window"] = False
-        normalised.write_text(json.dumps(config, indent=2) + "\n")
-        t.heading("4. A file that looks right but that transformers would normalise at load time")
-        t.cli(["validate", normalised.name, "--no-effective"], expect=3)
-        t.cli(["validate", normalised.name], expect=3)
-
-        with throwaway_hosts((workdir / "fleet").resolve()) as hosts:
-            run_push_steps(t, hosts)
-            run_fleet_steps(t, hosts, workdir)
-
-    if t.surprises:
-        print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
-        return 1
-    print("\nDemo finished: every step behaved as documented.")
-    return 0
+KEEP_MESSAGE = "The Hub stand-in and the hosts stay up (paste away). Press Enter to stop them."
+MODEL = "Qwen3.6-27B-DFlash"
 
 
 @dataclass(frozen=True)
@@ -111,11 +40,12 @@ class DemoMember:
 
     name: str  # inventory name
     alias: str  # ssh_config alias
-    model_dir: str
+    model_dir: str  # the real path
+    shown_dir: str  # the same as typed, through the shell variable $M
 
     @property
     def target(self) -> str:
-        return f"{self.alias}:{self.model_dir}"
+        return f'"{self.alias}:{self.shown_dir}"'
 
     @property
     def config_path(self) -> str:
@@ -124,12 +54,83 @@ class DemoMember:
 
 @dataclass(frozen=True)
 class DemoHosts:
-    """The throwaway SSH hosts the demo works on, and a way to tamper behind the tool's back."""
+    """The throwaway SSH hosts the demo works on."""
 
     ssh_config: Path
     members: list[DemoMember]
-    tamper: Callable[[DemoMember, bytes | None], None]  # write bytes, or delete with None
+    model_var: str  # what $M is set to, as typed
     note: str
+
+
+@dataclass
+class Demo:
+    """What every step works with: the terminal, the demo directory and the hosts."""
+
+    t: Transcript
+    workdir: Path
+    hosts: DemoHosts
+
+
+Step = Callable[[Demo], None]
+
+
+def demo_steps() -> list[Step]:
+    """Every step, in order; the Hub stand-in and the hosts are up for all of them."""
+    return [
+        fetch_step,
+        validate_step,
+        incident_step,
+        normalised_step,
+        push_step,
+        hand_overwrite_step,
+        fleet_audit_step,
+        repair_step,
+        clean_audit_step,
+        # Later steps go here, after the fleet is clean (e.g. the runtime's launch,
+        # runtime-check and doctor): append a module's own list, *runtime_demo_steps().
+    ]
+
+
+def run_demo(workdir: Path = WORKDIR, *, keep: bool = False) -> int:
+    root = Path.cwd()
+    if workdir.exists():
+        shutil.rmtree(workdir)
+    workdir.mkdir(parents=True)
+    shutil.copyfile(samples.INCIDENT_DRAFTER, workdir / "incident-config.json")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    env["COLUMNS"] = "78"  # tables as on an 80-column terminal, less the transcript's indent
+    t = Transcript(root, env)
+    with HubStandin() as hub, throwaway_hosts((workdir / "fleet").resolve()) as hosts:
+        set_up_shell(t, workdir, hub.url, hosts)
+        demo = Demo(t, workdir.resolve(), hosts)
+        for step in demo_steps():
+            step(demo)
+        if keep and not t.surprises:
+            print(f"\n{KEEP_MESSAGE}", flush=True)
+            input()
+    if t.surprises:
+        print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
+        return 1
+    print("\nDemo finished: every step behaved as documented.")
+    return 0
+
+
+def set_up_shell(t: Transcript, workdir: Path, hub_url: str, hosts: DemoHosts) -> None:
+    t.say("Set-up: the lines that start with $ are typed from this directory; paste them")
+    t.say("in order (set-up first) to do by hand what the demo does.")
+    path_line = program_on_path(t.root)
+    if path_line:
+        t.set(["export", path_line])
+    t.set(["cd", quote(os.path.relpath(workdir.resolve(), t.root))])
+    t.say("The Hub stand-in plays huggingface.co (on your machine, skip HF_ENDPOINT).")
+    t.set(["export", f"HF_ENDPOINT={hub_url}", "HF_HUB_DISABLE_TELEMETRY=1"])
+    t.say("Keep the demo's HF cache and history apart from yours:")
+    t.set(["export", 'HF_HOME="$PWD/hf-home"', 'DFLASH_PROVISION_HOME="$PWD/state"'])
+    t.say(f"Throwaway hosts: {hosts.note}. Their aliases, as ~/.ssh/config would hold them:")
+    config = relative_or_absolute(hosts.ssh_config, workdir)
+    t.set(["export", f"DFLASH_PROVISION_SSH_CONFIG={config}"])
+    t.say("The model directory on every host:")
+    t.set([f"M={hosts.model_var}"])
 
 
 @contextlib.contextmanager
@@ -137,77 +138,135 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
     """Real sshd hosts: a fleet in namespaces as root, else one sshd on a high port as you."""
     from dflash_provision.testbed import hosts
 
-    model = "Qwen3.6-27B-DFlash"
     if os.geteuid() == 0 and hosts.missing_prerequisites(need_root=True) is None:
         with hosts.Fleet(base_dir, count, address_prefix=None) as fleet:
-
-            def tamper(member: DemoMember, data: bytes | None) -> None:
-                script = (
-                    'mkdir -p "$(dirname "$1")" && cat > "$1"'
-                    if data
-                    else 'rm -rf "$(dirname "$1")"'
-                )
-                fleet.host(member.alias).exec(
-                    ["sh", "-c", script, "sh", member.config_path],
-                    stdin=data or b"",
-                    text=False,
-                    check=True,
-                )
-
+            assert fleet.client is not None
+            model_dir = f"/root/models/{MODEL}"
             yield DemoHosts(
                 fleet.client.ssh_config,
-                [DemoMember(h.name, h.alias, f"/root/models/{model}") for h in fleet.hosts],
-                tamper,
-                f"{count} real sshd hosts, each in its own namespaces with a private /root, "
-                f"on {fleet.hosts[0].address}..{fleet.hosts[-1].address}",
+                [DemoMember(h.name, h.alias, model_dir, "$M") for h in fleet.hosts],
+                model_dir,
+                f"{count} real sshd hosts, each in its own namespaces with a private /root, on "
+                f"{fleet.hosts[0].address}..{fleet.hosts[-1].address}",
             )
         return
     # Not root: no namespaces, so one sshd as you and one model directory per "host".
     with hosts.single_user_sshd(base_dir / "sshd") as sshd:
-        models = (base_dir / "models").resolve()
-
-        def tamper_local(member: DemoMember, data: bytes | None) -> None:
-            path = Path(member.config_path)
-            if data is None:
-                shutil.rmtree(path.parent, ignore_errors=True)
-                return
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(data)
-
         assert sshd.client is not None
+        models = (base_dir / "models").resolve()
         yield DemoHosts(
             sshd.client.ssh_config,
             [
-                DemoMember(f"m{i}", sshd.alias, f"{models}/m{i}/{model}")
+                DemoMember(f"m{i}", sshd.alias, f"{models}/m{i}/{MODEL}", f"$M/m{i}/{MODEL}")
                 for i in range(1, count + 1)
             ],
-            tamper_local,
-            f"one sshd as {sshd.user} on 127.0.0.1:{sshd.port} (not root: no namespaces, "
-            f"so the fleet is {count} model directories behind it)",
+            relative_or_absolute(models, base_dir.parent),  # as typed after `cd` there
+            f"one sshd as {sshd.user} on 127.0.0.1:{sshd.port} (not root: no namespaces, so "
+            f"the fleet is {count} model directories behind it)",
         )
 
 
-def run_push_steps(t: Transcript, hosts: DemoHosts) -> None:
-    ssh = ["--ssh-config", str(hosts.ssh_config)]
-    first = hosts.members[0]
-    print(f"\nThrowaway hosts: {hosts.note}")
-    print(f"(~/.ssh/config-style aliases in {hosts.ssh_config})")
+def cli(*words: str) -> list[str]:
+    return ["dflash-provision", *words]
 
-    t.heading("5. Push it (from dflash.lock) to a host and prove it landed")
-    t.cli(["push", first.target, "--mkdir", *ssh])
-    t.cli(["verify", first.target, *ssh])
-    t.cli(["push", first.target, *ssh])
 
-    t.heading("6. The incident: someone overwrites the file by hand; verify catches it")
-    hosts.tamper(first, samples.INCIDENT_DRAFTER.read_bytes())
-    t.cli(["verify", first.target, *ssh], expect=4)
-    t.cli(["push", first.target, "--dry-run", *ssh])
-    t.cli(["push", first.target, *ssh])
-    t.cli(["rollback", first.target, "--list", *ssh])
+def over_ssh(member: DemoMember, script: str) -> list[str]:
+    """``ssh ALIAS "SCRIPT"`` through the demo's ssh_config, as a user would run it."""
+    return ["ssh", "-F", '"$DFLASH_PROVISION_SSH_CONFIG"', member.alias, f'"{script}"']
+
+
+# ---------------------------------------------------------------------------------------------
+# the steps
+
+
+def fetch_step(d: Demo) -> None:
+    d.t.heading("Fetch the authoritative drafter config, pinned to a commit sha")
+    d.t.run(cli("fetch", samples.REFERENCE_REPO, "-o", "config.json"))
+    d.t.run(["cat", "dflash.lock"])
+
+
+def validate_step(d: Demo) -> None:
+    d.t.heading("Validate it: schema, DFlash invariants, what transformers will load")
+    d.t.run(cli("validate", "config.json", "--target-config", samples.REFERENCE_TARGET_REPO))
+
+
+def incident_step(d: Demo) -> None:
+    d.t.heading("The incident's hand-written file, compared with the authoritative one")
+    d.t.run(cli("diff", "incident-config.json", "config.json"), expect=4)
+    d.t.run(cli("validate", "incident-config.json", "--against", "config.json"), expect=3)
+
+
+def normalised_step(d: Demo) -> None:
+    d.t.heading("A file that looks right but that transformers normalises at load time")
+    config = json.loads((d.workdir / "config.json").read_bytes())
+    config["use_sliding_window"] = False
+    (d.workdir / "normalised-config.json").write_text(json.dumps(config, indent=2) + "\n")
+    d.t.say("normalised-config.json: config.json with use_sliding_window set to false")
+    d.t.run(cli("validate", "normalised-config.json", "--no-effective"), expect=3)
+    d.t.run(cli("validate", "normalised-config.json"), expect=3)
+
+
+def push_step(d: Demo) -> None:
+    first = d.hosts.members[0]
+    d.t.heading("Push it (from dflash.lock) to a host and prove it landed")
+    d.t.run(cli("push", first.target, "--mkdir"))
+    d.t.run(cli("verify", first.target))
+    d.t.run(cli("push", first.target))
+
+
+def hand_overwrite_step(d: Demo) -> None:
+    first = d.hosts.members[0]
+    d.t.heading("The incident: someone overwrites the file by hand; verify catches it")
+    d.t.run([*over_ssh(first, f"cat > {first.shown_dir}/config.json"), "<", "incident-config.json"])
+    d.t.run(cli("verify", first.target), expect=4)
+    d.t.run(cli("push", first.target, "--dry-run"))
+    d.t.run(cli("push", first.target))
+    d.t.run(cli("rollback", first.target, "--list"))
+
+
+# What a fleet looks like after a bad week (the first member was pushed above).
+BAD_WEEK = [
+    ("the incident's guessed file", "incident-config.json"),
+    ("no model directory at all (never provisioned)", None),
+    ("a half-written file (the heredoc died)", "half-config.json"),
+    ("use_sliding_window: false", "normalised-config.json"),
+    ("the right file", "config.json"),
+]
+
+
+def fleet_audit_step(d: Demo) -> None:
+    reference = (d.workdir / "config.json").read_bytes()
+    (d.workdir / "half-config.json").write_bytes(reference[: len(reference) // 2])
+    write_inventory(d.workdir / "fleet.yaml", d.hosts)
+    d.t.heading("A fleet after a bad week: audit it in parallel (one SSH exec per host)")
+    d.t.say("half-config.json: the first half of config.json")
+    for member, (what, source) in zip(d.hosts.members[1:], BAD_WEEK, strict=False):
+        d.t.say(f"{member.name}: {what}")
+        where = member.shown_dir
+        if source is None:
+            d.t.run(over_ssh(member, f"rm -rf {where}"))
+        else:
+            script = f"mkdir -p {where} && cat > {where}/config.json"
+            d.t.run([*over_ssh(member, script), "<", source])
+    d.t.run(["cat", "fleet.yaml"])
+    d.t.run(cli("audit", "-i", "fleet.yaml"), expect=4)
+
+
+def repair_step(d: Demo) -> None:
+    d.t.heading("Repair: push to exactly the hosts that are wrong, then audit them again")
+    d.t.run(cli("repair", "-i", "fleet.yaml", "--mkdir"))
+
+
+def clean_audit_step(d: Demo) -> None:
+    d.t.heading("A clean audit, a Prometheus textfile for alerting, and the history")
+    d.t.run(cli("audit", "-i", "fleet.yaml", "--prometheus", "dflash.prom"))
+    d.t.run(["head", "-n", "4", "dflash.prom"])
+    d.t.say("The history table needs a wide terminal; one record as JSON, for scripts:")
+    d.t.run(cli("history", "--op", "repair", "--host", d.hosts.members[1].name, "--json"))
 
 
 def write_inventory(path: Path, hosts: DemoHosts) -> None:
-    """A dflash-provision YAML inventory for the demo fleet (see dflash_provision/inventory.py)."""
+    """A dflash-provision YAML inventory for the demo fleet (see dflash_provision/inventory)."""
     lines = [
         "# Demo fleet: every host holds the drafter pinned in dflash.lock.",
         "defaults:",
@@ -226,42 +285,5 @@ def write_inventory(path: Path, hosts: DemoHosts) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-def run_fleet_steps(t: Transcript, hosts: DemoHosts, workdir: Path) -> None:
-    ssh = ["--ssh-config", str(hosts.ssh_config)]
-    members = hosts.members
-    reference = (workdir / "config.json").read_bytes()
-    normalised = (workdir / "normalised-config.json").read_bytes()
-    # What a fleet looks like after a bad week (skipping the first member, pushed above).
-    damage: list[tuple[str, bytes | None]] = [
-        ("the incident's guessed file", samples.INCIDENT_DRAFTER.read_bytes()),
-        ("no model directory at all (never provisioned)", None),
-        ("a half-written file (the heredoc died)", reference[: len(reference) // 2]),
-        ("use_sliding_window: false (transformers drops the window)", normalised),
-        ("the right file", reference),
-    ]
-    for member, (_, data) in zip(members[1:], damage, strict=False):
-        hosts.tamper(member, data)
-    write_inventory(workdir / "fleet.yaml", hosts)
-
-    t.heading("7. A fleet after a bad week: audit it in parallel (one SSH exec per host)")
-    for member, (what, _) in zip(members[1:], damage, strict=False):
-        print(f"  {member.name}: {what}")
-    print("  fleet.yaml:")
-    for line in (workdir / "fleet.yaml").read_text().splitlines():
-        print(f"    {line}")
-    t.cli(["audit", "-i", "fleet.yaml", *ssh], expect=4)
-
-    t.heading("8. Repair: push to exactly the hosts that are wrong, then audit them again")
-    t.cli(["repair", "-i", "fleet.yaml", "--mkdir", *ssh])
-
-    t.heading("9. A clean audit, a Prometheus textfile for alerting, and the history")
-    t.cli(["audit", "-i", "fleet.yaml", "--prometheus", "dflash.prom", *ssh])
-    prom = (workdir / "dflash.prom").read_text().splitlines()
-    print("  dflash.prom (first lines):")
-    for line in prom[:8]:
-        print(f"    {line}")
-    t.cli(["history", "--op", "repair"])
-
-
 if __name__ == "__main__":
-    sys.exit(run_demo())
+    sys.exit(run_demo(keep="--keep" in sys.argv[1:]))

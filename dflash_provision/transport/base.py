@@ -29,10 +29,19 @@ class Transport(abc.ABC):
     ``run`` raises UnreachableError / AuthError (connection-level failures) or
     RemoteStepFailed(step="timeout") when ``timeout`` expires; a command that ran and failed is a
     CommandResult with a non-zero ``exit_status``, never an exception.
+
+    The timeout contract: ``timeout=None`` (no timeout given) means ``command_timeout``, the
+    configured ``--command-timeout``, in every transport; callers pass a number only to ask for
+    a different limit.
     """
 
     #: Human name for messages, e.g. "root@gpu1", "local", "lxc:c1 via root@gpu1".
     description: str = "transport"
+
+    @property
+    def command_timeout(self) -> float:
+        """Seconds a command may run when ``run`` is given no timeout."""
+        return DEFAULT_COMMAND_TIMEOUT
 
     @abc.abstractmethod
     def run(
@@ -40,9 +49,13 @@ class Transport(abc.ABC):
         argv: Sequence[str],
         *,
         stdin: bytes | None = None,
-        timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        timeout: float | None = None,
     ) -> CommandResult:
         """Run ``argv`` (no shell on our side: each element arrives as one argument)."""
+
+    def connect(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
+        """Open the connection now rather than on the first ``run`` (so that an unreachable host
+        is reported before any slower work); raises as ``run`` would."""
 
     def close(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
         """Release connections. Safe to call twice."""
@@ -62,6 +75,10 @@ class WrappingTransport(Transport):
     def __init__(self, inner: Transport) -> None:
         self.inner = inner
 
+    @property
+    def command_timeout(self) -> float:
+        return self.inner.command_timeout
+
     @abc.abstractmethod
     def wrap(self, argv: Sequence[str]) -> list[str]:
         """The argv the inner transport runs."""
@@ -78,11 +95,12 @@ class WrappingTransport(Transport):
     ) -> CommandResult:
         if not argv:
             raise ValueError("empty argv")
-        # No timeout given: the inner transport's default applies (SshOptions.command_timeout).
-        limit = {} if timeout is None else {"timeout": timeout}
-        result = self.inner.run(self.wrap(argv), stdin=stdin, **limit)
+        result = self.inner.run(self.wrap(argv), stdin=stdin, timeout=timeout)
         self.check(argv, result)
         return result
+
+    def connect(self) -> None:
+        self.inner.connect()
 
     def close(self) -> None:
         self.inner.close()

@@ -1,10 +1,56 @@
-"""Build the transport a Target needs: local or SSH, then sudo, then the container wrapper."""
+"""The one place a target becomes a transport: local or SSH, then sudo, then the container
+wrapper, with the connection options every command and the fleet share."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass, field
 
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.options import HostRoute, SshOptions
+
+
+@dataclass(frozen=True)
+class Connector:
+    """How to reach targets: the SSH options (timeouts, keys, known_hosts, ``--sudo``...) and
+    where classic LXC keeps its containers on the hosts (``lxc-attach -P``) when it is not the
+    default /var/lib/lxc."""
+
+    ssh: SshOptions = field(default_factory=SshOptions)
+    lxc_path: str | None = None
+
+    def open(
+        self, target: Target, route: HostRoute | None = None, *, sudo: bool = False
+    ) -> Transport:
+        """A transport for ``target``; SSH connects lazily on the first ``run``.
+
+        ``route``: the host's own SSH key and proxy settings (an inventory's). ``sudo``: this
+        host needs ``sudo -n`` (an inventory's ``ansible_become``), as ``--sudo`` says for
+        every host.
+        """
+        transport: Transport
+        if target.host is None:
+            from dflash_provision.transport.local import LocalTransport
+
+            transport = LocalTransport(self.ssh.command_timeout)
+        else:
+            # paramiko loads in ~0.2 s: only pay for it when a target is remote.
+            from dflash_provision.transport.ssh import SshTransport
+
+            transport = SshTransport(
+                target.host, user=target.user, port=target.port, options=self.ssh, route=route
+            )
+        if self.ssh.sudo or sudo:
+            from dflash_provision.transport.sudo import SudoTransport
+
+            transport = SudoTransport(transport)
+        if target.container is not None:
+            from dflash_provision.transport.container import ContainerTransport
+
+            transport = ContainerTransport(
+                transport, target.container.kind, target.container.name, lxc_path=self.lxc_path
+            )
+        return transport
 
 
 def open_transport(
@@ -15,34 +61,5 @@ def open_transport(
     route: HostRoute | None = None,
     sudo: bool = False,
 ) -> Transport:
-    """A transport for ``target``; SSH connects lazily on the first ``run``.
-
-    ``lxc_path`` is the classic-LXC container directory (``lxc-attach -P``) when it is not the
-    default /var/lib/lxc. ``route``: the host's own SSH key and proxy settings (an inventory's).
-    ``sudo``: this host needs ``sudo -n`` (an inventory's ``ansible_become``), as ``--sudo`` says
-    for every host.
-    """
-    options = options or SshOptions()
-    transport: Transport
-    if target.host is None:
-        from dflash_provision.transport.local import LocalTransport
-
-        transport = LocalTransport()
-    else:
-        # paramiko loads in ~0.2 s: only pay for it when a target is remote.
-        from dflash_provision.transport.ssh import SshTransport
-
-        transport = SshTransport(
-            target.host, user=target.user, port=target.port, options=options, route=route
-        )
-    if options.sudo or sudo:
-        from dflash_provision.transport.sudo import SudoTransport
-
-        transport = SudoTransport(transport)
-    if target.container is not None:
-        from dflash_provision.transport.container import ContainerTransport
-
-        transport = ContainerTransport(
-            transport, target.container.kind, target.container.name, lxc_path=lxc_path
-        )
-    return transport
+    """``Connector(options, lxc_path).open(target, route, sudo=sudo)``, in one call."""
+    return Connector(options or SshOptions(), lxc_path).open(target, route, sudo=sudo)

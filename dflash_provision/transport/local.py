@@ -12,14 +12,23 @@ from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResu
 
 class LocalTransport(Transport):
     description = "local"
+    _command_timeout = DEFAULT_COMMAND_TIMEOUT
+
+    def __init__(self, command_timeout: float = DEFAULT_COMMAND_TIMEOUT) -> None:
+        self._command_timeout = command_timeout
+
+    @property
+    def command_timeout(self) -> float:
+        return self._command_timeout
 
     def run(
         self,
         argv: Sequence[str],
         *,
         stdin: bytes | None = None,
-        timeout: float = DEFAULT_COMMAND_TIMEOUT,
+        timeout: float | None = None,
     ) -> CommandResult:
+        timeout = self._command_timeout if timeout is None else timeout
         started = time.monotonic()
         try:
             completed = subprocess.run(

@@ -6,6 +6,8 @@ import os
 from dataclasses import dataclass, field
 from typing import Literal
 
+from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT
+
 HostKeyPolicy = Literal["reject", "accept-new"]
 
 
@@ -34,7 +36,7 @@ class SshOptions:
     connect_timeout: float = 10.0
     banner_timeout: float = 10.0
     auth_timeout: float = 10.0
-    command_timeout: float = 60.0
+    command_timeout: float = DEFAULT_COMMAND_TIMEOUT  # what run() waits when given no timeout
     ssh_config_path: str | None = field(default_factory=default_ssh_config_path)
     known_hosts_path: str | None = None
     host_key_policy: HostKeyPolicy = "reject"

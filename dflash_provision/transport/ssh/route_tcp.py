@@ -1,4 +1,5 @@
-"""The TCP connection under an SSH session: name lookup and connect, each within the timeout.
+"""Step 2, route: the TCP connection under an SSH session: name lookup and connect, each within
+the timeout.
 
 ``socket.create_connection`` bounds the connect but not the name lookup before it (see
 netlookup.py): a DNS server that does not answer would cost glibc's own 10 s or more whatever

@@ -1,4 +1,4 @@
-"""Turn paramiko's connection failures into one-line errors that name the cause."""
+"""Step 3, login: turn paramiko's connection failures into one-line errors that name the cause."""
 
 from __future__ import annotations
 
@@ -8,16 +8,16 @@ from typing import TYPE_CHECKING
 import paramiko
 
 from dflash_provision.errors import AuthError, UnreachableError
-from dflash_provision.transport.ssh_hostkeys import UnknownHostKey
+from dflash_provision.transport.ssh.login_hostkeys import UnknownHostKey
 
 if TYPE_CHECKING:
     from dflash_provision.transport.options import SshOptions
-    from dflash_provision.transport.ssh_endpoint import Endpoint
+    from dflash_provision.transport.ssh.config import Endpoint
 
 
 def handshake_budget(opts: SshOptions) -> float:
     """How long start_client() may wait: the banner timeout, then connect_timeout for the key
-    exchange (paramiko's only other limit on it is a fixed 15 s, see ssh._transport_factory)."""
+    exchange (paramiko's only other limit on it is a fixed 15 s, see login._transport_factory)."""
     return opts.banner_timeout + opts.connect_timeout
 
 

@@ -1,4 +1,5 @@
-"""Host key checking as OpenSSH does it: known_hosts entries, refuse unknown or accept-new."""
+"""Step 3, login: host key checking as OpenSSH does it: known_hosts entries, refuse unknown or
+accept-new."""
 
 from __future__ import annotations
 
@@ -7,10 +8,10 @@ from typing import TYPE_CHECKING
 
 import paramiko
 
-from dflash_provision.transport.ssh_files import KNOWN_HOSTS
+from dflash_provision.transport.ssh.config_files import KNOWN_HOSTS
 
 if TYPE_CHECKING:
-    from dflash_provision.transport.ssh_endpoint import Endpoint
+    from dflash_provision.transport.ssh.config import Endpoint
 
 
 def add_known_keys(client: paramiko.SSHClient, endpoint: Endpoint) -> None:

@@ -1,5 +1,5 @@
-"""``Include`` in ssh_config, which paramiko's parser does not know (it keeps it as an unknown
-key, so hosts defined in ``~/.ssh/config.d/*`` would silently not exist).
+"""Step 1, config: ``Include`` in ssh_config, which paramiko's parser does not know (it keeps it
+as an unknown key, so hosts defined in ``~/.ssh/config.d/*`` would silently not exist).
 
 The includes are expanded into one text before paramiko parses it, with OpenSSH's rules: each
 argument is a glob (``~`` expanded; a relative path is under ``~/.ssh``, as for any user config);

@@ -5,7 +5,7 @@ letting go of the lock, so a ``close`` from another thread can get its CHANNEL_C
 the data that follows then names a channel the jump host has already freed. OpenSSH treats that
 as a protocol error and drops the whole connection ("data packet referred to nonexistent
 channel"), and with it the tunnel of every other host behind the same shared jump connection
-(ssh_jumps.py). Seen here: 19 failures in 40 rounds of 5 hosts closing at once. Sending and
+(route_pool.py). Seen here: 19 failures in 40 rounds of 5 hosts closing at once. Sending and
 closing through this wrapper are serialised, so no data can follow the close.
 """
 

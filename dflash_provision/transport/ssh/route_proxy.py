@@ -1,10 +1,7 @@
-"""ProxyCommand from ssh_config: the SSH session runs over a local command's stdin and stdout.
+"""Step 2, route: a ProxyCommand's socket; the SSH session runs over its stdin and stdout.
 
-As OpenSSH does it: the command goes to ``/bin/sh -c "exec COMMAND"`` after ``%`` expansion
-(``%h`` host name after HostName, ``%p`` port, ``%r`` remote user, ``%n`` the name as typed,
-``%u`` local user, ``%d`` local home, ``%%`` a percent sign). OpenSSH puts the values in
-unquoted; so does this, but only values made of characters that mean nothing to a shell (a
-host name, a user name, a port): anything else is refused rather than run.
+As OpenSSH does it: the command (its ``%`` tokens expanded by config_route.py) goes to
+``/bin/sh -c "exec COMMAND"``.
 
 The command's stderr is kept in a temporary file so a proxy that fails (``ssh -W`` to a bastion
 that refuses us, ``nc`` that cannot connect) is reported by its own last words instead of an
@@ -14,9 +11,7 @@ SSH banner timeout.
 from __future__ import annotations
 
 import contextlib
-import getpass
 import os
-import re
 import select
 import signal
 import subprocess
@@ -25,44 +20,7 @@ import threading
 
 from dflash_provision.errors import UsageError
 
-_TOKEN = re.compile(r"%(.)")
-_SHELL_NEUTRAL = re.compile(r"[A-Za-z0-9._:@\[\]/+=,-]+")
 _EXIT_WAIT_S = 1.0  # how long a proxy that closed its stdout may take to exit
-
-
-def expand_proxy_command(template: str, *, hostname: str, port: int, user: str, alias: str) -> str:
-    """``template`` with OpenSSH's ``%`` tokens replaced (UsageError on an unknown token or a
-    value that a shell would read as more than a word)."""
-    values = {
-        "h": hostname,
-        "p": str(port),
-        "r": user,
-        "n": alias,
-        "u": _local_user(),
-        "d": os.path.expanduser("~"),
-        "%": "%",
-    }
-
-    def substitute(match: re.Match[str]) -> str:
-        letter = match.group(1)
-        if letter not in values:
-            raise UsageError(f"ssh config: ProxyCommand for {alias}: unknown token %{letter}")
-        value = values[letter]
-        if letter != "%" and not _SHELL_NEUTRAL.fullmatch(value):
-            raise UsageError(
-                f"ssh config: ProxyCommand for {alias}: refusing to put {value!r} (%{letter})"
-                " into a shell command"
-            )
-        return value
-
-    return _TOKEN.sub(substitute, template)
-
-
-def _local_user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return str(os.getuid())
 
 
 class ProxyCommandSocket:

@@ -1,4 +1,5 @@
-"""Per-process caches of the files every SSH connection reads: ssh_config, known_hosts, keys.
+"""Step 1, config: per-process caches of the files every SSH connection reads: ssh_config,
+known_hosts, keys.
 
 A fleet of N hosts would otherwise parse them N times (known_hosts parsing is quadratic in its
 length in paramiko). Each file is parsed once per version of it: a file that changes (an edit, an
@@ -14,7 +15,7 @@ from typing import Generic, TypeVar
 
 import paramiko
 
-from dflash_provision.transport.ssh_include import expand_includes, included_files
+from dflash_provision.transport.ssh.config_include import expand_includes, included_files
 
 _T = TypeVar("_T")
 _Stamp = bytes | None
@@ -69,10 +70,11 @@ class FileCache(Generic[_T]):
 class _RawProxyCommandConfig(paramiko.SSHConfig):
     """paramiko's parser, leaving ProxyCommand's ``%`` tokens alone: paramiko fills ``%p`` and
     ``%r`` from the config file only, while OpenSSH uses the port and user the connection really
-    has (a ``user@host:port`` target overrides them). ssh_proxy expands them instead."""
+    has (a ``user@host:port`` target overrides them). config_route.py expands them instead."""
 
     def _allowed_tokens(self, key: str) -> list[str]:
-        return [] if key == "proxycommand" else super()._allowed_tokens(key)
+        # A private paramiko method the stubs do not list.
+        return [] if key == "proxycommand" else super()._allowed_tokens(key)  # type: ignore[misc]
 
 
 class ParsedSshConfig:

@@ -1,4 +1,9 @@
-"""Where and as whom to connect: a host alias after ``~/.ssh/config`` (OpenSSH precedence)."""
+"""Step 1, config: where and as whom to connect to one host, after ``~/.ssh/config``.
+
+OpenSSH's precedence: what the target spec says (user, port) wins over a host's own inventory
+settings (``HostRoute``), which win over the config file, which wins over defaults. How the host
+is reached (straight, ProxyCommand, jump hosts) is resolved from this in config_route.py.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import paramiko
 
 from dflash_provision.errors import UsageError
 from dflash_provision.transport.options import HostRoute, SshOptions, default_known_hosts_path
-from dflash_provision.transport.ssh_files import SSH_CONFIGS
+from dflash_provision.transport.ssh.config_files import SSH_CONFIGS
 
 DEFAULT_KEY_NAMES = ("id_ed25519", "id_ecdsa", "id_rsa")
 
@@ -118,18 +123,3 @@ def resolve_endpoint(
         proxy_command=str(proxy_command) if proxy_command is not None else None,
         host_key_alias=str(entry.get("hostkeyalias") or "") or None,
     )
-
-
-def parse_jump(hop: str, endpoint: Endpoint) -> tuple[str, str | None, int | None]:
-    """``[user@]host[:port]`` (host may be ``[v6]``) -> (host, user, port)."""
-    user, _, rest = hop.rpartition("@")
-    port_text = ""
-    if rest.startswith("["):
-        host, _, tail = rest[1:].partition("]")
-        if tail.startswith(":"):
-            port_text = tail[1:]
-    else:
-        host, _, port_text = rest.partition(":")
-    if not host or (port_text and not port_text.isdigit()):
-        raise UsageError(f"ssh config: bad ProxyJump hop {hop!r} for {endpoint.alias}")
-    return host, user or None, int(port_text) if port_text else None

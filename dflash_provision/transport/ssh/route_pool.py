@@ -1,4 +1,5 @@
-"""Jump-host connections shared by every transport of a process that goes through them.
+"""Step 2, route: gateway (jump-host) connections shared by every transport of a process that goes
+through them.
 
 A fleet behind one bastion would otherwise open one bastion connection per host, all at once:
 64 workers make 64 simultaneous unauthenticated connections, and OpenSSH's default
@@ -6,8 +7,9 @@ A fleet behind one bastion would otherwise open one bastion connection per host,
 ControlMaster, one authenticated connection to the jump host(s) carries a ``direct-tcpip``
 channel per target instead.
 
-A lease is keyed by the SSH options and the ProxyJump hops as written. The connection stays open
-for ``LINGER_S`` after its last lease is released (like a short ControlPersist), so a fleet whose
+A lease is keyed by the SSH options and the gateway's route (config_route.Route). The connection
+stays open for ``LINGER_S`` after its last lease is released (like a short ControlPersist), so a
+fleet whose
 workers all happen to finish a host at once, or a command that opens hosts in batches, does not
 log in to the bastion again; it is closed at exit in any case. A failure to connect is kept while
 leases are held, so the hosts waiting on a bastion that is down all get its error at once instead
@@ -144,18 +146,18 @@ class JumpPool(Generic[_V]):
         return value
 
 
-def _clients_alive(value: tuple[list[paramiko.SSHClient], object]) -> bool:
-    transport = value[0][-1].get_transport()
+def _gateway_alive(clients: list[paramiko.SSHClient]) -> bool:
+    transport = clients[-1].get_transport()
     return transport is not None and transport.is_active()
 
 
-def _close_clients(value: tuple[list[paramiko.SSHClient], object]) -> None:
-    for client in reversed(value[0]):
+def _close_gateway(clients: list[paramiko.SSHClient]) -> None:
+    for client in reversed(clients):
         client.close()
 
 
-#: The jump clients (the last hop last) and the last hop's Endpoint, per (options, hops).
-JUMPS: JumpPool[tuple[list[paramiko.SSHClient], object]] = JumpPool(
-    _clients_alive, _close_clients, linger_s=LINGER_S
+#: The connections along a gateway's route (the gateway itself last), per (options, route).
+JUMPS: JumpPool[list[paramiko.SSHClient]] = JumpPool(
+    _gateway_alive, _close_gateway, linger_s=LINGER_S
 )
 atexit.register(JUMPS.close_all)

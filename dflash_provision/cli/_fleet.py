@@ -1,0 +1,168 @@
+"""Click options shared by the fleet commands (audit, repair) and what they build from them.
+
+``fleet_options`` adds TARGETs, the inventory, the authority overrides, ``--limit``,
+``--workers`` and the shared SSH options, and hands the command ``selection: FleetSelection``
+and ``connection: Connector``; ``make_run`` builds the FleetRun they share.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from dflash_provision.cli._connect import fleet_connection_options
+from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.fleet import FleetRun
+    from dflash_provision.inventory import FleetMember
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_FLEET_OPTIONS = [
+    click.option(
+        "--inventory",
+        "-i",
+        "inventory",
+        type=click.Path(dir_okay=False, path_type=Path),
+        help="Inventory file: dflash-provision YAML, or an Ansible inventory (YAML or INI).",
+    ),
+    click.option(
+        "--repo",
+        metavar="OWNER/NAME[@REV]",
+        help="Authoritative config from the Hub (overrides the inventory).",
+    ),
+    click.option("--revision", metavar="REV", help="Revision for --repo (commit sha or tag)."),
+    click.option(
+        "--from", "from_file", type=click.Path(exists=True), help="Authoritative config file."
+    ),
+    click.option(
+        "--lock", type=click.Path(dir_okay=False), help="Authoritative config from a lock file."
+    ),
+    click.option(
+        "--path",
+        "model_path",
+        metavar="PATH",
+        help="Model directory (or .json file) on every host (overrides the inventory).",
+    ),
+    click.option(
+        "--limit",
+        "-l",
+        "limit",
+        metavar="PATTERN",
+        help="Only these hosts of the inventory, as Ansible's --limit: names, groups, wildcards,"
+        " ~regex, &group (also in), !group (not in), separated by commas.",
+    ),
+    click.option(
+        "--workers",
+        type=click.IntRange(min=1, max=1024),
+        default=64,
+        show_default=True,
+        help="Hosts handled at the same time.",
+    ),
+]
+
+
+@dataclass(frozen=True)
+class FleetSelection:
+    """Which hosts a fleet command works on and what they must hold, as the options gave it."""
+
+    targets: tuple[str, ...]
+    inventory: Path | None
+    repo: str | None
+    revision: str | None
+    from_file: str | None
+    lock: str | None
+    model_path: str | None
+    limit: str | None
+    workers: int
+
+    def members(self) -> list[FleetMember]:
+        from dflash_provision.errors import UsageError
+        from dflash_provision.inventory import DrafterSpec, Overrides, load_members
+
+        sources = (("--repo", self.repo), ("--from", self.from_file), ("--lock", self.lock))
+        given = [name for name, value in sources if value]
+        if len(given) > 1:
+            raise UsageError(f"give one authoritative source, not {' and '.join(given)}")
+        if self.revision and not self.repo:
+            raise UsageError("--revision needs --repo")
+        source = DrafterSpec(
+            repo=self.repo,
+            revision=self.revision,
+            lock=str(Path(self.lock).resolve()) if self.lock else None,
+            from_file=str(Path(self.from_file).resolve()) if self.from_file else None,
+        )
+        members = load_members(
+            self.inventory, self.targets, Overrides(source=source, path=self.model_path)
+        )
+        if self.limit is None:
+            return members
+        from dflash_provision.inventory.limit import select
+
+        return select(members, self.limit)
+
+
+def fleet_options(func: F) -> F:
+    """TARGETs, inventory, authority overrides, --workers and the shared SSH options; the
+    command receives ``selection: FleetSelection`` and ``connection: Connector``.
+
+    ``-i`` is the inventory here (Ansible's convention); the key file is ``--identity``.
+    """
+
+    @functools.wraps(func)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        kwargs["selection"] = FleetSelection(
+            **{name: kwargs.pop(name) for name in FleetSelection.__dataclass_fields__}
+        )
+        return func(*args, **kwargs)
+
+    decorated = fleet_connection_options(wrapper)
+    for option in reversed(_FLEET_OPTIONS):
+        decorated = option(decorated)
+    return click.argument("targets", nargs=-1, metavar="[TARGET]...")(decorated)  # type: ignore[return-value]
+
+
+def make_run(connection: Connector) -> FleetRun:
+    from dflash_provision.fleet import FleetRun, authority_loader
+
+    return FleetRun(authority_loader(), connector=connection)
+
+
+class ProgressDisplay:
+    """A transient rich progress bar on a terminal; nothing otherwise."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.enabled = sys.stdout.isatty()
+        self._progress: Any = None
+        self._task: Any = None
+        self.total, self.label = total, label
+
+    def __enter__(self) -> ProgressDisplay:
+        if self.enabled:
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+            self._progress = Progress(
+                TextColumn("{task.description}"),
+                BarColumn(),
+                MofNCompleteColumn(),
+                TextColumn("{task.fields[last]}"),
+                transient=True,
+            )
+            self._progress.start()
+            self._task = self._progress.add_task(self.label, total=self.total, last="")
+        return self
+
+    def advance(self, name: str, status: str) -> None:
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, last=f"{name}: {status}")
+
+    def __exit__(self, *exc: object) -> None:
+        if self._progress is not None:
+            self._progress.stop()

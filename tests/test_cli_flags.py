@@ -1,0 +1,128 @@
+"""One meaning per flag across commands, help on every option, old spellings that still work
+with a warning, and "Did you mean" for mistyped commands and options."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+from collections import defaultdict
+from pathlib import Path
+
+import click
+import pytest
+
+from dflash_provision.cli.main import COMMANDS
+from dflash_provision.errors import ExitCode
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import refused_address
+
+# The same file under two parameter names: fetch writes the pin into it, the others read it.
+SAME_MEANING = {"--lock": {"lock", "lock_path"}}
+
+
+def commands() -> dict[str, click.Command]:
+    return {
+        name: importlib.import_module(f"dflash_provision.cli.{module}").command
+        for name, (module, _) in COMMANDS.items()
+    }
+
+
+def visible_options(command: click.Command) -> list[click.Option]:
+    return [p for p in command.params if isinstance(p, click.Option) and not p.hidden]
+
+
+def test_every_option_of_every_command_has_help_text() -> None:
+    missing = [
+        f"{name} {param.opts[0]}"
+        for name, command in commands().items()
+        for param in visible_options(command)
+        if not (param.help or "").strip()
+    ]
+    assert missing == []
+
+
+def test_no_flag_means_two_things_across_commands() -> None:
+    meanings: dict[str, set[str]] = defaultdict(set)
+    for command in commands().values():
+        for param in visible_options(command):
+            for flag in (*param.opts, *param.secondary_opts):
+                meanings[flag].add(str(param.name))
+    clashes = {
+        flag: names
+        for flag, names in meanings.items()
+        if len(names) > 1 and names != SAME_MEANING.get(flag)
+    }
+    assert clashes == {}
+    assert meanings["-i"] == {"inventory"}  # Ansible's -i
+    assert meanings["-l"] == meanings["--limit"] == {"limit"}  # a host pattern, as Ansible's
+    assert meanings["--identity"] == {"identity"}
+
+
+def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_"))}
+    base["DFLASH_PROVISION_HOME"] = str(cwd / "home")
+    return subprocess.run(
+        [sys.executable, "-m", "dflash_provision", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=cwd,
+        env={**base, **env},
+        check=False,
+    )
+
+
+def test_a_mistyped_command_suggests_the_closest_one(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "pussh", "x")
+    assert done.returncode == ExitCode.USAGE
+    assert "No such command 'pussh'. Did you mean 'push'?" in done.stderr
+    far = run_cli(tmp_path, "frobnicate")
+    assert far.returncode == ExitCode.USAGE
+    assert "No such command 'frobnicate'." in far.stderr and "Did you mean" not in far.stderr
+
+
+def test_a_mistyped_option_suggests_the_closest_one(tmp_path: Path) -> None:
+    done = run_cli(tmp_path, "repair", "--dryrun")
+    assert done.returncode == ExitCode.USAGE
+    assert "Did you mean '--dry-run'?" in done.stderr
+
+
+def test_old_short_identity_on_push_still_works_and_says_what_to_type(tmp_path: Path) -> None:
+    key = tmp_path / "id_test"
+    key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n")
+    (tmp_path / "config.json").write_bytes(samples.REFERENCE_DRAFTER.read_bytes())
+    address, port = refused_address()
+    target = f"ssh://root@{address}:{port}/root/models/x"
+    done = run_cli(tmp_path, "push", target, "--from", "config.json", "-i", str(key))
+    assert done.returncode == ExitCode.UNREACHABLE, done.stderr  # the key was taken, then refused
+    warning, error = done.stderr.strip().splitlines()
+    assert warning == (
+        "warning: -i KEY is deprecated; use --identity KEY (-i names the inventory, as in Ansible)"
+    )
+    assert error.startswith("error: ") and "refused" in error
+    plain = run_cli(tmp_path, "push", target, "--from", "config.json", "--identity", str(key))
+    assert "deprecated" not in plain.stderr
+
+
+def test_history_row_count_is_last_and_the_old_limit_still_works(tmp_path: Path) -> None:
+    new = run_cli(tmp_path, "history", "-n", "3")
+    assert new.returncode == 0 and new.stderr == ""
+    old = run_cli(tmp_path, "history", "--limit", "3")
+    assert old.returncode == 0
+    assert "warning: --limit N is deprecated; use --last N" in old.stderr
+
+
+@pytest.mark.parametrize("command", ["push", "verify", "audit"])
+def test_the_ssh_config_can_come_from_the_environment(tmp_path: Path, command: str) -> None:
+    done = run_cli(
+        tmp_path,
+        command,
+        "h01:/root/models/x",
+        "--from",
+        str(samples.REFERENCE_DRAFTER),
+        DFLASH_PROVISION_SSH_CONFIG=str(tmp_path / "no-such-ssh-config"),
+    )
+    assert done.returncode == ExitCode.USAGE
+    assert "DFLASH_PROVISION_SSH_CONFIG" in done.stderr and "does not exist" in done.stderr

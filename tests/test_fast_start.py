@@ -1,0 +1,271 @@
+"""Fast start: a config this machine has judged is not judged again, and transformers (~2 s to
+import) is loaded only for a config it has not seen (dflash_provision.verdict_cache).
+
+The subprocess tests run the real CLI under ``python -X importtime``, which lists every module a
+process imported on stderr: "transformers" absent from that list is what "did not import
+transformers" means, without any timing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_provision import verdict_cache
+from dflash_provision.errors import ExitCode
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import Host, refused_address
+from dflash_provision.validate import validate_config
+
+REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
+INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
+MODEL = "/root/models/Qwen3.6-27B-DFlash"
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """A fresh data directory (history and verdict cache) for this test only."""
+    directory = tmp_path / "home"
+    monkeypatch.setenv("DFLASH_PROVISION_HOME", str(directory))
+    monkeypatch.delenv(verdict_cache.DISABLE_ENV, raising=False)
+    return directory
+
+
+def entries(home: Path) -> list[Path]:
+    return sorted((home / "verdicts").rglob("*.json"))
+
+
+# ---------------------------------------------------------------------------------------------
+# the cache itself (in-process, real transformers on the first validation)
+
+
+@pytest.mark.integration
+def test_second_validation_of_the_same_bytes_reads_the_cached_verdict(home: Path) -> None:
+    first = validate_config(INCIDENT, label="first")
+    assert len(entries(home)) == 1
+    second = validate_config(INCIDENT, label="second")
+    assert second.source == "second"
+    assert second.layers == first.layers
+    assert [f.to_dict() for f in second.findings] == [f.to_dict() for f in first.findings]
+
+
+@pytest.mark.integration
+def test_cached_verdict_keeps_loader_findings_and_comparisons_still_run(home: Path) -> None:
+    doc = samples.load_json(samples.REFERENCE_DRAFTER)
+    doc["use_sliding_window"] = False
+    normalised = json.dumps(doc).encode()
+    first = validate_config(normalised, label="x")
+    again = validate_config(normalised, label="x", against=REFERENCE)
+    assert again.layers["effective"] == first.layers["effective"] == "failed"
+    assert any("set use_sliding_window: true" in f.message for f in again.findings)
+    # --against is not part of the cached verdict: it is compared every time.
+    assert again.layers["against"] == "failed"
+    assert any(f.path == "use_sliding_window" for f in again.findings_for("against"))
+
+
+def test_a_file_that_does_not_parse_is_not_worth_an_entry(home: Path) -> None:
+    report = validate_config(b"{", label="x")
+    assert report.layers["effective"] == "skipped"
+    assert entries(home) == []
+
+
+@pytest.mark.integration
+def test_a_corrupt_or_foreign_entry_is_ignored_and_replaced(home: Path) -> None:
+    first = validate_config(INCIDENT, label="x")
+    (entry,) = entries(home)
+    entry.write_text("{not json")
+    again = validate_config(INCIDENT, label="x")
+    assert again.layers == first.layers
+    assert json.loads(entry.read_text())["format"] == verdict_cache.FORMAT
+    foreign = json.loads(entry.read_text())
+    foreign["layers"]["effective"] = [{"layer": "schema", "path": "", "message": "planted"}]
+    entry.write_text(json.dumps(foreign))
+    assert "planted" not in str(validate_config(INCIDENT, label="x").to_dict())
+
+
+def test_the_key_changes_with_the_transformers_version(
+    home: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = verdict_cache.entry_path(REFERENCE, None)
+    verdict_cache.rules_digest.cache_clear()
+    monkeypatch.setattr(verdict_cache, "transformers_version", lambda: "0.0.0-other")
+    try:
+        after = verdict_cache.entry_path(REFERENCE, None)
+    finally:
+        verdict_cache.rules_digest.cache_clear()
+    assert before.name == after.name  # same bytes
+    assert before.parent != after.parent  # other rules: another verdict
+
+
+@pytest.mark.integration
+def test_an_unwritable_data_directory_only_loses_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("")
+    monkeypatch.setenv("DFLASH_PROVISION_HOME", str(blocker))
+    report = validate_config(INCIDENT, label="x")  # stores nowhere, says nothing
+    assert report.ok
+
+
+@pytest.mark.integration
+def test_the_cache_can_be_turned_off(home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(verdict_cache.DISABLE_ENV, "1")
+    validate_config(INCIDENT, label="x")
+    assert entries(home) == []
+
+
+# ---------------------------------------------------------------------------------------------
+# the real CLI: what a second command imports
+
+
+def run_cli(workdir: Path, home: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], bool]:
+    """Run the CLI under -X importtime; returns the process and whether it imported
+    transformers."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_"))}
+    env["DFLASH_PROVISION_HOME"] = str(home)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dflash_provision", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=workdir,
+        env=env,
+        check=False,
+    )
+    imported = any(
+        line.startswith("import time:") and line.split("|")[-1].strip() == "transformers"
+        for line in done.stderr.splitlines()
+    )
+    done.stderr = "\n".join(
+        line for line in done.stderr.splitlines() if not line.startswith("import time:")
+    )
+    return done, imported
+
+
+def ssh_args(host: Host) -> list[str]:
+    assert host.client is not None
+    return ["--ssh-config", str(host.client.ssh_config)]
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_second_push_and_repair_of_the_same_config_do_not_import_transformers(
+    ssh_host: Host, tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_bytes(REFERENCE)
+    target = f"{ssh_host.alias}:{MODEL}"
+    home = tmp_path / "home"
+    push = ["push", target, "--from", "config.json", "--mkdir", *ssh_args(ssh_host)]
+    first, imported = run_cli(tmp_path, home, *push)
+    assert first.returncode == 0, first.stderr
+    assert imported, "the first validation of a config loads it through transformers"
+    second, imported = run_cli(tmp_path, home, *push)
+    assert second.returncode == 0, second.stderr
+    assert "unchanged" in second.stdout
+    assert not imported
+
+    # The host drifts to a file this machine has judged before (validate did): repair needs
+    # neither verdict anew.
+    (tmp_path / "incident.json").write_bytes(INCIDENT)
+    judged, imported = run_cli(tmp_path, home, "validate", "incident.json")
+    assert judged.returncode == 0 and imported
+    (ssh_host.root_dir / MODEL.removeprefix("/root/") / "config.json").write_bytes(INCIDENT)
+    repair = ["repair", target, "--from", "config.json", *ssh_args(ssh_host)]
+    fixed, imported = run_cli(tmp_path, home, *repair)
+    assert fixed.returncode == 0, fixed.stdout + fixed.stderr
+    assert "wrote" in fixed.stdout
+    assert not imported
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_second_audit_of_a_drifted_host_does_not_import_transformers(
+    ssh_host: Host, tmp_path: Path
+) -> None:
+    (tmp_path / "config.json").write_bytes(REFERENCE)
+    model = ssh_host.root_dir / MODEL.removeprefix("/root/")
+    model.mkdir(parents=True)
+    (model / "config.json").write_bytes(INCIDENT)
+    home = tmp_path / "home"
+    audit = ["audit", f"{ssh_host.alias}:{MODEL}", "--from", "config.json", *ssh_args(ssh_host)]
+    first, imported = run_cli(tmp_path, home, *audit)
+    assert first.returncode == ExitCode.DRIFT, first.stdout + first.stderr
+    assert imported  # the host's file was judged (is it loader-normalised?) the first time
+    second, imported = run_cli(tmp_path, home, *audit)
+    assert second.returncode == ExitCode.DRIFT
+    assert "drifted" in second.stdout
+    assert not imported
+    verify = ["verify", f"{ssh_host.alias}:{MODEL}", "--from", "config.json", *ssh_args(ssh_host)]
+    checked, imported = run_cli(tmp_path, home, *verify)
+    assert checked.returncode == ExitCode.DRIFT
+    assert not imported
+
+
+@pytest.mark.integration
+def test_push_to_an_unreachable_host_fails_before_validating(tmp_path: Path) -> None:
+    # A config no validation has seen: validating it first would load transformers.
+    doc = samples.load_json(samples.REFERENCE_DRAFTER)
+    doc["_comment"] = "never validated on this machine"
+    (tmp_path / "fresh.json").write_text(json.dumps(doc))
+    address, port = refused_address()
+    done, imported = run_cli(
+        tmp_path,
+        tmp_path / "home",
+        "push",
+        f"ssh://root@{address}:{port}/root/models/x",
+        "--from",
+        "fresh.json",
+        "--connect-timeout",
+        "2",
+    )
+    assert done.returncode == ExitCode.UNREACHABLE, done.stderr
+    assert "refused" in done.stderr
+    assert not imported
+
+
+# ---------------------------------------------------------------------------------------------
+# a lock-pinned config read from the HF cache without huggingface_hub
+
+
+def test_a_pinned_config_is_read_from_the_hf_cache_only_with_its_exact_sha256(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import hashlib
+
+    from dflash_provision import hub
+
+    sha = "d1f1a5b0c0ffee00000000000000000000000001"
+    snapshot = tmp_path / "hf" / "hub" / "models--z-lab--Q" / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_bytes(REFERENCE)
+    digest = hashlib.sha256(REFERENCE).hexdigest()
+    monkeypatch.delenv("HF_HUB_CACHE", raising=False)
+    monkeypatch.delenv("HUGGINGFACE_HUB_CACHE", raising=False)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    found = hub.pinned_from_cache("z-lab/Q", sha, "config.json", digest)
+    assert found is not None and found.data == REFERENCE and found.commit_sha == sha
+    # Other bytes than the lock says, another commit, or a path that climbs: not from here.
+    assert hub.pinned_from_cache("z-lab/Q", sha, "config.json", "0" * 64) is None
+    assert hub.pinned_from_cache("z-lab/Q", "main", "config.json", digest) is None
+    assert hub.pinned_from_cache("z-lab/Q", sha, "../config.json", digest) is None
+
+
+@pytest.mark.integration
+def test_a_verdict_others_could_have_written_is_not_trusted(home: Path) -> None:
+    first = validate_config(INCIDENT, label="x")
+    (entry,) = entries(home)
+    planted = json.loads(entry.read_text())
+    planted["layers"]["effective"] = [
+        {"layer": "effective", "path": "", "message": "planted", "severity": "error"}
+    ]
+    entry.write_text(json.dumps(planted))
+    entry.chmod(0o666)  # writable by anyone: not ours to believe
+    again = validate_config(INCIDENT, label="x")
+    assert again.layers == first.layers
+    assert "planted" not in str(again.to_dict())
