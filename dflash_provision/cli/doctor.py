@@ -7,10 +7,10 @@ import click
 
 from dflash_provision.cli._connect import (
     AuthoritySpec,
-    Connection,
     authority_options,
-    connection_options,
+    runtime_connection_options,
 )
+from dflash_provision.transport.factory import Connector
 
 _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
 
@@ -52,7 +52,7 @@ _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
 @click.option("--python", help="The target's Python for the probe (default: the server's).")
 @click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
 @click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON.")
-@connection_options
+@runtime_connection_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -64,9 +64,9 @@ def command(
     python: str | None,
     model: str | None,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
-    from dflash_provision.cli.launch import fix_command
+    from dflash_provision.cli._runtime import fix_command
     from dflash_provision.runtime.check import CheckSettings
     from dflash_provision.runtime.doctor import diagnose, report_json
     from dflash_provision.target import parse_target

@@ -14,10 +14,11 @@ import click
 
 from dflash_provision.cli._connect import (
     AuthoritySpec,
-    Connection,
     authority_options,
-    connection_options,
+    runtime_connection_options,
 )
+from dflash_provision.cli._runtime import fix_command, port_option
+from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
     from dflash_provision.runtime.check import CheckReport
@@ -27,17 +28,6 @@ if TYPE_CHECKING:
     from dflash_provision.transport.base import Transport
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def port_option(func: F) -> F:
-    """--port, the same for launch, status, stop and logs."""
-    return click.option(
-        "--port",
-        type=click.IntRange(1, 65535),
-        default=8000,
-        show_default=True,
-        help="The server's port on the target (it listens on 127.0.0.1 only).",
-    )(func)
 
 
 @click.command(
@@ -103,7 +93,7 @@ def port_option(func: F) -> F:
 )
 @click.option("--no-check", is_flag=True, help="Do not run runtime-check after a launch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@connection_options
+@runtime_connection_options
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_ARGS...]")
 @click.pass_context
 def command(
@@ -122,7 +112,7 @@ def command(
     stop_timeout: float,
     no_check: bool,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
     from dflash_provision.runtime.launch import LaunchRequest, launch
@@ -185,20 +175,6 @@ def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
             raise UsageError(f"--env {item.split('=')[0]!r}: expected NAME=VALUE")
         env[name] = value
     return env
-
-
-def fix_command(target_spec: str, authority: AuthoritySpec) -> str:
-    """The push command that writes the same authoritative config to the same target."""
-    argv = ["dflash-provision", "push", target_spec]
-    for flag, value in (
-        ("--repo", authority.repo),
-        ("--from", authority.from_file),
-        ("--lock", authority.lock),
-        ("--lock-repo", authority.lock_repo),
-    ):
-        if value is not None:
-            argv += [flag, value]
-    return shlex.join(argv)
 
 
 class _Progress:
@@ -271,7 +247,7 @@ def _runtime_check(
     )
     report = run_check(transport, target, authority, settings, push_fix=request.fix_command)
     if not as_json:
-        from dflash_provision.cli.runtime_check import emit_report
+        from dflash_provision.cli._runtime import emit_report
 
         emit_report(report, as_json=False)
     return report

@@ -4,20 +4,29 @@ from __future__ import annotations
 
 import click
 
-from dflash_provision.cli._connect import Connection, connection_options
-from dflash_provision.cli.launch import port_option
+from dflash_provision.cli._connect import runtime_connection_options
+from dflash_provision.cli._runtime import port_option
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
     "logs",
     help=(
-        "Print the last -n lines (at most --max-bytes bytes) of the log of the server launch "
+        "Print the last -n/--last lines (at most --max-bytes bytes) of the log of the server launch "
         "started on --port of TARGET. Exit 21 when that port has no log."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
 @port_option
-@click.option("-n", "--lines", type=click.IntRange(1, 100_000), default=50, show_default=True)
+@click.option(
+    "--last",
+    "-n",
+    "last",
+    type=click.IntRange(1, 100_000),
+    default=50,
+    show_default=True,
+    help="How many of the log's newest lines to print, as tail -n.",
+)
 @click.option(
     "--max-bytes",
     type=click.IntRange(min=1),
@@ -25,15 +34,15 @@ from dflash_provision.cli.launch import port_option
     show_default=True,
     help="Upper bound on what is transferred and printed.",
 )
-@connection_options
+@runtime_connection_options
 @click.pass_context
 def command(
     ctx: click.Context,
     target_spec: str,
     port: int,
-    lines: int,
+    last: int,
     max_bytes: int,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
     from dflash_provision.runtime.process import read_log
@@ -42,7 +51,7 @@ def command(
     target = parse_target(target_spec)
     with connection.open(target) as transport:
         tail = read_log(
-            transport, port, lines, max_bytes=max_bytes, timeout=connection.ssh.command_timeout
+            transport, port, last, max_bytes=max_bytes, timeout=connection.ssh.command_timeout
         )
     if not tail.present:
         click.echo(f"error: no server log for port {port} ({tail.path})", err=True)

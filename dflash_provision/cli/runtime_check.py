@@ -18,15 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dflash_provision.cli._connect import Connection
-from dflash_provision.cli.audit import FleetSelection, fleet_options
+from dflash_provision.cli._fleet import FleetSelection, fleet_options
+from dflash_provision.cli._runtime import emit_report
+from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.runtime.check import CheckReport, CheckSettings
-    from dflash_provision.runtime.stages import StageResult
+    from dflash_provision.runtime.check import CheckSettings
     from dflash_provision.sources import LoadedConfig
-
-_STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
 
 
 @click.command(
@@ -91,7 +89,7 @@ _STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
 def command(
     ctx: click.Context,
     selection: FleetSelection,
-    connection: Connection,
+    connection: Connector,
     port: int,
     min_acceptance: float,
     prompts: int,
@@ -154,7 +152,7 @@ def authority_for_single(
 
 def _single(
     selection: FleetSelection,
-    connection: Connection,
+    connection: Connector,
     settings: CheckSettings,
     as_json: bool,
     lock_repo: str | None,
@@ -228,50 +226,18 @@ def run_after_launch(ctx: click.Context, args: list[str]) -> int:
     return 0
 
 
-def emit_report(report: CheckReport, *, as_json: bool) -> None:
-    if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str))
-        return
-    click.echo(
-        f"runtime-check {report.target} port {report.port}  (authoritative {report.authority})"
-    )
-    for stage in report.stages:
-        for line in stage_lines(stage):
-            click.echo(line)
-    failure = report.first_failure
-    took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
-    if failure is None:
-        click.echo(f"runtime-check passed in {took}")
-    else:
-        click.echo(f"runtime-check FAILED at stage {failure.key} ({failure.name}) in {took}")
-
-
-def stage_lines(stage: StageResult, *, label: str | None = None) -> list[str]:
-    """A stage as text: a headline with its status, evidence, causes, warnings, the fix."""
-    head = label or f"{stage.key}  {stage.name}"
-    lines = [f"{head}: {_STATUS_WORD[stage.status.value]}  {stage.summary}"]
-    lines += [f"     {line}" for line in stage.evidence if line != stage.summary]
-    if stage.causes:
-        lines.append("     likely causes, in the order to check them:")
-        lines += [f"       {cause}" for cause in stage.causes]
-    lines += [f"     warning: {warning}" for warning in stage.warnings]
-    if stage.fix and stage.failed:
-        lines.append(f"     fix: {stage.fix}")
-    return lines
-
-
 # -- a fleet -----------------------------------------------------------------------------------
 
 
 def _fleet(
     selection: FleetSelection,
-    connection: Connection,
+    connection: Connector,
     settings: CheckSettings,
     as_json: bool,
     prometheus: Path | None,
 ) -> int:
+    from dflash_provision.cli._fleet import ProgressDisplay, make_run
     from dflash_provision.cli._render import echo_rich
-    from dflash_provision.cli.audit import ProgressDisplay, make_run
     from dflash_provision.report import write_textfile
     from dflash_provision.runtime import fleet_check
 

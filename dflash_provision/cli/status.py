@@ -8,8 +8,9 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dflash_provision.cli._connect import Connection, connection_options
-from dflash_provision.cli.launch import port_option
+from dflash_provision.cli._connect import runtime_connection_options
+from dflash_provision.cli._runtime import port_option
+from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
     from dflash_provision.runtime.process import ServerStatus
@@ -28,7 +29,7 @@ if TYPE_CHECKING:
 @port_option
 @click.option("--python", help="The target's Python for requests inside a container.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
-@connection_options
+@runtime_connection_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -36,7 +37,7 @@ def command(
     port: int,
     python: str | None,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
     from dflash_provision.runtime.process import server_status

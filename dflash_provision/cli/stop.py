@@ -6,8 +6,9 @@ import json
 
 import click
 
-from dflash_provision.cli._connect import Connection, connection_options
-from dflash_provision.cli.launch import port_option
+from dflash_provision.cli._connect import runtime_connection_options
+from dflash_provision.cli._runtime import port_option
+from dflash_provision.transport.factory import Connector
 
 
 @click.command(
@@ -29,7 +30,7 @@ from dflash_provision.cli.launch import port_option
     help="Seconds between SIGTERM and SIGKILL.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@connection_options
+@runtime_connection_options
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -37,7 +38,7 @@ def command(
     port: int,
     timeout: float,
     as_json: bool,
-    connection: Connection,
+    connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
     from dflash_provision.runtime.process import probe_port, stop_server
