@@ -191,7 +191,7 @@ class SshForwardAccess(ServerAccess):
         channel = self.ssh.open_direct_tcpip(SERVER_HOST, self.port, timeout)
         channel.settimeout(timeout)
         conn = http.client.HTTPConnection(SERVER_HOST, self.port, timeout=timeout)
-        conn.sock = _HeldChannel(channel)  # type: ignore[assignment]
+        conn.sock = _HeldChannel(channel)
         try:
             return _exchange(conn, method, path, body, _headers(body, headers), max_bytes)
         except TimeoutError:

@@ -146,7 +146,7 @@ def target_python(settings: CheckSettings, server: Any) -> str:
     record = getattr(server, "record", None)
     if record is not None and getattr(record, "python", None):
         return str(record.python)
-    argv = list(getattr(server, "argv", None) or [])
+    argv = [str(arg) for arg in getattr(server, "argv", None) or []]
     if argv and posixpath.basename(argv[0]).startswith("python"):
         return argv[0]
     return "python3"

@@ -264,7 +264,7 @@ def _one_layer(resolve: Any, hf_config: Any, index: int) -> dict[str, Any]:
 
 
 def _hf_config_dict(hf_config: Any) -> dict[str, Any]:
-    data = _jsonable(hf_config.to_dict())
+    data: dict[str, Any] = _jsonable(hf_config.to_dict())
     if len(json.dumps(data)) <= MAX_OUTPUT // 2:
         return data
     return {k: data[k] for k in KEY_FIELDS if k in data}

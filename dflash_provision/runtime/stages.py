@@ -137,7 +137,11 @@ def stage_file(ctx: CheckContext) -> StageResult:
     name = STAGE_NAMES["a"]
     read = read_remote_config(ctx.transport, ctx.target.config_path, timeout=ctx.timeout)
     ctx.disk = read
-    data = {"path": read.path, "status": read.status.value, "sha256": read.sha256}
+    data: dict[str, Any] = {
+        "path": read.path,
+        "status": read.status.value,
+        "sha256": read.sha256,
+    }
     data["authoritative"] = ctx.authority.label
     if not read.present or read.data is None:
         return StageResult(
@@ -565,7 +569,7 @@ def server_model(server: Any) -> str | None:
     record = getattr(server, "record", None)
     if record is not None and getattr(record, "model", None):
         return str(record.model)
-    argv = list(getattr(server, "argv", None) or [])
+    argv = [str(arg) for arg in getattr(server, "argv", None) or []]
     for index, arg in enumerate(argv[:-1]):
         if arg == "serve" and not argv[index + 1].startswith("-"):
             return argv[index + 1]
