@@ -12,7 +12,7 @@ from dflash_provision.transport.factory import Connector
 @click.command(
     "logs",
     help=(
-        "Print the last -n/--last lines (at most --max-bytes bytes) of the log of the server launch "
+        "Print the last -n lines (at most --max-bytes bytes) of the log of the server launch "
         "started on --port of TARGET. Exit 21 when that port has no log."
     ),
 )
