@@ -68,7 +68,7 @@ def test_runtime_check_with_a_missing_file_fails_stage_a_and_names_the_push(
         "--port", str(free_port()), "--python", sys.executable,
     )  # fmt: skip
     assert proc.returncode == ExitCode.RUNTIME_CHECK_FAILED, proc.stdout + proc.stderr
-    assert f"a  file on disk: FAILED  {tmp}/drafter/config.json: missing" in proc.stdout
+    assert f"a  file on disk: FAILED  {tmp}/drafter/config.json: no such file" in proc.stdout
     assert f"fix: dflash-provision push {tmp}/drafter --from {tmp}/authority.json" in proc.stdout
     assert "d  a real completion: skipped" in proc.stdout
 
