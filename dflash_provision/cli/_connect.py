@@ -152,6 +152,12 @@ def source_connection_options(func: F) -> F:
     return _with_connection_options(func, old_short_identity=False)
 
 
+def runtime_connection_options(func: F) -> F:
+    """The same for the runtime commands on one target (launch, status, stop, logs, doctor):
+    they came after ``-i`` became the inventory, so their key file is ``--identity`` only."""
+    return _with_connection_options(func, old_short_identity=False)
+
+
 def fleet_connection_options(func: F) -> F:
     """The same for fleet commands, where ``-i`` is the inventory (Ansible's convention)."""
     return _with_connection_options(func, old_short_identity=False)

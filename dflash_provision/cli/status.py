@@ -1,0 +1,82 @@
+"""``dflash-provision status``: what runs on a port of the target, and whether it is ready."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from typing import TYPE_CHECKING
+
+import click
+
+from dflash_provision.cli._connect import runtime_connection_options
+from dflash_provision.cli._runtime import port_option
+from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.process import ServerStatus
+
+
+@click.command(
+    "status",
+    help=(
+        "Show the vLLM server on --port of TARGET (push's grammar; the path part is not used): "
+        "running or not, pid, its command line and speculative config, the launch record "
+        "(model, drafter sha256, vLLM version, env var names) and /health. Exit 0 when a server "
+        "runs, 21 when none does."
+    ),
+)
+@click.argument("target_spec", metavar="TARGET")
+@port_option
+@click.option("--python", help="The target's Python for requests inside a container.")
+@click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
+@runtime_connection_options
+@click.pass_context
+def command(
+    ctx: click.Context,
+    target_spec: str,
+    port: int,
+    python: str | None,
+    as_json: bool,
+    connection: Connector,
+) -> None:
+    from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.process import server_status
+    from dflash_provision.target import parse_target
+
+    target = parse_target(target_spec)
+    with connection.open(target) as transport:
+        status = server_status(
+            transport, port, python=python, timeout=connection.ssh.command_timeout
+        )
+    if as_json:
+        click.echo(json.dumps(status.to_dict(), indent=2, ensure_ascii=False))
+    else:
+        _render(status)
+    if not status.running:
+        ctx.exit(int(ExitCode.NOT_RUNNING))
+
+
+def _render(status: ServerStatus) -> None:
+    server, record = status.server, status.last_record
+    where = f"port {status.port} on {status.target}"
+    if server is None:
+        click.echo(f"{where}: not running")
+        if record is not None:
+            click.echo(f"  last launch {record.started_at}: {shlex.join(record.argv)}")
+        click.echo(f"  state dir   {status.state_dir}")
+        return
+    health = "no answer" if status.health_status is None else f"HTTP {status.health_status}"
+    click.echo(f"{where}: {status.state} (GET /health: {health})")
+    ours = "started by dflash-provision" if server.started_by_us else "NOT started by us"
+    click.echo(f"  pid         {server.pid} ({ours})")
+    click.echo(f"  command     {shlex.join(server.argv) if server.argv else '(not visible)'}")
+    spec = server.speculative_config
+    click.echo(f"  speculative {json.dumps(spec) if spec is not None else '(none on its argv)'}")
+    if server.started_by_us and record is not None:
+        click.echo(f"  started     {record.started_at}")
+        click.echo(f"  model       {record.model}")
+        click.echo(f"  drafter     {record.drafter_dir} (sha256 {record.drafter_sha256[:12]})")
+        click.echo(f"  vllm        {record.vllm_version}")
+        click.echo(f"  env names   {', '.join(record.env_names) or '(none)'}")
+        click.echo(f"  log         {record.log_path}")
+    click.echo(f"  state dir   {status.state_dir}")

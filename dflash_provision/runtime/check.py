@@ -1,0 +1,336 @@
+"""``runtime-check`` core: run stages a-e against one target and return a CheckReport.
+
+Order and cost (exec = one remote command; request = one HTTP request through the transport):
+
+    a  file on disk        1 exec (read)
+    c  find the server     1 exec (state of the port) + 1 exec (its log's tail, when we know it)
+    b  probe               1 exec (the target's python: transformers, and vLLM when importable;
+                           the target model comes from the server found in c)
+    d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt
+    e  acceptance          the other smoke prompts, GET /metrics (after)
+
+c's lookup runs before b so that b can hand vLLM the model the server really serves and use the
+python that runs it. d's completion is also e's first smoke prompt.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
+from dflash_provision.runtime.stages import (
+    SMOKE_PROMPTS,
+    CheckContext,
+    Completion,
+    StageResult,
+    StageStatus,
+    complete,
+    cut_short,
+    served_model_id,
+    server_model,
+    server_spec,
+    skipped,
+    stage_acceptance,
+    stage_completion,
+    stage_file,
+    stage_loader,
+    stage_server,
+)
+
+if TYPE_CHECKING:
+    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.target import Target
+    from dflash_provision.transport.base import Transport
+
+DEFAULT_PORT = 8000
+DEFAULT_MIN_ACCEPTANCE = 0.10
+DEFAULT_PROMPTS = 3
+DEFAULT_MAX_TOKENS = 32
+LOG_LINES = 2000
+LOG_BYTES = 512 * 1024
+METRICS_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class CheckSettings:
+    """How to check: which port, the acceptance gate, the smoke prompts, where python lives."""
+
+    port: int = DEFAULT_PORT
+    min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
+    prompts: int = DEFAULT_PROMPTS
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    timeout: float = 60.0  # each remote command and each HTTP request
+    python: str | None = None  # the target's python for the probe (default: the server's)
+    model: str | None = None  # the target model for vLLM's resolution (default: the server's)
+    # Stage b starts the target's python and imports transformers there (2-5 s per host on a
+    # 2-core machine): frequent fleet checks for alerting may leave it to a slower schedule.
+    probe: bool = True
+
+
+@dataclass
+class CheckReport:
+    """Every stage's result for one target, in order a-e, with timings."""
+
+    target: str
+    port: int
+    authority: str
+    stages: list[StageResult] = field(default_factory=list)
+    duration_s: float = 0.0
+    smoke_s: float = 0.0  # time spent in smoke completions (d's prompt included)
+    disk_bytes: bytes | None = None  # the file stage a read (doctor validates it)
+
+    @property
+    def ok(self) -> bool:
+        return not any(stage.failed for stage in self.stages)
+
+    def stage(self, key: str) -> StageResult | None:
+        return next((s for s in self.stages if s.key == key), None)
+
+    @property
+    def first_failure(self) -> StageResult | None:
+        return next((s for s in self.stages if s.failed), None)
+
+    @property
+    def acceptance(self) -> float | None:
+        stage = self.stage("e")
+        rate = stage.data.get("acceptance_rate") if stage else None
+        return rate if isinstance(rate, float) else None
+
+    @property
+    def exit_code(self) -> ExitCode:
+        """0 all passed; ACCEPTANCE_LOW when only the acceptance gate failed; else
+        RUNTIME_CHECK_FAILED (a-d failed: the server does not run what was provisioned)."""
+        failed = [s.key for s in self.stages if s.failed]
+        if not failed:
+            return ExitCode.OK
+        if failed == ["e"]:
+            return ExitCode.ACCEPTANCE_LOW
+        return ExitCode.RUNTIME_CHECK_FAILED
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "target": self.target,
+            "port": self.port,
+            "authority": self.authority,
+            "ok": self.ok,
+            "exit_code": int(self.exit_code),
+            "acceptance_rate": self.acceptance,
+            "duration_s": round(self.duration_s, 3),
+            "smoke_s": round(self.smoke_s, 3),
+            "stages": [s.to_dict() for s in self.stages],
+        }
+
+
+def push_fix_command(target: Target, authority_args: str) -> str:
+    """The push that puts the authoritative bytes on this target."""
+    return f"dflash-provision push {shlex.quote(target.display())} {authority_args}".rstrip()
+
+
+def _timed(run: Callable[[], StageResult]) -> StageResult:
+    started = time.monotonic()
+    result = run()
+    result.duration_s = time.monotonic() - started
+    return result
+
+
+def target_python(settings: CheckSettings, server: Any) -> str:
+    """The python to probe with: --python, else the one that runs the server (its launch record,
+    or argv[0] when the server runs as ``python ... serve``), else python3 on PATH."""
+    if settings.python:
+        return settings.python
+    record = getattr(server, "record", None)
+    if record is not None and getattr(record, "python", None):
+        return str(record.python)
+    argv = [str(arg) for arg in getattr(server, "argv", None) or []]
+    if argv and posixpath.basename(argv[0]).startswith("python"):
+        return argv[0]
+    return "python3"
+
+
+def run_check(
+    transport: Transport,
+    target: Target,
+    authority: LoadedConfig,
+    settings: CheckSettings,
+    *,
+    push_fix: str,
+) -> CheckReport:
+    """Run stages a-e (see the module docstring). Connection failures propagate."""
+    from dflash_provision.runtime.process import find_server
+
+    started = time.monotonic()
+    ctx = CheckContext(
+        transport=transport,
+        target=target,
+        authority=authority,
+        auth_doc=_authoritative_doc(authority),
+        push_fix=push_fix,
+        timeout=settings.timeout,
+    )
+    report = CheckReport(target.display(), settings.port, authority.label)
+    stage_a = _timed(lambda: stage_file(ctx))
+    report.disk_bytes = ctx.disk.data if ctx.disk is not None else None
+    looked_up = time.monotonic()
+    ctx.server = find_server(transport, settings.port, timeout=settings.timeout)
+    ctx.log = _read_log(ctx)
+    lookup_s = time.monotonic() - looked_up
+    python = target_python(settings, ctx.server)
+    model = settings.model or server_model(ctx.server)
+    num_spec = server_spec(ctx.server).get("num_speculative_tokens") if ctx.server else None
+    if settings.probe:
+        stage_b = _timed(lambda: stage_loader(ctx, python, model, _int(num_spec)))
+    else:
+        stage_b = skipped("b", "skipped (--skip-loader): the target's loader and vLLM not asked")
+    stage_c = _timed(lambda: stage_server(ctx, settings.port))
+    stage_c.duration_s += lookup_s  # finding the server and reading its log belong to c
+    report.stages = [stage_a, stage_b, stage_c]
+    if ctx.server is None:
+        report.stages += [skipped("d", "no server to ask"), skipped("e", "no server to ask")]
+    else:
+        report.stages += _serve_stages(ctx, settings, python, model, report, _int(num_spec))
+    report.duration_s = time.monotonic() - started
+    return report
+
+
+def _authoritative_doc(authority: LoadedConfig) -> dict[str, Any]:
+    """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
+    be compared with it)."""
+    from dflash_provision.errors import ConfigInvalid
+    from dflash_provision.validate import parse_config
+
+    parsed = parse_config(authority.data, what=authority.label)
+    if parsed.doc is None:
+        raise ConfigInvalid(f"the authoritative config: {parsed.findings[0].message}")
+    return parsed.doc
+
+
+def _int(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def _read_log(ctx: CheckContext) -> Any:
+    """The server's start-up facts from its log (ours: the launch record names it)."""
+    from dflash_provision.runtime.process import read_log
+    from dflash_provision.runtime.vllm_log import parse_log
+
+    server = ctx.server
+    if server is None or server.record is None:
+        return None
+    tail = read_log(
+        ctx.transport, server.record, LOG_LINES, max_bytes=LOG_BYTES, timeout=ctx.timeout
+    )
+    if not tail.present:
+        return None
+    ctx.log_size = tail.size
+    return parse_log(tail.lines)
+
+
+def _serve_stages(
+    ctx: CheckContext,
+    settings: CheckSettings,
+    python: str,
+    model: str | None,
+    report: CheckReport,
+    num_spec: int | None,
+) -> list[StageResult]:
+    """d and e over one access to the server's port."""
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.runtime.metrics import acceptance, spec_counters
+
+    timeout = settings.timeout
+    with open_server(ctx.transport, settings.port, python=python) as access:
+        started = time.monotonic()
+        try:
+            model_id = served_model_id(access, model, timeout)
+            before = spec_counters(_metrics_text(access, timeout))
+            prompts = _smoke_prompts(settings.prompts)
+            first = _complete(access, model_id, prompts[0], settings.max_tokens, timeout)
+        except DflashProvisionError as exc:
+            first, before, prompts = Completion(False, error=exc.message), None, []
+        stage_d = stage_completion(ctx, first, _fatal_since(ctx))
+        stage_d.duration_s = time.monotonic() - started
+        if not first.ok or before is None:
+            report.smoke_s = stage_d.duration_s
+            return [stage_d, skipped("e", "no completion succeeded: nothing to measure")]
+        started_e = time.monotonic()
+        tokens = first.tokens
+        for prompt in prompts[1:]:
+            more = _complete(access, model_id, prompt, settings.max_tokens, timeout)
+            tokens += more.tokens if more.ok else 0
+        report.smoke_s = time.monotonic() - started
+        try:
+            after = spec_counters(_metrics_text(access, timeout))
+        except DflashProvisionError as exc:
+            why = f"the counters could not be read after the smoke prompts: {exc.message}"
+            failed = StageResult("e", "acceptance", StageStatus.FAILED, why, [why])
+            return [stage_d, failed]
+        result = acceptance(before, after, expected_max_drafts=tokens)
+        earlier = {s.key: s for s in report.stages}
+        stage_e = stage_acceptance(
+            ctx,
+            result,
+            present=after.present,
+            min_acceptance=settings.min_acceptance,
+            prompts=len(prompts),
+            earlier=earlier,
+            num_spec=num_spec,
+        )
+        stage_e.duration_s = time.monotonic() - started_e
+    return [stage_d, stage_e]
+
+
+def _smoke_prompts(count: int) -> list[str]:
+    return [SMOKE_PROMPTS[i % len(SMOKE_PROMPTS)] for i in range(max(1, count))]
+
+
+def _complete(access: Any, model_id: str | None, prompt: str, tokens: int, timeout: float) -> Any:
+    try:
+        return complete(access, model_id, prompt, tokens, timeout)
+    except DflashProvisionError as exc:
+        return Completion(False, error=exc.message)
+
+
+def _metrics_text(access: Any, timeout: float) -> str:
+    reply = access.request("GET", "/metrics", timeout=timeout, max_bytes=METRICS_BYTES)
+    short = cut_short(reply)
+    if short:
+        raise RemoteStepFailed(f"GET /metrics: {short}", step="http")
+    if reply.status != 200:
+        return ""
+    return str(reply.body.decode("utf-8", "replace"))
+
+
+def _fatal_since(ctx: CheckContext) -> list[str]:
+    """Fatal lines the server logged since stage c read its log (a failed request logs its
+    error as it answers), the most telling first (launch's own ranking: vLLM's DFlash errors,
+    then an exception's line, before the traceback around it)."""
+    from dflash_provision.runtime.process import read_log
+    from dflash_provision.runtime.readiness import fatal_lines
+
+    if ctx.server is None or ctx.server.record is None or ctx.log_size is None:
+        return []
+    tail = read_log(
+        ctx.transport,
+        ctx.server.record,
+        LOG_LINES,
+        max_bytes=LOG_BYTES,
+        offset=ctx.log_size,
+        timeout=ctx.timeout,
+    )
+    return fatal_lines(tail.text, exited=False) if tail.present else []
+
+
+__all__ = [
+    "DEFAULT_MIN_ACCEPTANCE",
+    "DEFAULT_PORT",
+    "CheckReport",
+    "CheckSettings",
+    "StageStatus",
+    "push_fix_command",
+    "run_check",
+]

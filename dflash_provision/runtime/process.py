@@ -1,0 +1,416 @@
+"""The server process on the target: find it, start it, stop it, read its log.
+
+Each operation is one exec of a POSIX sh script from ``runtime/scripts/`` (``remote/scripts/
+common.sh`` and ``runtime/scripts/runtime.sh`` prepended), run the way ``remote/ops.py`` runs
+its own: the script text is a constant, every variable part is a positional argument, output is
+``key value`` lines, optionally followed by ``data`` and raw bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure, UsageError
+from dflash_provision.remote.ops import (  # the shared script protocol, not a copy of it
+    RemoteProtocolError,
+    _parse,
+    _stderr_line,
+    _without_comments,
+)
+from dflash_provision.runtime.records import LaunchRecord
+from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+
+#: What ``read_log`` returns at most unless told otherwise.
+DEFAULT_LOG_BYTES = 256 * 1024
+MAX_LOG_LINES = 100_000
+_SPEC_FLAGS = ("--speculative-config", "--speculative_config")
+
+
+@cache
+def script_text(name: str) -> str:
+    """common.sh + runtime.sh + ``name``.sh, comment lines dropped (they travel on every exec)."""
+    common = (resources.files("dflash_provision.remote") / "scripts" / "common.sh").read_text(
+        encoding="utf-8"
+    )
+    folder = resources.files("dflash_provision.runtime") / "scripts"
+    helpers = (folder / "runtime.sh").read_text(encoding="utf-8")
+    body = (folder / f"{name}.sh").read_text(encoding="utf-8")
+    return _without_comments(common + "\n" + helpers + "\n" + body)
+
+
+def script_argv(name: str, *args: str) -> list[str]:
+    """argv that runs runtime script ``name`` with ``args`` as $1.. (``$0`` is dflash-NAME)."""
+    return ["sh", "-c", script_text(name), f"dflash-{name}", *args]
+
+
+def run_script(
+    transport: Transport,
+    name: str,
+    args: list[str],
+    *,
+    stdin: bytes | None = None,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> tuple[dict[str, str], list[str], bytes | None]:
+    """Run a runtime script; its fields, all its lines and its data (None without a data line).
+
+    RemoteProtocolError when the answer is not the script's protocol (no shell, killed, ...).
+    """
+    result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
+    parsed = _parse(result.stdout, name)
+    if not parsed.lines and parsed.data is None:
+        raise RemoteProtocolError(
+            f"{transport.description}: the {name} script failed: {_stderr_line(result)}",
+            step=name,
+        )
+    return parsed.fields, parsed.lines, parsed.data
+
+
+def check_port(port: int) -> int:
+    if not 1 <= port <= 65535:
+        raise UsageError(f"port {port} is not between 1 and 65535")
+    return port
+
+
+# --------------------------------------------------------------------------------------------
+# What runs on a port
+
+
+@dataclass(frozen=True)
+class PortState:
+    """Everything ``state.sh`` saw for one port, as values."""
+
+    port: int
+    state_dir: str
+    pid: int | None  # the pidfile's
+    alive: bool  # the pidfile's process group has live members
+    listening: bool  # something listens on the port (in the target's network namespace)
+    listener_pid: int | None  # the listening process, when the target shows it
+    listener_pgid: int | None  # its process group
+    log_path: str | None
+    record: LaunchRecord | None
+    record_error: str | None
+    argv: list[str] = field(default_factory=list)  # of ``argv_pid``
+    argv_pid: int | None = None
+
+    @property
+    def ours(self) -> bool:
+        """Our pidfile's server is alive (whether or not it listens yet)."""
+        return self.alive and self.pid is not None
+
+    @property
+    def foreign_listener(self) -> bool:
+        """The port is taken by something our pidfile does not name."""
+        if not self.listening:
+            return False
+        if not self.ours:
+            return True
+        if self.listener_pid is None or self.listener_pid == self.pid:
+            return False
+        return self.listener_pgid != self.pid  # a child of our server (same group) is ours
+
+
+def probe_port(
+    transport: Transport, port: int, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> PortState:
+    """What runs on ``port``, in one exec."""
+    fields, lines, _ = run_script(transport, "state", [str(check_port(port))], timeout=timeout)
+    record: LaunchRecord | None = None
+    record_error: str | None = None
+    if "record" in fields:
+        try:
+            record = LaunchRecord.from_json(fields["record"])
+        except RemoteStepFailed as exc:
+            record_error = exc.message
+    pid = _opt_int(fields.get("pid"))
+    if record is not None and pid is not None and record.pid is None:
+        record = record.with_pid(pid)
+    return PortState(
+        port=port,
+        state_dir=fields.get("dir", ""),
+        pid=pid,
+        alive=fields.get("alive") == "1",
+        listening=fields.get("listening") == "1",
+        listener_pid=_opt_int(fields.get("listener")),
+        listener_pgid=_opt_int(fields.get("listener_pgid")),
+        log_path=fields.get("log"),
+        record=record,
+        record_error=record_error,
+        argv=[line[4:] for line in lines if line.startswith("arg ")],
+        argv_pid=_opt_int(fields.get("cmdpid")),
+    )
+
+
+def _opt_int(text: str | None) -> int | None:
+    return int(text) if text is not None and text.isdigit() else None
+
+
+@dataclass(frozen=True)
+class RunningServer:
+    """A server found on a port: its own command line says what it runs with."""
+
+    port: int
+    pid: int
+    argv: list[str]
+    speculative_config: dict[str, Any] | None  # parsed from argv; None when absent/unparsable
+    record: LaunchRecord | None  # ours when we started it (and its argv still matches)
+    listening: bool
+    state: PortState
+
+    @property
+    def started_by_us(self) -> bool:
+        return self.record is not None
+
+
+def find_server(
+    transport: Transport, port: int, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+) -> RunningServer | None:
+    """The server on ``port``: ours (pidfile alive) or any process listening there that the
+    target lets us see. None when nothing runs there."""
+    return server_from_state(probe_port(transport, port, timeout=timeout))
+
+
+def server_from_state(state: PortState) -> RunningServer | None:
+    """The RunningServer a PortState shows, or None."""
+    pid = state.argv_pid
+    if pid is None:
+        pid = state.pid if state.ours else state.listener_pid
+    if pid is None:
+        return None
+    record = state.record if state.ours and not state.foreign_listener else None
+    return RunningServer(
+        port=state.port,
+        pid=pid,
+        argv=state.argv,
+        speculative_config=speculative_config_of(state.argv),
+        record=record,
+        listening=state.listening,
+        state=state,
+    )
+
+
+def speculative_config_of(argv: list[str]) -> dict[str, Any] | None:
+    """The ``--speculative-config`` JSON of a vLLM command line (``--flag VALUE`` or
+    ``--flag=VALUE``), or None."""
+    for i, arg in enumerate(argv):
+        value: str | None = None
+        if arg in _SPEC_FLAGS and i + 1 < len(argv):
+            value = argv[i + 1]
+        else:
+            name, eq, rest = arg.partition("=")
+            if eq and name in _SPEC_FLAGS:
+                value = rest
+        if value is not None:
+            try:
+                parsed = json.loads(value)
+            except ValueError:
+                return None
+            return parsed if isinstance(parsed, dict) else None
+    return None
+
+
+# --------------------------------------------------------------------------------------------
+# Start / stop
+
+
+@dataclass(frozen=True)
+class StartOutcome:
+    status: str  # "started" | "running" (ours was already there)
+    pid: int
+    state_dir: str
+    log_path: str
+    log_offset: int  # the log's size before this start: this launch's lines come after
+
+
+def start_server(
+    transport: Transport,
+    record: LaunchRecord,
+    env: dict[str, str],
+    *,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> StartOutcome:
+    """Start ``record.argv`` detached for ``record.port`` with ``env`` added (one exec)."""
+    for name, value in env.items():
+        if "\n" in value or "\r" in value or "\x00" in value:
+            raise UsageError(f"--env {name}: the value holds a line break or NUL byte")
+    stdin = (record.to_json() + "\n" + "".join(f"{k}={v}\n" for k, v in env.items())).encode()
+    fields, _, _ = run_script(
+        transport, "start", [str(record.port), *record.argv], stdin=stdin, timeout=timeout
+    )
+    status = fields.get("status")
+    if status == "busy":
+        raise RuntimeFailure(
+            f"{transport.description}: port {record.port}: {fields.get('error', 'busy')}",
+            exit_code=ExitCode.PORT_TAKEN,
+        )
+    if status not in ("started", "running") or "pid" not in fields:
+        raise RemoteStepFailed(
+            f"{transport.description}: cannot start the server: "
+            f"{fields.get('error', 'no answer from the start script')}",
+            step="start",
+        )
+    state_dir = fields.get("dir", "")
+    return StartOutcome(
+        status=status,
+        pid=int(fields["pid"]),
+        state_dir=state_dir,
+        log_path=fields.get("log", state_dir + "/server.log"),
+        log_offset=int(fields.get("offset", "0") or 0),
+    )
+
+
+@dataclass(frozen=True)
+class StopOutcome:
+    status: str  # "stopped" | "not-running"
+    pid: int | None
+    signal: str | None  # "TERM" or "KILL" (the group outlived the timeout)
+
+
+def stop_server(
+    transport: Transport,
+    port: int,
+    *,
+    timeout: float = 30.0,
+    command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> StopOutcome:
+    """TERM our server's process group, KILL it after ``timeout`` s, remove the pidfile."""
+    limit = max(command_timeout, timeout + 15.0)  # TERM wait + KILL wait + the exec itself
+    fields, _, _ = run_script(
+        transport, "stop", [str(check_port(port)), str(max(0, int(timeout)))], timeout=limit
+    )
+    status = fields.get("status")
+    if status not in ("stopped", "not-running"):
+        left = fields.get("left", "").strip()
+        raise RemoteStepFailed(
+            f"{transport.description}: the server on port {port} (pid {fields.get('pid')}) "
+            f"did not go away after SIGKILL: still there: {left or '?'}",
+            step="stop",
+        )
+    return StopOutcome(status=status, pid=_opt_int(fields.get("pid")), signal=fields.get("signal"))
+
+
+# --------------------------------------------------------------------------------------------
+# Logs
+
+
+@dataclass(frozen=True)
+class LogTail:
+    path: str
+    present: bool
+    text: str  # the last lines (decoded, invalid bytes replaced)
+    size: int | None  # the whole log's size
+    alive: bool | None  # the port's server, when the log was asked for by port
+
+    @property
+    def lines(self) -> list[str]:
+        return self.text.splitlines()
+
+
+def read_log(
+    transport: Transport,
+    record_or_path: LaunchRecord | str | int,
+    lines: int = 200,
+    *,
+    max_bytes: int = DEFAULT_LOG_BYTES,
+    offset: int = 0,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> LogTail:
+    """The last ``lines`` lines (at most ``max_bytes`` bytes) of a server log: a record's, an
+    absolute path, or a port's (``int``). ``offset``: only bytes written after it."""
+    if isinstance(record_or_path, LaunchRecord):
+        where = record_or_path.log_path or str(record_or_path.port)
+    elif isinstance(record_or_path, int):
+        where = str(check_port(record_or_path))
+    else:
+        where = record_or_path
+    if not where.isdigit() and not where.startswith("/"):
+        raise UsageError(f"log path {where!r} must be absolute")
+    lines = max(1, min(lines, MAX_LOG_LINES))
+    fields, _, data = run_script(
+        transport,
+        "logs",
+        [where, str(lines), str(max(1, max_bytes)), str(max(0, offset))],
+        timeout=timeout,
+    )
+    body = (data or b"")[-max_bytes:]
+    return LogTail(
+        path=fields.get("log", where),
+        present=fields.get("status") == "present",
+        text=body.decode("utf-8", errors="replace"),
+        size=_opt_int(fields.get("size")),
+        alive=None if "alive" not in fields else fields["alive"] == "1",
+    )
+
+
+# --------------------------------------------------------------------------------------------
+# Status
+
+
+@dataclass(frozen=True)
+class ServerStatus:
+    """``status``'s answer for one port."""
+
+    port: int
+    target: str
+    state: str  # "ready" | "starting" | "unhealthy" | "not-running"
+    server: RunningServer | None
+    health_status: int | None  # /health's HTTP status; None when nothing answered
+    last_record: LaunchRecord | None  # the port's launch record, even when nothing runs
+    state_dir: str
+
+    @property
+    def running(self) -> bool:
+        return self.server is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        server = self.server
+        return {
+            "target": self.target,
+            "port": self.port,
+            "state": self.state,
+            "running": self.running,
+            "started_by_dflash_provision": bool(server and server.started_by_us),
+            "pid": server.pid if server else None,
+            "argv": server.argv if server else [],
+            "speculative_config": server.speculative_config if server else None,
+            "health_status": self.health_status,
+            "record": self.last_record.to_dict() if self.last_record else None,
+            "state_dir": self.state_dir,
+        }
+
+
+def server_status(
+    transport: Transport,
+    port: int,
+    *,
+    python: str | None = None,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    health_timeout: float = 5.0,
+) -> ServerStatus:
+    """What runs on ``port`` and whether /health answers 200 (two round trips at most)."""
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.runtime.readiness import probe_health
+
+    state = probe_port(transport, port, timeout=timeout)
+    server = server_from_state(state)
+    record = state.record
+    health: int | None = None
+    if server is None:
+        label = "not-running"
+    else:
+        chosen = python or (record.python if record else None)
+        with open_server(transport, port, python=chosen) as access:
+            health = probe_health(access, timeout=health_timeout)
+        label = "ready" if health == 200 else "starting" if health is None else "unhealthy"
+    return ServerStatus(
+        port=port,
+        target=transport.description,
+        state=label,
+        server=server,
+        health_status=health,
+        last_record=record,
+        state_dir=state.state_dir,
+    )

@@ -1,0 +1,223 @@
+"""Unit tests for runtime-check's comparisons on data shaped like the real probe's and server's
+answers (Contract 2's JSON), without hosts: stage b's field-by-field comparison, vLLM's
+resolution vs the authoritative config, stage c on a server's command line and log, the causes'
+order, the exit codes and the fleet's Prometheus text."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dflash_provision.errors import ExitCode
+from dflash_provision.runtime import fleet_check, vllm_log
+from dflash_provision.runtime.check import CheckReport
+from dflash_provision.runtime.stages import (
+    CheckContext,
+    StageResult,
+    StageStatus,
+    compare_effective,
+    compare_vllm_draft,
+    likely_causes,
+    stage_server,
+)
+from dflash_provision.sources import LoadedConfig
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+
+REFERENCE = samples.load_json(samples.REFERENCE_DRAFTER)
+DRAFTER = "/root/models/Qwen3.6-27B-DFlash"
+
+
+def ctx(doc: dict[str, Any] | None = None) -> CheckContext:
+    data = json.dumps(doc or REFERENCE).encode()
+    return CheckContext(
+        transport=None,  # type: ignore[arg-type]  # the comparisons never run commands
+        target=parse_target(f"gpu1:{DRAFTER}"),
+        authority=LoadedConfig("test", data),
+        auth_doc=json.loads(data),
+        push_fix=f"dflash-provision push gpu1:{DRAFTER} --from x",
+    )
+
+
+def good_draft() -> dict[str, Any]:
+    window = REFERENCE["sliding_window"]
+    return {
+        "aux_layer_ids": [2, 17, 32, 47, 62],
+        "layers": [
+            {
+                "index": i,
+                "sliding_window": window if kind == "sliding_attention" else None,
+                "causal": True,
+            }
+            for i, kind in enumerate(REFERENCE["layer_types"])
+        ],
+        "hf_config": {
+            k: REFERENCE[k] for k in ("layer_types", "sliding_window", "use_sliding_window")
+        },
+    }
+
+
+def test_a_loaded_config_equal_to_the_authoritative_one_has_no_problems() -> None:
+    assert compare_effective(REFERENCE, copy.deepcopy(REFERENCE)) == []
+
+
+def test_the_targets_loader_nulling_the_window_is_named_field_by_field() -> None:
+    loaded = copy.deepcopy(REFERENCE)
+    loaded["sliding_window"] = None  # what Qwen3Config does with use_sliding_window false
+    problems = compare_effective(REFERENCE, loaded)
+    assert "sliding_window: null → 2048" in problems
+    assert any("sliding_attention at layers [0, 1, 2, 3]" in p for p in problems)
+
+
+def test_vllm_resolution_that_matches_has_no_problems() -> None:
+    assert compare_vllm_draft(ctx(), good_draft()) == []
+
+
+def test_vllm_shifted_ids_dropped_windows_and_dropped_fields_are_each_named() -> None:
+    draft = good_draft()
+    draft["aux_layer_ids"] = [1, 16, 31, 46, 61]  # no +1 offset
+    draft["layers"][0]["sliding_window"] = None  # SWA ran as full attention
+    del draft["hf_config"]["sliding_window"]  # the speculators conversion dropped it
+    problems = compare_vllm_draft(ctx(), draft)
+    assert problems[0].startswith("vLLM's auxiliary layer ids [1, 16, 31, 46, 61], expected")
+    assert "vLLM layer 0: window None, expected 2048 (sliding_attention)" in problems
+    assert any("hf_config has no sliding_window" in p and "#40898" in p for p in problems)
+
+
+class Server:
+    def __init__(self, argv: list[str], spec: dict[str, Any] | None) -> None:
+        self.pid, self.argv, self.speculative_config, self.record = 42, argv, spec, None
+
+
+def serving(spec: dict[str, Any] | None, log: list[str] | None = None) -> StageResult:
+    c = ctx()
+    c.server = Server(["vllm", "serve", "/m/T", "--speculative-config", json.dumps(spec)], spec)
+    c.log = vllm_log.parse_log(log) if log is not None else None
+    return stage_server(c, 8000)
+
+
+ENGINE = (
+    "INFO Initializing a V1 LLM engine (v0.32.0) with config: model='/m/T', speculative_config="
+    f"SpeculativeConfig(method='dflash', model='{DRAFTER}', num_spec_tokens=15), seed=0"
+)
+SPEC = {"method": "dflash", "model": DRAFTER + "/", "num_speculative_tokens": 15}
+
+
+def test_stage_c_passes_on_a_matching_command_line_and_log() -> None:
+    result = serving(
+        SPEC, [ENGINE, "Using auxiliary layers from speculative config: (2, 17, 32, 47, 62)"]
+    )
+    assert result.status is StageStatus.PASSED, result.evidence
+
+
+def test_stage_c_fails_on_the_from_model_fallback() -> None:
+    result = serving(SPEC, [ENGINE, "Using Eagle3 auxiliary layers from model: (2, 33, 61)"])
+    assert result.failed and '("from model")' in result.summary
+
+
+def test_stage_c_without_a_readable_log_passes_on_argv_and_says_what_it_could_not_see() -> None:
+    result = serving(SPEC, None)
+    assert result.passed
+    assert "engine version and auxiliary layers not verified" in result.warnings[0]
+
+
+@pytest.mark.parametrize(
+    ("spec", "words"),
+    [
+        ({**SPEC, "method": "eagle3"}, "speculative method 'eagle3', expected 'dflash'"),
+        ({**SPEC, "num_speculative_tokens": 16}, "num_speculative_tokens 16 > block_size - 1 = 15"),
+        (None, "has no --speculative-config"),
+    ],
+)
+def test_stage_c_names_what_the_command_line_gets_wrong(spec: Any, words: str) -> None:
+    assert words in serving(spec, [ENGINE]).summary
+
+
+def test_causes_come_in_checking_order_with_what_earlier_stages_saw() -> None:
+    earlier = {"a": StageResult("a", "file on disk", StageStatus.FAILED, "differs (11 fields)")}
+    causes = likely_causes(ctx(), earlier, 15)
+    assert len(causes) == 7
+    assert causes[0].startswith("1. the file on disk") and "stage a failed: differs" in causes[0]
+    assert causes[1].startswith("2. the loader normalised") and "not checked" in causes[1]
+    assert [c.split()[1] for c in causes[2:]] == [
+        "target_layer_ids", "mask_token_id", "num_speculative_tokens", "RoPE", "a",
+    ]  # fmt: skip
+
+
+def report_with(statuses: str) -> CheckReport:
+    report = CheckReport("gpu1:/m", 8000, "test")
+    for key, status in zip("abcde", statuses.split(), strict=True):
+        report.stages.append(StageResult(key, key, StageStatus(status), ""))
+    return report
+
+
+def test_exit_codes_tell_a_broken_pipeline_from_a_low_acceptance() -> None:
+    assert report_with("passed passed passed passed passed").exit_code == ExitCode.OK
+    assert report_with("passed passed passed passed failed").exit_code == ExitCode.ACCEPTANCE_LOW
+    assert (
+        report_with("failed passed passed passed failed").exit_code == ExitCode.RUNTIME_CHECK_FAILED
+    )
+
+
+def test_fleet_prometheus_text_has_per_host_acceptance_only_when_measured(tmp_path: Path) -> None:
+    good = report_with("passed passed passed passed passed")
+    good.stages[4].data = {"acceptance_rate": 0.6, "mean_acceptance_length": 3.4}
+    rows = [
+        fleet_check.HostCheck("g1", "east", "g1:/m", "/m/config.json",
+                              fleet_check.HostVerdict.PASSED, "", good),
+        fleet_check.HostCheck("g2", "east", "g2:/m", "/m/config.json",
+                              fleet_check.HostVerdict.NOT_CHECKED, "refused",
+                              unreachable_status="unreachable_refused"),
+    ]  # fmt: skip
+    text = fleet_check.prometheus_text(rows, timestamp=1.0)
+    assert (
+        'dflash_runtime_acceptance_rate{host="g1",group="east",path="/m/config.json"} 0.6' in text
+    )
+    assert 'dflash_runtime_acceptance_rate{host="g2"' not in text
+    assert 'dflash_runtime_check_passed{host="g2",group="east",path="/m/config.json"} 0' in text
+    assert "# TYPE dflash_runtime_mean_acceptance_length gauge" in text
+    assert fleet_check.fleet_exit_code(rows) == ExitCode.UNREACHABLE
+
+
+def test_vllm_falling_back_to_the_models_layers_and_refusing_a_layer_are_named() -> None:
+    draft = good_draft()
+    draft["aux_layer_ids"] = None  # get_eagle3_aux_layers_from_config found no ids
+    draft["layers"][1] = {
+        "index": 1,
+        "sliding_window": None,
+        "causal": None,
+        "error": "ValueError: DFlash sliding attention requires a window size",
+    }
+    problems = compare_vllm_draft(ctx(), draft)
+    assert '("from model")' in problems[0] and "[2, 17, 32, 47, 62]" in problems[0]
+    assert "vLLM refuses layer 1: ValueError: DFlash sliding attention requires" in problems[1]
+
+
+def test_a_reply_cut_short_is_named_not_taken_for_an_empty_answer() -> None:
+    from dflash_provision.runtime.access import HttpReply
+    from dflash_provision.runtime.stages import complete, cut_short
+
+    class Access:
+        def request(self, *args: Any, **kwargs: Any) -> HttpReply:
+            return HttpReply(200, {"content-length": "60000"}, b'{"choices": [')
+
+    whole = HttpReply(200, {"content-length": "2"}, b"{}")
+    assert cut_short(whole) is None
+    assert cut_short(HttpReply(200, {}, b"x" * 10, truncated=True)) is not None
+    result = complete(Access(), "m", "p", 4, 1.0)
+    assert not result.ok
+    assert result.error == (
+        "the reply was cut short: 13 of 60000 bytes arrived (the connection to the server lost "
+        "the rest)"
+    )
+
+
+def test_a_malformed_probe_answer_is_a_problem_not_a_crash() -> None:
+    draft = {"aux_layer_ids": "x", "layers": {"0": 1}, "hf_config": ["layer_types"]}
+    problems = compare_vllm_draft(ctx(), draft)
+    assert problems[0].startswith("vLLM's auxiliary layer ids x, expected")
+    assert any("hf_config has no layer_types" in p for p in problems)

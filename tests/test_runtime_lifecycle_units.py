@@ -1,0 +1,219 @@
+"""The runtime lifecycle's pure parts (records, argv parsing, fatal-line ranking, pre-flight
+decisions), plus one whole lifecycle on this machine with the vLLM stand-in (no root needed)."""
+
+from __future__ import annotations
+
+import json
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
+from dflash_provision.runtime.launch import (
+    LaunchRequest,
+    _runtime_env,
+    describe_differences,
+    launch,
+)
+from dflash_provision.runtime.process import (
+    find_server,
+    read_log,
+    speculative_config_of,
+    stop_server,
+)
+from dflash_provision.runtime.readiness import fatal_lines
+from dflash_provision.runtime.records import LaunchRecord
+from dflash_provision.sources import LoadedConfig
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+from dflash_provision.transport.local import LocalTransport
+
+
+def _record(**changes: object) -> LaunchRecord:
+    base = LaunchRecord(
+        port=8000,
+        pid=None,
+        argv=["vllm", "serve", "/m", "--speculative-config", "{}"],
+        env_names=["A"],
+        drafter_dir="/d",
+        drafter_sha256="aa",
+        model="/m",
+        num_speculative_tokens=15,
+        vllm_cmd=["vllm"],
+        python=None,
+        vllm_version="0.32.0",
+        started_at="2026-12-01T00:00:00+00:00",
+        log_path="/s/server.log",
+    )
+    return LaunchRecord(**{**base.to_dict(), **changes})
+
+
+def test_launch_record_round_trips_and_rejects_what_it_did_not_write() -> None:
+    record = _record(pid=42)
+    assert LaunchRecord.from_json(record.to_json()) == record
+    with pytest.raises(RemoteStepFailed, match="malformed"):
+        LaunchRecord.from_dict({**record.to_dict(), "argv": "vllm serve"})
+    with pytest.raises(RemoteStepFailed, match="not JSON"):
+        LaunchRecord.from_json("{")
+    with pytest.raises(RemoteStepFailed, match="256 KiB"):
+        LaunchRecord.from_json("x" * (256 * 1024 + 1))
+
+
+def test_same_launch_means_same_argv_env_names_and_drafter_bytes() -> None:
+    one = _record()
+    assert one.same_launch(_record(pid=7, started_at="later", env_names=["A"]))
+    assert not one.same_launch(_record(drafter_sha256="bb"))  # re-pushed drafter
+    assert not one.same_launch(_record(env_names=["A", "B"]))
+    changed = _record(num_speculative_tokens=4, argv=["vllm", "serve", "/m", "-x"])
+    assert describe_differences(one, changed) == ["num_speculative_tokens: 15 → 4"]
+
+
+@pytest.mark.parametrize(
+    ("argv", "expected"),
+    [
+        (["vllm", "serve", "m", "--speculative-config", '{"method":"dflash"}'], "dflash"),
+        (["vllm", "serve", "m", '--speculative-config={"method":"eagle3"}'], "eagle3"),
+        (["python", "-m", "vllm", "serve", "m", "--speculative_config", '{"method":"x"}'], "x"),
+        (["vllm", "serve", "m"], None),
+        (["vllm", "serve", "m", "--speculative-config", "not json"], None),
+    ],
+)
+def test_speculative_config_is_read_from_the_servers_own_argv(
+    argv: list[str], expected: str | None
+) -> None:
+    spec = speculative_config_of(argv)
+    assert (spec or {}).get("method") == expected
+
+
+def test_fatal_lines_put_vllms_cause_before_the_generic_engine_failure() -> None:
+    log = "\n".join(
+        [
+            "(APIServer pid=1) INFO 12-01 06:04:17 [api_server.py:1] starting",
+            "(EngineCore_DP0 pid=53) ERROR 12-01 06:04:17 [core.py:843] EngineCore failed to "
+            "start.",
+            "(EngineCore_DP0 pid=53) ERROR 12-01 06:04:17 [core.py:843] Traceback (most recent "
+            "call last):",
+            '(EngineCore_DP0 pid=53) ERROR 12-01 06:04:17 [core.py:843]   File "x.py", line 3',
+            "(EngineCore_DP0 pid=53) ERROR 12-01 06:04:17 [core.py:843] ValueError: DFlash "
+            "sliding attention requires a window size configured in "
+            "dflash_config.swa_window_size or the top-level sliding_window.",
+            "RuntimeError: Engine core initialization failed. See root cause above.",
+        ]
+    )
+    lines = fatal_lines(log, exited=True)
+    assert "DFlash sliding attention requires a window size" in lines[0]
+    assert lines[1].endswith("EngineCore failed to start.")
+    assert not any('File "x.py"' in line for line in lines)  # frames are context only
+    # While the server runs, a plain traceback (no ERROR level) is not fatal.
+    assert fatal_lines("Traceback (most recent call last):\nImportError: x", exited=False) == []
+    assert fatal_lines("sh: can't execute 'vllm'", exited=True) == ["sh: can't execute 'vllm'"]
+
+
+def test_mixed_sliding_and_full_drafter_gets_the_v2_runner_and_refuses_an_explicit_v1() -> None:
+    mixed = {"layer_types": ["sliding_attention", "full_attention"]}
+    assert _runtime_env(mixed, {"X": "1"}) == (
+        {"X": "1", "VLLM_USE_V2_MODEL_RUNNER": "1"},
+        ["VLLM_USE_V2_MODEL_RUNNER"],
+    )
+    assert _runtime_env({"layer_types": ["full_attention"]}, {}) == ({}, [])
+    with pytest.raises(RuntimeFailure, match="V1 model runner refuses") as refused:
+        _runtime_env(mixed, {"VLLM_USE_V2_MODEL_RUNNER": "0"})
+    assert refused.value.exit_code == ExitCode.VLLM_UNUSABLE
+
+
+# --------------------------------------------------------------------------------------------
+# one whole lifecycle on this machine (LocalTransport, plain HTTP), with the real stand-in
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.integration
+def test_local_launch_is_ready_then_found_by_its_port_and_stopped(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dflash_provision.testbed.vllm_standin_install import install_standin
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    drafter, model = tmp_path / "drafter", tmp_path / "model"
+    for directory, source in (
+        (drafter, samples.REFERENCE_DRAFTER),
+        (model, samples.REFERENCE_TARGET),
+    ):
+        directory.mkdir()
+        (directory / "config.json").write_bytes(source.read_bytes())
+    standin = install_standin(None, str(tmp_path / "standin"), verify=False)
+    authority = LoadedConfig("reference", samples.REFERENCE_DRAFTER.read_bytes())
+    port = _free_port()
+    request = LaunchRequest(
+        model=str(model),
+        port=port,
+        num_speculative_tokens=4,
+        vllm_cmd=(standin.vllm,),
+        python=sys.executable,
+        ready_timeout=300,
+    )
+    transport = LocalTransport()
+    progress: list[str] = []
+    result = launch(
+        transport,
+        parse_target(str(drafter)),
+        authority,
+        request,
+        progress=lambda _s, m: progress.append(m),
+    )
+    try:
+        assert result.status == "started", result.message
+        assert result.ready is not None and result.ready.ready
+        server = find_server(transport, port)
+        assert server is not None and server.started_by_us
+        assert server.speculative_config == {
+            "method": "dflash",
+            "model": str(drafter),
+            "num_speculative_tokens": 4,
+        }
+        assert server.record is not None and server.record.pid == server.pid
+        log = read_log(transport, server.record, 500)
+        assert "Initializing a V1 LLM engine (v0.32.0+dflash-standin)" in log.text
+        assert json.loads(json.dumps(result.to_dict()))["record"]["port"] == port
+    finally:
+        stopped = stop_server(transport, port, timeout=10)
+    assert stopped.status == "stopped"
+    assert find_server(transport, port) is None
+
+
+@pytest.mark.integration
+def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import subprocess
+
+    from dflash_provision.runtime.process import start_server
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = _free_port()
+    lock = tmp_path / "state" / "dflash-provision" / "vllm" / str(port) / "starting"
+    lock.mkdir(parents=True)
+    starter = subprocess.Popen(["sleep", "60"])  # another launch, mid-start
+    (lock / "pid").write_text(f"{starter.pid}\n")
+    transport = LocalTransport()
+    record = _record(port=port, argv=["sleep", "60"])
+    try:
+        with pytest.raises(RuntimeFailure, match="another launch is starting") as busy:
+            start_server(transport, record, {})
+        assert busy.value.exit_code == ExitCode.PORT_TAKEN
+        assert find_server(transport, port) is None
+    finally:
+        starter.kill()
+        starter.wait()
+    # That starter died without cleaning up: its lock no longer holds anyone back.
+    started = start_server(transport, record, {})
+    try:
+        assert started.status == "started" and not lock.exists()
+    finally:
+        assert stop_server(transport, port, timeout=5).status == "stopped"

