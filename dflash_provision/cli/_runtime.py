@@ -32,6 +32,41 @@ def port_option(func: F) -> F:
     )(func)
 
 
+def check_options(func: F) -> F:
+    """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
+    smoke prompts, and the target's python and model for stage b."""
+    decorators = [
+        click.option(
+            "--port",
+            type=click.IntRange(1, 65535),
+            default=8000,
+            show_default=True,
+            help="The server's port on the target.",
+        ),
+        click.option(
+            "--min-acceptance",
+            type=click.FloatRange(0.0, 1.0),
+            default=0.10,
+            show_default=True,
+            help="Lowest acceptable draft acceptance rate (0..1).",
+        ),
+        click.option(
+            "--prompts",
+            type=click.IntRange(1, 64),
+            default=3,
+            show_default=True,
+            help="Greedy smoke prompts for the acceptance measurement.",
+        ),
+        click.option("--python", help="The target's Python for the probe (default: the server's)."),
+        click.option(
+            "--model", help="The target model for vLLM's resolution (default: the server's)."
+        ),
+    ]
+    for decorate in reversed(decorators):
+        func = decorate(func)
+    return func
+
+
 def fix_command(target_spec: str, authority: AuthoritySpec) -> str:
     """The push command that writes the same authoritative config to the same target."""
     argv = ["dflash-provision", "push", target_spec]

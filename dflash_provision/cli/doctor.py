@@ -10,6 +10,7 @@ from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
+from dflash_provision.cli._runtime import check_options
 from dflash_provision.transport.factory import Connector
 
 _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
@@ -28,29 +29,7 @@ _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
 )
 @click.argument("target_spec", metavar="TARGET")
 @authority_options
-@click.option(
-    "--port",
-    type=click.IntRange(1, 65535),
-    default=8000,
-    show_default=True,
-    help="The server's port on the target.",
-)
-@click.option(
-    "--min-acceptance",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.10,
-    show_default=True,
-    help="Lowest acceptable draft acceptance rate (0..1).",
-)
-@click.option(
-    "--prompts",
-    type=click.IntRange(1, 64),
-    default=3,
-    show_default=True,
-    help="Greedy smoke prompts for the acceptance measurement.",
-)
-@click.option("--python", help="The target's Python for the probe (default: the server's).")
-@click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
+@check_options
 @click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON.")
 @runtime_connection_options
 @click.pass_context

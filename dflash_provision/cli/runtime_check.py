@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options
-from dflash_provision.cli._runtime import emit_report
+from dflash_provision.cli._runtime import check_options, emit_report
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -41,27 +41,7 @@ if TYPE_CHECKING:
     ),
 )
 @fleet_options
-@click.option(
-    "--port",
-    type=click.IntRange(1, 65535),
-    default=8000,
-    show_default=True,
-    help="The server's port on the target.",
-)
-@click.option(
-    "--min-acceptance",
-    type=click.FloatRange(0.0, 1.0),
-    default=0.10,
-    show_default=True,
-    help="Lowest acceptable draft acceptance rate (0..1).",
-)
-@click.option(
-    "--prompts",
-    type=click.IntRange(1, 64),
-    default=3,
-    show_default=True,
-    help="Greedy smoke prompts for the acceptance measurement.",
-)
+@check_options
 @click.option(
     "--max-tokens",
     type=click.IntRange(1, 4096),
@@ -70,8 +50,6 @@ if TYPE_CHECKING:
     help="Tokens each smoke prompt generates (fixed length: ignore_eos).",
 )
 @click.option("--lock-repo", metavar="OWNER/NAME", help="Which repo's entry of the lock file.")
-@click.option("--python", help="The target's Python for the probe (default: the server's).")
-@click.option("--model", help="The target model for vLLM's resolution (default: the server's).")
 @click.option(
     "--skip-loader",
     is_flag=True,
