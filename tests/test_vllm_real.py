@@ -432,7 +432,7 @@ def test_replies_through_the_ssh_forward_arrive_whole(
     from dflash_provision.runtime.access import open_server
     from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import open_transport
-    from dflash_provision.transport.ssh import SshOptions
+    from dflash_provision.transport.options import SshOptions
 
     assert bed.host.client is not None
     options = SshOptions(ssh_config_path=str(bed.host.client.ssh_config), use_agent=False)
