@@ -15,15 +15,10 @@ import pytest
 from dflash_provision.errors import ExitCode
 from dflash_provision.runtime import fleet_check, vllm_log
 from dflash_provision.runtime.check import CheckReport
-from dflash_provision.runtime.stages import (
-    CheckContext,
-    StageResult,
-    StageStatus,
-    compare_effective,
-    compare_vllm_draft,
-    likely_causes,
-    stage_server,
-)
+from dflash_provision.runtime.stage_disk import compare_effective, compare_vllm_draft
+from dflash_provision.runtime.stage_server import stage_server
+from dflash_provision.runtime.stage_traffic import likely_causes
+from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
@@ -199,7 +194,7 @@ def test_vllm_falling_back_to_the_models_layers_and_refusing_a_layer_are_named()
 
 def test_a_reply_cut_short_is_named_not_taken_for_an_empty_answer() -> None:
     from dflash_provision.runtime.access import HttpReply
-    from dflash_provision.runtime.stages import complete, cut_short
+    from dflash_provision.runtime.stage_traffic import complete, cut_short
 
     class Access:
         def request(self, *args: Any, **kwargs: Any) -> HttpReply:

@@ -23,24 +23,18 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
-from dflash_provision.runtime.stages import (
+from dflash_provision.runtime.stage_disk import stage_file, stage_loader
+from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
+from dflash_provision.runtime.stage_traffic import (
     SMOKE_PROMPTS,
-    CheckContext,
     Completion,
-    StageResult,
-    StageStatus,
     complete,
     cut_short,
     served_model_id,
-    server_model,
-    server_spec,
-    skipped,
     stage_acceptance,
     stage_completion,
-    stage_file,
-    stage_loader,
-    stage_server,
 )
+from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus, skipped
 
 if TYPE_CHECKING:
     from dflash_provision.sources import LoadedConfig

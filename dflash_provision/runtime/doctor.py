@@ -24,7 +24,9 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
-from dflash_provision.runtime.stages import StageResult, StageStatus, part, server_model
+from dflash_provision.runtime.stage_disk import part
+from dflash_provision.runtime.stage_server import server_model
+from dflash_provision.runtime.stages import StageResult, StageStatus
 
 if TYPE_CHECKING:
     from dflash_provision.sources import LoadedConfig

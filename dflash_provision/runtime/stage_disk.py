@@ -1,0 +1,322 @@
+"""runtime-check stages a (the file on disk) and b (the config as the target's own transformers
+loads it, and vLLM's resolution of the draft where vLLM is importable there)."""
+
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.runtime.stages import (
+    STAGE_NAMES,
+    CheckContext,
+    StageResult,
+    StageStatus,
+)
+
+if TYPE_CHECKING:
+    pass
+
+_MAX_PROBE_OUTPUT = 256 * 1024
+_SLIDING = "sliding_attention"
+
+# -- a: file on disk ---------------------------------------------------------------------------
+
+
+def stage_file(ctx: CheckContext) -> StageResult:
+    """a: the bytes at the target's config path are the authoritative bytes."""
+    from dflash_provision.push import config_diff
+    from dflash_provision.remote.ops import read_remote_config
+
+    name = STAGE_NAMES["a"]
+    read = read_remote_config(ctx.transport, ctx.target.config_path, timeout=ctx.timeout)
+    ctx.disk = read
+    data: dict[str, Any] = {
+        "path": read.path,
+        "status": read.status.value,
+        "sha256": read.sha256,
+    }
+    data["authoritative"] = ctx.authority.label
+    if not read.present or read.data is None:
+        return StageResult(
+            "a",
+            name,
+            StageStatus.FAILED,
+            read.describe(),
+            [read.describe()],
+            data,
+            fix=ctx.push_fix,
+        )
+    diff = config_diff(read.data, ctx.authority.data)
+    evidence = [f"{read.path}: sha256 {read.sha256}", f"authoritative {ctx.authority.label}"]
+    if diff.bytes_equal:
+        return StageResult(
+            "a",
+            name,
+            StageStatus.PASSED,
+            f"{read.path} is the authoritative config",
+            evidence,
+            data,
+        )
+    data["diff"] = diff.lines
+    if diff.formatting_only:
+        # Same meaning: every loader sees the same values, but the proof by sha256 is lost.
+        summary = f"{read.path}: same values as the authoritative config, other bytes"
+        return StageResult(
+            "a",
+            name,
+            StageStatus.PASSED,
+            summary,
+            evidence,
+            data,
+            warnings=[f"{summary}; `{ctx.push_fix}` writes the exact bytes"],
+        )
+    count = len(diff.changes) or 1
+    summary = (
+        f"{read.path} differs from {ctx.authority.label} ({count} field(s); disk → authoritative)"
+    )
+    return StageResult(
+        "a", name, StageStatus.FAILED, summary, evidence + diff.lines, data, fix=ctx.push_fix
+    )
+
+
+# -- b: loader-effective config and vLLM's resolution on the target ----------------------------
+
+
+def probe_command(
+    python: str, drafter_dir: str, model: str | None, num_spec: int | None, timeout: float
+) -> list[str]:
+    """argv for the target-side probe (its source goes on stdin, see remote_probe)."""
+    argv = [python, "-", "--drafter", drafter_dir, "--timeout", f"{timeout:g}"]
+    if model:
+        argv += ["--model", model]
+    if num_spec is not None:
+        argv += ["--num-speculative-tokens", str(num_spec)]
+    return argv
+
+
+def probe_source() -> str:
+    """The probe's program text (REALVLLM's remote_probe), shipped on stdin."""
+    from dflash_provision.runtime import remote_probe
+
+    source = getattr(remote_probe, "PROBE_SOURCE", None)
+    if isinstance(source, str):
+        return source
+    maker = getattr(remote_probe, "probe_source", None)
+    if callable(maker):
+        return str(maker())
+    from pathlib import Path
+
+    return Path(remote_probe.__file__).read_text(encoding="utf-8")
+
+
+def run_probe(
+    ctx: CheckContext, python: str, model: str | None, num_spec: int | None
+) -> dict[str, Any] | str:
+    """Run the probe on the target. The parsed JSON object, or a one-line error."""
+    budget = max(ctx.timeout, 30.0)
+    argv = probe_command(python, ctx.target.model_dir, model, num_spec, budget)
+    try:
+        source = probe_source()
+    except ImportError:
+        return "the target-side probe (dflash_provision.runtime.remote_probe) is not in this build"
+    result = ctx.transport.run(argv, stdin=source.encode(), timeout=budget + 15)
+    out = result.stdout[:_MAX_PROBE_OUTPUT]
+    try:
+        parsed = json.loads(out.decode("utf-8", "replace"))
+    except ValueError:
+        err = result.stderr.decode("utf-8", "replace").strip().splitlines()
+        why = err[-1] if err else f"exit status {result.exit_status}, no JSON on stdout"
+        return f"the probe did not run with {python} on the target: {why[:300]}"
+    if not isinstance(parsed, dict) or parsed.get("probe") != 1:
+        return "the probe answered with something that is not its JSON report"
+    return parsed
+
+
+def _critical(doc: dict[str, Any]) -> dict[str, Any]:
+    from dflash_provision.effective import CRITICAL_FIELDS
+
+    return {name: doc[name] for name in CRITICAL_FIELDS if name in doc}
+
+
+def compare_effective(auth_doc: dict[str, Any], loaded: dict[str, Any]) -> list[str]:
+    """Critical fields of the authoritative config that the target's loader does not hold,
+    as ``path: loaded on target → authoritative`` lines, plus rope and window coherence."""
+    from dflash_provision import effective
+    from dflash_provision.diff import render_changes, semantic_diff
+
+    wanted = _critical(auth_doc)
+    got = {name: loaded[name] for name in wanted if name in loaded}
+    lines = render_changes(semantic_diff(got, wanted))
+    # effective.py's checks by meaning (rope settings, sliding layers without a window) read a
+    # config object by attribute: the probe's dict, seen the same way.
+    seen_as_config = SimpleNamespace(**loaded)
+    lines += [f.message for f in effective._check_rope(auth_doc, seen_as_config)]
+    lines += [f.message for f in effective._check_coherence(seen_as_config)]
+    return lines
+
+
+def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
+    """vLLM's own view of the draft vs the authoritative config: aux ids, windows, hf_config."""
+    problems: list[str] = []
+    auth = ctx.auth_doc
+    aux = draft.get("aux_layer_ids")
+    if ctx.expected_aux is not None and aux is None:
+        why = f" ({draft['aux_error']})" if draft.get("aux_error") else ""
+        problems.append(
+            "vLLM takes no auxiliary layer ids from this config: it falls back to the model's "
+            f'defaults ("from model"), expected target_layer_ids + 1 = {ctx.expected_aux}{why}'
+        )
+    elif ctx.expected_aux is not None and aux != ctx.expected_aux:
+        problems.append(
+            f"vLLM's auxiliary layer ids {aux}, expected target_layer_ids + 1 = {ctx.expected_aux}"
+        )
+    layer_types = auth.get("layer_types")
+    window = auth.get("sliding_window")
+    for layer in _layers_of(draft):
+        index = layer.get("index")
+        if not isinstance(index, int) or not isinstance(layer_types, list):
+            continue
+        if index >= len(layer_types):
+            problems.append(f"vLLM builds layer {index}; layer_types has {len(layer_types)}")
+            continue
+        if layer.get("error"):
+            problems.append(f"vLLM refuses layer {index}: {layer['error']}")
+            continue
+        want = window if layer_types[index] == _SLIDING else None
+        if layer.get("sliding_window") != want:
+            problems.append(
+                f"vLLM layer {index}: window {layer.get('sliding_window')}, expected {want} "
+                f"({layer_types[index]})"
+            )
+    hf_config = draft.get("hf_config")
+    hf_config = hf_config if isinstance(hf_config, dict) else {}
+    for name in ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers"):
+        if name not in auth:
+            continue
+        if name not in hf_config:
+            problems.append(
+                f"vLLM's draft hf_config has no {name} (authoritative {json.dumps(auth[name])}): "
+                "this vLLM build drops it (speculators conversion without PR #40898)"
+            )
+        elif hf_config[name] != auth[name]:
+            problems.append(
+                f"vLLM's draft hf_config {name} {json.dumps(hf_config[name])}, authoritative "
+                f"{json.dumps(auth[name])}"
+            )
+    return problems
+
+
+def part(probe: dict[str, Any], name: str) -> dict[str, Any]:
+    """One part of the probe's answer as an object ({} when absent or of another type)."""
+    value = probe.get(name)
+    return value if isinstance(value, dict) else {}
+
+
+def _layers_of(draft: dict[str, Any]) -> list[dict[str, Any]]:
+    """The probe's per-layer entries that are objects (its JSON is checked, not trusted)."""
+    layers = draft.get("layers")
+    return [item for item in layers if isinstance(item, dict)] if isinstance(layers, list) else []
+
+
+def stage_loader(
+    ctx: CheckContext, python: str, model: str | None, num_spec: int | None
+) -> StageResult:
+    """b: the config as the target's transformers loads it, and vLLM's resolution there."""
+    name = STAGE_NAMES["b"]
+    probe = run_probe(ctx, python, model, num_spec)
+    if isinstance(probe, dict) and probe.get("error") and "effective" not in probe:
+        probe = f"the probe refused its arguments: {probe['error']}"
+    if isinstance(probe, str):
+        return StageResult("b", name, StageStatus.FAILED, probe, [probe], {"python": python})
+    ctx.probe = probe
+    evidence = [
+        f"python {probe.get('python')} ({python}), transformers {probe.get('transformers')}"
+    ]
+    if probe.get("cached") is True:
+        # The probe keys its cache by the python, the installed package versions and the config
+        # bytes: a hit is the same answer the loader would give again.
+        evidence.append("the probe's answer came from its cache on the target (same inputs)")
+    data: dict[str, Any] = {"python": python, "probe": probe}
+    loader, vs_authoritative = _loader_part(ctx, probe, python, evidence)
+    vllm = _vllm_part(ctx, part(probe, "vllm"), model, evidence)
+    problems = vs_authoritative + vllm
+    data.update(
+        problems=problems,
+        loader_problems=loader,
+        authoritative_problems=vs_authoritative,
+        vllm_problems=vllm,
+    )
+    if problems:
+        summary = f"{len(problems)} problem(s) on the target; first: {problems[0]}"
+        return StageResult("b", name, StageStatus.FAILED, summary, evidence + problems, data)
+    return StageResult(
+        "b", name, StageStatus.PASSED, "the target loads the authoritative values", evidence, data
+    )
+
+
+def _loader_part(
+    ctx: CheckContext, probe: dict[str, Any], python: str, evidence: list[str]
+) -> tuple[list[str], list[str]]:
+    """(what the loader itself changes in the file on disk, how the loaded config differs from
+    the authoritative one). They differ only when the file on disk is not authoritative (stage
+    a): then the second list also holds the file's own differences, marked as such."""
+    eff = part(probe, "effective")
+    if not probe.get("transformers"):
+        refused = (
+            f"{python} on the target cannot import transformers: give --python with the python "
+            "that runs vLLM"
+        )
+        return [refused], [refused]
+    if eff.get("error") or not isinstance(eff.get("config"), dict):
+        refused = f"the target's transformers cannot load the drafter: {eff.get('error')}"
+        return [refused], [refused]
+    loaded = eff["config"]
+    vs_auth = compare_effective(ctx.auth_doc, loaded)
+    disk_doc = _disk_doc(ctx)
+    by_loader = compare_effective(disk_doc, loaded) if disk_doc is not None else vs_auth
+    if by_loader:
+        evidence += [f"the loader changes the file: {line}" for line in by_loader]
+    else:
+        evidence.append("transformers on the target keeps every critical field of the file")
+    if vs_auth and not by_loader:
+        marked = [f"loaded on the target (as the file on disk says): {line}" for line in vs_auth]
+    else:
+        marked = [f"loaded on the target: {line}" for line in vs_auth]
+    return by_loader, marked
+
+
+def _disk_doc(ctx: CheckContext) -> dict[str, Any] | None:
+    if ctx.disk is None or ctx.disk.data is None:
+        return None
+    try:
+        doc = json.loads(ctx.disk.data)
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _vllm_part(
+    ctx: CheckContext, vllm: dict[str, Any], model: str | None, evidence: list[str]
+) -> list[str]:
+    if not vllm.get("importable"):
+        evidence.append(f"vLLM not importable by that python ({vllm.get('error')}): not resolved")
+        return []
+    evidence.append(f"vLLM {vllm.get('version')} importable")
+    draft = vllm.get("draft")
+    if not isinstance(draft, dict):
+        if model is None:
+            evidence.append("vLLM's resolution skipped: the target model is not known (--model)")
+            return []
+        return [f"vLLM cannot resolve the draft config: {vllm.get('error')}"]
+    evidence.append(
+        f"vLLM resolves aux layer ids {draft.get('aux_layer_ids')}, windows "
+        f"{[layer.get('sliding_window') for layer in _layers_of(draft)]}"
+    )
+    if draft.get("mixed_layout_error"):
+        # Not a wrong value: the V1 runner refuses mixed layouts; launch adds the V2 runner.
+        evidence.append(
+            f"mixed sliding/full layout: needs VLLM_USE_V2_MODEL_RUNNER=1 "
+            f"({draft['mixed_layout_error']})"
+        )
+    return compare_vllm_draft(ctx, draft)

@@ -1,0 +1,166 @@
+"""runtime-check stage c: the process on the port (method dflash, this drafter, N, engine version,
+aux layers == target_layer_ids + 1 from its start-up log)."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.invariants import block_size_of
+from dflash_provision.runtime.stages import (
+    STAGE_NAMES,
+    CheckContext,
+    StageResult,
+    StageStatus,
+)
+
+if TYPE_CHECKING:
+    pass
+
+# -- c: the running server ---------------------------------------------------------------------
+
+
+def same_path(a: str | None, b: str) -> bool:
+    return a is not None and posixpath.normpath(a) == posixpath.normpath(b)
+
+
+def server_spec(server: Any) -> dict[str, Any]:
+    """The speculative config the server's own command line carries (parsed by process.py)."""
+    for attr in ("speculative_config", "spec_config", "speculative"):
+        value = getattr(server, attr, None)
+        if isinstance(value, dict):
+            return value
+    return {}
+
+
+def stage_server(ctx: CheckContext, port: int) -> StageResult:
+    """c: the process on the port runs this drafter with DFlash, N within block_size - 1, and its
+    log shows the engine version and aux layers == target_layer_ids + 1."""
+    name = STAGE_NAMES["c"]
+    server = ctx.server
+    if server is None:
+        why = f"no vLLM server listens on port {port} on {ctx.transport.description}"
+        return StageResult(
+            "c",
+            name,
+            StageStatus.FAILED,
+            why,
+            [why],
+            {"port": port},
+            fix="dflash-provision launch " + shlex.quote(ctx.target.display()) + " --model MODEL",
+        )
+    spec = server_spec(server)
+    argv = list(getattr(server, "argv", []) or [])
+    evidence = [f"pid {getattr(server, 'pid', '?')}: {shlex.join(argv)[:400]}"]
+    problems = _argv_problems(ctx, spec)
+    problems += _log_problems(ctx, spec, evidence)
+    data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}
+    warnings = []
+    if ctx.log is None:
+        data["log"] = None
+        warnings.append(
+            "the server's start-up log is not readable (not started by dflash-provision launch): "
+            "engine version and auxiliary layers not verified"
+        )
+    else:
+        data["log"] = ctx.log.to_dict()
+    if problems:
+        fix = _server_fix(ctx, problems, port)
+        return StageResult(
+            "c", name, StageStatus.FAILED, problems[0], evidence + problems, data, fix, [], warnings
+        )
+    n = spec.get("num_speculative_tokens")
+    summary = f"dflash with {ctx.target.model_dir}, {n} speculative tokens, aux {ctx.expected_aux}"
+    return StageResult("c", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings)
+
+
+def _argv_problems(ctx: CheckContext, spec: dict[str, Any]) -> list[str]:
+    if not spec:
+        return ["the server's command line has no --speculative-config: it is not speculating"]
+    problems = []
+    if spec.get("method") != "dflash":
+        problems.append(f"speculative method {spec.get('method')!r}, expected 'dflash'")
+    if not same_path(spec.get("model"), ctx.target.model_dir):
+        problems.append(
+            f"the server runs drafter {spec.get('model')!r}, not {ctx.target.model_dir!r}"
+        )
+    n = spec.get("num_speculative_tokens")
+    size, where = block_size_of(ctx.auth_doc)
+    if not isinstance(n, int):
+        problems.append(f"num_speculative_tokens is {n!r} on the command line")
+    elif size is not None and n > size - 1:
+        problems.append(
+            f"num_speculative_tokens {n} > {where} - 1 = {size - 1}: every draft past the block "
+            "is rejected (acceptance collapses to ~0%)"
+        )
+    return problems
+
+
+def _log_problems(ctx: CheckContext, spec: dict[str, Any], evidence: list[str]) -> list[str]:
+    facts = ctx.log
+    if facts is None:
+        return []
+    problems = []
+    engine = facts.engine
+    if engine is None:
+        evidence.append(f"no engine start-up line in the last {facts.lines_read} log lines")
+    else:
+        evidence.append(
+            f"engine v{engine.version}: speculative method {engine.spec_method}, drafter "
+            f"{engine.spec_model}, num_spec_tokens {engine.num_spec_tokens}"
+        )
+        if engine.num_spec_tokens is not None and engine.num_spec_tokens != spec.get(
+            "num_speculative_tokens"
+        ):
+            problems.append(
+                f"the engine runs {engine.num_spec_tokens} speculative tokens, the command line "
+                f"says {spec.get('num_speculative_tokens')}"
+            )
+    aux = facts.aux
+    if aux is None:
+        problems.append("the log never says which auxiliary layers the drafter reads")
+    elif aux.fallback:
+        problems.append(
+            f'vLLM fell back to the model\'s default aux layers {list(aux.ids)} ("from model"): '
+            "the drafter's target_layer_ids were not used"
+        )
+    elif ctx.expected_aux is not None and list(aux.ids) != ctx.expected_aux:
+        problems.append(
+            f"aux layers {list(aux.ids)} from {aux.source}, expected target_layer_ids + 1 = "
+            f"{ctx.expected_aux}"
+        )
+    else:
+        evidence.append(f"aux layers {list(aux.ids)} from {aux.source} = target_layer_ids + 1")
+    for line in facts.fatal[-3:]:
+        evidence.append(f"log: {line[:300]}")
+    return problems
+
+
+def _server_fix(ctx: CheckContext, problems: list[str], port: int) -> str:
+    """Restart with the right settings; after a push first when the file on disk is wrong (the
+    server read it at start-up)."""
+    target = shlex.quote(ctx.target.display())
+    wrong_file = ctx.disk is not None and ctx.disk.data != ctx.authority.data
+    first = f"{ctx.push_fix}, then " if wrong_file else ""
+    model = server_model(ctx.server) or "MODEL"
+    size, _ = block_size_of(ctx.auth_doc)
+    n = (
+        f" --num-speculative-tokens {size - 1}"
+        if size and any("num_speculative_tokens" in p for p in problems)
+        else ""
+    )
+    launch = f"dflash-provision launch {target} --model {shlex.quote(model)} --port {port}"
+    return f"{first}{launch}{n} --restart"
+
+
+def server_model(server: Any) -> str | None:
+    """The target model the server serves: its launch record's, else ``serve MODEL`` in argv."""
+    record = getattr(server, "record", None)
+    if record is not None and getattr(record, "model", None):
+        return str(record.model)
+    argv = [str(arg) for arg in getattr(server, "argv", None) or []]
+    for index, arg in enumerate(argv[:-1]):
+        if arg == "serve" and not argv[index + 1].startswith("-"):
+            return argv[index + 1]
+    return None
