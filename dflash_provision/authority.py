@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from dflash_provision.errors import ConfigInvalid, UsageError
+from dflash_provision.local_file import read_config_file
 from dflash_provision.lockfile import DEFAULT_LOCK_PATH
 
 # The Hub's repo id grammar (namespace/name), optionally pinned with @revision.
@@ -157,8 +158,6 @@ class SourceSpec:
         if spec.repo is not None:
             return load_repo(spec.repo)
         if spec.from_file is not None:
-            from dflash_provision.sources import load_local
-
             return load_local(Path(spec.from_file).expanduser())
         assert spec.lock is not None  # or_default_lock named one
         return _load_lock(Path(spec.lock), spec.lock_repo)
@@ -187,6 +186,12 @@ class Authority:
             raise ConfigInvalid(
                 f"{self.label}: the authoritative config is not valid JSON ({exc})"
             ) from None
+
+
+def load_local(path: Path) -> Authority:
+    """A local config file, or ``config.json`` inside a directory (read bounded, see local_file)."""
+    file_path, data = read_config_file(path)
+    return Authority(label=str(file_path), data=data)
 
 
 def load_repo(ref: RepoRef) -> Authority:
