@@ -47,10 +47,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minimal_paramiko
 
+from dflash_provision.authority import Authority, SourceSpec
 from dflash_provision.fleet import FleetRun, audit, authority_loader, repair
-from dflash_provision.inventory import DrafterSpec, FleetMember
+from dflash_provision.inventory import FleetMember
 from dflash_provision.push import check_authority, push_config
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet
@@ -149,7 +149,7 @@ class Bench:
             (model / "config.json").write_bytes(data)
 
     def members(self, hosts: int) -> list[FleetMember]:
-        source = DrafterSpec(from_file=str(self.authority_file))
+        source = SourceSpec(from_file=str(self.authority_file))
         return [
             FleetMember(h.name, parse_target(f"root@{h.address}:{MODEL}"), source)
             for h in self.fleet.hosts[:hosts]
@@ -192,7 +192,7 @@ class Bench:
 
     def push_core(self, hosts: int) -> float:
         run = FleetRun(authority_loader(), connector=Connector(self.options))
-        loaded = LoadedConfig(str(self.authority_file), self.authority_file.read_bytes())
+        loaded = Authority(str(self.authority_file), self.authority_file.read_bytes())
         check_authority(loaded, force=False)  # once per run, like repair
 
         def one(member: FleetMember) -> int:

@@ -38,10 +38,10 @@ from dflash_provision.remote.proof import WriteOptions, write_and_prove
 from dflash_provision.transport.base import Transport
 
 if TYPE_CHECKING:
+    from dflash_provision.authority import Authority
     from dflash_provision.diff import Change
     from dflash_provision.findings import ValidationReport
     from dflash_provision.history import Recording
-    from dflash_provision.sources import LoadedConfig
     from dflash_provision.target import Target
 
 NOT_APPLIED_MESSAGE = "write did not take effect"
@@ -179,7 +179,7 @@ class PushResult:
 
 
 def check_authority(
-    authority: LoadedConfig, *, force: bool, effective: bool = True
+    authority: Authority, *, force: bool, effective: bool = True
 ) -> tuple[ValidationReport, list[str]]:
     """Validate the bytes to push. ConfigInvalid unless valid or ``force``; returns warnings."""
     from dflash_provision.validate import validate_config
@@ -213,7 +213,7 @@ def check_authority(
 def push_config(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     *,
     dry_run: bool = False,
     force: bool = False,
@@ -382,7 +382,7 @@ class VerifyResult:
         }
 
 
-def compare_read(target: str, read: RemoteRead, authority: LoadedConfig) -> VerifyResult:
+def compare_read(target: str, read: RemoteRead, authority: Authority) -> VerifyResult:
     """Judge a RemoteRead against the authoritative bytes (no I/O: fleet audits reuse this)."""
     expected = _sha(authority.data) or ""
     result = VerifyResult(target, read.path, VerifyStatus.MATCH, authority.label, expected, read)
@@ -417,7 +417,7 @@ def compare_read(target: str, read: RemoteRead, authority: LoadedConfig) -> Veri
 def verify_config(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     *,
     timeout: float | None = None,
 ) -> VerifyResult:
@@ -463,7 +463,7 @@ def rollback_config(
     """Restore a backup (see choose_backup) through the atomic write protocol + read-back.
 
     The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``."""
-    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.authority import Authority
 
     timeout = write.timeout
     path = target.config_path
@@ -484,7 +484,7 @@ def rollback_config(
             f"{_sha(saved)}, listed as {chosen.sha256})",
             exit_code=ExitCode.REMOTE_FAILED,
         )
-    authority = LoadedConfig(label=f"backup {chosen.name}", data=saved)
+    authority = Authority(label=f"backup {chosen.name}", data=saved)
     result = push_config(transport, target, authority, write=write, force=force)
     result.restored_from = chosen
     return result

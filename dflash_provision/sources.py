@@ -8,114 +8,30 @@ Resolution order mirrors what users expect: an existing local path always wins o
 
 from __future__ import annotations
 
-import os
-import re
-import stat
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from dflash_provision.authority import Authority, RepoRef, load_local, load_repo
 from dflash_provision.errors import UsageError
+from dflash_provision.local_file import MAX_SOURCE_BYTES
 
 if TYPE_CHECKING:
     from dflash_provision.transport.factory import Connector
 
-CONFIG_FILENAME = "config.json"
-
-# The Hub's repo id grammar (namespace/name), optionally pinned with @revision.
-_REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
-
-
-@dataclass(frozen=True)
-class LoadedConfig:
-    """Raw config bytes plus where they came from (for messages and lock records)."""
-
-    label: str  # what the user would recognise: a path, "repo@sha", "host:/path"
-    data: bytes
-    commit_sha: str | None = None  # set for Hub sources
-
-
-def parse_repo_spec(spec: str) -> tuple[str, str | None] | None:
-    """Return (repo_id, revision) if ``spec`` looks like a Hub repo id, else None."""
-    match = _REPO_ID.match(spec)
-    if match is None:
-        return None
-    return match.group("repo"), match.group("rev")
-
-
-#: The largest config file read (= remote.ops.MAX_CONFIG_BYTES; published DFlash configs are
-#: about 2 KB). A larger SOURCE is refused, never read whole.
-MAX_SOURCE_BYTES = 1024 * 1024
-
-
-def load_local(path: Path) -> LoadedConfig:
-    """Read a config file, or ``config.json`` inside a directory: a regular file of at most
-    MAX_SOURCE_BYTES. A FIFO, a device (``/dev/zero``) or a socket is refused without being
-    opened, so nothing waits on it."""
-    file_path = path / CONFIG_FILENAME if path.is_dir() else path
-    try:
-        return LoadedConfig(label=str(file_path), data=_read_bounded(file_path))
-    except FileNotFoundError:
-        raise UsageError(f"{file_path}: no such file") from None
-    except IsADirectoryError:
-        raise UsageError(f"{file_path}: is a directory") from None
-    except PermissionError:
-        raise UsageError(f"{file_path}: permission denied") from None
-
-
-def _read_bounded(file_path: Path) -> bytes:
-    # The type is checked before opening (opening a FIFO waits for a writer); O_NONBLOCK covers
-    # a file swapped for a FIFO in between, and fstat then judges what was really opened.
-    if not stat.S_ISREG(os.stat(file_path).st_mode):
-        raise UsageError(
-            f"{file_path}: {_kind(file_path)}, not a regular file: refusing to read it"
-        )
-    fd = os.open(file_path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise UsageError(f"{file_path}: not a regular file: refusing to read it")
-        data = handle.read(MAX_SOURCE_BYTES + 1)
-    if len(data) > MAX_SOURCE_BYTES:
-        raise UsageError(
-            f"{file_path}: larger than 1 MiB ({MAX_SOURCE_BYTES} bytes), the limit for a config; "
-            "is it really a config.json?"
-        )
-    return data
-
-
-def _kind(file_path: Path) -> str:
-    mode = os.stat(file_path).st_mode
-    for test, name in (
-        (stat.S_ISFIFO, "a FIFO"),
-        (stat.S_ISCHR, "a character device"),
-        (stat.S_ISBLK, "a block device"),
-        (stat.S_ISSOCK, "a socket"),
-        (stat.S_ISDIR, "a directory"),
-    ):
-        if test(mode):
-            return name
-    return "a special file"
+__all__ = ["MAX_SOURCE_BYTES", "load_local", "load_remote", "load_source"]
 
 
 def load_source(
     spec: str, *, revision: str | None = None, connector: Connector | None = None
-) -> LoadedConfig:
+) -> Authority:
     """Load SOURCE as described in the module docstring. ``revision`` overrides ``@rev``;
     ``connector`` reaches a remote target (the command's SSH options)."""
     path = Path(spec).expanduser()
     if path.exists():
         return load_local(path)
-    repo = parse_repo_spec(spec)
+    repo = RepoRef.parse(spec)
     if repo is not None and not spec.startswith((".", "/", "~")):
-        from dflash_provision import hub  # deferred: huggingface_hub is slow to import
-
-        repo_id, spec_revision = repo
-        fetched = hub.fetch_config(repo_id, revision=revision or spec_revision)
-        return LoadedConfig(
-            label=f"{repo_id}@{fetched.commit_sha[:12]}",
-            data=fetched.data,
-            commit_sha=fetched.commit_sha,
-        )
+        return load_repo(repo.at(revision))
     if ":" in spec:
         return load_remote(spec, connector)
     raise UsageError(
@@ -123,7 +39,7 @@ def load_source(
     )
 
 
-def load_remote(spec: str, connector: Connector | None = None) -> LoadedConfig:
+def load_remote(spec: str, connector: Connector | None = None) -> Authority:
     """Read a target's config.json (default: ~/.ssh/config, known_hosts, no other options)."""
     from dflash_provision.errors import RemoteStepFailed
     from dflash_provision.remote.ops import ReadStatus, read_remote_config
@@ -138,4 +54,4 @@ def load_remote(spec: str, connector: Connector | None = None) -> LoadedConfig:
     if not read.present or read.data is None:
         # Reachable, but the file cannot be read: verify and audit exit 7 for this too.
         raise RemoteStepFailed(f"{target.display()}: {read.describe()}", step="read")
-    return LoadedConfig(label=target.display(), data=read.data)
+    return Authority(label=target.display(), data=read.data)

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.push import PushStatus, VerifyStatus, push_config, verify_config
 from dflash_provision.remote.ops import (
@@ -27,7 +28,7 @@ from dflash_provision.remote.ops import (
     read_remote_config,
     script_text,
 )
-from dflash_provision.sources import MAX_SOURCE_BYTES, LoadedConfig, load_source
+from dflash_provision.sources import MAX_SOURCE_BYTES, load_source
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.factory import open_transport
@@ -127,11 +128,11 @@ def test_remote_reads_of_a_2gb_config_stop_at_the_limit_and_say_so(ssh_host):
             assert "larger than 1 MiB" in read.describe()
         # With metadata the size is known first: nothing is hashed or sent.
         assert "2147483648 bytes" in read_remote_config(transport, target.config_path).message
-        verified = verify_config(transport, target, LoadedConfig(label="ref", data=REFERENCE))
+        verified = verify_config(transport, target, Authority(label="ref", data=REFERENCE))
         assert verified.status is VerifyStatus.UNREADABLE
         assert "larger than 1 MiB" in verified.message
         # A push replaces it (the old bytes are not brought over: the diff says so).
-        pushed = push_config(transport, target, LoadedConfig(label="ref", data=REFERENCE))
+        pushed = push_config(transport, target, Authority(label="ref", data=REFERENCE))
         assert pushed.status is PushStatus.WRITTEN, pushed.message
         assert pushed.diff is not None and pushed.diff.note
     assert (ssh_host.root_dir / "models/X/config.json").read_bytes() == REFERENCE

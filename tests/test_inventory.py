@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.authority import RepoRef, SourceSpec
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory import (
     UNGROUPED,
-    DrafterSpec,
     Overrides,
     load_inventory,
     load_members,
@@ -65,7 +65,7 @@ def test_our_yaml_resolves_host_over_group_over_defaults(tmp_path):
     gpu1 = members["gpu1"]
     assert (gpu1.target.host, gpu1.target.user, gpu1.target.port) == ("gpu1", "root", None)
     assert gpu1.target.config_path == "/root/models/Qwen3.6-27B-DFlash/config.json"
-    assert gpu1.source == DrafterSpec(repo="z-lab/Qwen3.6-27B-DFlash", revision=SHA)
+    assert gpu1.source == SourceSpec(RepoRef("z-lab/Qwen3.6-27B-DFlash", SHA))
     assert gpu1.group == "east"
     gpu3 = members["gpu3"]
     assert (gpu3.target.host, gpu3.target.user, gpu3.target.port) == ("10.0.3.17", "ops", 2222)
@@ -73,7 +73,7 @@ def test_our_yaml_resolves_host_over_group_over_defaults(tmp_path):
     assert pve.target.container is not None and pve.target.container.display() == "pct:101"
     assert pve.target.config_path == "/srv/m/config.json"
     # lock paths are relative to the inventory file
-    assert pve.source == DrafterSpec(lock=str(tmp_path / "locks/q.lock"))
+    assert pve.source == SourceSpec(lock=str(tmp_path / "locks/q.lock"))
     assert members["lab3"].group == UNGROUPED
     assert members["gpu1"].origin == f"{inv}:10"
 
@@ -244,7 +244,7 @@ def test_ansible_yaml_inherits_vars_through_children(tmp_path):
     solo = members["solo"]
     assert solo.group == UNGROUPED
     assert solo.target.path == "/root/models/Qwen3.6-27B-DFlash"
-    assert solo.source == DrafterSpec(repo="z-lab/Qwen3.6-27B-DFlash", revision=SHA)
+    assert solo.source == SourceSpec(RepoRef("z-lab/Qwen3.6-27B-DFlash", SHA))
 
 
 def test_ansible_yaml_bad_port_names_the_line_of_the_var(tmp_path):
@@ -319,7 +319,7 @@ def test_ansible_ini_deeper_group_source_replaces_inherited_one(tmp_path):
         """,
     )
     (member,) = load_inventory(inv)
-    assert member.source == DrafterSpec(lock=str(tmp_path / "a.lock"))
+    assert member.source == SourceSpec(lock=str(tmp_path / "a.lock"))
 
 
 def test_ansible_ini_two_sources_at_one_level_is_an_error(tmp_path):
@@ -354,9 +354,9 @@ def test_ansible_ini_bad_host_var_names_the_line(tmp_path):
 
 def test_command_line_options_override_the_inventory(tmp_path):
     inv = write(tmp_path, "hosts.ini", "[east]\ngpu1 dflash_path=/m dflash_from=x.json\n")
-    overrides = Overrides(source=DrafterSpec(repo="z/r", revision=SHA), path="/other")
+    overrides = Overrides(source=SourceSpec(RepoRef("z/r", SHA)), path="/other")
     (member,) = load_members(inv, overrides=overrides)
-    assert member.source == DrafterSpec(repo="z/r", revision=SHA)
+    assert member.source == SourceSpec(RepoRef("z/r", SHA))
     assert member.target.path == "/other"
 
 
@@ -366,7 +366,7 @@ def test_plain_targets_need_a_drafter_source():
 
 
 def test_plain_targets_become_members():
-    overrides = Overrides(source=DrafterSpec(from_file="/tmp/x.json"))
+    overrides = Overrides(source=SourceSpec(from_file="/tmp/x.json"))
     members = load_members(None, ["root@h1:/root/models/X", "pve1/pct:101:/m"], overrides)
     assert [m.name for m in members] == ["root@h1:/root/models/X", "pve1/pct:101:/m"]
     assert members[0].target.user == "root"
@@ -390,4 +390,4 @@ def test_the_documented_example_inventory_parses(tmp_path):
     assert set(members) == {"gpu1", "gpu2", "gpu3", "pve1-101", "lab1", "lab2", "lab3"}
     assert members["gpu3"].target.port == 2222
     assert members["lab1"].target.config_path == "/srv/models/Qwen3.6-27B-DFlash/config.json"
-    assert members["lab3"].source.repo == "z-lab/Qwen3.6-27B-DFlash"
+    assert members["lab3"].source.repo.repo_id == "z-lab/Qwen3.6-27B-DFlash"

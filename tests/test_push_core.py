@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import resolve_authoritative
+from dflash_provision.authority import Authority, SourceSpec
 from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
 from dflash_provision.push import (
     NOT_APPLIED_MESSAGE,
@@ -29,7 +29,6 @@ from dflash_provision.push import (
     verify_config,
 )
 from dflash_provision.remote.ops import list_remote_backups
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.local import LocalTransport
@@ -39,8 +38,8 @@ REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 
 
-def loaded(data: bytes, label: str = "test") -> LoadedConfig:
-    return LoadedConfig(label=label, data=data)
+def loaded(data: bytes, label: str = "test") -> Authority:
+    return Authority(label=label, data=data)
 
 
 @pytest.fixture
@@ -67,13 +66,13 @@ def invalid_config() -> bytes:
 
 def test_authority_needs_exactly_one_source(tmp_path):
     with pytest.raises(UsageError, match="one authoritative source"):
-        resolve_authoritative(repo="a/b", from_file=samples.REFERENCE_DRAFTER)
+        SourceSpec.from_options(repo="a/b", from_file=str(samples.REFERENCE_DRAFTER))
     with pytest.raises(UsageError, match="--repo OWNER/NAME"):
-        resolve_authoritative(default_lock=tmp_path / "dflash.lock")
+        SourceSpec().load(default_lock=tmp_path / "dflash.lock")
 
 
 def test_authority_from_file_keeps_bytes_exactly():
-    assert resolve_authoritative(from_file=samples.REFERENCE_DRAFTER).data == REFERENCE
+    assert SourceSpec(from_file=str(samples.REFERENCE_DRAFTER)).load().data == REFERENCE
 
 
 # ---------------------------------------------------------------------------------------------

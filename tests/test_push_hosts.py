@@ -29,11 +29,11 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.authority import Authority
 from dflash_provision.errors import ContainerError, ExitCode, UnreachableError
 from dflash_provision.push import NOT_APPLIED_MESSAGE, PushStatus, push_config, rollback_config
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
@@ -63,8 +63,8 @@ def options(host: Host, **overrides: float) -> SshOptions:
     return SshOptions(**settings)
 
 
-def loaded(data: bytes) -> LoadedConfig:
-    return LoadedConfig(label="test", data=data)
+def loaded(data: bytes) -> Authority:
+    return Authority(label="test", data=data)
 
 
 def host_path(host: Host, remote: str) -> Path:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.authority import Authority
 from dflash_provision.errors import ConfigInvalid, DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.push import NoBackups, PushStatus, push_config, rollback_config
 from dflash_provision.remote.ops import (
@@ -25,7 +26,6 @@ from dflash_provision.remote.ops import (
     write_remote_config,
 )
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
@@ -76,7 +76,7 @@ def plant_fifo(path: Path) -> None:
 def push(host: Host, data: bytes = REFERENCE, **kwargs):  # type: ignore[no-untyped-def]
     target = parse_target(f"{host.alias}:{MODEL}")
     with open_transport(target, options(host, command_timeout=15.0)) as transport:
-        return push_config(transport, target, LoadedConfig(label="test", data=data), **kwargs)
+        return push_config(transport, target, Authority(label="test", data=data), **kwargs)
 
 
 def rollback(host: Host, **kwargs):  # type: ignore[no-untyped-def]
@@ -282,7 +282,7 @@ def test_busybox_container_push_refuses_planted_links_and_works_in_a_clean_dir(
     plant_link(backups / "config.json.lockdir", "/lockdir-elsewhere")
     target = parse_target(f"{host.alias}/lxc:{container.name}:/models/X")
     with open_transport(target, options(host, command_timeout=20.0)) as transport:
-        result = push_config(transport, target, LoadedConfig(label="t", data=REFERENCE))
+        result = push_config(transport, target, Authority(label="t", data=REFERENCE))
         assert secret.read_bytes() == SECRET
         assert not (rootfs / "lockdir-elsewhere").exists()
         assert_refused_untouched(result, directory)
@@ -290,7 +290,7 @@ def test_busybox_container_push_refuses_planted_links_and_works_in_a_clean_dir(
         for name in os.listdir(backups):
             (backups / name).unlink()
         backups.rmdir()
-        result = push_config(transport, target, LoadedConfig(label="t", data=REFERENCE))
+        result = push_config(transport, target, Authority(label="t", data=REFERENCE))
         assert result.status is PushStatus.WRITTEN, result.message
         assert result.write is not None and result.write.lock_method == "mkdir"
         rolled = rollback_config(transport, target)

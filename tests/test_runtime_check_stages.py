@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode
 from dflash_provision.runtime import fleet_check, vllm_log
 from dflash_provision.runtime.check import CheckReport
@@ -19,7 +20,6 @@ from dflash_provision.runtime.stage_disk import compare_effective, compare_vllm_
 from dflash_provision.runtime.stage_server import stage_server
 from dflash_provision.runtime.stage_traffic import likely_causes
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 
@@ -32,7 +32,7 @@ def ctx(doc: dict[str, Any] | None = None) -> CheckContext:
     return CheckContext(
         transport=None,  # type: ignore[arg-type]  # the comparisons never run commands
         target=parse_target(f"gpu1:{DRAFTER}"),
-        authority=LoadedConfig("test", data),
+        authority=Authority("test", data),
         auth_doc=json.loads(data),
         push_fix=f"dflash-provision push gpu1:{DRAFTER} --from x",
     )

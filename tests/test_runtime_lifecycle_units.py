@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
 from dflash_provision.runtime.launch import (
     LaunchRequest,
@@ -25,7 +26,6 @@ from dflash_provision.runtime.process import (
 )
 from dflash_provision.runtime.readiness import fatal_lines
 from dflash_provision.runtime.records import LaunchRecord
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.local import LocalTransport
@@ -148,7 +148,7 @@ def test_local_launch_is_ready_then_found_by_its_port_and_stopped(
         directory.mkdir()
         (directory / "config.json").write_bytes(source.read_bytes())
     standin = install_standin(None, str(tmp_path / "standin"), verify=False)
-    authority = LoadedConfig("reference", samples.REFERENCE_DRAFTER.read_bytes())
+    authority = Authority("reference", samples.REFERENCE_DRAFTER.read_bytes())
     port = _free_port()
     request = LaunchRequest(
         model=str(model),

@@ -3,7 +3,7 @@
 ``connection_options`` adds the SSH / container options and hands the command one
 ``connection: Connector`` (the core's: a target becomes a transport there) instead of a dozen
 loose ones; ``authority_options`` adds ``--repo`` / ``--from`` / ``--lock`` and hands over
-``authority_spec: AuthoritySpec``.
+``authority_spec: SourceSpec`` (the core's: dflash_provision.authority).
 """
 
 from __future__ import annotations
@@ -13,17 +13,14 @@ import os
 import re
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import click
 
+from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._flags import deprecated_spelling
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
-
-if TYPE_CHECKING:
-    from dflash_provision.sources import LoadedConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -193,20 +190,6 @@ def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
     return wrapper  # type: ignore[return-value]
 
 
-@dataclass(frozen=True)
-class AuthoritySpec:
-    repo: str | None
-    from_file: str | None
-    lock: str | None
-    lock_repo: str | None
-
-    def load(self) -> LoadedConfig:
-        """The authoritative config (see dflash_provision.authority)."""
-        from dflash_provision.authority import resolve_authoritative
-
-        return resolve_authoritative(self.repo, self.from_file, self.lock, lock_repo=self.lock_repo)
-
-
 _AUTHORITY_OPTIONS = [
     click.option("--repo", metavar="OWNER/NAME[@REV]", help="Authoritative config from the Hub."),
     click.option(
@@ -225,14 +208,14 @@ _AUTHORITY_OPTIONS = [
 
 
 def authority_options(func: F) -> F:
-    """Add --repo / --from / --lock; the command receives ``authority_spec: AuthoritySpec``."""
+    """Add --repo / --from / --lock; the command receives ``authority_spec: SourceSpec``."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        kwargs["authority_spec"] = AuthoritySpec(
-            repo=kwargs.pop("repo"),
-            from_file=kwargs.pop("from_file"),
-            lock=kwargs.pop("lock"),
+        kwargs["authority_spec"] = SourceSpec.from_options(
+            kwargs.pop("repo"),
+            kwargs.pop("from_file"),
+            kwargs.pop("lock"),
             lock_repo=kwargs.pop("lock_repo"),
         )
         return func(*args, **kwargs)

@@ -20,6 +20,7 @@ from dflash_provision.cli._connect import fleet_connection_options
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
+    from dflash_provision.authority import SourceSpec
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
 
@@ -83,25 +84,24 @@ class FleetSelection:
     limit: str | None
     workers: int
 
-    def members(self) -> list[FleetMember]:
-        from dflash_provision.errors import UsageError
-        from dflash_provision.inventory import DrafterSpec, Overrides, load_members
+    def source(self, lock_repo: str | None = None) -> SourceSpec:
+        """The authoritative source the options name (none named: the inventory's, or the
+        default lock); UsageError for two sources or --revision without --repo."""
+        from dflash_provision.authority import SourceSpec
 
-        sources = (("--repo", self.repo), ("--from", self.from_file), ("--lock", self.lock))
-        given = [name for name, value in sources if value]
-        if len(given) > 1:
-            raise UsageError(f"give one authoritative source, not {' and '.join(given)}")
-        if self.revision and not self.repo:
-            raise UsageError("--revision needs --repo")
-        source = DrafterSpec(
-            repo=self.repo,
-            revision=self.revision,
-            lock=str(Path(self.lock).resolve()) if self.lock else None,
-            from_file=str(Path(self.from_file).resolve()) if self.from_file else None,
+        return SourceSpec.from_options(
+            self.repo, self.from_file, self.lock, lock_repo=lock_repo, revision=self.revision
         )
-        members = load_members(
-            self.inventory, self.targets, Overrides(source=source, path=self.model_path)
-        )
+
+    def members(self, default: SourceSpec | None = None) -> list[FleetMember]:
+        """The hosts; ``default`` is the source of plain TARGETs when the options name none."""
+        from dflash_provision.inventory import Overrides, load_members
+
+        source = self.source()
+        if default is not None and not source.is_set:
+            source = default
+        overrides = Overrides(source=source.absolute(), path=self.model_path)
+        members = load_members(self.inventory, self.targets, overrides)
         if self.limit is None:
             return members
         from dflash_provision.inventory.limit import select

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from dflash_provision.cli._connect import AuthoritySpec
+    from dflash_provision.authority import SourceSpec
     from dflash_provision.runtime.check import CheckReport
     from dflash_provision.runtime.stages import StageResult
 
@@ -67,18 +67,9 @@ def check_options(func: F) -> F:
     return func
 
 
-def fix_command(target_spec: str, authority: AuthoritySpec) -> str:
+def fix_command(target_spec: str, authority: SourceSpec) -> str:
     """The push command that writes the same authoritative config to the same target."""
-    argv = ["dflash-provision", "push", target_spec]
-    for flag, value in (
-        ("--repo", authority.repo),
-        ("--from", authority.from_file),
-        ("--lock", authority.lock),
-        ("--lock-repo", authority.lock_repo),
-    ):
-        if value is not None:
-            argv += [flag, value]
-    return shlex.join(argv)
+    return shlex.join(["dflash-provision", "push", target_spec, *authority.push_options()])
 
 
 def emit_report(report: CheckReport, *, as_json: bool) -> None:

@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 
+from dflash_provision.authority import Authority
 from dflash_provision.cli._connect import source_connection_options
 from dflash_provision.errors import ConfigInvalid, ExitCode
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.transport.factory import Connector
 
 
-def load_side(spec: str, connection: Connector) -> LoadedConfig:
+def load_side(spec: str, connection: Connector) -> Authority:
     """Load one side of a diff. The single place to teach diff about new kinds of SOURCE
     (remote targets such as ``root@gpu1:/path``, reached with the SSH options)."""
     from dflash_provision.sources import load_source
@@ -21,7 +21,7 @@ def load_side(spec: str, connection: Connector) -> LoadedConfig:
     return load_source(spec, connector=connection)
 
 
-def _parse(side: LoadedConfig) -> Any:
+def _parse(side: Authority) -> Any:
     from dflash_provision.validate import parse_config
 
     parsed = parse_config(side.data, what=side.label)

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import click
 
+from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
-    AuthoritySpec,
     authority_options,
     runtime_connection_options,
 )
@@ -36,7 +36,7 @@ _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
 def command(
     ctx: click.Context,
     target_spec: str,
-    authority_spec: AuthoritySpec,
+    authority_spec: SourceSpec,
     port: int,
     min_acceptance: float,
     prompts: int,

@@ -56,12 +56,12 @@ def command(
     timeout: float,
 ) -> None:
     from dflash_provision import hub, lockfile
-    from dflash_provision.sources import parse_repo_spec
+    from dflash_provision.authority import RepoRef
 
-    parsed = parse_repo_spec(repo_spec)
+    parsed = RepoRef.parse(repo_spec)
     if parsed is None:
         raise UsageError(f"{repo_spec}: not a Hub repo id (expected owner/name or owner/name@rev)")
-    repo_id, spec_revision = parsed
+    repo_id, spec_revision = parsed.repo_id, parsed.revision
     if revision and spec_revision and revision != spec_revision:
         raise UsageError(f"{repo_spec}: conflicts with --revision {revision}; give one revision")
 

@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
-    AuthoritySpec,
     authority_options,
     runtime_connection_options,
 )
@@ -21,9 +21,9 @@ from dflash_provision.cli._runtime import fix_command, port_option
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
+    from dflash_provision.authority import Authority
     from dflash_provision.runtime.check import CheckReport
     from dflash_provision.runtime.launch import LaunchRequest, LaunchResult
-    from dflash_provision.sources import LoadedConfig
     from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
@@ -100,7 +100,7 @@ def command(
     ctx: click.Context,
     target_spec: str,
     model: str,
-    authority_spec: AuthoritySpec,
+    authority_spec: SourceSpec,
     num_speculative_tokens: int | None,
     port: int,
     vllm_cmd: str,
@@ -230,7 +230,7 @@ def _render(result: LaunchResult) -> None:
 def _runtime_check(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     request: LaunchRequest,
     *,
     as_json: bool,

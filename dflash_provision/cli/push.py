@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
+from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
-    AuthoritySpec,
     authority_options,
     connection_options,
 )
@@ -42,7 +42,7 @@ from dflash_provision.transport.factory import Connector
 def command(
     ctx: click.Context,
     target_spec: str,
-    authority_spec: AuthoritySpec,
+    authority_spec: SourceSpec,
     dry_run: bool,
     force: bool,
     mkdir: bool,

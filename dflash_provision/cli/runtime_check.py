@@ -23,8 +23,8 @@ from dflash_provision.cli._runtime import check_options, emit_report
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
+    from dflash_provision.authority import Authority, SourceSpec
     from dflash_provision.runtime.check import CheckSettings
-    from dflash_provision.sources import LoadedConfig
 
 
 @click.command(
@@ -102,30 +102,13 @@ def command(
 
 def authority_for_single(
     selection: FleetSelection, lock_repo: str | None = None
-) -> tuple[LoadedConfig, str]:
+) -> tuple[Authority, str]:
     """The authoritative config as push resolves it (``./dflash.lock`` by default), and the push
     options that name it again (for the fix command)."""
     import shlex
 
-    from dflash_provision.authority import resolve_authoritative
-    from dflash_provision.errors import UsageError
-
-    if selection.revision and not selection.repo:
-        raise UsageError("--revision needs --repo")
-    repo = selection.repo
-    if repo and selection.revision:
-        repo = f"{repo.split('@', 1)[0]}@{selection.revision}"
-    loaded = resolve_authoritative(repo, selection.from_file, selection.lock, lock_repo=lock_repo)
-    args = []
-    for flag, value in (
-        ("--repo", repo),
-        ("--from", selection.from_file),
-        ("--lock", selection.lock),
-        ("--lock-repo", lock_repo),
-    ):
-        if value:
-            args.append(f"{flag} {shlex.quote(value)}")
-    return loaded, " ".join(args)
+    source = selection.source(lock_repo)
+    return source.load(), shlex.join(source.push_options())
 
 
 def _single(
@@ -219,7 +202,7 @@ def _fleet(
     from dflash_provision.report import write_textfile
     from dflash_provision.runtime import fleet_check
 
-    members = selection.members() if _has_source(selection) else _members_with_lock(selection)
+    members = selection.members(default=_default_source(selection))
     run = make_run(connection)
     started = time.monotonic()
     with ProgressDisplay(len(members), "runtime-check") as display:
@@ -242,20 +225,10 @@ def _fleet(
     return int(code)
 
 
-def _has_source(selection: FleetSelection) -> bool:
-    return bool(selection.repo or selection.from_file or selection.lock) or not selection.targets
-
-
-def _members_with_lock(selection: FleetSelection) -> Any:
+def _default_source(selection: FleetSelection) -> SourceSpec | None:
     """Plain TARGETs without a source use ./dflash.lock, as push and the single form do."""
-    from dataclasses import replace
+    from dflash_provision.authority import SourceSpec
 
-    from dflash_provision.authority import DEFAULT_LOCK
-    from dflash_provision.errors import UsageError
-
-    if not DEFAULT_LOCK.is_file():
-        raise UsageError(
-            "no authoritative config: name one with --repo OWNER/NAME --revision SHA, --from "
-            f"FILE or --lock FILE (the default {DEFAULT_LOCK} does not exist here)"
-        )
-    return replace(selection, lock=str(DEFAULT_LOCK)).members()
+    if selection.targets and not selection.source().is_set:
+        return SourceSpec().or_default_lock()
+    return None

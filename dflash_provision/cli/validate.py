@@ -75,10 +75,11 @@ def command(
     SOURCE is a config.json file, a directory holding one, or a Hub repo id (owner/name[@rev]).
     Exits 0 when every layer passes, 3 when any finding is an error.
     """
-    from dflash_provision.sources import LoadedConfig, load_source
+    from dflash_provision.authority import Authority
+    from dflash_provision.sources import load_source
     from dflash_provision.validate import validate_config
 
-    def load(spec: str) -> LoadedConfig:
+    def load(spec: str) -> Authority:
         return load_source(spec, connector=connection)
 
     loaded = load(source)

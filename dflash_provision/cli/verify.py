@@ -6,8 +6,8 @@ import json
 
 import click
 
+from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
-    AuthoritySpec,
     authority_options,
     connection_options,
 )
@@ -30,7 +30,7 @@ from dflash_provision.transport.factory import Connector
 def command(
     ctx: click.Context,
     target_spec: str,
-    authority_spec: AuthoritySpec,
+    authority_spec: SourceSpec,
     as_json: bool,
     connection: Connector,
 ) -> None:

@@ -21,7 +21,6 @@ from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.history import HostKey, journal
 from dflash_provision.inventory import FleetMember
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.sources import LoadedConfig
 
 if TYPE_CHECKING:
     from dflash_provision.history import HistoryStore
@@ -40,7 +39,7 @@ def check_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
     for member in members:
         authority = run.authority(member)
         if authority.sha256 not in checked:
-            check_authority(LoadedConfig(authority.label, authority.data), force=False)
+            check_authority(authority, force=False)
             checked.add(authority.sha256)
 
 
@@ -165,7 +164,6 @@ def _write(
     from dflash_provision.push import push_config
 
     authority = run.authority(member)
-    loaded = LoadedConfig(authority.label, authority.data)
     repair = HostRepair(before, RepairAction.FAILED, sha256_before=before.sha256)
     readback: RemoteRead | None = None
     t0 = time.monotonic()
@@ -177,7 +175,7 @@ def _write(
             outcome = push_config(
                 transport,
                 member.target,
-                loaded,
+                authority,
                 write=write,
                 validate=False,  # validated once per authoritative source in repair()
             )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 from collections.abc import Callable, Sequence
@@ -11,28 +10,23 @@ from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.authority import Authority, SourceSpec
 from dflash_provision.fleet.results import HostStatus
-from dflash_provision.inventory import DrafterSpec, FleetMember
-from dflash_provision.sources import LoadedConfig
+from dflash_provision.inventory import FleetMember
 from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
     from dflash_provision.findings import Finding
     from dflash_provision.transport.factory import Connector
 
-AuthorityFor = Callable[[FleetMember], LoadedConfig]
+AuthorityFor = Callable[[FleetMember], Authority]
 
 
 def authority_loader() -> AuthorityFor:
     """``authority_for(member)``: load the member's drafter source (FleetRun caches per source)."""
-    from dflash_provision.authority import resolve_authoritative
 
-    def load(member: FleetMember) -> LoadedConfig:
-        spec = member.source
-        repo = spec.repo
-        if repo and spec.revision:
-            repo = f"{repo.split('@', 1)[0]}@{spec.revision}"
-        return resolve_authoritative(repo=repo, from_file=spec.from_file, lock=spec.lock)
+    def load(member: FleetMember) -> Authority:
+        return member.source.load()
 
     return load
 
@@ -60,14 +54,6 @@ class Memo:
 
     def __len__(self) -> int:
         return len(self._futures)
-
-
-@dataclass(frozen=True)
-class Authority:
-    label: str
-    data: bytes
-    sha256: str
-    doc: Any
 
 
 @dataclass(frozen=True)
@@ -118,15 +104,11 @@ class FleetRun:
 
     def authority(self, member: FleetMember) -> Authority:
         def load() -> Authority:
-            loaded = self.authority_for(member)
-            return Authority(
-                loaded.label,
-                loaded.data,
-                hashlib.sha256(loaded.data).hexdigest(),
-                _parse_authority(loaded),
-            )
+            authority = self.authority_for(member)
+            _ = authority.document  # parsed now: one that does not parse stops the run
+            return authority
 
-        key: DrafterSpec | str = member.source if member.source.is_set else member.name
+        key: SourceSpec | str = member.source if member.source.is_set else member.name
         result: Authority = self._authorities.get(key, load)
         return result
 
@@ -165,26 +147,13 @@ class FleetRun:
         from dflash_provision.diff import render_changes, semantic_diff
 
         doc = json.loads(data)
-        lines = tuple(render_changes(semantic_diff(doc, authority.doc)))  # thread-safe
+        lines = tuple(render_changes(semantic_diff(doc, authority.document)))  # thread-safe
         if not lines:
             return Verdict(
                 HostStatus.IN_SYNC, "same values as the authoritative config (formatting differs)"
             )
         more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
         return Verdict(HostStatus.DRIFTED, lines[0] + more, lines)
-
-
-def _parse_authority(loaded: LoadedConfig) -> Any:
-    """The authoritative config parsed strictly; one that does not parse stops the run."""
-    from dflash_provision import strict_json
-    from dflash_provision.errors import ConfigInvalid
-
-    try:
-        return strict_json.loads(loaded.data.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise ConfigInvalid(
-            f"{loaded.label}: the authoritative config is not valid JSON ({exc})"
-        ) from None
 
 
 def _first(errors: Sequence[Finding], layers: AbstractSet[str]) -> str:

@@ -71,11 +71,11 @@ from dflash_provision.inventory.common import (
     with_path,
     yaml_module,
 )
-from dflash_provision.inventory.model import UNGROUPED, DrafterSpec, FleetMember, Overrides
+from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
 from dflash_provision.inventory.ours import OurYaml
 from dflash_provision.target import parse_target
 
-__all__ = ["UNGROUPED", "DrafterSpec", "FleetMember", "Overrides", "load_inventory", "load_members"]
+__all__ = ["UNGROUPED", "FleetMember", "Overrides", "load_inventory", "load_members"]
 
 
 def load_members(

@@ -9,17 +9,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dflash_provision.authority import SourceConflict, check_one_source
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory.ansible_ssh import host_route
 from dflash_provision.inventory.common import (
     build_target,
+    inventory_source,
     merge_source,
     parse_container,
     resolve_file,
     where_in,
     yaml_module,
 )
-from dflash_provision.inventory.model import UNGROUPED, DrafterSpec, FleetMember, Overrides
+from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
 
 
 @dataclass
@@ -144,28 +146,29 @@ class _AnsibleModel:
                     f"{where('ansible_port')}: ansible_port: expected 1..65535, got {port_text!r}"
                 )
             port = int(port_text)
-        repo, revision = get("dflash_repo"), get("dflash_revision")
-        lock, from_file = get("dflash_lock"), get("dflash_from")
-        given = [
-            k
-            for k, v in (("dflash_repo", repo), ("dflash_lock", lock), ("dflash_from", from_file))
-            if v
-        ]
-        if len(given) > 1:
+        # An empty var (``dflash_lock=``) names nothing, as if it were not set.
+        repo, revision = get("dflash_repo") or None, get("dflash_revision")
+        lock, from_file = get("dflash_lock") or None, get("dflash_from") or None
+        try:
+            check_one_source(repo, lock, from_file)
+        except SourceConflict as exc:
+            given = [f"dflash_{kind}" for kind in exc.given]
             raise UsageError(
                 f"{where(given[1])}: host {host.name!r}: {' and '.join(given)} both set;"
                 " give exactly one drafter source"
-            )
+            ) from None
         if repo and not revision and not self.overrides.source.is_set:
             raise UsageError(
                 f"{where('dflash_repo')}: dflash_revision: missing for host {host.name!r};"
                 " pin dflash_repo to a commit sha"
             )
-        source = DrafterSpec(
-            repo=repo,
-            revision=revision if repo else None,
-            lock=resolve_file(self.path, lock),
-            from_file=resolve_file(self.path, from_file),
+        source = inventory_source(
+            repo,
+            revision if repo else None,
+            resolve_file(self.path, lock),
+            resolve_file(self.path, from_file),
+            where=where("dflash_repo"),
+            repo_field="dflash_repo",
         )
         source = merge_source(source, self.overrides.source)
         if not source.is_set:

@@ -7,8 +7,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from dflash_provision.authority import RepoRef, SourceSpec
 from dflash_provision.errors import UsageError
-from dflash_provision.inventory.model import DrafterSpec, FleetMember
+from dflash_provision.inventory.model import FleetMember
 from dflash_provision.target import ContainerRef, Target, make_target, parse_container_ref
 
 
@@ -96,8 +97,27 @@ def parse_container(text: str, where: str) -> ContainerRef:
         raise UsageError(f"{where}: container: {exc.message}") from None
 
 
-def merge_source(base: DrafterSpec, override: DrafterSpec) -> DrafterSpec:
+def merge_source(base: SourceSpec, override: SourceSpec) -> SourceSpec:
     return override if override.is_set else base
+
+
+def inventory_source(
+    repo: str | None,
+    revision: str | None,
+    lock: str | None,
+    from_file: str | None,
+    *,
+    where: str,
+    repo_field: str,
+) -> SourceSpec:
+    """The drafter source an inventory names (``lock`` / ``from`` already resolved against the
+    inventory's directory); ``revision`` pins ``repo`` and beats an ``@rev`` in the id."""
+    ref = None
+    if repo is not None:
+        ref = RepoRef.parse(repo)
+        if ref is None:
+            raise UsageError(f"{where}: {repo_field}: expected OWNER/NAME, got {repo!r}")
+    return SourceSpec(repo=ref.at(revision) if ref else None, lock=lock, from_file=from_file)
 
 
 def resolve_file(base: Path, value: str | None) -> str | None:

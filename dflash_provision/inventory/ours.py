@@ -6,16 +6,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dflash_provision.authority import SOURCE_KINDS, SourceConflict, SourceSpec, check_one_source
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory.common import (
     build_target,
+    inventory_source,
     merge_source,
     parse_container,
     resolve_file,
     where_in,
     yaml_module,
 )
-from dflash_provision.inventory.model import UNGROUPED, DrafterSpec, FleetMember, Overrides
+from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,7 @@ class _Settings:
     port: int | None = None
     path: str | None = None
     container: str | None = None
-    source: DrafterSpec = field(default_factory=DrafterSpec)
+    source: SourceSpec = field(default_factory=SourceSpec)
     where: str = ""  # where the drafter / path was set, for "missing" messages
 
     def over(self, other: _Settings) -> _Settings:
@@ -146,15 +148,19 @@ class OurYaml:
             ),
             source=self._drafter(fields["drafter"], f"{label}.drafter")
             if "drafter" in fields
-            else DrafterSpec(),
+            else SourceSpec(),
             where=where_in(self.path, node),
         )
 
-    def _drafter(self, node: Any, label: str) -> DrafterSpec:
+    def _drafter(self, node: Any, label: str) -> SourceSpec:
         fields = self._mapping(node, label, frozenset({"repo", "revision", "lock", "from"}))
-        given = [k for k in ("repo", "lock", "from") if k in fields]
         where = where_in(self.path, node)
-        if len(given) != 1:
+        try:
+            check_one_source(fields.get("repo"), fields.get("lock"), fields.get("from"))
+            given = [kind for kind in SOURCE_KINDS if kind in fields]
+        except SourceConflict as exc:
+            given = list(exc.given)
+        if len(given) != 1:  # none is an error here too: a 'drafter' mapping must name one
             raise UsageError(
                 f"{where}: {label}: give exactly one of repo (+ revision), lock, from;"
                 f" got {', '.join(given) or 'none'}"
@@ -167,11 +173,13 @@ class OurYaml:
             )
         if "revision" in values and "repo" not in values:
             raise UsageError(f"{where}: {label}.revision: only meaningful with 'repo'")
-        return DrafterSpec(
-            repo=values.get("repo"),
-            revision=values.get("revision"),
-            lock=resolve_file(self.path, values.get("lock")),
-            from_file=resolve_file(self.path, values.get("from")),
+        return inventory_source(
+            values.get("repo"),
+            values.get("revision"),
+            resolve_file(self.path, values.get("lock")),
+            resolve_file(self.path, values.get("from")),
+            where=where,
+            repo_field=f"{label}.repo",
         )
 
     def _mapping(self, node: Any, label: str, allowed: frozenset[str] | None) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from dflash_provision.runtime.stage_traffic import (
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus, skipped
 
 if TYPE_CHECKING:
-    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.authority import Authority
     from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
@@ -149,7 +149,7 @@ def target_python(settings: CheckSettings, server: Any) -> str:
 def run_check(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     settings: CheckSettings,
     *,
     push_fix: str,
@@ -191,7 +191,7 @@ def run_check(
     return report
 
 
-def _authoritative_doc(authority: LoadedConfig) -> dict[str, Any]:
+def _authoritative_doc(authority: Authority) -> dict[str, Any]:
     """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
     be compared with it)."""
     from dflash_provision.errors import ConfigInvalid

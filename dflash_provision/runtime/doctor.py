@@ -29,7 +29,7 @@ from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import StageResult, StageStatus
 
 if TYPE_CHECKING:
-    from dflash_provision.sources import LoadedConfig
+    from dflash_provision.authority import Authority
     from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
@@ -94,7 +94,7 @@ class DoctorReport:
 def diagnose(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     settings: CheckSettings,
     *,
     push_fix: str,
@@ -151,12 +151,10 @@ class SimpleServer:
     record: Any = None
 
 
-def _authoritative_link(authority: LoadedConfig) -> Link:
-    import hashlib
-
+def _authoritative_link(authority: Authority) -> Link:
     from dflash_provision.validate import validate_config
 
-    sha256 = hashlib.sha256(authority.data).hexdigest()
+    sha256 = authority.sha256
     evidence = [f"source {authority.label}"]
     if authority.commit_sha:
         evidence.append(f"commit {authority.commit_sha}")

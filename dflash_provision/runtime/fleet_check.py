@@ -19,6 +19,7 @@ rest (a host that could not be reached has no acceptance series and check_passed
 from __future__ import annotations
 
 import enum
+import shlex
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
     from rich.table import Table
 
     from dflash_provision.fleet import FleetRun
-    from dflash_provision.inventory import DrafterSpec, FleetMember
+    from dflash_provision.inventory import FleetMember
 
 STAGE_KEYS = ("a", "b", "c", "d", "e")
 
@@ -72,25 +73,9 @@ class HostCheck:
         }
 
 
-def authority_args(spec: DrafterSpec) -> str:
-    """The push options that name the same authoritative config (for the fix command)."""
-    import shlex
-
-    if spec.lock:
-        return f"--lock {shlex.quote(spec.lock)}"
-    if spec.from_file:
-        return f"--from {shlex.quote(spec.from_file)}"
-    if spec.repo:
-        repo = spec.repo.split("@", 1)[0]
-        pinned = f"{repo}@{spec.revision}" if spec.revision else spec.repo
-        return f"--repo {shlex.quote(pinned)}"
-    return ""
-
-
 def check_host(run: FleetRun, member: FleetMember, settings: CheckSettings) -> HostCheck:
     """Check one member on its own connection; errors become a NOT_CHECKED row, never raise."""
     from dflash_provision.runtime.check import push_fix_command
-    from dflash_provision.sources import LoadedConfig
 
     started = time.monotonic()
     row = HostCheck(
@@ -102,11 +87,10 @@ def check_host(run: FleetRun, member: FleetMember, settings: CheckSettings) -> H
         "",
     )
     authority = run.authority(member)
-    loaded = LoadedConfig(label=authority.label, data=authority.data)
-    fix = push_fix_command(member.target, authority_args(member.source))
+    fix = push_fix_command(member.target, shlex.join(member.source.push_options()))
     transport = run.open(member)
     try:
-        report = run_check(transport, member.target, loaded, settings, push_fix=fix)
+        report = run_check(transport, member.target, authority, settings, push_fix=fix)
     except DflashProvisionError as exc:
         status, row.detail = classify_exception(
             exc, waited_s=time.monotonic() - started, timeout_s=run.handshake_timeout

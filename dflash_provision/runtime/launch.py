@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from dflash_provision.authority import Authority
 from dflash_provision.errors import (
     ConfigInvalid,
     DriftFound,
@@ -49,7 +50,6 @@ from dflash_provision.runtime.process import (
 )
 from dflash_provision.runtime.readiness import Progress, ReadyResult, wait_ready
 from dflash_provision.runtime.records import LOGFILE, LaunchRecord
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
@@ -148,7 +148,7 @@ class LaunchResult:
 
 
 def preflight(
-    transport: Transport, target: Target, authority: LoadedConfig, request: LaunchRequest
+    transport: Transport, target: Target, authority: Authority, request: LaunchRequest
 ) -> Preflight:
     """Every check that must pass before vLLM starts (module docstring); raises the refusal."""
     _check_request(request)
@@ -202,7 +202,7 @@ def _check_request(request: LaunchRequest) -> None:
 def _require_same_file(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     request: LaunchRequest,
     timeout: float,
 ) -> None:
@@ -356,7 +356,7 @@ def build_record(
 def launch(
     transport: Transport,
     target: Target,
-    authority: LoadedConfig,
+    authority: Authority,
     request: LaunchRequest,
     *,
     progress: Progress | None = None,

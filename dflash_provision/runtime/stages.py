@@ -25,9 +25,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from dflash_provision.authority import Authority
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.runtime.vllm_log import LogFacts
-    from dflash_provision.sources import LoadedConfig
     from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
@@ -95,7 +95,7 @@ class CheckContext:
 
     transport: Transport
     target: Target
-    authority: LoadedConfig
+    authority: Authority
     auth_doc: dict[str, Any]
     push_fix: str  # "dflash-provision push TARGET --repo ..." for this target and authority
     timeout: float = 60.0
