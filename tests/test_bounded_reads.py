@@ -31,7 +31,7 @@ from dflash_provision.sources import MAX_SOURCE_BYTES, LoadedConfig, load_source
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.factory import open_transport
-from tests.test_push_hosts import options
+from tests.fixtures.ssh import client_options
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 MODEL = "/root/models/X"
@@ -117,7 +117,7 @@ def big_config(host, size: int = 2 * 1024**3) -> Path:  # type: ignore[no-untype
 def test_remote_reads_of_a_2gb_config_stop_at_the_limit_and_say_so(ssh_host):
     big_config(ssh_host)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         for metadata, remote_hash in ((True, True), (False, True), (False, False)):
             read = read_remote_config(
                 transport, target.config_path, metadata=metadata, remote_hash=remote_hash

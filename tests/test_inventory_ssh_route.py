@@ -20,8 +20,8 @@ from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import HostRoute, SshOptions
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
-from tests.test_push_cli_failures import Cli, ssh_args
-from tests.test_transport_ssh import accepted_logins
+from tests.fixtures.cli import Cli
+from tests.fixtures.ssh import accepted_logins, ssh_args
 
 COMMON = "dflash_path=/root/models/m dflash_from=/dev/null"
 

@@ -33,7 +33,8 @@ from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.local import LocalTransport
-from tests.test_remote_ops import PrefixTransport, assert_no_temp_left
+from tests.fixtures.model_dirs import assert_no_temp_left
+from tests.fixtures.transports import PrefixTransport
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()

@@ -38,29 +38,13 @@ from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.transport.factory import open_transport
-from dflash_provision.transport.options import SshOptions
+from tests.fixtures.ssh import client_options, session_sshd_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
-
-
-def options(host: Host, **overrides: float) -> SshOptions:
-    assert host.client is not None
-    settings: dict = {
-        "connect_timeout": 3.0,
-        "banner_timeout": 3.0,
-        "auth_timeout": 3.0,
-        "command_timeout": 30.0,
-        "ssh_config_path": str(host.client.ssh_config),
-        "known_hosts_path": str(host.client.known_hosts),
-        "identity_files": (str(host.client.identity),),
-        "use_agent": False,
-    }
-    settings.update(overrides)
-    return SshOptions(**settings)
 
 
 def loaded(data: bytes) -> LoadedConfig:
@@ -109,7 +93,7 @@ def assert_old_kept_no_temp(host: Host, directory: str = MODEL, old: bytes = INC
 def test_push_over_ssh_then_unchanged_then_rollback(ssh_host):
     seed(ssh_host)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         pushed = push_config(transport, target, loaded(REFERENCE))
         assert pushed.status is PushStatus.WRITTEN
         assert "dflash_config.mask_token_id: 248064 → 248070" in pushed.diff.lines
@@ -127,7 +111,7 @@ def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
     canary = ssh_host.root_dir / "canary"
     weird = "/root/models/sp ace/'q\"/$(touch /root/canary);touch /root/canary;`touch /root/canary`"
     target = parse_target(f"{ssh_host.alias}:{weird}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE), write=WriteOptions(mkdir=True))
     assert result.status is PushStatus.WRITTEN
     assert host_path(ssh_host, weird + "/config.json").read_bytes() == REFERENCE
@@ -172,7 +156,10 @@ def test_connection_refused_is_unreachable_and_leaves_file_alone(ssh_host):
     ssh_host.stop()
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
     started = time.monotonic()
-    with pytest.raises(UnreachableError), open_transport(target, options(ssh_host)) as transport:
+    with (
+        pytest.raises(UnreachableError),
+        open_transport(target, client_options(ssh_host)) as transport,
+    ):
         push_config(transport, target, loaded(REFERENCE))
     assert time.monotonic() - started < 10
     directory = host_path(ssh_host, MODEL)
@@ -189,7 +176,7 @@ def test_hung_host_times_out_and_leaves_file_alone(ssh_host):
         with (
             pytest.raises(UnreachableError),
             open_transport(
-                target, options(ssh_host, connect_timeout=1.0, banner_timeout=1.0)
+                target, client_options(ssh_host, connect_timeout=1.0, banner_timeout=1.0)
             ) as transport,
         ):
             push_config(transport, target, loaded(REFERENCE))
@@ -203,7 +190,7 @@ def test_disk_full_fails_at_the_write_step_and_keeps_old_file(ssh_host):
     seed(ssh_host)
     ssh_host.fill_disk(MODEL)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE))
     assert result.status is PushStatus.FAILED
     assert result.write is not None and result.write.reason == "no-space"
@@ -216,7 +203,7 @@ def test_read_only_filesystem_fails_and_keeps_old_file(ssh_host):
     seed(ssh_host)
     ssh_host.make_readonly(MODEL)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE))
     assert result.status is PushStatus.FAILED
     assert result.write is not None and result.write.reason == "read-only"
@@ -226,7 +213,7 @@ def test_read_only_filesystem_fails_and_keeps_old_file(ssh_host):
 
 def test_missing_directory_fails_and_mkdir_creates_it(ssh_host):
     target = parse_target(f"{ssh_host.alias}:/root/models/new/X")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         refused = push_config(transport, target, loaded(REFERENCE))
         assert (refused.status, refused.failed_step) == (PushStatus.FAILED, "dir")
         assert not host_path(ssh_host, "/root/models/new").exists()
@@ -240,18 +227,11 @@ def test_symlinked_destination_is_refused(ssh_host):
     (directory / "config.json").rename(directory / "real.json")
     (directory / "config.json").symlink_to("real.json")
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE))
     assert (result.status, result.failed_step) == (PushStatus.FAILED, "symlink")
     assert (directory / "real.json").read_bytes() == INCIDENT
     assert (directory / "config.json").is_symlink()
-
-
-def _session_sshd_pids(host: Host) -> list[int]:
-    """Controller-side pids of the per-connection sshd processes (children of the listener)."""
-    assert host.sshd_pid is not None
-    children = Path(f"/proc/{host.sshd_pid}/task/{host.sshd_pid}/children").read_text().split()
-    return [int(pid) for pid in children]
 
 
 def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host):
@@ -263,7 +243,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
 
     def push() -> None:
         try:
-            with open_transport(target, options(ssh_host)) as transport:
+            with open_transport(target, client_options(ssh_host)) as transport:
                 outcome["result"] = write_remote_config(transport, target.config_path, payload)
         except Exception as exc:  # the transport may raise when its connection dies
             outcome["error"] = exc
@@ -277,7 +257,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
         time.sleep(0.002)
     else:
         pytest.fail("the temp file never appeared")
-    for pid in _session_sshd_pids(ssh_host):
+    for pid in session_sshd_pids(ssh_host):
         os.kill(pid, signal.SIGKILL)
     thread.join(30)
     if "result" in outcome:  # the transport returned what little output arrived
@@ -332,7 +312,7 @@ def test_concurrent_pushes_of_two_configs_leave_one_complete(ssh_host):
     results: list = []
 
     def push(data: bytes) -> None:
-        with open_transport(target, options(ssh_host)) as transport:
+        with open_transport(target, client_options(ssh_host)) as transport:
             for _ in range(3):
                 results.append(write_remote_config(transport, target.config_path, data))
 
@@ -359,7 +339,7 @@ def test_push_into_busybox_container_through_ssh_host(lxc_container_on_host):
     container.attach(["mkdir", "-p", "/models/X"])
     container.attach(["sh", "-c", "cat > /models/X/config.json"], stdin=INCIDENT)
     target = parse_target(f"{host.alias}/lxc:{container.name}:/models/X")
-    with open_transport(target, options(host)) as transport:
+    with open_transport(target, client_options(host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE))
         assert result.status is PushStatus.WRITTEN, result.message
         assert result.write.lock_method == "mkdir", "busybox has no flock: the mkdir lock"

@@ -270,7 +270,7 @@ def test_rendered_answer_stays_under_the_size_limit_and_keeps_the_key_fields() -
 
 @pytest.fixture(scope="module")
 def vllm_python() -> str:
-    from tests.test_vllm_real import ensure_env_or_skip
+    from tests.fixtures.runtime import ensure_env_or_skip
 
     return str(ensure_env_or_skip().python)
 

@@ -20,7 +20,7 @@ from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
 from dflash_provision.transport.ssh.config_route import expand_proxy_command
-from tests.test_transport_ssh import accepted_logins, options_for_fleet
+from tests.fixtures.ssh import accepted_logins, options_for_fleet
 
 
 def config_behind(jump: Host, target: Host, tmp_path: Path, proxy: str) -> Path:

@@ -3,7 +3,7 @@ namespaces, through the real CLI in a subprocess.
 
 The accounts exist only inside the host: private copies of /etc/passwd, /etc/group, /etc/shadow
 and /etc/sudoers.d are bind-mounted in the host's own mount namespace (see
-test_push_cli_failures.add_private_login_users); the controller's /etc is never changed. The
+tests.fixtures.login_users.add_private_login_users); the controller's /etc is never changed. The
 host has no /etc/hosts entry for its hostname, so sudo also prints "unable to resolve host h01"
 on every run, as on many real machines: the product must see through that.
 """
@@ -21,19 +21,14 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.lxc import busybox_container
-from tests.test_push_cli_failures import (
-    INCIDENT,
-    REFERENCE,
-    Cli,
+from tests.fixtures.cli import Cli, the_error_line
+from tests.fixtures.login_users import (
     LoginUser,
     add_private_login_users,
     fleet_for_any_user,
     free_uids,
-    in_root,
-    seed,
-    snapshot,
-    the_error_line,
 )
+from tests.fixtures.model_dirs import INCIDENT, REFERENCE, in_root, seed, snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -73,11 +68,6 @@ def sudo_host() -> Iterator[SudoHost]:
             [users.nopasswd, users.with_password, users.not_allowed, users.needs_tty],
         )
         yield users
-
-
-@pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
 
 
 @pytest.fixture

