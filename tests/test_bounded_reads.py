@@ -31,21 +31,11 @@ from dflash_provision.sources import MAX_SOURCE_BYTES, LoadedConfig, load_source
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.factory import open_transport
+from tests.fixtures.cli import run_cli
 from tests.fixtures.ssh import client_options
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 MODEL = "/root/models/X"
-
-
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        **kwargs,
-    )
 
 
 def test_the_limit_is_the_same_on_both_sides_of_the_wire():
@@ -79,7 +69,7 @@ def test_a_fifo_source_is_refused_without_waiting_for_a_writer(tmp_path):
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null", "/dev/urandom"])
 def test_a_device_source_is_refused_as_a_one_line_usage_error(device):
-    result = cli("validate", device)
+    result = run_cli("validate", device)
     assert result.returncode == ExitCode.USAGE, result.stderr
     assert result.stderr.strip() == (
         f"error: {device}: a character device, not a regular file: refusing to read it"
@@ -151,9 +141,8 @@ def test_cli_diff_and_verify_of_a_big_remote_config_are_one_line_errors(ssh_host
         str(ssh_host.client.identity),
         "--no-agent",
     ]
-    env = {**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path)}
     spec = f"{ssh_host.alias}:{MODEL}"
-    verify = cli("verify", spec, "--from", str(samples.REFERENCE_DRAFTER), *conn, env=env)
+    verify = run_cli("verify", spec, "--from", str(samples.REFERENCE_DRAFTER), *conn, home=tmp_path)
     assert "larger than 1 MiB" in verify.stdout + verify.stderr
     assert verify.returncode not in (0, 1), verify.stderr
     assert "Traceback" not in verify.stderr

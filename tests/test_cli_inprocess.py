@@ -32,14 +32,16 @@ from dflash_provision.errors import (
     UsageError,
 )
 from dflash_provision.testbed import samples
-from tests.fixtures.cli import Done, run_cli, the_error_line
+from tests.fixtures.cli import Cli, Done, the_error_line
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 REF = str(samples.REFERENCE_DRAFTER)
 
 
-def cli(cwd: Path, *args: str, **env: str) -> Done:
-    return run_cli(*args, cwd=cwd, env=env, in_process=True)
+@pytest.fixture
+def cli(tmp_path: Path) -> Cli:
+    """This module's runner: in-process, working in tmp_path, history under tmp_path/home."""
+    return Cli(tmp_path, in_process=True)
 
 
 def click_error(done: Done) -> str:
@@ -55,8 +57,8 @@ def click_error(done: Done) -> str:
 
 
 @pytest.mark.parametrize("command", list(COMMANDS))
-def test_every_command_refuses_an_unknown_option_with_exit_2(tmp_path: Path, command: str) -> None:
-    line = click_error(cli(tmp_path, command, "--no-such-flag"))
+def test_every_command_refuses_an_unknown_option_with_exit_2(cli: Cli, command: str) -> None:
+    line = click_error(cli.run(command, "--no-such-flag"))
     assert line == "Error: No such option '--no-such-flag'."
 
 
@@ -77,13 +79,13 @@ REQUIRED_ARGUMENT = {
 
 
 @pytest.mark.parametrize("command", sorted(REQUIRED_ARGUMENT))
-def test_a_missing_argument_is_named(tmp_path: Path, command: str) -> None:
-    line = click_error(cli(tmp_path, command))
+def test_a_missing_argument_is_named(cli: Cli, command: str) -> None:
+    line = click_error(cli.run(command))
     assert line == f"Error: Missing argument '{REQUIRED_ARGUMENT[command]}'."
 
 
-def test_diff_names_its_second_source_when_only_one_is_given(tmp_path: Path) -> None:
-    assert click_error(cli(tmp_path, "diff", "a.json")) == "Error: Missing argument 'B'."
+def test_diff_names_its_second_source_when_only_one_is_given(cli: Cli) -> None:
+    assert click_error(cli.run("diff", "a.json")) == "Error: Missing argument 'B'."
 
 
 # One out-of-range or mistyped value per command, in the option that command owns.
@@ -112,9 +114,9 @@ def test_the_bad_value_table_covers_every_command() -> None:
 
 @pytest.mark.parametrize(("command", "args", "message"), BAD_VALUES, ids=lambda v: str(v)[:20])
 def test_every_command_refuses_a_bad_value_before_doing_anything(
-    tmp_path: Path, command: str, args: list[str], message: str
+    cli: Cli, tmp_path: Path, command: str, args: list[str], message: str
 ) -> None:
-    line = click_error(cli(tmp_path, command, *args))
+    line = click_error(cli.run(command, *args))
     assert line.startswith("Error: Invalid value for ") and message in line
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # nothing written, not even history
 
@@ -136,31 +138,31 @@ CORE_USAGE_ERRORS = [
 
 @pytest.mark.parametrize(("args", "words"), CORE_USAGE_ERRORS, ids=lambda v: str(v)[:30])
 def test_usage_errors_found_by_the_commands_are_one_line_and_exit_2(
-    tmp_path: Path, args: list[str], words: str
+    cli: Cli, args: list[str], words: str
 ) -> None:
-    the_error_line(cli(tmp_path, *args), ExitCode.USAGE, words)
+    the_error_line(cli.run(*args), ExitCode.USAGE, words)
 
 
-def test_a_mistyped_command_or_option_names_the_closest_one(tmp_path: Path) -> None:
-    assert click_error(cli(tmp_path, "pussh", "x")).endswith(
+def test_a_mistyped_command_or_option_names_the_closest_one(cli: Cli) -> None:
+    assert click_error(cli.run("pussh", "x")).endswith(
         "No such command 'pussh'. Did you mean 'push'?"
     )
-    far = click_error(cli(tmp_path, "frobnicate"))
+    far = click_error(cli.run("frobnicate"))
     assert far == "Error: No such command 'frobnicate'."
-    assert click_error(cli(tmp_path, "repair", "--dryrun")).endswith(
+    assert click_error(cli.run("repair", "--dryrun")).endswith(
         "No such option '--dryrun'. Did you mean '--dry-run'?"
     )
 
 
-def test_help_and_version_exit_0_on_stdout(tmp_path: Path) -> None:
-    top = cli(tmp_path, "--help")
+def test_help_and_version_exit_0_on_stdout(cli: Cli) -> None:
+    top = cli.run("--help")
     assert top.returncode == 0 and top.stderr == ""
     commands = top.stdout.split("Commands:", 1)[1]
     assert re.findall(r"^  (\S+)  ", commands, flags=re.M) == list(COMMANDS)
-    version = cli(tmp_path, "--version")
+    version = cli.run("--version")
     assert version.returncode == 0 and version.stdout.startswith("dflash-provision, version ")
     for command in COMMANDS:
-        done = cli(tmp_path, command, "--help")
+        done = cli.run(command, "--help")
         assert done.returncode == 0 and done.stderr == "", command
         assert "--help" in done.stdout
 
@@ -232,10 +234,10 @@ def test_the_error_table_covers_every_exit_code_and_the_readme_documents_each() 
 
 @pytest.mark.parametrize(("error", "code"), ERROR_TABLE, ids=lambda v: getattr(v, "name", ""))
 def test_each_error_class_exits_with_its_code_and_one_error_line(
-    tmp_path: Path, raising: Callable[[BaseException], None], error: Exception, code: ExitCode
+    cli: Cli, raising: Callable[[BaseException], None], error: Exception, code: ExitCode
 ) -> None:
     raising(error)
-    done = cli(tmp_path, "raise-it")
+    done = cli.run("raise-it")
     assert the_error_line(done, code) == f"error: {error}"
     assert done.stdout == ""
 
@@ -257,14 +259,14 @@ def test_each_error_class_exits_with_its_code_and_one_error_line(
     ids=["ctrl-c", "abort", "click-usage", "click-exception", "bug"],
 )
 def test_interrupts_click_errors_and_bugs_map_to_their_codes(
-    tmp_path: Path,
+    cli: Cli,
     raising: Callable[[BaseException], None],
     error: BaseException,
     code: int,
     line: str,
 ) -> None:
     raising(error)
-    done = cli(tmp_path, "raise-it")
+    done = cli.run("raise-it")
     assert done.returncode == code
     assert line in done.stderr.splitlines()[-1]
     assert "Traceback" not in done.stderr
@@ -276,12 +278,12 @@ def test_interrupts_click_errors_and_bugs_map_to_their_codes(
 @pytest.mark.parametrize("how", ["flag", "env", "neither", "env=0"])
 @pytest.mark.parametrize("error", [UsageError("bad target"), ValueError("a bug")], ids=str)
 def test_debug_flag_or_variable_shows_the_traceback_behind_the_error_line(
-    tmp_path: Path, raising: Callable[[BaseException], None], how: str, error: Exception
+    cli: Cli, raising: Callable[[BaseException], None], how: str, error: Exception
 ) -> None:
     raising(error)
     args = ["--debug", "raise-it"] if how == "flag" else ["raise-it"]
     env = {"env": {DEBUG_ENV: "1"}, "env=0": {DEBUG_ENV: "0"}}.get(how, {})
-    done = cli(tmp_path, *args, **env)
+    done = cli.run(*args, env=env)
     shown = how in ("flag", "env")
     assert ("Traceback (most recent call last)" in done.stderr) is shown
     last = done.stderr.splitlines()[-1]
@@ -291,8 +293,8 @@ def test_debug_flag_or_variable_shows_the_traceback_behind_the_error_line(
         assert "run with --debug" not in last  # no hint to do what was done
 
 
-def test_debug_applies_to_errors_raised_inside_a_real_command(tmp_path: Path) -> None:
-    done = cli(tmp_path, "--debug", "verify", "--from", REF, "root@:/models/x")
+def test_debug_applies_to_errors_raised_inside_a_real_command(cli: Cli) -> None:
+    done = cli.run("--debug", "verify", "--from", REF, "root@:/models/x")
     assert done.returncode == ExitCode.USAGE
     assert "Traceback (most recent call last)" in done.stderr
     assert done.stderr.rstrip().endswith("error: target 'root@:/models/x': empty host name")
@@ -314,8 +316,8 @@ def test_debug_applies_to_errors_raised_inside_a_real_command(tmp_path: Path) ->
 def test_in_process_and_subprocess_runs_give_the_same_code_and_error(
     tmp_path: Path, args: list[str]
 ) -> None:
-    inside = run_cli(*args, cwd=tmp_path, in_process=True)
-    outside = run_cli(*args, cwd=tmp_path)
+    inside = Cli(tmp_path, in_process=True).run(*args)
+    outside = Cli(tmp_path).run(*args)
     assert inside.returncode == outside.returncode
     assert inside.stdout == outside.stdout
     # click's usage line names the program as it was started (pytest vs python -m); the rest

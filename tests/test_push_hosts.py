@@ -21,8 +21,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -38,6 +36,7 @@ from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.transport.factory import open_transport
+from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.ssh import client_options, session_sshd_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
@@ -121,7 +120,6 @@ def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
 def test_cli_push_and_verify_over_ssh(ssh_host):
     seed(ssh_host)
     assert ssh_host.client is not None
-    exe = Path(sys.executable).parent / "dflash-provision"
     common = [
         "--ssh-config",
         str(ssh_host.client.ssh_config),
@@ -134,10 +132,8 @@ def test_cli_push_and_verify_over_ssh(ssh_host):
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(exe), *args, *common], capture_output=True, text=True, timeout=120, check=False
-        )
+    def run(*args: str) -> Done:
+        return run_cli(*args, *common, entry_point=True)
 
     drift = run("verify", spec, "--from", ref)
     assert drift.returncode == ExitCode.DRIFT, drift.stderr
@@ -278,27 +274,13 @@ def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
     (fake / "mv").chmod(0o755)
     ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
     assert ssh_host.client is not None
-    exe = Path(sys.executable).parent / "dflash-provision"
-    result = subprocess.run(
-        [
-            str(exe),
-            "push",
-            f"{ssh_host.alias}:{MODEL}",
-            "--from",
-            str(samples.REFERENCE_DRAFTER),
-            "--ssh-config",
-            str(ssh_host.client.ssh_config),
-            "--known-hosts",
-            str(ssh_host.client.known_hosts),
-            "--identity",
-            str(ssh_host.client.identity),
-            "--no-agent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    result = run_cli(
+        "push", f"{ssh_host.alias}:{MODEL}", "--from", str(samples.REFERENCE_DRAFTER),
+        "--ssh-config", str(ssh_host.client.ssh_config),
+        "--known-hosts", str(ssh_host.client.known_hosts),
+        "--identity", str(ssh_host.client.identity), "--no-agent",
+        entry_point=True,
+    )  # fmt: skip
     assert result.returncode == ExitCode.REMOTE_FAILED
     assert NOT_APPLIED_MESSAGE in result.stderr
     assert_old_kept_no_temp(ssh_host)

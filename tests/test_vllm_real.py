@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -36,6 +35,7 @@ from dflash_provision.testbed import tiny_models, vllm_real
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
 from dflash_provision.validate import validate_config
+from tests.fixtures.cli import run_cli
 from tests.fixtures.runtime import ensure_env_or_skip, free_port
 
 MODELS_DIR = "/root/models"
@@ -107,17 +107,9 @@ class RealBed:
         return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
 
     def cli(self, *args: str) -> Run:
-        env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-        env["DFLASH_PROVISION_HOME"] = str(self.workdir / "home")
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "dflash_provision", *args],
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            cwd=self.workdir,
-            env=env,
-            check=False,
+        done = run_cli(
+            *args, cwd=self.workdir, home=self.workdir / "home", keep_hf=True, timeout=CLI_TIMEOUT_S
         )
         run = Run(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
         print(f"$ dflash-provision {' '.join(args[:2])} -> {run.returncode} in {run.seconds:.1f}s")
