@@ -32,7 +32,7 @@ from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.factory import open_transport
 from tests.fixtures.cli import run_cli
-from tests.fixtures.ssh import client_options
+from tests.fixtures.ssh import client_options, host_args
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 MODEL = "/root/models/X"
@@ -132,15 +132,7 @@ def test_remote_reads_of_a_2gb_config_stop_at_the_limit_and_say_so(ssh_host):
 def test_cli_diff_and_verify_of_a_big_remote_config_are_one_line_errors(ssh_host, tmp_path):
     big_config(ssh_host, 50 * 1024 * 1024)
     assert ssh_host.client is not None
-    conn = [
-        "--ssh-config",
-        str(ssh_host.client.ssh_config),
-        "--known-hosts",
-        str(ssh_host.client.known_hosts),
-        "--identity",
-        str(ssh_host.client.identity),
-        "--no-agent",
-    ]
+    conn = host_args(ssh_host)
     spec = f"{ssh_host.alias}:{MODEL}"
     verify = run_cli("verify", spec, "--from", str(samples.REFERENCE_DRAFTER), *conn, home=tmp_path)
     assert "larger than 1 MiB" in verify.stdout + verify.stderr

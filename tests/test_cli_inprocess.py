@@ -199,28 +199,18 @@ ERROR_TABLE: list[tuple[DflashProvisionError, ExitCode]] = [
     (RemoteStepFailed("disk full", step="write"), ExitCode.REMOTE_FAILED),
     (ContainerError("not running"), ExitCode.CONTAINER),
     (LocalWriteFailed("history unwritable"), ExitCode.LOCAL_WRITE),
-    (HubError("no repo", exit_code=E.HUB_REPO_NOT_FOUND), E.HUB_REPO_NOT_FOUND),
-    (HubError("gated", exit_code=E.HUB_GATED), E.HUB_GATED),
-    (
-        HubError("no rev", exit_code=ExitCode.HUB_REVISION_NOT_FOUND),
-        ExitCode.HUB_REVISION_NOT_FOUND,
-    ),
-    (HubError("no file", exit_code=E.HUB_FILE_NOT_FOUND), E.HUB_FILE_NOT_FOUND),
-    (HubError("down", exit_code=E.HUB_UNREACHABLE), E.HUB_UNREACHABLE),
-    (
-        HubError("offline", exit_code=ExitCode.HUB_OFFLINE_NOT_CACHED),
-        ExitCode.HUB_OFFLINE_NOT_CACHED,
-    ),
-    (HubError("bad bytes", exit_code=E.HUB_INTEGRITY), E.HUB_INTEGRITY),
+    # HubError carries the code of the way the Hub failed (10-16).
+    *[(HubError(code.name, exit_code=code), code) for code in ExitCode if 10 <= code <= 16],
     (RuntimeFailure("exited"), ExitCode.LAUNCH_FAILED),
-    (RuntimeFailure("none", exit_code=ExitCode.NOT_RUNNING), ExitCode.NOT_RUNNING),
-    (RuntimeFailure("taken", exit_code=ExitCode.PORT_TAKEN), ExitCode.PORT_TAKEN),
-    (RuntimeFailure("no vllm", exit_code=ExitCode.VLLM_UNUSABLE), ExitCode.VLLM_UNUSABLE),
-    (
-        DflashProvisionError("stage c", exit_code=ExitCode.RUNTIME_CHECK_FAILED),
-        ExitCode.RUNTIME_CHECK_FAILED,
-    ),
-    (DflashProvisionError("1.1%", exit_code=ExitCode.ACCEPTANCE_LOW), ExitCode.ACCEPTANCE_LOW),
+    *[
+        (RuntimeFailure(code.name, exit_code=code), code)
+        for code in (E.NOT_RUNNING, E.PORT_TAKEN, E.VLLM_UNUSABLE)
+    ],
+    # codes with no class of their own: the base class with the code given
+    *[
+        (DflashProvisionError(code.name, exit_code=code), code)
+        for code in (E.RUNTIME_CHECK_FAILED, E.ACCEPTANCE_LOW)
+    ],
     (DflashProvisionError("plain"), ExitCode.ERROR),
 ]
 

@@ -20,6 +20,7 @@ from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.validate import parse_config, validate_config
 from tests.fixtures.cli import Cli, run_cli, the_error_line
+from tests.fixtures.ssh import host_args
 
 REFERENCE_TEXT = samples.REFERENCE_DRAFTER.read_text()
 REFERENCE = REFERENCE_TEXT.encode()
@@ -184,19 +185,6 @@ def test_unexpected_exception_is_one_line_that_says_how_to_get_the_traceback(
 # real hosts: never pushed, and a hostile file already on a host is just "invalid"
 
 
-def _ssh_args(host: Host) -> list[str]:
-    assert host.client is not None
-    return [
-        "--ssh-config",
-        str(host.client.ssh_config),
-        "--known-hosts",
-        str(host.client.known_hosts),
-        "--identity",
-        str(host.client.identity),
-        "--no-agent",
-    ]
-
-
 def _model_dir(host: Host) -> Path:
     return host.root_dir / MODEL[len("/root/") :]
 
@@ -213,7 +201,7 @@ def test_push_of_an_absurd_number_is_refused_and_the_host_file_is_untouched(
     bad = tmp_path / "config.json"
     bad.write_bytes(reference_with("max_position_embeddings", literal))
     spec = f"{ssh_host.alias}:{MODEL}"
-    done = Cli(tmp_path).run("push", spec, "--from", str(bad), *_ssh_args(ssh_host))
+    done = Cli(tmp_path).run("push", spec, "--from", str(bad), *host_args(ssh_host))
     the_error_line(done, ExitCode.INVALID, "refusing to push", "max_position_embeddings")
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_bytes() == REFERENCE
@@ -244,12 +232,12 @@ def test_push_over_a_hostile_deep_file_writes_and_audit_calls_it_invalid(
     (directory / "config.json").write_bytes(nested(200_000))
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
-    audit = Cli(tmp_path).run("audit", spec, "--from", ref, "--json", *_ssh_args(ssh_host))
+    audit = Cli(tmp_path).run("audit", spec, "--from", ref, "--json", *host_args(ssh_host))
     assert audit.returncode == ExitCode.DRIFT, audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert host["status"] == "invalid"
     assert "nested more than 64 levels deep" in host["detail"]
-    pushed = Cli(tmp_path).run("push", spec, "--from", ref, "--json", *_ssh_args(ssh_host))
+    pushed = Cli(tmp_path).run("push", spec, "--from", ref, "--json", *host_args(ssh_host))
     assert pushed.returncode == 0, pushed.stderr
     result = json.loads(pushed.stdout)
     assert result["status"] == "written"

@@ -28,7 +28,13 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ContainerError, ExitCode, UnreachableError
-from dflash_provision.push import NOT_APPLIED_MESSAGE, PushStatus, push_config, rollback_config
+from dflash_provision.push import (
+    NOT_APPLIED_MESSAGE,
+    PushResult,
+    PushStatus,
+    push_config,
+    rollback_config,
+)
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.sources import LoadedConfig
@@ -37,7 +43,7 @@ from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.transport.factory import open_transport
 from tests.fixtures.cli import Done, run_cli
-from tests.fixtures.ssh import client_options, session_sshd_pids
+from tests.fixtures.ssh import client_options, host_args, session_sshd_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -61,6 +67,13 @@ def seed(host: Host, data: bytes = INCIDENT) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_bytes(data)
     return directory
+
+
+def push_reference(host: Host, model: str = MODEL) -> PushResult:
+    """Push the reference config to ``host:model`` over a fresh SSH connection."""
+    target = parse_target(f"{host.alias}:{model}")
+    with open_transport(target, client_options(host)) as transport:
+        return push_config(transport, target, loaded(REFERENCE))
 
 
 def remote_listing(host: Host, directory: str) -> list[str]:
@@ -120,15 +133,7 @@ def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
 def test_cli_push_and_verify_over_ssh(ssh_host):
     seed(ssh_host)
     assert ssh_host.client is not None
-    common = [
-        "--ssh-config",
-        str(ssh_host.client.ssh_config),
-        "--known-hosts",
-        str(ssh_host.client.known_hosts),
-        "--identity",
-        str(ssh_host.client.identity),
-        "--no-agent",
-    ]
+    common = host_args(ssh_host)
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
 
@@ -185,9 +190,7 @@ def test_hung_host_times_out_and_leaves_file_alone(ssh_host):
 def test_disk_full_fails_at_the_write_step_and_keeps_old_file(ssh_host):
     seed(ssh_host)
     ssh_host.fill_disk(MODEL)
-    target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, client_options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE))
+    result = push_reference(ssh_host)
     assert result.status is PushStatus.FAILED
     assert result.write is not None and result.write.reason == "no-space"
     assert result.failed_step in ("write", "lock", "tmp")
@@ -198,9 +201,7 @@ def test_disk_full_fails_at_the_write_step_and_keeps_old_file(ssh_host):
 def test_read_only_filesystem_fails_and_keeps_old_file(ssh_host):
     seed(ssh_host)
     ssh_host.make_readonly(MODEL)
-    target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, client_options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE))
+    result = push_reference(ssh_host)
     assert result.status is PushStatus.FAILED
     assert result.write is not None and result.write.reason == "read-only"
     assert_old_kept_no_temp(ssh_host)
@@ -222,9 +223,7 @@ def test_symlinked_destination_is_refused(ssh_host):
     directory = seed(ssh_host)
     (directory / "config.json").rename(directory / "real.json")
     (directory / "config.json").symlink_to("real.json")
-    target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, client_options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE))
+    result = push_reference(ssh_host)
     assert (result.status, result.failed_step) == (PushStatus.FAILED, "symlink")
     assert (directory / "real.json").read_bytes() == INCIDENT
     assert (directory / "config.json").is_symlink()
@@ -275,12 +274,13 @@ def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
     ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
     assert ssh_host.client is not None
     result = run_cli(
-        "push", f"{ssh_host.alias}:{MODEL}", "--from", str(samples.REFERENCE_DRAFTER),
-        "--ssh-config", str(ssh_host.client.ssh_config),
-        "--known-hosts", str(ssh_host.client.known_hosts),
-        "--identity", str(ssh_host.client.identity), "--no-agent",
+        "push",
+        f"{ssh_host.alias}:{MODEL}",
+        "--from",
+        str(samples.REFERENCE_DRAFTER),
+        *host_args(ssh_host),
         entry_point=True,
-    )  # fmt: skip
+    )
     assert result.returncode == ExitCode.REMOTE_FAILED
     assert NOT_APPLIED_MESSAGE in result.stderr
     assert_old_kept_no_temp(ssh_host)

@@ -28,6 +28,7 @@ from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
+from dflash_provision.testbed.lxc import Container
 from dflash_provision.transport.factory import open_transport
 from tests.fixtures.ssh import client_options, session_sshd_pids
 from tests.fixtures.transports import busybox_transport
@@ -87,6 +88,19 @@ def test_write_that_hangs_is_ended_at_its_deadline_and_leaves_nothing_behind(ssh
     assert (directory / "config.json").read_bytes() == REFERENCE
 
 
+def hang_sha256sum_in(container: Container) -> tuple[Path, Path]:
+    """Seed /models/X/config.json in ``container`` and put a sha256sum that hangs first on its
+    PATH; returns the model directory and the tool (controller-side paths)."""
+    directory = container.rootfs / "models" / "X"
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_bytes(INCIDENT)
+    tool = container.rootfs / "usr" / "local" / "bin" / "sha256sum"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text(HANGING_TOOL)
+    tool.chmod(0o755)
+    return directory, tool
+
+
 @pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.lxc
@@ -94,14 +108,7 @@ def test_write_that_hangs_in_a_busybox_container_is_ended_and_its_mkdir_lock_rel
     lxc_container_on_host,
 ):
     container = lxc_container_on_host
-    rootfs = container.rootfs
-    directory = rootfs / "models" / "X"
-    directory.mkdir(parents=True)
-    (directory / "config.json").write_bytes(INCIDENT)
-    tool = rootfs / "usr" / "local" / "bin" / "sha256sum"
-    tool.parent.mkdir(parents=True, exist_ok=True)
-    tool.write_text(HANGING_TOOL)
-    tool.chmod(0o755)
+    directory, tool = hang_sha256sum_in(container)
     target = parse_target(f"{container.host.alias}/lxc:{container.name}:/models/X")
     with open_transport(target, client_options(container.host)) as transport:
         outcome = write_or_timeout(transport, target.config_path, REFERENCE, timeout=6)
@@ -240,14 +247,7 @@ def test_container_killed_mid_push_leaves_a_lock_that_the_next_push_breaks(lxc_c
     # and started again, and the next push's script is started the same way in a fresh PID
     # namespace, so it typically gets the very pid recorded in the lock, which is then alive.
     container = lxc_container_on_host
-    rootfs = container.rootfs
-    directory = rootfs / "models" / "X"
-    directory.mkdir(parents=True)
-    (directory / "config.json").write_bytes(INCIDENT)
-    tool = rootfs / "usr" / "local" / "bin" / "sha256sum"
-    tool.parent.mkdir(parents=True, exist_ok=True)
-    tool.write_text(HANGING_TOOL)
-    tool.chmod(0o755)
+    directory, tool = hang_sha256sum_in(container)
     lockdir = directory / ".dflash-backups" / "config.json.lockdir"
     target = parse_target(f"{container.host.alias}/lxc:{container.name}:/models/X")
     first: list[object] = []

@@ -231,6 +231,15 @@ def test_proxyjump_to_a_dead_target_is_unreachable(fleet: Fleet, tmp_path: Path)
     assert "through jump host" in caught.value.message
 
 
+def home_that_knows(host: Host, tmp_path: Path) -> Path:
+    """A fresh HOME whose ~/.ssh holds only a known_hosts that knows ``host``."""
+    assert host.client is not None
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(host.client.known_hosts.read_text())
+    return home
+
+
 @pytest.mark.integration
 @pytest.mark.root
 def test_default_key_in_home_ssh_is_used_without_identityfile(
@@ -238,11 +247,9 @@ def test_default_key_in_home_ssh_is_used_without_identityfile(
 ) -> None:
     h01 = fleet.hosts[0]
     assert h01.client is not None
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
+    home = home_that_knows(h01, tmp_path)
     (home / ".ssh" / "id_ed25519").write_bytes(h01.client.identity.read_bytes())
     (home / ".ssh" / "id_ed25519").chmod(0o600)
-    (home / ".ssh" / "known_hosts").write_text(h01.client.known_hosts.read_text())
     monkeypatch.setenv("HOME", str(home))
     options = SshOptions(ssh_config_path=None, use_agent=False)
     with SshTransport(h01.address, user="root", options=options) as ssh:
@@ -256,10 +263,7 @@ def test_key_held_only_by_a_real_ssh_agent_authenticates(
 ) -> None:
     """No key file anywhere the transport looks: only the agent (OpenSSH's ssh-agent) has it."""
     h01 = fleet.hosts[0]
-    assert h01.client is not None
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "known_hosts").write_text(h01.client.known_hosts.read_text())
+    home = home_that_knows(h01, tmp_path)
     socket_path = tmp_path / "agent.sock"
     agent = subprocess.Popen(
         ["ssh-agent", "-D", "-a", str(socket_path)],
