@@ -262,6 +262,29 @@ def test_interrupts_click_errors_and_bugs_map_to_their_codes(
     assert "Traceback" not in done.stderr
 
 
+# -- a history that cannot record: exit 9 unless the command has more urgent news -------------
+
+
+def test_a_history_that_cannot_record_turns_success_into_exit_9_and_says_so(
+    cli: Cli, tmp_path: Path
+) -> None:
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_bytes(samples.REFERENCE_DRAFTER.read_bytes())
+    (tmp_path / "not-a-dir").write_text("")
+    unwritable = {"DFLASH_PROVISION_HOME": str(tmp_path / "not-a-dir")}
+    done = cli.run("push", str(tmp_path / "model"), "--from", REF, env=unwritable)
+    assert "unchanged: " in done.stdout  # the push itself was done and reported
+    line = the_error_line(done, ExitCode.LOCAL_WRITE, "not recorded in the history")
+    assert "is not a directory" in line
+
+    # A command that failed keeps its own code; the history line comes after its error line.
+    failed = cli.run("rollback", str(tmp_path / "model"), env=unwritable)
+    assert failed.returncode == ExitCode.USAGE
+    lines = failed.stderr.splitlines()
+    assert len(lines) == 2 and "no backups" in lines[0]
+    assert lines[1].startswith("error: not recorded in the history: ")
+
+
 # -- --debug -----------------------------------------------------------------------------------
 
 
