@@ -9,6 +9,9 @@ transformers" means, without any timing.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,7 +21,6 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host, refused_address
 from dflash_provision.validate import validate_config
-from tests.fixtures.cli import Done, run_cli
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
@@ -122,10 +124,20 @@ def test_the_cache_can_be_turned_off(home: Path, monkeypatch: pytest.MonkeyPatch
 # the real CLI: what a second command imports
 
 
-def run_noting_imports(workdir: Path, home: Path, *args: str) -> tuple[Done, bool]:
+def run_cli(workdir: Path, home: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], bool]:
     """Run the CLI under -X importtime; returns the process and whether it imported
     transformers."""
-    done = run_cli(*args, cwd=workdir, home=home, python_options=("-X", "importtime"))
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_"))}
+    env["DFLASH_PROVISION_HOME"] = str(home)
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "dflash_provision", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=workdir,
+        env=env,
+        check=False,
+    )
     imported = any(
         line.startswith("import time:") and line.split("|")[-1].strip() == "transformers"
         for line in done.stderr.splitlines()
@@ -150,10 +162,10 @@ def test_second_push_and_repair_of_the_same_config_do_not_import_transformers(
     target = f"{ssh_host.alias}:{MODEL}"
     home = tmp_path / "home"
     push = ["push", target, "--from", "config.json", "--mkdir", *ssh_args(ssh_host)]
-    first, imported = run_noting_imports(tmp_path, home, *push)
+    first, imported = run_cli(tmp_path, home, *push)
     assert first.returncode == 0, first.stderr
     assert imported, "the first validation of a config loads it through transformers"
-    second, imported = run_noting_imports(tmp_path, home, *push)
+    second, imported = run_cli(tmp_path, home, *push)
     assert second.returncode == 0, second.stderr
     assert "unchanged" in second.stdout
     assert not imported
@@ -161,11 +173,11 @@ def test_second_push_and_repair_of_the_same_config_do_not_import_transformers(
     # The host drifts to a file this machine has judged before (validate did): repair needs
     # neither verdict anew.
     (tmp_path / "incident.json").write_bytes(INCIDENT)
-    judged, imported = run_noting_imports(tmp_path, home, "validate", "incident.json")
+    judged, imported = run_cli(tmp_path, home, "validate", "incident.json")
     assert judged.returncode == 0 and imported
     (ssh_host.root_dir / MODEL.removeprefix("/root/") / "config.json").write_bytes(INCIDENT)
     repair = ["repair", target, "--from", "config.json", *ssh_args(ssh_host)]
-    fixed, imported = run_noting_imports(tmp_path, home, *repair)
+    fixed, imported = run_cli(tmp_path, home, *repair)
     assert fixed.returncode == 0, fixed.stdout + fixed.stderr
     assert "wrote" in fixed.stdout
     assert not imported
@@ -182,15 +194,15 @@ def test_second_audit_of_a_drifted_host_does_not_import_transformers(
     (model / "config.json").write_bytes(INCIDENT)
     home = tmp_path / "home"
     audit = ["audit", f"{ssh_host.alias}:{MODEL}", "--from", "config.json", *ssh_args(ssh_host)]
-    first, imported = run_noting_imports(tmp_path, home, *audit)
+    first, imported = run_cli(tmp_path, home, *audit)
     assert first.returncode == ExitCode.DRIFT, first.stdout + first.stderr
     assert imported  # the host's file was judged (is it loader-normalised?) the first time
-    second, imported = run_noting_imports(tmp_path, home, *audit)
+    second, imported = run_cli(tmp_path, home, *audit)
     assert second.returncode == ExitCode.DRIFT
     assert "drifted" in second.stdout
     assert not imported
     verify = ["verify", f"{ssh_host.alias}:{MODEL}", "--from", "config.json", *ssh_args(ssh_host)]
-    checked, imported = run_noting_imports(tmp_path, home, *verify)
+    checked, imported = run_cli(tmp_path, home, *verify)
     assert checked.returncode == ExitCode.DRIFT
     assert not imported
 
@@ -202,7 +214,7 @@ def test_push_to_an_unreachable_host_fails_before_validating(tmp_path: Path) -> 
     doc["_comment"] = "never validated on this machine"
     (tmp_path / "fresh.json").write_text(json.dumps(doc))
     address, port = refused_address()
-    done, imported = run_noting_imports(
+    done, imported = run_cli(
         tmp_path,
         tmp_path / "home",
         "push",
