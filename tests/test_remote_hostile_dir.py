@@ -30,7 +30,7 @@ from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.transport.factory import open_transport
-from tests.fixtures.ssh import client_options
+from tests.fixtures.ssh import client_options as options
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -75,13 +75,13 @@ def plant_fifo(path: Path) -> None:
 
 def push(host: Host, data: bytes = REFERENCE, **kwargs):  # type: ignore[no-untyped-def]
     target = parse_target(f"{host.alias}:{MODEL}")
-    with open_transport(target, client_options(host, command_timeout=15.0)) as transport:
+    with open_transport(target, options(host, command_timeout=15.0)) as transport:
         return push_config(transport, target, LoadedConfig(label="test", data=data), **kwargs)
 
 
 def rollback(host: Host, **kwargs):  # type: ignore[no-untyped-def]
     target = parse_target(f"{host.alias}:{MODEL}")
-    with open_transport(target, client_options(host, command_timeout=15.0)) as transport:
+    with open_transport(target, options(host, command_timeout=15.0)) as transport:
         return rollback_config(transport, target, **kwargs)
 
 
@@ -222,7 +222,7 @@ def test_rollback_refuses_a_backup_that_is_a_symlink_even_in_roots_own_backup_di
     with pytest.raises(NoBackups):
         rollback(ssh_host)  # a link is not a backup: never listed
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, client_options(ssh_host)) as transport:
+    with open_transport(target, options(ssh_host)) as transport:
         assert list_remote_backups(transport, target.config_path) == []
         with pytest.raises(RemoteStepFailed) as caught:  # nor read, when asked for by name
             read_backup(transport, target.config_path, "config.json.20990101T000000Z")
@@ -281,7 +281,7 @@ def test_busybox_container_push_refuses_planted_links_and_works_in_a_clean_dir(
     plant_link(backups / "config.json.out", "/secret")
     plant_link(backups / "config.json.lockdir", "/lockdir-elsewhere")
     target = parse_target(f"{host.alias}/lxc:{container.name}:/models/X")
-    with open_transport(target, client_options(host, command_timeout=20.0)) as transport:
+    with open_transport(target, options(host, command_timeout=20.0)) as transport:
         result = push_config(transport, target, LoadedConfig(label="t", data=REFERENCE))
         assert secret.read_bytes() == SECRET
         assert not (rootfs / "lockdir-elsewhere").exists()
@@ -303,7 +303,7 @@ def test_write_outcome_names_the_trust_step_for_an_untrusted_backup_dir(ssh_host
     directory = hostile_model_dir(ssh_host)
     planted_backup_dir(directory)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, client_options(ssh_host)) as transport:
+    with open_transport(target, options(ssh_host)) as transport:
         outcome = write_remote_config(transport, f"{MODEL}/config.json", REFERENCE)
     assert outcome.status is WriteStatus.FAILED
     assert (outcome.failed_step, outcome.reason) == ("trust", "unsafe-dir")

@@ -4,6 +4,7 @@ decisions), plus one whole lifecycle on this machine with the vLLM stand-in (no 
 from __future__ import annotations
 
 import json
+import socket
 import sys
 from pathlib import Path
 
@@ -28,7 +29,6 @@ from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.local import LocalTransport
-from tests.fixtures.runtime import free_port
 
 
 def _record(**changes: object) -> LaunchRecord:
@@ -127,6 +127,12 @@ def test_mixed_sliding_and_full_drafter_gets_the_v2_runner_and_refuses_an_explic
 # one whole lifecycle on this machine (LocalTransport, plain HTTP), with the real stand-in
 
 
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
 @pytest.mark.integration
 def test_local_launch_is_ready_then_found_by_its_port_and_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
@@ -143,7 +149,7 @@ def test_local_launch_is_ready_then_found_by_its_port_and_stopped(
         (directory / "config.json").write_bytes(source.read_bytes())
     standin = install_standin(None, str(tmp_path / "standin"), verify=False)
     authority = LoadedConfig("reference", samples.REFERENCE_DRAFTER.read_bytes())
-    port = free_port()
+    port = _free_port()
     request = LaunchRequest(
         model=str(model),
         port=port,
@@ -190,7 +196,7 @@ def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
     from dflash_provision.runtime.process import start_server
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
-    port = free_port()
+    port = _free_port()
     lock = tmp_path / "state" / "dflash-provision" / "vllm" / str(port) / "starting"
     lock.mkdir(parents=True)
     starter = subprocess.Popen(["sleep", "60"])  # another launch, mid-start
