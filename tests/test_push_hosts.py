@@ -45,16 +45,16 @@ from dflash_provision.transport.factory import open_transport
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.ssh import client_options, host_args, session_sshd_pids
 
-# Old import paths (tests.test_push_hosts.options / _session_sshd_pids), kept only so branches
-# written before tests/fixtures/ssh.py still import; new code imports tests.fixtures.ssh.
-options = client_options
-_session_sshd_pids = session_sshd_pids
-
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
+
+# Old import paths (tests.test_push_hosts.options / _session_sshd_pids), kept only so branches
+# written before tests/fixtures/ssh.py still import; new code imports tests.fixtures.ssh.
+options = client_options
+_session_sshd_pids = session_sshd_pids
 
 
 def loaded(data: bytes) -> LoadedConfig:
