@@ -2,6 +2,12 @@
 
 import importlib.util
 
-_FIXTURE_MODULES = ["tests.fixtures.hub", "tests.fixtures.hosts", "tests.fixtures.configs"]
+_FIXTURE_MODULES = [
+    "tests.fixtures.hub",
+    "tests.fixtures.hosts",
+    "tests.fixtures.configs",
+    "tests.fixtures.cli",
+    "tests.fixtures.standin",
+]
 
 pytest_plugins = [m for m in _FIXTURE_MODULES if importlib.util.find_spec(m) is not None]

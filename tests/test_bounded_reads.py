@@ -32,21 +32,11 @@ from dflash_provision.sources import MAX_SOURCE_BYTES, load_source
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.factory import open_transport
-from tests.test_push_hosts import options
+from tests.fixtures.cli import run_cli
+from tests.fixtures.ssh import client_options, host_args
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 MODEL = "/root/models/X"
-
-
-def cli(*args: str, **kwargs) -> subprocess.CompletedProcess[str]:  # type: ignore[no-untyped-def]
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-        **kwargs,
-    )
 
 
 def test_the_limit_is_the_same_on_both_sides_of_the_wire():
@@ -80,7 +70,7 @@ def test_a_fifo_source_is_refused_without_waiting_for_a_writer(tmp_path):
 
 @pytest.mark.parametrize("device", ["/dev/zero", "/dev/null", "/dev/urandom"])
 def test_a_device_source_is_refused_as_a_one_line_usage_error(device):
-    result = cli("validate", device)
+    result = run_cli("validate", device)
     assert result.returncode == ExitCode.USAGE, result.stderr
     assert result.stderr.strip() == (
         f"error: {device}: a character device, not a regular file: refusing to read it"
@@ -118,7 +108,7 @@ def big_config(host, size: int = 2 * 1024**3) -> Path:  # type: ignore[no-untype
 def test_remote_reads_of_a_2gb_config_stop_at_the_limit_and_say_so(ssh_host):
     big_config(ssh_host)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         for metadata, remote_hash in ((True, True), (False, True), (False, False)):
             read = read_remote_config(
                 transport, target.config_path, metadata=metadata, remote_hash=remote_hash
@@ -143,18 +133,9 @@ def test_remote_reads_of_a_2gb_config_stop_at_the_limit_and_say_so(ssh_host):
 def test_cli_diff_and_verify_of_a_big_remote_config_are_one_line_errors(ssh_host, tmp_path):
     big_config(ssh_host, 50 * 1024 * 1024)
     assert ssh_host.client is not None
-    conn = [
-        "--ssh-config",
-        str(ssh_host.client.ssh_config),
-        "--known-hosts",
-        str(ssh_host.client.known_hosts),
-        "--identity",
-        str(ssh_host.client.identity),
-        "--no-agent",
-    ]
-    env = {**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path)}
+    conn = host_args(ssh_host)
     spec = f"{ssh_host.alias}:{MODEL}"
-    verify = cli("verify", spec, "--from", str(samples.REFERENCE_DRAFTER), *conn, env=env)
+    verify = run_cli("verify", spec, "--from", str(samples.REFERENCE_DRAFTER), *conn, home=tmp_path)
     assert "larger than 1 MiB" in verify.stdout + verify.stderr
     assert verify.returncode not in (0, 1), verify.stderr
     assert "Traceback" not in verify.stderr

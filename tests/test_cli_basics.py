@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,25 +12,9 @@ import pytest
 from dflash_provision import __version__
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet
+from tests.fixtures.cli import Done, run_cli
 
 HEAVY_MODULES = ("paramiko", "transformers", "huggingface_hub", "deepdiff", "jsonschema")
-
-
-def run_cli(
-    *args: str, cwd: Path | None = None, debug_env: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-    if debug_env is not None:
-        env["DFLASH_PROVISION_DEBUG"] = debug_env
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env,
-        check=False,
-    )
 
 
 def test_help_lists_every_command_without_importing_heavy_libraries() -> None:
@@ -85,19 +68,10 @@ def test_diff_and_validate_read_a_remote_target_over_ssh(fleet: Fleet, tmp_path:
     home = tmp_path / "home"
     (home / ".ssh").mkdir(parents=True)
     (home / ".ssh" / "config").write_text(fleet.client.ssh_config.read_text())
-    env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-    env["HOME"] = str(home)
     target = f"{host.alias}:/root/models/diff-remote"
 
-    def cli(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [sys.executable, "-m", "dflash_provision", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            env=env,
-            check=False,
-        )
+    def cli(*args: str) -> Done:
+        return run_cli(*args, env={"HOME": str(home)})  # ~/.ssh/config names the host
 
     diff = cli("diff", target, str(samples.REFERENCE_DRAFTER))
     assert diff.returncode == 4, diff.stderr
@@ -117,7 +91,7 @@ def test_debug_flag_or_variable_shows_the_traceback_behind_an_error_line(how: st
     args = ["verify", "--from", str(samples.REFERENCE_DRAFTER), "root@:/models/x"]
     if how == "flag":
         args.insert(0, "--debug")
-    done = run_cli(*args, debug_env="1" if how == "env" else None)
+    done = run_cli(*args, env={"DFLASH_PROVISION_DEBUG": "1"} if how == "env" else None)
     assert done.returncode == 2
     assert done.stderr.rstrip().endswith("error: target 'root@:/models/x': empty host name")
     shown = "Traceback (most recent call last)" in done.stderr

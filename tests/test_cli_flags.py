@@ -4,9 +4,6 @@ with a warning, and "Did you mean" for mistyped commands and options."""
 from __future__ import annotations
 
 import importlib
-import os
-import subprocess
-import sys
 from collections import defaultdict
 from pathlib import Path
 
@@ -17,6 +14,7 @@ from dflash_provision.cli.main import COMMANDS
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import refused_address
+from tests.fixtures.cli import Cli
 
 # The same file under two parameter names: fetch writes the pin into it, the others read it.
 SAME_MEANING = {"--lock": {"lock", "lock_path"}}
@@ -60,31 +58,17 @@ def test_no_flag_means_two_things_across_commands() -> None:
     assert meanings["--identity"] == {"identity"}
 
 
-def run_cli(cwd: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_"))}
-    base["DFLASH_PROVISION_HOME"] = str(cwd / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**base, **env},
-        check=False,
-    )
-
-
 def test_a_mistyped_command_suggests_the_closest_one(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "pussh", "x")
+    done = Cli(tmp_path).run("pussh", "x")
     assert done.returncode == ExitCode.USAGE
     assert "No such command 'pussh'. Did you mean 'push'?" in done.stderr
-    far = run_cli(tmp_path, "frobnicate")
+    far = Cli(tmp_path).run("frobnicate")
     assert far.returncode == ExitCode.USAGE
     assert "No such command 'frobnicate'." in far.stderr and "Did you mean" not in far.stderr
 
 
 def test_a_mistyped_option_suggests_the_closest_one(tmp_path: Path) -> None:
-    done = run_cli(tmp_path, "repair", "--dryrun")
+    done = Cli(tmp_path).run("repair", "--dryrun")
     assert done.returncode == ExitCode.USAGE
     assert "Did you mean '--dry-run'?" in done.stderr
 
@@ -95,34 +79,33 @@ def test_old_short_identity_on_push_still_works_and_says_what_to_type(tmp_path: 
     (tmp_path / "config.json").write_bytes(samples.REFERENCE_DRAFTER.read_bytes())
     address, port = refused_address()
     target = f"ssh://root@{address}:{port}/root/models/x"
-    done = run_cli(tmp_path, "push", target, "--from", "config.json", "-i", str(key))
+    done = Cli(tmp_path).run("push", target, "--from", "config.json", "-i", str(key))
     assert done.returncode == ExitCode.UNREACHABLE, done.stderr  # the key was taken, then refused
     warning, error = done.stderr.strip().splitlines()
     assert warning == (
         "warning: -i KEY is deprecated; use --identity KEY (-i names the inventory, as in Ansible)"
     )
     assert error.startswith("error: ") and "refused" in error
-    plain = run_cli(tmp_path, "push", target, "--from", "config.json", "--identity", str(key))
+    plain = Cli(tmp_path).run("push", target, "--from", "config.json", "--identity", str(key))
     assert "deprecated" not in plain.stderr
 
 
 def test_history_row_count_is_last_and_the_old_limit_still_works(tmp_path: Path) -> None:
-    new = run_cli(tmp_path, "history", "-n", "3")
+    new = Cli(tmp_path).run("history", "-n", "3")
     assert new.returncode == 0 and new.stderr == ""
-    old = run_cli(tmp_path, "history", "--limit", "3")
+    old = Cli(tmp_path).run("history", "--limit", "3")
     assert old.returncode == 0
     assert "warning: --limit N is deprecated; use --last N" in old.stderr
 
 
 @pytest.mark.parametrize("command", ["push", "verify", "audit"])
 def test_the_ssh_config_can_come_from_the_environment(tmp_path: Path, command: str) -> None:
-    done = run_cli(
-        tmp_path,
+    done = Cli(tmp_path).run(
         command,
         "h01:/root/models/x",
         "--from",
         str(samples.REFERENCE_DRAFTER),
-        DFLASH_PROVISION_SSH_CONFIG=str(tmp_path / "no-such-ssh-config"),
+        env={"DFLASH_PROVISION_SSH_CONFIG": str(tmp_path / "no-such-ssh-config")},
     )
     assert done.returncode == ExitCode.USAGE
     assert "DFLASH_PROVISION_SSH_CONFIG" in done.stderr and "does not exist" in done.stderr

@@ -20,14 +20,13 @@ import os
 import pwd
 import shutil
 import sqlite3
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
+from tests.fixtures.cli import Done, run_cli
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
@@ -42,19 +41,14 @@ _FULL_DISK = (
 
 def cli(
     *args: str, home: Path, cwd: Path, namespace: tuple[str, Path] | None = None, **env: str
-) -> subprocess.CompletedProcess[str]:
-    environ = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-    environ.update(DFLASH_PROVISION_HOME=str(home), **env)
-    argv = [sys.executable, "-m", "dflash_provision", *args]
-    if namespace is not None:
-        script, directory = namespace
-        argv = ["unshare", "-m", "sh", "-c", script, "sh", str(directory), *argv]
-    return subprocess.run(
-        argv, capture_output=True, text=True, timeout=120, cwd=cwd, env=environ, check=False
-    )
+) -> Done:
+    """The CLI, in a private mount namespace set up by ``namespace`` (script, directory)."""
+    script, directory = namespace or ("", None)
+    prefix = ["unshare", "-m", "sh", "-c", script, "sh", str(directory)] if namespace else []
+    return run_cli(*args, cwd=cwd, home=home, env=env, prefix=prefix)
 
 
-def error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:
+def error_lines(proc: Done) -> list[str]:
     lines = [line for line in proc.stderr.splitlines() if line.strip()]
     assert "Traceback" not in proc.stderr, proc.stderr
     assert all(line.startswith("error: ") for line in lines), proc.stderr
@@ -70,13 +64,13 @@ def model(tmp_path: Path, data: bytes = INCIDENT) -> Path:
 
 def push(
     directory: Path, home: Path, namespace: tuple[str, Path] | None = None, **env: str
-) -> subprocess.CompletedProcess[str]:
+) -> Done:
     ref = str(samples.REFERENCE_DRAFTER)
     args = ("push", str(directory), "--from", ref)
     return cli(*args, home=home, cwd=directory.parent, namespace=namespace, **env)
 
 
-def assert_pushed_and_reported(proc: subprocess.CompletedProcess[str], directory: Path) -> None:
+def assert_pushed_and_reported(proc: Done, directory: Path) -> None:
     assert "written: " in proc.stdout, proc.stdout + proc.stderr
     assert (directory / "config.json").read_bytes() == REFERENCE
 

@@ -4,28 +4,16 @@ target-side probe run by this interpreter's python and real transformers, and no
 from __future__ import annotations
 
 import json
-import socket
 import sys
 from pathlib import Path
 
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from tests.test_push_cli_failures import Cli
+from tests.fixtures.cli import Cli
+from tests.fixtures.runtime import NO_SWA, REFERENCE, free_port
 
 pytestmark = [pytest.mark.integration]
-
-REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
-NO_SWA = (
-    json.dumps({**json.loads(REFERENCE), "use_sliding_window": False}, indent=2) + "\n"
-).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @pytest.fixture

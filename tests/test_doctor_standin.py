@@ -10,12 +10,10 @@ import json
 import pytest
 
 from dflash_provision.errors import ExitCode
-from tests import test_runtime_check_standin as standin
-from tests.test_runtime_check_standin import DRAFTER_DIR, INCIDENT, Bed, ContainerBed
+from tests.fixtures.runtime import DRAFTER_DIR, INCIDENT
+from tests.fixtures.standin import Bed, ContainerBed
 
-# The same beds as runtime-check's tests (a host with the stand-in; a container inside it).
-bed = standin.bed
-container_bed = standin.container_bed
+# `bed` and `container_bed` (tests/fixtures/standin.py) are the beds runtime-check uses too.
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 

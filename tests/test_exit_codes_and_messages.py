@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,30 +18,10 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host, refused_address
 from dflash_provision.validate import parse_config
+from tests.fixtures.cli import Cli, run_cli, the_error_line
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
-
-
-def run_cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("DFLASH_", "HF_"))}
-    env["DFLASH_PROVISION_HOME"] = str(cwd / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env=env,
-        check=False,
-    )
-
-
-def one_error_line(done: subprocess.CompletedProcess[str], code: ExitCode) -> str:
-    assert done.returncode == code, done.stdout + done.stderr
-    lines = [line for line in done.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: "), done.stderr
-    return lines[0]
 
 
 @pytest.fixture
@@ -59,14 +37,14 @@ def test_rollback_of_a_target_without_backups_is_a_usage_error_not_a_bug(
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_bytes(REFERENCE)
-    line = one_error_line(run_cli(tmp_path, "rollback", str(model)), ExitCode.USAGE)
+    line = the_error_line(Cli(tmp_path).run("rollback", str(model)), ExitCode.USAGE)
     assert "no backups" in line and "push keeps one" in line
 
 
 def test_a_missing_directory_is_said_in_words_not_internal_tokens(
     tmp_path: Path, reference: Path
 ) -> None:
-    done = run_cli(tmp_path, "verify", str(tmp_path / "nowhere"), "--from", str(reference))
+    done = Cli(tmp_path).run("verify", str(tmp_path / "nowhere"), "--from", str(reference))
     assert done.returncode == ExitCode.DRIFT, done.stderr
     assert "its directory does not exist; push --mkdir creates it" in done.stdout
     assert "dir-missing" not in done.stdout + done.stderr
@@ -83,7 +61,7 @@ def test_json_errors_are_whole_phrases_with_their_position() -> None:
 
 def test_a_half_written_file_reads_as_a_whole_phrase_in_validate(tmp_path: Path) -> None:
     (tmp_path / "half.json").write_bytes(REFERENCE[: len(REFERENCE) // 2])
-    done = run_cli(tmp_path, "validate", "half.json", "--no-effective")
+    done = Cli(tmp_path).run("validate", "half.json", "--no-effective")
     assert done.returncode == ExitCode.INVALID
     assert "invalid JSON: unterminated string starting at line" in done.stdout
     assert not any(line.rstrip().endswith(" at") for line in done.stdout.splitlines())
@@ -103,8 +81,8 @@ def test_a_file_that_is_not_a_key_is_a_usage_error_before_connecting(
     tmp_path: Path, reference: Path, nowhere: str
 ) -> None:
     (tmp_path / "notes.txt").write_text("not a key\n")
-    done = run_cli(tmp_path, "push", nowhere, "--from", str(reference), "--identity", "notes.txt")
-    line = one_error_line(done, ExitCode.USAGE)
+    done = Cli(tmp_path).run("push", nowhere, "--from", str(reference), "--identity", "notes.txt")
+    line = the_error_line(done, ExitCode.USAGE)
     assert "notes.txt: not a private key file" in line
 
 
@@ -114,8 +92,8 @@ def test_a_public_key_given_as_identity_names_the_private_one(
     pub = tmp_path / "id_ed25519.pub"
     pub.write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIEx demo@host\n")
     for command in (["verify", nowhere], ["audit", nowhere]):
-        done = run_cli(tmp_path, *command, "--from", str(reference), "--identity", str(pub))
-        line = one_error_line(done, ExitCode.USAGE)
+        done = Cli(tmp_path).run(*command, "--from", str(reference), "--identity", str(pub))
+        line = the_error_line(done, ExitCode.USAGE)
         assert "this is a public key" in line and f"{tmp_path / 'id_ed25519'} " in line
 
 
@@ -124,8 +102,8 @@ def test_a_fifo_given_as_identity_is_refused_without_waiting_on_it(
 ) -> None:
     fifo = tmp_path / "key"
     os.mkfifo(fifo)
-    done = run_cli(tmp_path, "push", nowhere, "--from", str(reference), "--identity", str(fifo))
-    assert "not a regular file" in one_error_line(done, ExitCode.USAGE)
+    done = Cli(tmp_path).run("push", nowhere, "--from", str(reference), "--identity", str(fifo))
+    assert "not a regular file" in the_error_line(done, ExitCode.USAGE)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -146,20 +124,12 @@ def test_an_unreadable_remote_file_exits_7_from_diff_verify_and_audit(
     # diff reads remote SOURCEs through ~/.ssh/config: give it the fleet's file there.
     (tmp_path / "userhome" / ".ssh").mkdir(parents=True)
     (tmp_path / "userhome" / ".ssh" / "config").write_bytes(ssh_host.client.ssh_config.read_bytes())
-    env_diff = subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "diff", target, str(reference)],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=tmp_path,
-        env={**os.environ, **home},
-        check=False,
-    )
-    line = one_error_line(env_diff, ExitCode.REMOTE_FAILED)
+    env_diff = run_cli("diff", target, str(reference), cwd=tmp_path, env=home)
+    line = the_error_line(env_diff, ExitCode.REMOTE_FAILED)
     assert "not a regular file" in line
-    verify = run_cli(tmp_path, "verify", target, "--from", str(reference), *ssh)
-    assert "not a regular file" in one_error_line(verify, ExitCode.REMOTE_FAILED)
-    audit = run_cli(tmp_path, "audit", target, "--from", str(reference), *ssh, "--json")
+    verify = Cli(tmp_path).run("verify", target, "--from", str(reference), *ssh)
+    assert "not a regular file" in the_error_line(verify, ExitCode.REMOTE_FAILED)
+    audit = Cli(tmp_path).run("audit", target, "--from", str(reference), *ssh, "--json")
     assert audit.returncode == ExitCode.REMOTE_FAILED, audit.stdout + audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert "not a regular file" in host["detail"]

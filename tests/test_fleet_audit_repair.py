@@ -18,9 +18,6 @@ Layout (set up fresh before each test through the hosts' /root on the controller
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
@@ -44,6 +41,7 @@ from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet, known_hosts_name
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
+from tests.fixtures.cli import Done, run_cli
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -127,31 +125,14 @@ class Scenario:
             use_agent=False,
         )
 
-    def cli(self, *args: str) -> subprocess.CompletedProcess[str]:
+    def cli(self, *args: str) -> Done:
         assert self.fleet.client is not None
-        env = {**os.environ, "DFLASH_PROVISION_HOME": str(self.home), "COLUMNS": "200"}
-        return subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "dflash_provision",
-                *args,
-                "-i",
-                str(self.inventory),
-                "--ssh-config",
-                str(self.fleet.client.ssh_config),
-                "--known-hosts",
-                str(self.known_hosts),
-                "--connect-timeout",
-                "1.5",
-                "--no-agent",
-            ],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+        return run_cli(
+            *args, "-i", str(self.inventory),
+            "--ssh-config", str(self.fleet.client.ssh_config),
+            "--known-hosts", str(self.known_hosts), "--connect-timeout", "1.5", "--no-agent",
+            home=self.home, env={"COLUMNS": "200"},
+        )  # fmt: skip
 
 
 @pytest.fixture(scope="module")

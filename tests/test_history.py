@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import subprocess
 import sys
@@ -15,6 +14,7 @@ import pytest
 
 from dflash_provision import history
 from dflash_provision.history import AuditRecord, HistoryStore, HostKey
+from tests.fixtures.cli import run_cli
 
 
 @pytest.fixture
@@ -240,25 +240,13 @@ def test_busy_retry_waits_out_a_lock_and_gives_up_after_its_budget():
 
 
 def test_history_cli_shows_json_and_filters(tmp_path):
-    env = {**os.environ, history.HOME_ENV: str(tmp_path)}
     store = HistoryStore(tmp_path / history.DB_FILENAME)
     store.record_finish(store.record_start("push", HostKey("h01"), "/m/config.json"), status="ok")
     store.record_start("repair", HostKey("h02"), "/m/config.json")  # never finished
-    out = subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "history", "--json", "--host", "h02"],
-        env=env,
-        capture_output=True,
-        check=True,
-        timeout=60,
-    )
+    out = run_cli("history", "--json", "--host", "h02", home=tmp_path)
+    assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [(r["host"], r["status"], r["incomplete"]) for r in rows] == [("h02", "started", True)]
-    table = subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "history", "--last", "5"],
-        env=env,
-        capture_output=True,
-        check=True,
-        text=True,
-        timeout=60,
-    )
+    table = run_cli("history", "--last", "5", home=tmp_path)
+    assert table.returncode == 0, table.stderr
     assert "incomplete" in table.stdout and "h01" in table.stdout

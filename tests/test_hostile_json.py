@@ -9,9 +9,6 @@ nobody expected is one line that says how to see the traceback (exit 1).
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -22,6 +19,8 @@ from dflash_provision.push import config_diff
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.validate import parse_config, validate_config
+from tests.fixtures.cli import Cli, run_cli, the_error_line
+from tests.fixtures.ssh import host_args
 
 REFERENCE_TEXT = samples.REFERENCE_DRAFTER.read_text()
 REFERENCE = REFERENCE_TEXT.encode()
@@ -38,31 +37,6 @@ def reference_with(field: str, literal: str) -> bytes:
 
 def nested(depth: int) -> bytes:
     return ('{"a": ' + "[" * depth + "]" * depth + "}").encode()
-
-
-def cli(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-    base["DFLASH_PROVISION_HOME"] = str(cwd / "home")
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        cwd=cwd,
-        env={**base, **(env or {})},
-        check=False,
-    )
-
-
-def one_error_line(proc: subprocess.CompletedProcess, code: int, *words: str) -> str:
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: ")
-    assert "Traceback" not in proc.stderr
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -136,7 +110,7 @@ def test_push_diff_of_a_hostile_current_file_is_a_note_not_a_crash() -> None:
 def test_validate_cli_refuses_an_infinite_rope_theta_that_used_to_pass(tmp_path: Path) -> None:
     bad = tmp_path / "config.json"
     bad.write_bytes(reference_with("rope_theta", "1e999999"))
-    done = cli("validate", str(bad), "--json", cwd=tmp_path)
+    done = Cli(tmp_path).run("validate", str(bad), "--json")
     assert done.returncode == ExitCode.INVALID, done.stderr
     report = json.loads(done.stdout)
     assert report["layers"]["parse"] == "failed"
@@ -149,7 +123,7 @@ def test_validate_cli_on_a_document_nested_to_the_size_limit_is_a_parse_error_no
     # As deep as the 1 MiB read limit allows (deeper files are refused by size first).
     bad = tmp_path / "deep.json"
     bad.write_bytes(nested(500_000))
-    done = cli("validate", str(bad), cwd=tmp_path)
+    done = Cli(tmp_path).run("validate", str(bad))
     assert done.returncode == ExitCode.INVALID
     assert "Traceback" not in done.stderr
     assert "line 1, column 70: nested more than 64 levels deep" in done.stdout
@@ -158,15 +132,15 @@ def test_validate_cli_on_a_document_nested_to_the_size_limit_is_a_parse_error_no
 def test_diff_json_prints_only_json_and_refuses_an_infinite_number(tmp_path: Path) -> None:
     bad = tmp_path / "a.json"
     bad.write_bytes(reference_with("rope_theta", "1e999999"))
-    done = cli("diff", "--json", str(bad), str(samples.REFERENCE_DRAFTER), cwd=tmp_path)
-    one_error_line(done, ExitCode.INVALID, "rope_theta", "overflows to infinity")
+    done = Cli(tmp_path).run("diff", "--json", str(bad), str(samples.REFERENCE_DRAFTER))
+    the_error_line(done, ExitCode.INVALID, "rope_theta", "overflows to infinity")
     assert done.stdout == ""  # never "Infinity", which is not JSON
 
 
 def test_diff_json_output_always_parses_as_strict_json(tmp_path: Path) -> None:
     other = tmp_path / "b.json"
     other.write_bytes(reference_with("rms_norm_eps", "1e-300"))
-    done = cli("diff", "--json", str(samples.REFERENCE_DRAFTER), str(other), cwd=tmp_path)
+    done = Cli(tmp_path).run("diff", "--json", str(samples.REFERENCE_DRAFTER), str(other))
     assert done.returncode == ExitCode.DRIFT, done.stderr
     payload = strict_json.loads(done.stdout)
     assert payload["changes"] == [
@@ -180,9 +154,9 @@ def test_diff_on_a_duplicate_key_says_so_instead_of_identical(tmp_path: Path) ->
     single = tmp_path / "single.json"
     single.write_text('{"sliding_window": 2048}')
     for args in ((str(doubled), str(single)), (str(single), str(doubled))):
-        done = cli("diff", *args, cwd=tmp_path)
+        done = Cli(tmp_path).run("diff", *args)
         assert "identical" not in done.stdout
-        one_error_line(done, ExitCode.INVALID, "sliding_window appears twice (null, then 2048)")
+        the_error_line(done, ExitCode.INVALID, "sliding_window appears twice (null, then 2048)")
 
 
 def test_unexpected_exception_is_one_line_that_says_how_to_get_the_traceback(
@@ -197,22 +171,11 @@ def test_unexpected_exception_is_one_line_that_says_how_to_get_the_traceback(
         "v.validate_config = broken\n"
     )
     env = {"PYTHONPATH": str(tmp_path)}
-    exe = str(Path(sys.executable).parent / "dflash-provision")
-    args = [exe, "validate", "--no-effective", str(samples.REFERENCE_DRAFTER)]
-    base = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-    done = subprocess.run(
-        args, capture_output=True, text=True, timeout=120, env={**base, **env}, check=False
-    )
-    line = one_error_line(done, ExitCode.ERROR, "unexpected KeyError", "'planted bug")
+    args = ["validate", "--no-effective", str(samples.REFERENCE_DRAFTER)]
+    done = run_cli(*args, env=env, entry_point=True)
+    line = the_error_line(done, ExitCode.ERROR, "unexpected KeyError", "'planted bug")
     assert line.endswith("; run with --debug (or DFLASH_PROVISION_DEBUG=1) for the traceback")
-    debug = subprocess.run(
-        [exe, "--debug", *args[1:]],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**base, **env},
-        check=False,
-    )
+    debug = run_cli("--debug", *args, env=env, entry_point=True)
     assert debug.returncode == ExitCode.ERROR
     assert "Traceback (most recent call last)" in debug.stderr
     assert debug.stderr.rstrip().splitlines()[-1].startswith("error: unexpected KeyError")
@@ -220,19 +183,6 @@ def test_unexpected_exception_is_one_line_that_says_how_to_get_the_traceback(
 
 # ---------------------------------------------------------------------------------------------
 # real hosts: never pushed, and a hostile file already on a host is just "invalid"
-
-
-def _ssh_args(host: Host) -> list[str]:
-    assert host.client is not None
-    return [
-        "--ssh-config",
-        str(host.client.ssh_config),
-        "--known-hosts",
-        str(host.client.known_hosts),
-        "--identity",
-        str(host.client.identity),
-        "--no-agent",
-    ]
 
 
 def _model_dir(host: Host) -> Path:
@@ -251,8 +201,8 @@ def test_push_of_an_absurd_number_is_refused_and_the_host_file_is_untouched(
     bad = tmp_path / "config.json"
     bad.write_bytes(reference_with("max_position_embeddings", literal))
     spec = f"{ssh_host.alias}:{MODEL}"
-    done = cli("push", spec, "--from", str(bad), *_ssh_args(ssh_host), cwd=tmp_path)
-    one_error_line(done, ExitCode.INVALID, "refusing to push", "max_position_embeddings")
+    done = Cli(tmp_path).run("push", spec, "--from", str(bad), *host_args(ssh_host))
+    the_error_line(done, ExitCode.INVALID, "refusing to push", "max_position_embeddings")
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_bytes() == REFERENCE
 
@@ -266,8 +216,8 @@ def test_force_does_not_push_a_number_that_does_not_parse_as_a_config(
     (directory / "config.json").write_bytes(REFERENCE)
     bad = tmp_path / "bad.json"
     bad.write_bytes(reference_with("rope_theta", literal))
-    done = cli("push", str(directory), "--from", str(bad), "--force", cwd=tmp_path)
-    one_error_line(done, ExitCode.INVALID, "even with --force", "rope_theta")
+    done = Cli(tmp_path).run("push", str(directory), "--from", str(bad), "--force")
+    the_error_line(done, ExitCode.INVALID, "even with --force", "rope_theta")
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_bytes() == REFERENCE
 
@@ -282,12 +232,12 @@ def test_push_over_a_hostile_deep_file_writes_and_audit_calls_it_invalid(
     (directory / "config.json").write_bytes(nested(200_000))
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
-    audit = cli("audit", spec, "--from", ref, "--json", *_ssh_args(ssh_host), cwd=tmp_path)
+    audit = Cli(tmp_path).run("audit", spec, "--from", ref, "--json", *host_args(ssh_host))
     assert audit.returncode == ExitCode.DRIFT, audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert host["status"] == "invalid"
     assert "nested more than 64 levels deep" in host["detail"]
-    pushed = cli("push", spec, "--from", ref, "--json", *_ssh_args(ssh_host), cwd=tmp_path)
+    pushed = Cli(tmp_path).run("push", spec, "--from", ref, "--json", *host_args(ssh_host))
     assert pushed.returncode == 0, pushed.stderr
     result = json.loads(pushed.stdout)
     assert result["status"] == "written"

@@ -8,7 +8,6 @@ import json
 import re
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -26,6 +25,7 @@ from dflash_provision.testbed.hub_standin import (
     HubStandin,
     older_reference_layout,
 )
+from tests.fixtures.cli import Done, run_cli
 
 pytestmark = pytest.mark.integration
 
@@ -33,18 +33,8 @@ REPO = samples.REFERENCE_REPO
 RESOLVE_MAIN = f"/{REPO}/resolve/main/config.json"
 
 
-def run_fetch(
-    args: list[str], env: dict[str, str], cwd: Path, timeout: float = 60
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "fetch", *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+def run_fetch(args: list[str], env: dict[str, str], cwd: Path, timeout: float = 60) -> Done:
+    return run_cli("fetch", *args, cwd=cwd, base_env=env, timeout=timeout)
 
 
 def error_lines(proc: subprocess.CompletedProcess[str]) -> list[str]:

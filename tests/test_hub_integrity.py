@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +16,7 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.hub_integrity import declared_mismatch
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hub_standin import Fault, HubStandin, git_blob_sha
+from tests.fixtures.cli import Done, run_cli, the_error_line
 
 pytestmark = pytest.mark.integration
 
@@ -28,28 +27,8 @@ assert len(SAME_SIZE_TAMPERED) == len(REFERENCE) and SAME_SIZE_TAMPERED != REFER
 REPO = "test/served-wrong"
 
 
-def fetch(
-    env: dict[str, str], cwd: Path, *args: str, repo: str = REPO
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "fetch", repo, *args],
-        env=env,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def the_error_line(proc: subprocess.CompletedProcess[str], code: int, *words: str) -> str:
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, proc.stderr
-    assert lines[0].startswith("error: "), lines[0]
-    for word in words:
-        assert word in lines[0], lines[0]
-    return lines[0]
+def fetch(env: dict[str, str], cwd: Path, *args: str, repo: str = REPO) -> Done:
+    return run_cli("fetch", repo, *args, cwd=cwd, base_env=env)
 
 
 def cached_blobs(hf_home: Path) -> list[Path]:

@@ -100,9 +100,9 @@ def test_our_yaml_reports_unknown_field_with_line(tmp_path):
     assert "unknown field" in info.value.message
 
 
-def test_our_yaml_requires_a_pinned_revision_with_repo(tmp_path):
-    inv = write(
-        tmp_path,
+# Inventories that must be refused, each naming the file, the line and the field at fault.
+BAD_INVENTORIES = [
+    pytest.param(
         "fleet.yaml",
         """
         defaults:
@@ -113,14 +113,10 @@ def test_our_yaml_requires_a_pinned_revision_with_repo(tmp_path):
               repo: z-lab/Qwen3.6-27B-DFlash
             hosts: [gpu1]
         """,
-    )
-    with pytest.raises(UsageError, match=r"fleet.yaml:6: groups.east.drafter.revision: missing"):
-        load_inventory(inv)
-
-
-def test_our_yaml_rejects_two_drafter_sources(tmp_path):
-    inv = write(
-        tmp_path,
+        r"fleet.yaml:6: groups.east.drafter.revision: missing",
+        id="our_yaml_requires_a_pinned_revision_with_repo",
+    ),
+    pytest.param(
         "fleet.yaml",
         """
         defaults:
@@ -130,14 +126,10 @@ def test_our_yaml_rejects_two_drafter_sources(tmp_path):
             from: b.json
         hosts: [gpu1]
         """,
-    )
-    with pytest.raises(UsageError, match=r"fleet.yaml:4: defaults.drafter: give exactly one of"):
-        load_inventory(inv)
-
-
-def test_our_yaml_bad_port_names_line_and_field(tmp_path):
-    inv = write(
-        tmp_path,
+        r"fleet.yaml:4: defaults.drafter: give exactly one of",
+        id="our_yaml_rejects_two_drafter_sources",
+    ),
+    pytest.param(
         "fleet.yaml",
         """
         defaults:
@@ -147,14 +139,10 @@ def test_our_yaml_bad_port_names_line_and_field(tmp_path):
           - address: gpu1
             port: 99999
         """,
-    )
-    with pytest.raises(UsageError, match=r"fleet.yaml:6: hosts\[0\].port: expected 1..65535"):
-        load_inventory(inv)
-
-
-def test_host_without_drafter_names_its_line(tmp_path):
-    inv = write(
-        tmp_path,
+        r"fleet.yaml:6: hosts\[0\].port: expected 1..65535",
+        id="our_yaml_bad_port_names_line_and_field",
+    ),
+    pytest.param(
         "fleet.yaml",
         """
         defaults:
@@ -162,14 +150,70 @@ def test_host_without_drafter_names_its_line(tmp_path):
         hosts:
           - gpu1
         """,
-    )
-    with pytest.raises(UsageError, match=r"fleet.yaml:4: host 'gpu1' has no drafter"):
-        load_inventory(inv)
+        r"fleet.yaml:4: host 'gpu1' has no drafter",
+        id="host_without_drafter_names_its_line",
+    ),
+    pytest.param(
+        "fleet.yaml",
+        """
+        defaults: {path: /root/models/X, drafter: {from: x.json}}
+        hosts:
+          - {address: pve1, container: "pct:abc"}
+        """,
+        r"fleet.yaml:3: container: .*VMID",
+        id="bad_container_kind_is_refused_with_line",
+    ),
+    pytest.param(
+        "hosts.yml",
+        """
+        all:
+          vars: {dflash_path: /m, dflash_from: x.json}
+          hosts:
+            h1:
+              ansible_port: nope
+        """,
+        r"hosts.yml:5: ansible_port: expected 1..65535",
+        id="ansible_yaml_bad_port_names_the_line_of_the_var",
+    ),
+    pytest.param(
+        "hosts.ini",
+        """
+        [east]
+        gpu1
+
+        [east:vars]
+        dflash_path=/m
+        dflash_lock=a.lock
+        dflash_from=x.json
+        """,
+        r"hosts.ini:7: host 'gpu1': dflash_lock and dflash_from",
+        id="ansible_ini_two_sources_at_one_level_is_an_error",
+    ),
+    pytest.param(
+        "fleet.yaml",
+        "defaults:\n  path: /x\n hosts: [a\n",
+        r"fleet.yaml:\d+: not valid YAML",
+        id="invalid_yaml_reports_line",
+    ),
+    pytest.param(
+        "hosts.ini",
+        "[east]\ngpu1\n[east:varz]\n",
+        r"hosts.ini:3: bad section header",
+        id="ansible_ini_bad_section_header_names_the_line",
+    ),
+    pytest.param(
+        "hosts.ini",
+        "[east]\ngpu1 ansible_user\n",
+        r"hosts.ini:2: host gpu1: expected key=value",
+        id="ansible_ini_bad_host_var_names_the_line",
+    ),
+]
 
 
-def test_invalid_yaml_reports_line(tmp_path):
-    inv = write(tmp_path, "fleet.yaml", "defaults:\n  path: /x\n hosts: [a\n")
-    with pytest.raises(UsageError, match=r"fleet.yaml:\d+: not valid YAML"):
+@pytest.mark.parametrize(("name", "text", "message"), BAD_INVENTORIES)
+def test_a_bad_inventory_is_refused_naming_its_line(tmp_path, name, text, message):
+    inv = write(tmp_path, name, text)
+    with pytest.raises(UsageError, match=message):
         load_inventory(inv)
 
 
@@ -186,20 +230,6 @@ def test_duplicate_host_names_are_refused(tmp_path):
     )
     with pytest.raises(UsageError, match=r"'gpu1' is used twice"):
         load_members(inv)
-
-
-def test_bad_container_kind_is_refused_with_line(tmp_path):
-    inv = write(
-        tmp_path,
-        "fleet.yaml",
-        """
-        defaults: {path: /root/models/X, drafter: {from: x.json}}
-        hosts:
-          - {address: pve1, container: "pct:abc"}
-        """,
-    )
-    with pytest.raises(UsageError, match=r"fleet.yaml:3: container: .*VMID"):
-        load_inventory(inv)
 
 
 def test_ansible_yaml_inherits_vars_through_children(tmp_path):
@@ -245,22 +275,6 @@ def test_ansible_yaml_inherits_vars_through_children(tmp_path):
     assert solo.group == UNGROUPED
     assert solo.target.path == "/root/models/Qwen3.6-27B-DFlash"
     assert solo.source == SourceSpec(RepoRef("z-lab/Qwen3.6-27B-DFlash", SHA))
-
-
-def test_ansible_yaml_bad_port_names_the_line_of_the_var(tmp_path):
-    inv = write(
-        tmp_path,
-        "hosts.yml",
-        """
-        all:
-          vars: {dflash_path: /m, dflash_from: x.json}
-          hosts:
-            h1:
-              ansible_port: nope
-        """,
-    )
-    with pytest.raises(UsageError, match=r"hosts.yml:5: ansible_port: expected 1..65535"):
-        load_inventory(inv)
 
 
 def test_ansible_ini_groups_vars_children_and_ranges(tmp_path):
@@ -320,36 +334,6 @@ def test_ansible_ini_deeper_group_source_replaces_inherited_one(tmp_path):
     )
     (member,) = load_inventory(inv)
     assert member.source == SourceSpec(lock=str(tmp_path / "a.lock"))
-
-
-def test_ansible_ini_two_sources_at_one_level_is_an_error(tmp_path):
-    inv = write(
-        tmp_path,
-        "hosts.ini",
-        """
-        [east]
-        gpu1
-
-        [east:vars]
-        dflash_path=/m
-        dflash_lock=a.lock
-        dflash_from=x.json
-        """,
-    )
-    with pytest.raises(UsageError, match=r"hosts.ini:7: host 'gpu1': dflash_lock and dflash_from"):
-        load_inventory(inv)
-
-
-def test_ansible_ini_bad_section_header_names_the_line(tmp_path):
-    inv = write(tmp_path, "hosts.ini", "[east]\ngpu1\n[east:varz]\n")
-    with pytest.raises(UsageError, match=r"hosts.ini:3: bad section header"):
-        load_inventory(inv)
-
-
-def test_ansible_ini_bad_host_var_names_the_line(tmp_path):
-    inv = write(tmp_path, "hosts.ini", "[east]\ngpu1 ansible_user\n")
-    with pytest.raises(UsageError, match=r"hosts.ini:2: host gpu1: expected key=value"):
-        load_inventory(inv)
 
 
 def test_command_line_options_override_the_inventory(tmp_path):

@@ -14,7 +14,8 @@ from dflash_provision.inventory import load_inventory
 from dflash_provision.inventory.limit import select
 from dflash_provision.testbed.hosts import Fleet
 from dflash_provision.testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
-from tests.test_push_cli_failures import Cli, ssh_args
+from tests.fixtures.cli import Cli
+from tests.fixtures.ssh import ssh_args
 
 INI = """
 [east]

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
@@ -20,8 +19,8 @@ from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import HostRoute, SshOptions
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
-from tests.test_push_cli_failures import Cli, ssh_args
-from tests.test_transport_ssh import accepted_logins
+from tests.fixtures.cli import Cli, run_cli
+from tests.fixtures.ssh import accepted_logins, ssh_args
 
 COMMON = "dflash_path=/root/models/m dflash_from=/dev/null"
 
@@ -184,14 +183,7 @@ def test_ansible_connection_local_works_on_this_machine_and_unknown_ones_are_ref
     )
     (member,) = load_inventory(inv)
     assert member.target.host is None  # no SSH to "localhost"
-    audited = subprocess.run(
-        [sys.executable, "-m", "dflash_provision", "audit", "-i", str(inv), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
-        check=False,
-    )
+    audited = run_cli("audit", "-i", inv, "--json", home=tmp_path / "home")
     assert audited.returncode == 0, audited.stderr
     assert json.loads(audited.stdout)["hosts"][0]["status"] == "in_sync"
     inv.write_text(inv.read_text().replace("ansible_connection=local", "ansible_connection=docker"))

@@ -3,26 +3,13 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from dflash_provision.testbed import samples
-
-
-def run_cli(home: Path, *args: str | Path) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "DFLASH_PROVISION_HOME": str(home)}
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *map(str, args)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+from tests.fixtures.cli import run_cli
 
 
 def _reference_with(**changes: Any) -> bytes:
@@ -59,13 +46,14 @@ def test_validate_json_and_audit_agree_on_which_files_are_loader_normalised(
 
     validated = {}
     for name, directory in dirs.items():
-        proc = run_cli(home, "validate", directory / "config.json", "--json")
+        proc = run_cli("validate", directory / "config.json", "--json", home=home, timeout=300)
         assert proc.stdout, proc.stderr
         validated[name] = json.loads(proc.stdout)["loader_normalised"]
 
     proc = run_cli(
-        home, "audit", "--json", "--from", samples.REFERENCE_DRAFTER, *map(str, dirs.values())
-    )
+        "audit", "--json", "--from", samples.REFERENCE_DRAFTER, *dirs.values(),
+        home=home, timeout=300,
+    )  # fmt: skip
     hosts = json.loads(proc.stdout)["hosts"]
     audited = {
         name: host["status"] == "loader_normalised" for name, host in zip(dirs, hosts, strict=True)

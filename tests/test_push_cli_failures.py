@@ -23,17 +23,11 @@ codes; see dflash_provision.testbed.lxc.emulator_scripts). The busybox container
 
 from __future__ import annotations
 
-import contextlib
 import hashlib
 import json
-import os
-import shutil
 import subprocess
-import sys
-import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -42,164 +36,21 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
+from tests.fixtures.cli import Cli, the_error_line
+from tests.fixtures.login_users import (
+    LoginUser,
+    add_private_login_users,
+    fleet_for_any_user,
+    free_uids,
+)
+from tests.fixtures.model_dirs import INCIDENT, REFERENCE, in_root, seed, snapshot
+from tests.fixtures.ssh import host_key_line, ssh_args
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
-
-REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
-INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers shared with test_sudo.py
-
-
-@dataclass(frozen=True)
-class Cli:
-    """Runs the real CLI in a subprocess with its own history directory and working dir."""
-
-    workdir: Path
-
-    def run(self, *args: str) -> subprocess.CompletedProcess[str]:
-        env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-        env["DFLASH_PROVISION_HOME"] = str(self.workdir / "home")
-        started = time.monotonic()
-        proc = subprocess.run(
-            [sys.executable, "-m", "dflash_provision", *args],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            cwd=self.workdir,  # no stray ./dflash.lock is picked up
-            env=env,
-            check=False,
-        )
-        print(
-            f"$ dflash-provision {' '.join(args[:2])} ... -> {proc.returncode} "
-            f"in {time.monotonic() - started:.2f}s\n{proc.stderr}",
-            end="",
-        )
-        return proc
-
-
-def the_error_line(proc: subprocess.CompletedProcess[str], code: ExitCode, *words: str) -> str:
-    """Assert exit ``code`` and that stderr is one ``error:`` line containing every word."""
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    lines = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert len(lines) == 1, f"expected one error line, got:\n{proc.stderr}"
-    assert lines[0].startswith("error: "), lines[0]
-    for word in words:
-        assert word in lines[0], f"{word!r} missing from {lines[0]!r}"
-    return lines[0]
-
-
-def snapshot(directory: Path) -> dict[str, bytes | None]:
-    """Every entry under ``directory`` (recursively): file bytes, or None for a directory."""
-    entries: dict[str, bytes | None] = {}
-    for path in sorted(directory.rglob("*")):
-        rel = str(path.relative_to(directory))
-        entries[rel] = None if path.is_dir() and not path.is_symlink() else path.read_bytes()
-    return entries
-
-
-def seed(directory: Path, data: bytes = INCIDENT) -> dict[str, bytes | None]:
-    """Put the old config in ``directory`` (controller-side path); return its snapshot."""
-    directory.mkdir(parents=True, exist_ok=True)
-    (directory / "config.json").write_bytes(data)
-    return snapshot(directory)
-
-
-def in_root(host: Host, remote: str) -> Path:
-    """Controller-side path of ``remote`` under the host's private /root."""
-    assert remote.startswith("/root/")
-    return host.root_dir / remote[len("/root/") :]
-
-
-@dataclass(frozen=True)
-class LoginUser:
-    """An unprivileged account; ``sudo_rule`` is its /etc/sudoers.d line after the name."""
-
-    name: str
-    uid: int
-    sudo_rule: str | None = None
-    sudo_defaults: str | None = None  # e.g. "requiretty" -> "Defaults:NAME requiretty"
-
-
-def free_uids(count: int, start: int = 4200) -> list[int]:
-    """Uids (= gids) that no account or group on this machine uses."""
-    used = {int(line.split(":")[2]) for line in Path("/etc/passwd").read_text().splitlines()}
-    used |= {int(line.split(":")[2]) for line in Path("/etc/group").read_text().splitlines()}
-    found: list[int] = []
-    uid = start
-    while len(found) < count:
-        if uid not in used:
-            found.append(uid)
-        uid += 1
-    return found
-
-
-def add_private_login_users(host: Host, users: Sequence[LoginUser]) -> None:
-    """Make ``users`` exist inside ``host`` only, able to log in with the fleet's client key.
-
-    Fleet hosts share /etc with the controller but each has a private mount namespace, so
-    copies of /etc/passwd, /etc/group, /etc/shadow (plus /etc/sudoers.d when a user has a sudo
-    rule) are bind-mounted over the originals inside ``host``; the controller's /etc is never
-    changed and the mounts vanish with the host. The shadow field is ``*`` (no password, not
-    locked: sshd without PAM refuses keys for accounts locked with ``!``). The testbed's
-    absolute AuthorizedKeysFile lets the client key log in as any account.
-    """
-    etc = host.dir / "private-etc"
-    if etc.exists():
-        raise RuntimeError(f"{host.name}: private /etc files are already set up")
-    etc.mkdir()
-    extra = {"passwd": "", "group": "", "shadow": ""}
-    for user in users:
-        home = host.dir / f"home-{user.name}"
-        home.mkdir()
-        os.chown(home, user.uid, user.uid)
-        extra["passwd"] += f"{user.name}:x:{user.uid}:{user.uid}::{home}:/bin/sh\n"
-        extra["group"] += f"{user.name}:x:{user.uid}:\n"
-        extra["shadow"] += f"{user.name}:*:19000:0:99999:7:::\n"
-    for name, lines in extra.items():
-        original = Path("/etc") / name
-        copy = etc / name
-        shutil.copy2(original, copy)  # keeps mode and group (shadow: 0640 root:shadow)
-        with copy.open("a") as f:
-            f.write(lines)
-        host.exec(["mount", "--bind", str(copy), str(original)], check=True)
-    rules = [u for u in users if u.sudo_rule is not None]
-    if rules:
-        sudoers = etc / "sudoers.d"
-        shutil.copytree("/etc/sudoers.d", sudoers)
-        for user in rules:
-            rule = sudoers / f"testbed-{user.name}"
-            text = f"{user.name} {user.sudo_rule}\n"
-            if user.sudo_defaults:
-                text += f"Defaults:{user.name} {user.sudo_defaults}\n"
-            rule.write_text(text)
-            rule.chmod(0o440)  # sudo ignores rule files others can write
-        host.exec(["mount", "--bind", str(sudoers), "/etc/sudoers.d"], check=True)
 
 
 # ---------------------------------------------------------------------------------------------
 # one fleet for the module: h01 (general), h02 (stopped / hung), h03 (pct / incus emulators)
-
-
-@contextlib.contextmanager
-def fleet_for_any_user(count: int) -> Iterator[Fleet]:
-    """A started Fleet whose files non-root logins can reach.
-
-    sshd reads the (absolute) AuthorizedKeysFile as the logging-in user, so every directory
-    above it must be traversable: pytest's tmp dirs are 0700, hence a 0755 dir of our own.
-    """
-    reason = missing_prerequisites()
-    if reason:
-        pytest.skip(f"testbed: {reason}")
-    base = Path(tempfile.mkdtemp(prefix="dflash-cli-fleet-"))
-    base.chmod(0o755)
-    try:
-        with Fleet(base, count, address_prefix=None) as fleet:
-            yield fleet
-    finally:
-        shutil.rmtree(base, ignore_errors=True)
 
 
 @pytest.fixture(scope="module")
@@ -209,24 +60,9 @@ def hosts() -> Iterator[Fleet]:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
-
-
-@pytest.fixture
 def model(request: pytest.FixtureRequest) -> str:
     """A model directory under /root/models unique to the test."""
     return f"/root/models/{request.node.name.replace('[', '-').rstrip(']')}"
-
-
-def ssh_args(fleet: Fleet) -> list[str]:
-    assert fleet.client is not None
-    return ["--ssh-config", str(fleet.client.ssh_config), "--no-agent"]
-
-
-def host_key_line(host: Host, name: str) -> str:
-    key_type, key_b64 = host.host_public_key.split()[:2]
-    return f"{name} {key_type} {key_b64}\n"
 
 
 REF = str(samples.REFERENCE_DRAFTER)

@@ -9,8 +9,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,7 +30,9 @@ from dflash_provision.remote.ops import list_remote_backups
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.local import LocalTransport
-from tests.test_remote_ops import PrefixTransport, assert_no_temp_left
+from tests.fixtures.cli import run_cli
+from tests.fixtures.model_dirs import assert_no_temp_left
+from tests.fixtures.transports import PrefixTransport
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
@@ -238,55 +238,50 @@ def test_rollback_to_a_named_backup(local, model_dir):
 # CLI
 
 
-def cli_main(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    exe = Path(sys.executable).parent / "dflash-provision"
-    return subprocess.run(
-        [str(exe), *args], capture_output=True, text=True, timeout=120, cwd=cwd, check=False
-    )
-
-
 def test_cli_push_dry_run_push_unchanged_verify_rollback(model_dir):
     ref, inc = str(samples.REFERENCE_DRAFTER), str(samples.INCIDENT_DRAFTER)
     target = str(model_dir / "m")
 
-    missing_dir = cli_main("push", target, "--from", ref)
+    missing_dir = run_cli("push", target, "--from", ref, entry_point=True)
     assert missing_dir.returncode == ExitCode.REMOTE_FAILED
     assert "--mkdir" in missing_dir.stderr
 
-    assert cli_main("push", target, "--from", inc, "--mkdir").returncode == 0
-    dry = cli_main("push", target, "--from", ref, "--dry-run")
+    assert run_cli("push", target, "--from", inc, "--mkdir", entry_point=True).returncode == 0
+    dry = run_cli("push", target, "--from", ref, "--dry-run", entry_point=True)
     assert dry.returncode == 0
     assert "dflash_config.mask_token_id: 248064 → 248070" in dry.stdout
     assert "nothing written" in dry.stdout
 
-    pushed = cli_main("push", target, "--from", ref, "--json")
+    pushed = run_cli("push", target, "--from", ref, "--json", entry_point=True)
     assert pushed.returncode == 0
     doc = json.loads(pushed.stdout)
     assert doc["status"] == "written"
     assert doc["durability"] == "fsync-file+dir"
 
-    again = cli_main("push", target, "--from", ref)
+    again = run_cli("push", target, "--from", ref, entry_point=True)
     assert again.returncode == 0
     assert "unchanged" in again.stdout
 
-    drift = cli_main("verify", target, "--from", inc)
+    drift = run_cli("verify", target, "--from", inc, entry_point=True)
     assert drift.returncode == ExitCode.DRIFT
     assert "248070 → 248064" in drift.stdout
-    assert cli_main("verify", target, "--from", ref).returncode == 0
+    assert run_cli("verify", target, "--from", ref, entry_point=True).returncode == 0
 
-    listed = json.loads(cli_main("rollback", target, "--list", "--json").stdout)
+    listed = json.loads(run_cli("rollback", target, "--list", "--json", entry_point=True).stdout)
     assert len(listed["backups"]) == 1
-    assert cli_main("rollback", target).returncode == 0
+    assert run_cli("rollback", target, entry_point=True).returncode == 0
     assert (model_dir / "m" / "config.json").read_bytes() == INCIDENT
 
 
 def test_cli_push_without_a_source_explains_how_to_name_one(model_dir):
-    result = cli_main("push", str(model_dir), cwd=model_dir)
+    result = run_cli("push", str(model_dir), cwd=model_dir, entry_point=True)
     assert result.returncode == ExitCode.USAGE
     assert "--repo" in result.stderr and "--lock" in result.stderr
 
 
 def test_cli_verify_of_missing_file_is_drift_with_clear_message(model_dir):
-    result = cli_main("verify", str(model_dir), "--from", str(samples.REFERENCE_DRAFTER))
+    result = run_cli(
+        "verify", str(model_dir), "--from", str(samples.REFERENCE_DRAFTER), entry_point=True
+    )
     assert result.returncode == ExitCode.DRIFT
     assert "no config file" in result.stdout

@@ -21,8 +21,6 @@ import hashlib
 import json
 import os
 import signal
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -31,14 +29,21 @@ import pytest
 
 from dflash_provision.authority import Authority
 from dflash_provision.errors import ContainerError, ExitCode, UnreachableError
-from dflash_provision.push import NOT_APPLIED_MESSAGE, PushStatus, push_config, rollback_config
+from dflash_provision.push import (
+    NOT_APPLIED_MESSAGE,
+    PushResult,
+    PushStatus,
+    push_config,
+    rollback_config,
+)
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.transport.factory import open_transport
-from dflash_provision.transport.options import SshOptions
+from tests.fixtures.cli import Done, run_cli
+from tests.fixtures.ssh import client_options, host_args, session_sshd_pids
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -46,21 +51,10 @@ REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 
-
-def options(host: Host, **overrides: float) -> SshOptions:
-    assert host.client is not None
-    settings: dict = {
-        "connect_timeout": 3.0,
-        "banner_timeout": 3.0,
-        "auth_timeout": 3.0,
-        "command_timeout": 30.0,
-        "ssh_config_path": str(host.client.ssh_config),
-        "known_hosts_path": str(host.client.known_hosts),
-        "identity_files": (str(host.client.identity),),
-        "use_agent": False,
-    }
-    settings.update(overrides)
-    return SshOptions(**settings)
+# Old import paths (tests.test_push_hosts.options / _session_sshd_pids), kept only so branches
+# written before tests/fixtures/ssh.py still import; new code imports tests.fixtures.ssh.
+options = client_options
+_session_sshd_pids = session_sshd_pids
 
 
 def loaded(data: bytes) -> Authority:
@@ -78,6 +72,13 @@ def seed(host: Host, data: bytes = INCIDENT) -> Path:
     directory.mkdir(parents=True, exist_ok=True)
     (directory / "config.json").write_bytes(data)
     return directory
+
+
+def push_reference(host: Host, model: str = MODEL) -> PushResult:
+    """Push the reference config to ``host:model`` over a fresh SSH connection."""
+    target = parse_target(f"{host.alias}:{model}")
+    with open_transport(target, client_options(host)) as transport:
+        return push_config(transport, target, loaded(REFERENCE))
 
 
 def remote_listing(host: Host, directory: str) -> list[str]:
@@ -109,7 +110,7 @@ def assert_old_kept_no_temp(host: Host, directory: str = MODEL, old: bytes = INC
 def test_push_over_ssh_then_unchanged_then_rollback(ssh_host):
     seed(ssh_host)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         pushed = push_config(transport, target, loaded(REFERENCE))
         assert pushed.status is PushStatus.WRITTEN
         assert "dflash_config.mask_token_id: 248064 → 248070" in pushed.diff.lines
@@ -127,7 +128,7 @@ def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
     canary = ssh_host.root_dir / "canary"
     weird = "/root/models/sp ace/'q\"/$(touch /root/canary);touch /root/canary;`touch /root/canary`"
     target = parse_target(f"{ssh_host.alias}:{weird}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE), write=WriteOptions(mkdir=True))
     assert result.status is PushStatus.WRITTEN
     assert host_path(ssh_host, weird + "/config.json").read_bytes() == REFERENCE
@@ -137,23 +138,12 @@ def test_hostile_remote_path_over_ssh_is_literal(ssh_host):
 def test_cli_push_and_verify_over_ssh(ssh_host):
     seed(ssh_host)
     assert ssh_host.client is not None
-    exe = Path(sys.executable).parent / "dflash-provision"
-    common = [
-        "--ssh-config",
-        str(ssh_host.client.ssh_config),
-        "--known-hosts",
-        str(ssh_host.client.known_hosts),
-        "--identity",
-        str(ssh_host.client.identity),
-        "--no-agent",
-    ]
+    common = host_args(ssh_host)
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
 
-    def run(*args: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [str(exe), *args, *common], capture_output=True, text=True, timeout=120, check=False
-        )
+    def run(*args: str) -> Done:
+        return run_cli(*args, *common, entry_point=True)
 
     drift = run("verify", spec, "--from", ref)
     assert drift.returncode == ExitCode.DRIFT, drift.stderr
@@ -172,7 +162,10 @@ def test_connection_refused_is_unreachable_and_leaves_file_alone(ssh_host):
     ssh_host.stop()
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
     started = time.monotonic()
-    with pytest.raises(UnreachableError), open_transport(target, options(ssh_host)) as transport:
+    with (
+        pytest.raises(UnreachableError),
+        open_transport(target, client_options(ssh_host)) as transport,
+    ):
         push_config(transport, target, loaded(REFERENCE))
     assert time.monotonic() - started < 10
     directory = host_path(ssh_host, MODEL)
@@ -189,7 +182,7 @@ def test_hung_host_times_out_and_leaves_file_alone(ssh_host):
         with (
             pytest.raises(UnreachableError),
             open_transport(
-                target, options(ssh_host, connect_timeout=1.0, banner_timeout=1.0)
+                target, client_options(ssh_host, connect_timeout=1.0, banner_timeout=1.0)
             ) as transport,
         ):
             push_config(transport, target, loaded(REFERENCE))
@@ -202,9 +195,7 @@ def test_hung_host_times_out_and_leaves_file_alone(ssh_host):
 def test_disk_full_fails_at_the_write_step_and_keeps_old_file(ssh_host):
     seed(ssh_host)
     ssh_host.fill_disk(MODEL)
-    target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE))
+    result = push_reference(ssh_host)
     assert result.status is PushStatus.FAILED
     assert result.write is not None and result.write.reason == "no-space"
     assert result.failed_step in ("write", "lock", "tmp")
@@ -215,9 +206,7 @@ def test_disk_full_fails_at_the_write_step_and_keeps_old_file(ssh_host):
 def test_read_only_filesystem_fails_and_keeps_old_file(ssh_host):
     seed(ssh_host)
     ssh_host.make_readonly(MODEL)
-    target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE))
+    result = push_reference(ssh_host)
     assert result.status is PushStatus.FAILED
     assert result.write is not None and result.write.reason == "read-only"
     assert_old_kept_no_temp(ssh_host)
@@ -226,7 +215,7 @@ def test_read_only_filesystem_fails_and_keeps_old_file(ssh_host):
 
 def test_missing_directory_fails_and_mkdir_creates_it(ssh_host):
     target = parse_target(f"{ssh_host.alias}:/root/models/new/X")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         refused = push_config(transport, target, loaded(REFERENCE))
         assert (refused.status, refused.failed_step) == (PushStatus.FAILED, "dir")
         assert not host_path(ssh_host, "/root/models/new").exists()
@@ -239,19 +228,10 @@ def test_symlinked_destination_is_refused(ssh_host):
     directory = seed(ssh_host)
     (directory / "config.json").rename(directory / "real.json")
     (directory / "config.json").symlink_to("real.json")
-    target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
-        result = push_config(transport, target, loaded(REFERENCE))
+    result = push_reference(ssh_host)
     assert (result.status, result.failed_step) == (PushStatus.FAILED, "symlink")
     assert (directory / "real.json").read_bytes() == INCIDENT
     assert (directory / "config.json").is_symlink()
-
-
-def _session_sshd_pids(host: Host) -> list[int]:
-    """Controller-side pids of the per-connection sshd processes (children of the listener)."""
-    assert host.sshd_pid is not None
-    children = Path(f"/proc/{host.sshd_pid}/task/{host.sshd_pid}/children").read_text().split()
-    return [int(pid) for pid in children]
 
 
 def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host):
@@ -263,7 +243,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
 
     def push() -> None:
         try:
-            with open_transport(target, options(ssh_host)) as transport:
+            with open_transport(target, client_options(ssh_host)) as transport:
                 outcome["result"] = write_remote_config(transport, target.config_path, payload)
         except Exception as exc:  # the transport may raise when its connection dies
             outcome["error"] = exc
@@ -277,7 +257,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
         time.sleep(0.002)
     else:
         pytest.fail("the temp file never appeared")
-    for pid in _session_sshd_pids(ssh_host):
+    for pid in session_sshd_pids(ssh_host):
         os.kill(pid, signal.SIGKILL)
     thread.join(30)
     if "result" in outcome:  # the transport returned what little output arrived
@@ -298,26 +278,13 @@ def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
     (fake / "mv").chmod(0o755)
     ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
     assert ssh_host.client is not None
-    exe = Path(sys.executable).parent / "dflash-provision"
-    result = subprocess.run(
-        [
-            str(exe),
-            "push",
-            f"{ssh_host.alias}:{MODEL}",
-            "--from",
-            str(samples.REFERENCE_DRAFTER),
-            "--ssh-config",
-            str(ssh_host.client.ssh_config),
-            "--known-hosts",
-            str(ssh_host.client.known_hosts),
-            "--identity",
-            str(ssh_host.client.identity),
-            "--no-agent",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
+    result = run_cli(
+        "push",
+        f"{ssh_host.alias}:{MODEL}",
+        "--from",
+        str(samples.REFERENCE_DRAFTER),
+        *host_args(ssh_host),
+        entry_point=True,
     )
     assert result.returncode == ExitCode.REMOTE_FAILED
     assert NOT_APPLIED_MESSAGE in result.stderr
@@ -332,7 +299,7 @@ def test_concurrent_pushes_of_two_configs_leave_one_complete(ssh_host):
     results: list = []
 
     def push(data: bytes) -> None:
-        with open_transport(target, options(ssh_host)) as transport:
+        with open_transport(target, client_options(ssh_host)) as transport:
             for _ in range(3):
                 results.append(write_remote_config(transport, target.config_path, data))
 
@@ -359,7 +326,7 @@ def test_push_into_busybox_container_through_ssh_host(lxc_container_on_host):
     container.attach(["mkdir", "-p", "/models/X"])
     container.attach(["sh", "-c", "cat > /models/X/config.json"], stdin=INCIDENT)
     target = parse_target(f"{host.alias}/lxc:{container.name}:/models/X")
-    with open_transport(target, options(host)) as transport:
+    with open_transport(target, client_options(host)) as transport:
         result = push_config(transport, target, loaded(REFERENCE))
         assert result.status is PushStatus.WRITTEN, result.message
         assert result.write.lock_method == "mkdir", "busybox has no flock: the mkdir lock"

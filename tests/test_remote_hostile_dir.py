@@ -30,7 +30,7 @@ from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
 from dflash_provision.transport.factory import open_transport
-from tests.test_push_hosts import options
+from tests.fixtures.ssh import client_options as options
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 

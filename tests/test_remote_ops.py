@@ -31,50 +31,13 @@ from dflash_provision.remote.ops import (
     script_argv,
     write_remote_config,
 )
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, CommandResult
+from dflash_provision.transport.base import CommandResult
 from dflash_provision.transport.local import LocalTransport
+from tests.fixtures.model_dirs import assert_no_temp_left, listing
+from tests.fixtures.transports import PrefixTransport, busybox_transport
 
 OLD = b'{"mask_token_id": 248064}\n'
 NEW = b'{"mask_token_id": 248070}\n'
-
-
-class PrefixTransport(LocalTransport):
-    """Runs every command behind a fixed argv prefix (env, setpriv, busybox...)."""
-
-    def __init__(self, prefix: Sequence[str], description: str) -> None:
-        self.prefix = list(prefix)
-        self.description = description
-
-    def run(
-        self,
-        argv: Sequence[str],
-        *,
-        stdin: bytes | None = None,
-        timeout: float = DEFAULT_COMMAND_TIMEOUT,
-    ) -> CommandResult:
-        return super().run([*self.prefix, *argv], stdin=stdin, timeout=timeout)
-
-
-def busybox_bin(root: Path) -> Path:
-    """A directory holding one symlink per busybox applet, nothing else."""
-    bindir = root / "busybox-bin"
-    if not bindir.exists():
-        bindir.mkdir(parents=True)
-        applets = subprocess.run(
-            ["busybox", "--list"], capture_output=True, text=True, check=True
-        ).stdout.split()
-        for applet in applets:
-            (bindir / applet).symlink_to(shutil.which("busybox") or "/bin/busybox")
-    return bindir
-
-
-def busybox_transport(root: Path, extra_path: Path | None = None) -> PrefixTransport:
-    path = str(busybox_bin(root))
-    if extra_path is not None:
-        path = f"{extra_path}:{path}"
-    busybox = shutil.which("busybox") or "/bin/busybox"
-    # argv arrives as ["sh", "-c", ...]: busybox runs its own sh applet with the same args.
-    return PrefixTransport(["/usr/bin/env", "-i", f"PATH={path}", busybox], "busybox")
 
 
 def with_path(extra: Path) -> PrefixTransport:
@@ -105,19 +68,6 @@ def model_dir() -> Iterator[Path]:
     yield path
     subprocess.run(["chattr", "-R", "-i", str(path)], capture_output=True, check=False)
     shutil.rmtree(path, ignore_errors=True)
-
-
-def listing(directory: Path) -> list[str]:
-    return sorted(p.name for p in directory.iterdir())
-
-
-def assert_no_temp_left(directory: Path) -> None:
-    # The temp file is made in .dflash-backups (older versions made it beside the config).
-    names = listing(directory)
-    if (directory / ".dflash-backups").is_dir():
-        names += listing(directory / ".dflash-backups")
-    leftovers = [name for name in names if "dflash-tmp" in name]
-    assert leftovers == [], f"temp files left behind: {leftovers}"
 
 
 def sha(data: bytes) -> str:

@@ -118,6 +118,15 @@ def test_probe_reports_a_config_transformers_refuses(tmp_path: Path) -> None:
     assert "no-such-architecture" in answer["effective"]["error"]
 
 
+def env_with_fake_package(tmp_path: Path, name: str, init: str) -> dict[str, str]:
+    """An environment whose PYTHONPATH puts a package ``name`` (its __init__ is ``init``) ahead
+    of the real one, and only the system's PATH."""
+    fake = tmp_path / "site"
+    (fake / name).mkdir(parents=True)
+    (fake / name / "__init__.py").write_text(init)
+    return {"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
+
+
 def test_probe_answers_bad_arguments_in_json() -> None:
     done, answer = run_probe(sys.executable, "--model", "m")  # --drafter missing
     assert done.returncode == 0
@@ -128,11 +137,8 @@ def test_probe_answers_bad_arguments_in_json() -> None:
 def test_probe_timeout_is_reported_per_part(tmp_path: Path) -> None:
     # A transformers whose import never finishes (a fake on PYTHONPATH): the probe's own
     # deadline must end it and still answer.
-    fake = tmp_path / "site"
-    (fake / "transformers").mkdir(parents=True)
-    (fake / "transformers" / "__init__.py").write_text("import time\ntime.sleep(600)\n")
+    env = env_with_fake_package(tmp_path, "transformers", "import time\ntime.sleep(600)\n")
     drafter = write_config(tmp_path / "d", tiny_models.drafter_config(spec("agreeing")))
-    env = {"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
     done, answer = run_probe(sys.executable, "--drafter", str(drafter), "--timeout", "1", env=env)
     assert done.returncode == 0
     assert answer["effective"]["error"] == "probe timed out after 1 s"
@@ -140,11 +146,8 @@ def test_probe_timeout_is_reported_per_part(tmp_path: Path) -> None:
 
 
 def test_probe_reports_a_vllm_that_fails_to_import(tmp_path: Path) -> None:
-    fake = tmp_path / "site"
-    (fake / "vllm").mkdir(parents=True)
-    (fake / "vllm" / "__init__.py").write_text("raise ImportError('broken build: no _C')\n")
+    env = env_with_fake_package(tmp_path, "vllm", "raise ImportError('broken build: no _C')\n")
     drafter = write_config(tmp_path / "d", tiny_models.drafter_config(spec("agreeing")))
-    env = {"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
     _, answer = run_probe(sys.executable, "--drafter", str(drafter), env=env)
     assert answer["vllm"]["importable"] is False
     assert answer["vllm"]["error"] == "ImportError: broken build: no _C"
@@ -171,11 +174,8 @@ def test_probe_answer_is_cached_until_the_drafter_config_changes(tmp_path: Path)
 
 
 def test_probe_caches_no_answer_that_timed_out(tmp_path: Path) -> None:
-    fake = tmp_path / "site"
-    (fake / "transformers").mkdir(parents=True)
-    (fake / "transformers" / "__init__.py").write_text("import time\ntime.sleep(600)\n")
+    env = env_with_fake_package(tmp_path, "transformers", "import time\ntime.sleep(600)\n")
     drafter = write_config(tmp_path / "d", tiny_models.drafter_config(spec("agreeing")))
-    env = {"PYTHONPATH": str(fake), "PATH": "/usr/bin:/bin"}
     cache = tmp_path / "cache"
     args = ("--drafter", str(drafter), "--timeout", "1")
     _, answer = run_probe(sys.executable, *args, env=env, cache=cache)
@@ -270,7 +270,7 @@ def test_rendered_answer_stays_under_the_size_limit_and_keeps_the_key_fields() -
 
 @pytest.fixture(scope="module")
 def vllm_python() -> str:
-    from tests.test_vllm_real import ensure_env_or_skip
+    from tests.fixtures.runtime import ensure_env_or_skip
 
     return str(ensure_env_or_skip().python)
 

@@ -28,9 +28,10 @@ from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
+from dflash_provision.testbed.lxc import Container
 from dflash_provision.transport.factory import open_transport
-from tests.test_push_hosts import _session_sshd_pids, options
-from tests.test_remote_ops import busybox_transport
+from tests.fixtures.ssh import client_options, session_sshd_pids
+from tests.fixtures.transports import busybox_transport
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
@@ -72,7 +73,7 @@ def test_write_that_hangs_is_ended_at_its_deadline_and_leaves_nothing_behind(ssh
     (fake / "sha256sum").chmod(0o755)
     ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    with open_transport(target, options(ssh_host)) as transport:
+    with open_transport(target, client_options(ssh_host)) as transport:
         outcome = write_or_timeout(transport, target.config_path, REFERENCE, timeout=6)
         if not isinstance(outcome, Exception):
             assert (outcome.status, outcome.failed_step) == (WriteStatus.FAILED, "deadline")
@@ -87,6 +88,19 @@ def test_write_that_hangs_is_ended_at_its_deadline_and_leaves_nothing_behind(ssh
     assert (directory / "config.json").read_bytes() == REFERENCE
 
 
+def hang_sha256sum_in(container: Container) -> tuple[Path, Path]:
+    """Seed /models/X/config.json in ``container`` and put a sha256sum that hangs first on its
+    PATH; returns the model directory and the tool (controller-side paths)."""
+    directory = container.rootfs / "models" / "X"
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_bytes(INCIDENT)
+    tool = container.rootfs / "usr" / "local" / "bin" / "sha256sum"
+    tool.parent.mkdir(parents=True, exist_ok=True)
+    tool.write_text(HANGING_TOOL)
+    tool.chmod(0o755)
+    return directory, tool
+
+
 @pytest.mark.integration
 @pytest.mark.root
 @pytest.mark.lxc
@@ -94,16 +108,9 @@ def test_write_that_hangs_in_a_busybox_container_is_ended_and_its_mkdir_lock_rel
     lxc_container_on_host,
 ):
     container = lxc_container_on_host
-    rootfs = container.rootfs
-    directory = rootfs / "models" / "X"
-    directory.mkdir(parents=True)
-    (directory / "config.json").write_bytes(INCIDENT)
-    tool = rootfs / "usr" / "local" / "bin" / "sha256sum"
-    tool.parent.mkdir(parents=True, exist_ok=True)
-    tool.write_text(HANGING_TOOL)
-    tool.chmod(0o755)
+    directory, tool = hang_sha256sum_in(container)
     target = parse_target(f"{container.host.alias}/lxc:{container.name}:/models/X")
-    with open_transport(target, options(container.host)) as transport:
+    with open_transport(target, client_options(container.host)) as transport:
         outcome = write_or_timeout(transport, target.config_path, REFERENCE, timeout=6)
         if not isinstance(outcome, Exception):
             assert outcome.failed_step == "deadline", outcome.failure_text()
@@ -120,14 +127,14 @@ def test_write_that_hangs_in_a_busybox_container_is_ended_and_its_mkdir_lock_rel
 @pytest.mark.root
 def test_host_that_freezes_after_the_session_opens_does_not_hold_the_command(ssh_host, monkeypatch):
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
-    transport = open_transport(target, options(ssh_host))
+    transport = open_transport(target, client_options(ssh_host))
     assert transport.run(["true"], timeout=5).exit_status == 0  # connected and authenticated
     frozen: list[int] = []
     real_exec = paramiko.Channel.exec_command
 
     def freeze_then_exec(channel: paramiko.Channel, command: str) -> None:
         # The session channel is open; the host now stops before answering the exec request.
-        for pid in _session_sshd_pids(ssh_host):
+        for pid in session_sshd_pids(ssh_host):
             os.kill(pid, signal.SIGSTOP)
             frozen.append(pid)
         real_exec(channel, command)
@@ -226,7 +233,7 @@ def test_mkdir_lock_left_by_a_container_restart_does_not_block_the_next_push(
     (directory / "config.json").write_bytes(INCIDENT)
     (lockdir / "pid").write_text(f"1 1 {BOOT_ID}\n")
     target = parse_target(f"{container.host.alias}/lxc:{container.name}:/models/X")
-    with open_transport(target, options(container.host)) as transport:
+    with open_transport(target, client_options(container.host)) as transport:
         outcome = write_remote_config(transport, target.config_path, REFERENCE, lock_timeout=1)
     assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
     assert not lockdir.exists()
@@ -240,20 +247,13 @@ def test_container_killed_mid_push_leaves_a_lock_that_the_next_push_breaks(lxc_c
     # and started again, and the next push's script is started the same way in a fresh PID
     # namespace, so it typically gets the very pid recorded in the lock, which is then alive.
     container = lxc_container_on_host
-    rootfs = container.rootfs
-    directory = rootfs / "models" / "X"
-    directory.mkdir(parents=True)
-    (directory / "config.json").write_bytes(INCIDENT)
-    tool = rootfs / "usr" / "local" / "bin" / "sha256sum"
-    tool.parent.mkdir(parents=True, exist_ok=True)
-    tool.write_text(HANGING_TOOL)
-    tool.chmod(0o755)
+    directory, tool = hang_sha256sum_in(container)
     lockdir = directory / ".dflash-backups" / "config.json.lockdir"
     target = parse_target(f"{container.host.alias}/lxc:{container.name}:/models/X")
     first: list[object] = []
 
     def hanging_push() -> None:
-        with open_transport(target, options(container.host)) as transport:
+        with open_transport(target, client_options(container.host)) as transport:
             try:
                 first.append(write_remote_config(transport, target.config_path, REFERENCE))
             except Exception as exc:  # the container dies under it
@@ -271,7 +271,7 @@ def test_container_killed_mid_push_leaves_a_lock_that_the_next_push_breaks(lxc_c
     assert lockdir.exists(), "the killed push could not clean up: its lock is left"
     tool.unlink()
     container.start()
-    with open_transport(target, options(container.host)) as transport:
+    with open_transport(target, client_options(container.host)) as transport:
         outcome = write_remote_config(transport, target.config_path, REFERENCE, lock_timeout=2)
     assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
     assert (directory / "config.json").read_bytes() == REFERENCE

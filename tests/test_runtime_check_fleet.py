@@ -20,8 +20,8 @@ from dflash_provision.testbed.vllm_standin_install import (
     standin_container,
     write_control,
 )
-from tests.test_push_cli_failures import Cli
-from tests.test_runtime_check_standin import (
+from tests.fixtures.cli import Cli
+from tests.fixtures.runtime import (
     CONTROL,
     DRAFTER_DIR,
     REFERENCE,

@@ -8,117 +8,25 @@ completions and other traffic. Stage b runs the real target-side probe with the 
 from __future__ import annotations
 
 import json
-import socket
-from collections.abc import Iterator
-from dataclasses import dataclass
-from pathlib import Path
-from typing import Any
 
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
 from dflash_provision.testbed.vllm_standin_install import (
     CONTROL_ENV,
-    StandinInstall,
-    install_standin,
-    write_control,
 )
-from tests.test_push_cli_failures import Cli
+from tests.fixtures.runtime import (
+    CONTROL,
+    DRAFTER_DIR,
+    INCIDENT,
+    NO_SWA,
+    REFERENCE,
+    TARGET_DIR,
+    put,
+)
+from tests.fixtures.standin import Bed, ContainerBed, stages, statuses
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
-
-DRAFTER_DIR = "/root/models/Qwen3.6-27B-DFlash"
-TARGET_DIR = "/root/models/Qwen3.6-27B"
-CONTROL = "/root/standin/control.json"
-REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
-INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
-NO_SWA = (
-    json.dumps({**json.loads(REFERENCE), "use_sliding_window": False}, indent=2) + "\n"
-).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def put(host: Host, path: str, data: bytes) -> None:
-    host.exec(["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh", path], data, check=True)
-
-
-@dataclass
-class Bed:
-    """One host with the stand-in, the reference drafter, a target model config and a CLI."""
-
-    host: Host
-    standin: StandinInstall
-    cli: Cli
-    tmp: Path
-    port: int
-
-    def authority(self, data: bytes = REFERENCE) -> str:
-        path = self.tmp / f"authority-{len(list(self.tmp.glob('authority-*')))}.json"
-        path.write_bytes(data)
-        return str(path)
-
-    def ssh(self) -> list[str]:
-        assert self.host.client is not None
-        return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
-
-    def launch(
-        self,
-        *extra: str,
-        drafter: str = DRAFTER_DIR,
-        authority: bytes = REFERENCE,
-        check: bool = False,
-    ):
-        """Start the stand-in with the drafter (launch's own pre-flight; no check unless asked)."""
-        proc = self.cli.run(
-            "launch", f"{self.host.alias}:{drafter}", "--model", TARGET_DIR,
-            "--from", self.authority(authority), "--vllm", self.standin.vllm,
-            "--python", self.standin.python, "--port", str(self.port),
-            "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", "300",
-            *([] if check else ["--no-check"]), *self.ssh(), *extra,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-        return proc
-
-    def control(self, **values: Any) -> None:
-        write_control(self.host, CONTROL, values)
-
-    def check(self, *extra: str, authority: bytes = REFERENCE, drafter: str = DRAFTER_DIR):
-        return self.cli.run(
-            "runtime-check", f"{self.host.alias}:{drafter}", "--from", self.authority(authority),
-            "--port", str(self.port), *self.ssh(), *extra,
-        )  # fmt: skip
-
-    def check_json(self, *extra: str, **kwargs: Any) -> tuple[int, dict[str, Any]]:
-        proc = self.check("--json", *extra, **kwargs)
-        assert proc.stdout.strip(), proc.stderr
-        return proc.returncode, json.loads(proc.stdout)
-
-
-def stages(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {stage["stage"]: stage for stage in report["stages"]}
-
-
-def statuses(report: dict[str, Any]) -> str:
-    """e.g. "a:passed b:passed c:failed d:skipped e:skipped"."""
-    return " ".join(f"{s['stage']}:{s['status']}" for s in report["stages"])
-
-
-@pytest.fixture
-def bed(ssh_host: Host, tmp_path: Path) -> Iterator[Bed]:
-    standin = install_standin(ssh_host, "/root/standin")
-    put(ssh_host, f"{DRAFTER_DIR}/config.json", REFERENCE)
-    put(ssh_host, f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
-    write_control(ssh_host, CONTROL, {})
-    (tmp_path / "work").mkdir()
-    yield Bed(ssh_host, standin, Cli(tmp_path / "work"), tmp_path, free_port())
-
 
 # --------------------------------------------------------------------------------------------
 
@@ -268,53 +176,6 @@ def test_runtime_check_without_a_server_says_so_and_how_to_start_one(bed: Bed) -
 # --------------------------------------------------------------------------------------------
 # inside an LXC busybox container behind the SSH host (no route to it: requests go through the
 # container's python, the probe runs there too)
-
-
-@dataclass
-class ContainerBed:
-    bed: Bed
-    container: Any  # testbed.lxc.Container
-
-    @property
-    def target(self) -> str:
-        return f"{self.bed.host.alias}/lxc:{self.container.name}:{DRAFTER_DIR}"
-
-    def put(self, path: str, data: bytes) -> None:
-        script = 'mkdir -p "${1%/*}" && cat > "$1"'
-        self.container.attach(["sh", "-c", script, "sh", path], data)
-
-    def launch(self, authority: bytes = REFERENCE, *extra: str) -> None:
-        b = self.bed
-        proc = b.cli.run(
-            "launch", self.target, "--model", TARGET_DIR, "--from", b.authority(authority),
-            "--vllm", b.standin.vllm, "--python", b.standin.python, "--port", str(b.port),
-            "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", "300", "--no-check",
-            *b.ssh(), *extra,
-        )  # fmt: skip
-        assert proc.returncode == 0, proc.stdout + proc.stderr
-
-    def run(self, command: str, *extra: str, authority: bytes = REFERENCE):
-        b = self.bed
-        return b.cli.run(
-            command, self.target, "--from", b.authority(authority), "--port", str(b.port),
-            *b.ssh(), *extra,
-        )  # fmt: skip
-
-
-@pytest.fixture
-def container_bed(bed: Bed) -> Iterator[ContainerBed]:
-    from dflash_provision.testbed.vllm_standin_install import standin_container
-
-    container = standin_container(bed.host)
-    try:
-        bed.standin = install_standin(container, "/root/standin")
-        here = ContainerBed(bed, container)
-        here.put(f"{DRAFTER_DIR}/config.json", REFERENCE)
-        here.put(f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
-        write_control(container, CONTROL, {})
-        yield here
-    finally:
-        container.destroy()
 
 
 @pytest.mark.lxc

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import shlex
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,23 +30,13 @@ from dflash_provision.testbed.vllm_standin_install import (
     standin_container,
     write_control,
 )
-from tests.test_push_cli_failures import Cli
+from tests.fixtures.cli import Cli
+from tests.fixtures.runtime import DRAFTER_DIR, INCIDENT, REFERENCE, TARGET_DIR, free_port, put
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
-DRAFTER_DIR = "/root/models/Qwen3.6-27B-DFlash"
-TARGET_DIR = "/root/models/Qwen3.6-27B"
 STATE = "/root/.local/state/dflash-provision/vllm"
-REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
-INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 READY_TIMEOUT = "300"  # generous: a loaded 2-core machine; the stand-in is ready in seconds
-
-
-def free_port() -> int:
-    """A port nobody listens on in the (shared) network namespace right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @dataclass
@@ -120,15 +109,11 @@ class Bed:
         return members
 
 
-def _put(host: Host, path: str, data: bytes) -> None:
-    host.exec(["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh", path], data, check=True)
-
-
 @pytest.fixture
 def bed(ssh_host: Host, tmp_path: Path) -> Iterator[Bed]:
     standin = install_standin(ssh_host, "/root/standin", verify=False)  # launch asks it
-    _put(ssh_host, f"{DRAFTER_DIR}/config.json", REFERENCE)
-    _put(ssh_host, f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
+    put(ssh_host, f"{DRAFTER_DIR}/config.json", REFERENCE)
+    put(ssh_host, f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
     authority = tmp_path / "authoritative.json"
     authority.write_bytes(REFERENCE)
     (tmp_path / "work").mkdir()
@@ -266,7 +251,7 @@ def test_stop_kills_a_process_group_that_ignores_sigterm(bed: Bed) -> None:
     # A vllm whose helper child ignores SIGTERM (as a stuck engine process would): TERM alone
     # leaves it, so stop must KILL the group after the timeout.
     shim = "/root/standin/vllm-stubborn"
-    _put(
+    put(
         bed.host,
         shim,
         (
@@ -324,7 +309,7 @@ def test_sliding_layers_without_a_window_are_refused_then_fail_with_vllms_own_li
     config = json.loads(REFERENCE)
     config["use_sliding_window"] = False
     data = json.dumps(config, indent=2).encode()
-    _put(bed.host, f"{DRAFTER_DIR}/config.json", data)
+    put(bed.host, f"{DRAFTER_DIR}/config.json", data)
     bed.authority.write_bytes(data)
 
     refused = bed.launch()
@@ -365,7 +350,7 @@ def test_a_server_not_ready_in_time_keeps_starting_and_launch_again_waits_for_it
 def test_wrong_drafter_file_on_the_target_is_refused_with_the_push_that_fixes_it(
     bed: Bed,
 ) -> None:
-    _put(bed.host, f"{DRAFTER_DIR}/config.json", INCIDENT)
+    put(bed.host, f"{DRAFTER_DIR}/config.json", INCIDENT)
     proc = bed.launch()
     line = _error_line(proc, ExitCode.DRIFT)
     assert "dflash_config.mask_token_id" in line
@@ -417,7 +402,7 @@ def test_a_large_reply_through_the_ssh_forward_arrives_whole(bed: Bed) -> None:
     from dflash_provision.transport.options import SshOptions
 
     body = bytes(range(256)) * 1200
-    _put(bed.host, "/root/www/big.bin", body)
+    put(bed.host, "/root/www/big.bin", body)
     bed.host.exec(
         [
             "sh",

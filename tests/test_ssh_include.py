@@ -13,7 +13,7 @@ from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
-from tests.test_transport_ssh import options_for_fleet
+from tests.fixtures.ssh import options_for_fleet
 
 
 @pytest.fixture

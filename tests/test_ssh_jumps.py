@@ -16,8 +16,8 @@ from dflash_provision.testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.route_pool import JumpPool
-from tests.test_push_cli_failures import Cli
-from tests.test_transport_ssh import accepted_logins, options_for_fleet
+from tests.fixtures.cli import Cli
+from tests.fixtures.ssh import accepted_logins, options_for_fleet
 
 
 class Conn:

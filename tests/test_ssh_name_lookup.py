@@ -22,6 +22,7 @@ import pytest
 from dflash_provision import hub
 from dflash_provision.netlookup import lookup_within
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
+from tests.fixtures.cli import Done, run_cli
 
 
 def _private_network_works() -> bool:
@@ -56,13 +57,10 @@ def audit_in_private_network(tmp_path: Path, *, dns_answers_nothing: bool) -> tu
     return proc.returncode, json.loads(proc.stdout)
 
 
-def run_in_private_network(
-    tmp_path: Path, args: list[str], *, dns_answers_nothing: bool
-) -> subprocess.CompletedProcess[str]:
+def run_in_private_network(tmp_path: Path, args: list[str], *, dns_answers_nothing: bool) -> Done:
     """``dflash-provision ARGS`` in a private network whose only DNS server is 127.0.0.1."""
     (tmp_path / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:5 attempts:2\n")
     ready = tmp_path / "dns-ready"
-    command = [sys.executable, "-m", "dflash_provision", *args]
     lines = ["ip link set lo up"]
     if dns_answers_nothing:
         lines += [
@@ -71,7 +69,7 @@ def run_in_private_network(
         ]
     lines += [
         f"mount --bind {shlex.quote(str(tmp_path / 'resolv.conf'))} /etc/resolv.conf",
-        f"{shlex.join(command)}; status=$?",
+        '"$@"; status=$?',  # the CLI, appended by run_cli
         "kill $! 2>/dev/null",
         "exit $status",
     ]
@@ -81,14 +79,8 @@ def run_in_private_network(
         "HF_HOME": str(tmp_path / "hf"),  # an empty cache
     }
     env.pop("HF_ENDPOINT", None)
-    return subprocess.run(
-        ["unshare", "--net", "--mount", "sh", "-c", "\n".join(lines)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        env=env,
-        check=False,
-    )
+    prefix = ["unshare", "--net", "--mount", "sh", "-c", "\n".join(lines), "sh"]
+    return run_cli(*args, base_env=env, prefix=prefix, timeout=60)
 
 
 @pytest.mark.integration

@@ -6,8 +6,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,7 +18,8 @@ from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
 from dflash_provision.transport.ssh.config_route import expand_proxy_command
-from tests.test_transport_ssh import accepted_logins, options_for_fleet
+from tests.fixtures.cli import run_cli
+from tests.fixtures.ssh import accepted_logins, options_for_fleet
 
 
 def config_behind(jump: Host, target: Host, tmp_path: Path, proxy: str) -> Path:
@@ -109,18 +108,11 @@ def test_audit_cli_through_a_proxycommand_alias(fleet: Fleet, tmp_path: Path) ->
     assert h01.client is not None
     config = config_behind(h01, h03, tmp_path, f"ssh -F {h01.client.ssh_config} -W %h:%p h01")
     audit = [
-        sys.executable, "-m", "dflash_provision", "audit", "behind:/root/models/proxied",
+        "audit", "behind:/root/models/proxied",
         "--from", str(REFERENCE_DRAFTER), "--ssh-config", str(config), "--no-agent", "--json",
     ]  # fmt: skip
     jump_before = accepted_logins(h01)
-    proc = subprocess.run(
-        audit,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, "DFLASH_PROVISION_HOME": str(tmp_path / "home")},
-        check=False,
-    )
+    proc = run_cli(*audit, home=tmp_path / "home")
     (host,) = json.loads(proc.stdout)["hosts"]
     assert (proc.returncode, host["status"]) == (4, "missing"), proc.stderr
     assert accepted_logins(h01) - jump_before == 1  # it went through the proxy, not straight to h03

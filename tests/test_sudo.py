@@ -3,7 +3,7 @@ namespaces, through the real CLI in a subprocess.
 
 The accounts exist only inside the host: private copies of /etc/passwd, /etc/group, /etc/shadow
 and /etc/sudoers.d are bind-mounted in the host's own mount namespace (see
-test_push_cli_failures.add_private_login_users); the controller's /etc is never changed. The
+tests.fixtures.login_users.add_private_login_users); the controller's /etc is never changed. The
 host has no /etc/hosts entry for its hostname, so sudo also prints "unable to resolve host h01"
 on every run, as on many real machines: the product must see through that.
 """
@@ -21,19 +21,14 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.lxc import busybox_container
-from tests.test_push_cli_failures import (
-    INCIDENT,
-    REFERENCE,
-    Cli,
+from tests.fixtures.cli import Cli, the_error_line
+from tests.fixtures.login_users import (
     LoginUser,
     add_private_login_users,
     fleet_for_any_user,
     free_uids,
-    in_root,
-    seed,
-    snapshot,
-    the_error_line,
 )
+from tests.fixtures.model_dirs import INCIDENT, REFERENCE, in_root, seed, snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -76,13 +71,9 @@ def sudo_host() -> Iterator[SudoHost]:
 
 
 @pytest.fixture
-def cli(tmp_path: Path) -> Cli:
-    return Cli(tmp_path)
-
-
-@pytest.fixture
 def model(request: pytest.FixtureRequest) -> str:
-    return f"/root/models/{request.node.name}"
+    """A model directory under /root/models unique to the test."""
+    return f"/root/models/{request.node.name.replace('[', '-').rstrip(']')}"
 
 
 def test_nopasswd_user_pushes_into_root_directory_with_sudo_and_file_is_roots(
@@ -141,56 +132,23 @@ def test_same_user_without_sudo_cannot_verify_dry_run_or_roll_back_and_is_told_w
     assert snapshot(directory) == before
 
 
-def test_sudo_that_needs_a_password_exits_auth_and_says_what_to_do(
-    sudo_host: SudoHost, cli: Cli, model: str
+# Logins sudo refuses (exit 6): each line names the login, the host and what to do.
+SUDO_REFUSALS = [
+    pytest.param("with_password", ["NOPASSWD", "log in as root"], id="needs-a-password"),
+    pytest.param("not_allowed", ["sudo"], id="not-in-sudoers"),
+    pytest.param("needs_tty", ["requiretty", "log in as root"], id="requires-a-tty"),
+]
+
+
+@pytest.mark.parametrize(("login", "words"), SUDO_REFUSALS)
+def test_sudo_that_refuses_the_login_exits_auth_says_what_to_do_and_changes_nothing(
+    sudo_host: SudoHost, cli: Cli, model: str, login: str, words: list[str]
 ) -> None:
+    user: LoginUser = getattr(sudo_host, login)
     directory = in_root(sudo_host.host, model)
     before = seed(directory)
-    proc = cli.run(
-        "push",
-        f"{sudo_host.with_password.name}@h01:{model}",
-        "--from",
-        REF,
-        "--sudo",
-        *sudo_host.args(),
-    )
-    the_error_line(
-        proc, ExitCode.AUTH, sudo_host.with_password.name, "h01", "NOPASSWD", "log in as root"
-    )
-    assert snapshot(directory) == before
-
-
-def test_user_not_in_sudoers_exits_auth(sudo_host: SudoHost, cli: Cli, model: str) -> None:
-    directory = in_root(sudo_host.host, model)
-    before = seed(directory)
-    proc = cli.run(
-        "push",
-        f"{sudo_host.not_allowed.name}@h01:{model}",
-        "--from",
-        REF,
-        "--sudo",
-        *sudo_host.args(),
-    )
-    the_error_line(proc, ExitCode.AUTH, sudo_host.not_allowed.name, "h01", "sudo")
-    assert snapshot(directory) == before
-
-
-def test_sudo_requiring_a_tty_exits_auth_and_says_what_to_do(
-    sudo_host: SudoHost, cli: Cli, model: str
-) -> None:
-    directory = in_root(sudo_host.host, model)
-    before = seed(directory)
-    proc = cli.run(
-        "push",
-        f"{sudo_host.needs_tty.name}@h01:{model}",
-        "--from",
-        REF,
-        "--sudo",
-        *sudo_host.args(),
-    )
-    the_error_line(
-        proc, ExitCode.AUTH, sudo_host.needs_tty.name, "h01", "requiretty", "log in as root"
-    )
+    proc = cli.run("push", f"{user.name}@h01:{model}", "--from", REF, "--sudo", *sudo_host.args())
+    the_error_line(proc, ExitCode.AUTH, user.name, "h01", *words)
     assert snapshot(directory) == before
 
 

@@ -25,29 +25,14 @@ from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.sudo import SudoTransport
+from tests.fixtures.ssh import (
+    accepted_logins,
+    options_for,
+    options_for_fleet,  # noqa: F401 -- old import path, see below
+)
 
-
-def options_for(host: Host, **changes: object) -> SshOptions:
-    """Options as a user of the fleet's ssh_config would have them (no agent, short timeouts)."""
-    assert host.client is not None
-    return options_for_fleet(**{"ssh_config_path": str(host.client.ssh_config), **changes})
-
-
-def options_for_fleet(**changes: object) -> SshOptions:
-    """No agent, 5 s connect/banner/auth timeouts, then ``changes``."""
-    settings: dict[str, object] = {
-        "use_agent": False,
-        "connect_timeout": 5.0,
-        "banner_timeout": 5.0,
-        "auth_timeout": 5.0,
-    }
-    settings.update(changes)
-    return SshOptions(**settings)  # type: ignore[arg-type]
-
-
-def accepted_logins(host: Host) -> int:
-    """Successful SSH logins so far, from the host's sshd log."""
-    return host.log_path.read_text(errors="replace").count("Accepted publickey for")
+# tests.test_transport_ssh.options_for_fleet is an old import path, kept only so branches
+# written before tests/fixtures/ssh.py still import; new code imports tests.fixtures.ssh.
 
 
 def ssh_keygen(path: Path, kind: str = "ed25519") -> Path:
@@ -253,6 +238,15 @@ def test_proxyjump_to_a_dead_target_is_unreachable(fleet: Fleet, tmp_path: Path)
     assert "through jump host" in caught.value.message
 
 
+def home_that_knows(host: Host, tmp_path: Path) -> Path:
+    """A fresh HOME whose ~/.ssh holds only a known_hosts that knows ``host``."""
+    assert host.client is not None
+    home = tmp_path / "home"
+    (home / ".ssh").mkdir(parents=True)
+    (home / ".ssh" / "known_hosts").write_text(host.client.known_hosts.read_text())
+    return home
+
+
 @pytest.mark.integration
 @pytest.mark.root
 def test_default_key_in_home_ssh_is_used_without_identityfile(
@@ -260,11 +254,9 @@ def test_default_key_in_home_ssh_is_used_without_identityfile(
 ) -> None:
     h01 = fleet.hosts[0]
     assert h01.client is not None
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
+    home = home_that_knows(h01, tmp_path)
     (home / ".ssh" / "id_ed25519").write_bytes(h01.client.identity.read_bytes())
     (home / ".ssh" / "id_ed25519").chmod(0o600)
-    (home / ".ssh" / "known_hosts").write_text(h01.client.known_hosts.read_text())
     monkeypatch.setenv("HOME", str(home))
     options = SshOptions(ssh_config_path=None, use_agent=False)
     with SshTransport(h01.address, user="root", options=options) as ssh:
@@ -278,10 +270,7 @@ def test_key_held_only_by_a_real_ssh_agent_authenticates(
 ) -> None:
     """No key file anywhere the transport looks: only the agent (OpenSSH's ssh-agent) has it."""
     h01 = fleet.hosts[0]
-    assert h01.client is not None
-    home = tmp_path / "home"
-    (home / ".ssh").mkdir(parents=True)
-    (home / ".ssh" / "known_hosts").write_text(h01.client.known_hosts.read_text())
+    home = home_that_knows(h01, tmp_path)
     socket_path = tmp_path / "agent.sock"
     agent = subprocess.Popen(
         ["ssh-agent", "-D", "-a", str(socket_path)],

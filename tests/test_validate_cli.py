@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -12,19 +10,7 @@ import pytest
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.validate import parse_config, validate_config
-
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def run_cli(*args: str | Path) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "dflash_provision", *map(str, args)],
-        capture_output=True,
-        text=True,
-        cwd=REPO_ROOT,
-        timeout=120,
-    )
-
+from tests.fixtures.cli import run_cli
 
 # --- parse layer (in process, fast) ---
 

