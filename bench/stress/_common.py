@@ -32,6 +32,13 @@ def require_testbed(*, need_lxc: bool = False) -> None:
         sys.exit(f"stress: cannot run: {reason}")
 
 
+def restore_sigint() -> None:
+    """Let the CLI processes we start meet Ctrl-C: a shell's background job (``cmd &``, nohup)
+    starts with SIGINT ignored, and an ignored signal stays ignored across exec, so a SIGINT
+    sent to the CLI would do nothing. A handler here is reset to the default in the child."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def configs(count: int, *, first_indent: int = 1) -> list[bytes]:
     """``count`` distinct valid configs: the reference drafter config, indented differently.
 

@@ -277,7 +277,7 @@ def _schedule(targets: list[StressTarget], trials: int, rng: random.Random) -> l
         count = trials // len(targets) + (1 if i < trials % len(targets) else 0)
         usable = [f for f in FAULTS if f != "disk-full" or target.container is None]
         # Offsets that interleave: every target meets every fault it can, even in a short run.
-        faults = [usable[(k * len(targets) + i) % len(usable)] for k in range(count)]
+        faults = [usable[(k + i) % len(usable)] for k in range(count)]
         rng.shuffle(faults)
         plans.append(faults)
     return plans
@@ -357,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     trials = args.trials or (10 if args.quick else 200)
     hosts = args.hosts or (2 if args.quick else 4)
     c.require_testbed(need_lxc=True)
+    c.restore_sigint()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="stress-crash-") as tmp:
         base = Path(tmp)
