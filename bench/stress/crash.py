@@ -313,7 +313,7 @@ def _report(trials: list[Trial], wall: float) -> int:
             continue
         count = collections.Counter(t.outcome for t in mine)
         exits = collections.Counter(
-            "killed" if t.exit_code is None else str(t.exit_code) for t in mine
+            "signal" if t.exit_code is None else str(t.exit_code) for t in mine
         )
         print(
             f"{fault:<14}{len(mine):>7}{count['old']:>6}{count['new']:>6}"
