@@ -1,3 +1,3 @@
-from dflash_provision.cli.main import main
+from dflash_provision.cli.entry import main
 
 main()

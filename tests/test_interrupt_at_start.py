@@ -1,0 +1,39 @@
+"""A Ctrl-C that reaches the CLI while it is still importing ends like any Ctrl-C: one line,
+exit 130, no Python traceback (the stress run saw a traceback and exit 1 for SIGINTs sent in the
+first tens of milliseconds of a process)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.fixtures.cli import run_cli
+
+# Sends SIGINT to the process itself the moment the CLI imports click: the signal lands inside
+# the import, exactly where a user's early Ctrl-C would, without any timing guesswork.
+_INTERRUPT_ON_CLICK_IMPORT = """
+import os, signal, sys
+
+class _InterruptOnClick:
+    def find_spec(self, name, path=None, target=None):
+        if name == "click":
+            sys.meta_path.remove(self)
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, _InterruptOnClick())
+"""
+
+
+@pytest.mark.parametrize("entry_point", [True, False], ids=["console-script", "python-m"])
+def test_ctrl_c_while_importing_is_exit_130_without_traceback(
+    tmp_path: Path, entry_point: bool
+) -> None:
+    (tmp_path / "sitecustomize.py").write_text(_INTERRUPT_ON_CLICK_IMPORT)
+    done = run_cli(
+        "--version", env={"PYTHONPATH": str(tmp_path)}, entry_point=entry_point, home=tmp_path
+    )
+    assert done.returncode == 130, done.stderr
+    assert done.stderr.strip() == "interrupted"
+    assert "Traceback" not in done.stderr
