@@ -5,17 +5,9 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from dflash_provision.runtime.stages import (
-    STAGE_NAMES,
-    CheckContext,
-    StageResult,
-    StageStatus,
-)
-
-if TYPE_CHECKING:
-    pass
+from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 _MAX_PROBE_OUTPUT = 256 * 1024
 _SLIDING = "sliding_attention"

@@ -5,18 +5,10 @@ from __future__ import annotations
 
 import posixpath
 import shlex
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflash_provision.invariants import block_size_of
-from dflash_provision.runtime.stages import (
-    STAGE_NAMES,
-    CheckContext,
-    StageResult,
-    StageStatus,
-)
-
-if TYPE_CHECKING:
-    pass
+from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- c: the running server ---------------------------------------------------------------------
 

@@ -6,18 +6,10 @@ from __future__ import annotations
 import json
 import shlex
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflash_provision.invariants import block_size_of
-from dflash_provision.runtime.stages import (
-    STAGE_NAMES,
-    CheckContext,
-    StageResult,
-    StageStatus,
-)
-
-if TYPE_CHECKING:
-    pass
+from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
 
