@@ -129,7 +129,7 @@ def fetch_config(
     commit_sha = _commit_from_snapshot_path(path, filename) or (meta.commit_hash if meta else None)
     if commit_sha is None:
         raise HubError(f"{where}: cannot tell which commit {path} belongs to")
-    data = path.read_bytes()
+    data = _read_cached(where, path)
     if meta is not None:
         # Asked the Hub in this call: the bytes must be what it declared (downloaded now, or
         # a cached blob it just named). A file read from the cache alone (pinned, offline,
@@ -242,6 +242,23 @@ def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata
         return
     evict(path)
     raise HubError(f"{where}: {problem}; {REFUSED}", exit_code=ExitCode.HUB_INTEGRITY)
+
+
+def _read_cached(where: _Where, path: Path) -> bytes:
+    """The cached file's bytes, read like every SOURCE: bounded (1 MiB) and never waiting on a
+    FIFO. The cache is a directory anyone with the user's rights can change; an entry that is not
+    a regular file of a config's size is refused (exit 16) and evicted, so the next fetch
+    downloads it again."""
+    from dflash_provision.hub_integrity import evict
+    from dflash_provision.local_file import read_config_file
+
+    try:
+        return read_config_file(path)[1]
+    except UsageError as exc:
+        evict(path)
+        raise HubError(
+            f"{where}: cached copy {exc.message}; {REFUSED}", exit_code=ExitCode.HUB_INTEGRITY
+        ) from None
 
 
 @contextlib.contextmanager
