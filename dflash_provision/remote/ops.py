@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.transport.base import CommandResult, Transport
@@ -33,6 +33,7 @@ BACKUP_DIRNAME = ".dflash-backups"
 MAX_CONFIG_BYTES = 1024 * 1024
 LIMIT_TEXT = "1 MiB"
 DEFAULT_KEEP_BACKUPS = 5
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 _BACKUP_STAMP = re.compile(r"\.(\d{8}T\d{6}Z)(?:\.\d{3})?$")
 
 
@@ -47,7 +48,9 @@ class RemoteProtocolError(RemoteStepFailed):
 @cache
 def script_text(name: str) -> str:
     """The full text run for script ``name`` ("read", "write", "backups"): common.sh + it."""
-    folder = resources.files("dflash_provision.remote") / "scripts"
+    # Files beside this module (the wheel installs them as files): importlib.resources would
+    # cost every SSH command a few milliseconds of imports for the same read.
+    folder = SCRIPTS_DIR
     common = (folder / "common.sh").read_text(encoding="utf-8")
     body = (folder / f"{name}.sh").read_text(encoding="utf-8")
     return _without_comments(common + "\n" + body)
