@@ -34,7 +34,7 @@ from pathlib import Path
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
-from dflash_provision.cli._render import echo_rich
+from dflash_provision.cli._render import echo_table
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -79,7 +79,7 @@ def command(
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=code)
         click.echo(report.to_json(document))
     else:
-        echo_rich(report.audit_table(audits), report.summary_line(audits, elapsed))
+        echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
     # After the results are out: a textfile that cannot be written loses no audit.
     if prometheus is not None:
         try:
