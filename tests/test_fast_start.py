@@ -21,6 +21,7 @@ from dflash_provision import verdict_cache
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host, refused_address
+from dflash_provision.transport.ssh import paramiko_import
 from dflash_provision.validate import validate_config
 from tests.fixtures.cli import (
     CLI_TIMEOUT_S,
@@ -137,8 +138,8 @@ def test_the_cache_can_be_turned_off(home: Path, monkeypatch: pytest.MonkeyPatch
 # Slow to import and not needed once a config's verdict is cached: transformers (~2 s),
 # jsonschema (the schema layer, cached with the verdict), rich (a piped table that fits),
 # invoke (paramiko's, for ssh_config ``Match exec`` only), http.client (only the Hub needs it),
-# difflib (only a mistyped command).
-NOT_NEEDED = ("transformers", "jsonschema", "rich", "http.client", "difflib")
+# difflib (only a mistyped command), email (importlib.metadata's, for paramiko's __version__).
+NOT_NEEDED = ("transformers", "jsonschema", "rich", "http.client", "difflib", "email")
 
 
 def run(workdir: Path, home: Path, *args: str, base_env: dict[str, str] | None = None) -> Done:
@@ -299,6 +300,39 @@ def test_an_ssh_config_match_exec_line_still_runs_its_command(
     assert pushed.returncode == 0, pushed.stdout + without_importtime(pushed.stderr)
     assert "written" in pushed.stdout
     assert any(m.startswith("invoke.") for m in imported_modules(pushed))
+
+
+def test_paramiko_gets_its_true_version_and_importlib_metadata_is_the_real_one_after() -> None:
+    """paramiko is imported with a stand-in for importlib.metadata (paramiko_import.py)."""
+    probe = (
+        "import sys\n"
+        "import dflash_provision.transport.ssh\n"
+        "import importlib, importlib.metadata as m, paramiko\n"
+        "assert sys.modules['importlib.metadata'] is m and importlib.metadata is m\n"
+        "assert callable(m.entry_points) and m.__file__\n"
+        "assert sys.modules.get('invoke', 'absent') is not None\n"
+        "print(paramiko.__version__ == m.version('paramiko') != '')\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=CLI_TIMEOUT_S,
+        check=False,
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "True"), done.stderr
+
+
+def test_the_metadata_stand_in_answers_only_paramikos_version_itself() -> None:
+    import importlib.metadata
+
+    stand_in = paramiko_import._MetadataStandIn()
+    assert stand_in.version("paramiko") == importlib.metadata.version("paramiko")
+    assert paramiko_import._dist_info_version("paramiko") == importlib.metadata.version("paramiko")
+    # Another name, another function: the real module answers.
+    assert stand_in.version("click") == importlib.metadata.version("click")
+    assert stand_in.entry_points is importlib.metadata.entry_points
+    assert paramiko_import._dist_info_version("no_such_package_here") is None
 
 
 def test_what_start_up_imported_is_left_out_of_the_last_collection(tmp_path: Path) -> None:
