@@ -83,7 +83,7 @@ def rules_digest() -> str:
 
 
 def entry_path(data: bytes, num_speculative_tokens: int | None) -> Path:
-    from dflash_provision.history import data_dir
+    from dflash_provision.data_dir import data_dir
 
     config_sha = hashlib.sha256(data).hexdigest()
     suffix = "" if num_speculative_tokens is None else f"-n{num_speculative_tokens}"

@@ -185,6 +185,7 @@ def test_second_push_and_repair_of_the_same_config_do_not_import_transformers(
     again = run(tmp_path, home, "validate", "incident.json")
     assert again.stdout == judged.stdout
     assert needless_imports(again) == [] and not loaded(again, "paramiko")
+    assert not loaded(again, "sqlite3")  # the verdict cache's directory, not the history store
     (ssh_host.root_dir / MODEL.removeprefix("/root/") / "config.json").write_bytes(INCIDENT)
     repair = ["repair", target, "--from", "config.json", *ssh_args(ssh_host)]
     fixed = run(tmp_path, home, *repair)
