@@ -21,7 +21,6 @@ from dflash_provision import verdict_cache
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host, refused_address
-from dflash_provision.transport.ssh import paramiko_import
 from dflash_provision.validate import validate_config
 from tests.fixtures.cli import (
     CLI_TIMEOUT_S,
@@ -326,6 +325,8 @@ def test_paramiko_gets_its_true_version_and_importlib_metadata_is_the_real_one_a
 
 def test_the_metadata_stand_in_answers_only_paramikos_version_itself() -> None:
     import importlib.metadata
+
+    from dflash_provision.transport.ssh import paramiko_import
 
     stand_in = paramiko_import._MetadataStandIn()
     assert stand_in.version("paramiko") == importlib.metadata.version("paramiko")
