@@ -130,11 +130,10 @@ def fetch_config(
     if commit_sha is None:
         raise HubError(f"{where}: cannot tell which commit {path} belongs to")
     data = _read_cached(where, path)
-    if meta is not None:
-        # Asked the Hub in this call: the bytes must be what it declared (downloaded now, or
-        # a cached blob it just named). A file read from the cache alone (pinned, offline,
-        # Hub unreachable) is checked against the lock's sha256 where a lock pins it.
-        _check_declared(where, path, data, meta)
+    # The bytes must be what the Hub declared: in our HEAD when we asked it in this call, else
+    # (pinned, offline, Hub unreachable) in the name of the cached blob, which is the ETag it
+    # declared when the file was downloaded. A lock's sha256 is checked on top, by the lock.
+    _check_declared(where, path, data, meta)
     return FetchedConfig(
         repo_id=repo_id,
         requested_revision=requested,
@@ -226,17 +225,18 @@ def _probe(where: _Where, *, token: str | None) -> tuple[HfFileMetadata | None, 
     return meta, None
 
 
-def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata) -> None:
+def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata | None) -> None:
     """HubError (exit 16) unless ``data`` is the file the Hub declared; bad bytes are evicted.
 
     The declaration is the name of the cached blob (huggingface_hub stores a download under
-    the ETag the Hub gave it, so this also catches a cache file changed on disk) and, when our
-    HEAD was answered with that same ETag, the size it declared.
+    the ETag the Hub gave it, so this also catches a cache file changed on disk, also when the
+    Hub is not asked) and, when our HEAD (``meta``) was answered with that same ETag, the size
+    it declared.
     """
     from dflash_provision.hub_integrity import cached_etag, declared_mismatch, evict
 
-    etag = cached_etag(path) or meta.etag
-    size = meta.size if meta.etag == etag else None
+    etag = cached_etag(path) or (meta.etag if meta else None)
+    size = meta.size if meta and meta.etag == etag else None
     problem = declared_mismatch(data, etag, size)
     if problem is None:
         return

@@ -112,6 +112,32 @@ def test_a_cached_file_changed_on_disk_is_refused_when_the_hub_names_it_again(
     assert json.loads(again.stdout)["sha256"] == hashlib.sha256(REFERENCE).hexdigest()
 
 
+@pytest.mark.parametrize("cache_only", ["pinned commit", "HF_HUB_OFFLINE"])
+def test_a_cached_file_changed_on_disk_is_refused_also_when_the_hub_is_not_asked(
+    cache_only: str,
+    hub_standin: HubStandin,
+    hub_env: dict[str, str],
+    hf_home: Path,
+    tmp_path: Path,
+) -> None:
+    # A fetch pinned to a commit that is cached, or an offline fetch, reads the cache without a
+    # HEAD: the blob's own name (the ETag it was stored under) is then the declaration.
+    hub_standin.add_repo(REPO, {"config.json": REFERENCE})
+    first = fetch(hub_env, tmp_path, "--no-lock", "--json")
+    assert first.returncode == 0, first.stderr
+    commit = json.loads(first.stdout)["commit_sha"]
+    (blob,) = cached_blobs(hf_home)
+    blob.chmod(0o644)
+    blob.write_bytes(SAME_SIZE_TAMPERED)
+    if cache_only == "pinned commit":
+        done = fetch(hub_env, tmp_path, "--revision", commit)
+    else:
+        done = fetch({**hub_env, "HF_HUB_OFFLINE": "1"}, tmp_path)
+    the_error_line(done, ExitCode.HUB_INTEGRITY, "git blob id", "refused")
+    assert not (tmp_path / "dflash.lock").exists()
+    assert cached_blobs(hf_home) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # a Hub that never finishes
 
