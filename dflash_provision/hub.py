@@ -93,11 +93,11 @@ def fetch_config(
     from dflash_provision import hub_deadline
 
     offline = constants.is_offline_mode()
-    meta: HfFileMetadata | None = None  # what the Hub declared in our HEAD, when we made one
-    unreachable: str | None = None  # why the Hub could not be asked, if it could not
-    # One deadline for everything below (name lookup, HEADs, the body): --timeout bounds the
-    # whole fetch, not each read.
-    with hub_deadline.deadline(timeout):
+
+    def download() -> tuple[str, HfFileMetadata | None]:
+        """The cached file's path and what the Hub declared in our HEAD (None: not asked)."""
+        meta: HfFileMetadata | None = None
+        unreachable: str | None = None  # why the Hub could not be asked, if it could not
         try:
             pinned_in_cache = is_commit_sha(requested) and isinstance(
                 try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir, revision=requested),
@@ -107,6 +107,8 @@ def fetch_config(
                 if not offline and not pinned_in_cache:
                     meta, unreachable = _probe(where, token=token)
                 cache_only = offline or unreachable is not None
+                if cache_only:
+                    hub_deadline.network_done()
                 with _offline_while(cache_only):
                     path_str = hf_hub_download(
                         repo_id,
@@ -124,6 +126,15 @@ def fetch_config(
             raise UsageError(f"{repo_id}: not a valid Hub repo id ({_first_line(exc)})") from None
         except ValueError as exc:  # e.g. a filename that climbs out of the repo ("../x")
             raise UsageError(f"{where}: {_first_line(exc)}") from None
+        return path_str, meta
+
+    # One deadline for everything in download() (name lookup, HEADs, the body): --timeout bounds
+    # the whole fetch, not each read, also a response whose headers arrive a byte at a time.
+    try:
+        path_str, meta = hub_deadline.run_within(timeout, download)
+    except hub_deadline.DeadlinePassed as exc:
+        _raise_transfer_failure(exc, where)
+        raise
 
     path = Path(str(path_str))
     commit_sha = _commit_from_snapshot_path(path, filename) or (meta.commit_hash if meta else None)

@@ -169,6 +169,24 @@ def test_a_body_sent_a_byte_every_two_seconds_is_cut_off_at_the_timeout(
     assert list(hf_home.rglob("*.incomplete")) == []
 
 
+def test_headers_sent_a_byte_every_two_seconds_are_cut_off_at_the_timeout(
+    hub_standin: HubStandin, hub_env: dict[str, str], hf_home: Path, tmp_path: Path
+) -> None:
+    # Every byte of the status line and headers restarts the client's read timeout, and its
+    # header parser has no clock: without a deadline of its own this held fetch for hours.
+    hub_standin.add_repo(
+        REPO,
+        {"config.json": REFERENCE},
+        fault=Fault(drip_interval=2.0, drip_limit=60, drip_headers=True),
+    )
+    done = fetch(hub_env, tmp_path, "--timeout", "3")
+    the_error_line(done, ExitCode.HUB_UNREACHABLE, "within 3 s (--timeout)")
+    assert not (tmp_path / "dflash.lock").exists()
+    hub_standin.stop()  # ends the drip so its count is recorded
+    assert hub_standin.dripped and max(hub_standin.dripped) < 10
+    assert list(hf_home.rglob("*.incomplete")) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # credentials in HF_ENDPOINT
 
