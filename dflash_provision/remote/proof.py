@@ -182,9 +182,7 @@ def _settled(
             message=cut_off,
         )
     old = OldFile(outcome.old_seen, outcome.old_present, outcome.old_data, outcome.old_sha256)
-    return WriteProof(
-        outcome, None, old, cut_off=cut_off, settled=settled, interrupted=interrupted
-    )
+    return WriteProof(outcome, None, old, cut_off=cut_off, settled=settled, interrupted=interrupted)
 
 
 def _reread(transport: Transport, path: str, outcome: WriteOutcome, limit: float) -> Settled:
