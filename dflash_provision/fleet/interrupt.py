@@ -11,6 +11,7 @@ connections and proxy processes, before the process exits).
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 from collections.abc import Sequence
 from concurrent.futures import Future
 from typing import Any
@@ -26,6 +27,14 @@ class FleetInterrupted(KeyboardInterrupt):
         self.done = done
         self.not_started = not_started
         self.abandoned = abandoned
+
+    def to_dict(self) -> dict[str, Any]:
+        """For --json: the interruption, beside the hosts done."""
+        return {
+            "interrupted": True,
+            "not_contacted": self.not_started,
+            "abandoned": self.abandoned,
+        }
 
     def summary(self, total: int, verb: str) -> str:
         """One line, e.g. "interrupted: 3 of 10 hosts audited, 7 not contacted"."""
@@ -47,10 +56,8 @@ def collect_after_interrupt(
     """Wait for the futures still running (a second Ctrl-C stops waiting) and sort every host
     into done / not started / abandoned. The queued ones must already be cancelled."""
     running = [f for f in futures if not f.done()]
-    try:
+    with contextlib.suppress(KeyboardInterrupt):  # the second Ctrl-C: abandon those in flight
         concurrent.futures.wait(running)
-    except KeyboardInterrupt:
-        pass  # the second Ctrl-C: abandon what is still in flight
     done: dict[int, Any] = {}
     not_started: list[str] = []
     abandoned: list[str] = []
