@@ -130,14 +130,20 @@ def write_and_prove(
         why = exc.message if isinstance(exc, RemoteStepFailed) else "interrupted (Ctrl-C)"
         return _settled(transport, path, data, options, nonce, f"read-back: {why}", outcome)
     old_data = outcome.old_data
-    if backup is not None:
-        old_data = _old_bytes_from_backup(transport, outcome, backup, kept, options.timeout)
+    replaced = False
+    # The outcome is proven by now: a Ctrl-C in these extras costs only what they add (the old
+    # bytes for the diff, who replaced the file), never the truth about the write.
+    try:
+        if backup is not None:
+            old_data = _old_bytes_from_backup(transport, outcome, backup, kept, options.timeout)
+        replaced = (
+            outcome.status is WriteStatus.WRITTEN
+            and readback.data != data
+            and _later_writer(transport, path, nonce, options)
+        )
+    except (KeyboardInterrupt, DflashProvisionError):
+        pass
     old = OldFile(True, outcome.old_present, old_data, _sha(old_data) or outcome.old_sha256)
-    replaced = (
-        outcome.status is WriteStatus.WRITTEN
-        and readback.data != data
-        and _later_writer(transport, path, nonce, options)
-    )
     return WriteProof(outcome, readback, old, replaced=replaced)
 
 
