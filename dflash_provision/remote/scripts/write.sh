@@ -65,8 +65,9 @@
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
 # names the step.
 #
-# Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv and sync, plus a rm
-# when pruning and the cat of the old bytes when SEND_OLD=1; an unchanged one a stat and, when
+# Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv, sync and the rm of
+# its landed mark (given a NONCE), plus a rm when pruning and the cat of the old bytes when
+# SEND_OLD=1; an unchanged one a stat and, when
 # the size matches, a sha256sum. Each process is ~1 ms of a host's CPU, and a fleet command runs
 # this on every host at once.
 
