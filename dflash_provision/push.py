@@ -290,7 +290,7 @@ def _write_and_prove(
     result.readback = proof.readback
     result.old_sha256 = old.sha256
     if proof.settled is not None:
-        return _from_settled(result, proof, data)
+        return _from_settled(result, proof)
     if not outcome.ok:
         # A write that failed before looking at the old file knows nothing about it: no diff
         # then, rather than a "(new file)" that may be false.
@@ -338,7 +338,7 @@ def _write_and_prove(
 OLD_UNREADABLE = "the old file's bytes could not be read from its backup"
 
 
-def _from_settled(result: PushResult, proof: WriteProof, data: bytes) -> PushResult:
+def _from_settled(result: PushResult, proof: WriteProof) -> PushResult:
     """The outcome of a write whose report was cut off, from what the host showed afterwards
     on a fresh connection (proof.settled): never "the old file was left untouched" unless the
     host said the new file was not, and will never be, put in place."""
