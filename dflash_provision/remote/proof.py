@@ -205,9 +205,14 @@ def _reread(transport: Transport, path: str, outcome: WriteOutcome, limit: float
 
 def _later_writer(transport: Transport, path: str, nonce: str, options: WriteOptions) -> bool:
     """Whether another write went for its rename after ours (the host's record names it)."""
+    limit = transport.command_timeout if options.timeout is None else options.timeout
     try:
         writer = last_writer(
-            transport, path, follow_symlinks=options.follow_symlinks, timeout=options.timeout
+            transport,
+            path,
+            follow_symlinks=options.follow_symlinks,
+            lock_timeout=remote_deadline(limit),
+            timeout=options.timeout,
         )
     except DflashProvisionError:
         return False

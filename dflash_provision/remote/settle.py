@@ -82,10 +82,15 @@ def settle_write(
 
 
 def last_writer(
-    transport: Transport, path: str, *, follow_symlinks: bool, timeout: float | None
+    transport: Transport,
+    path: str,
+    *,
+    follow_symlinks: bool,
+    lock_timeout: int,
+    timeout: float | None,
 ) -> str | None:
     """The nonce of the last write that went for its rename on ``path`` (None: none recorded,
-    or the host could not tell)."""
-    args = [path, "0" * 16, "0" * 64, "1", "1" if follow_symlinks else "0", "probe"]
+    or the host could not tell), read under the push's lock (waiting up to ``lock_timeout``)."""
+    args = [path, "0" * 16, "0" * 64, str(lock_timeout), "1" if follow_symlinks else "0", "probe"]
     result = transport.run(script_argv("settle", *args), stdin=None, timeout=timeout)
     return _parse(result.stdout, "settle").fields.get("writer") or None

@@ -6,8 +6,9 @@
 #            NONCE: the one the write was given; SHA256: the bytes it was sending.
 #            MODE settle (default): take the push's lock first, so that the write has ended (or
 #            not yet started its rename: then it never will, see below).
-#            MODE probe: no lock, only "writer" (for a write that did report, whose read-back
-#            found other bytes: replaced by a later write, or not taking effect?).
+#            MODE probe: only "writer", read under the lock too, and nothing created (for a
+#            write that did report, whose read-back found other bytes: replaced by a later
+#            write, or not taking effect?).
 #
 # Output lines:
 #   verdict landed       the write's rename happened: its mark <base>.landed.NONCE was there
@@ -46,10 +47,8 @@ base=${dest##*/}
 bdir=$dir/.dflash-backups
 cd -P -- "$dir" 2>/dev/null || undecided "cannot enter $dir"
 
-if [ "$mode" = probe ]; then
-	writer=
-	read -r writer <".dflash-backups/$base.writer" 2>/dev/null
-	say "writer $writer"
+if [ "$mode" = probe ] && [ ! -d .dflash-backups ]; then
+	say "writer "
 	exit 0
 fi
 
@@ -63,10 +62,15 @@ set -- $(stat -c '%u %a' . 2>/dev/null)
 [ "$1" = 0 ] || [ -O . ] || undecided "$bdir is owned by uid $1"
 case $2 in *[2367]? | *[2367]) undecided "others may write in $bdir (mode $2)" ;; esac
 
+# Under the lock even for a probe: a write rewrites the record (truncate, then write) under it.
 take_lock || undecided "$lock_what${lock_err:+: $lock_err}"
 
 writer=
 read -r writer <"./$base.writer" 2>/dev/null
+if [ "$mode" = probe ]; then
+	say "writer $writer"
+	exit 0
+fi
 hash=
 [ ! -f "../$base" ] || hash_of "../$base" 2>/dev/null
 if [ -e "./$base.landed.$nonce" ]; then
