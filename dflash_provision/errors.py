@@ -30,6 +30,7 @@ class ExitCode(IntEnum):
     HUB_UNREACHABLE = 14
     HUB_OFFLINE_NOT_CACHED = 15
     HUB_INTEGRITY = 16  # the Hub's bytes do not match the sha256 / size it declared for them
+    OUTCOME_UNKNOWN = 17  # a write was cut off and the host could not be asked again: verify
     # runtime (launch / status / stop / logs)
     LAUNCH_FAILED = 20  # the server exited, logged a fatal error, or was not ready in time
     NOT_RUNNING = 21  # no server of ours on that port (status, stop)

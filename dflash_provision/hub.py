@@ -92,11 +92,11 @@ def fetch_config(
     from dflash_provision import hub_deadline
 
     offline = constants.is_offline_mode()
-    meta: HfFileMetadata | None = None  # what the Hub declared in our HEAD, when we made one
-    unreachable: str | None = None  # why the Hub could not be asked, if it could not
-    # One deadline for everything below (name lookup, HEADs, the body): --timeout bounds the
-    # whole fetch, not each read.
-    with hub_deadline.deadline(timeout):
+
+    def download() -> tuple[str, HfFileMetadata | None]:
+        """The cached file's path and what the Hub declared in our HEAD (None: not asked)."""
+        meta: HfFileMetadata | None = None
+        unreachable: str | None = None  # why the Hub could not be asked, if it could not
         try:
             pinned_in_cache = is_commit_sha(requested) and isinstance(
                 try_to_load_from_cache(repo_id, filename, cache_dir=cache_dir, revision=requested),
@@ -106,6 +106,8 @@ def fetch_config(
                 if not offline and not pinned_in_cache:
                     meta, unreachable = _probe(where, token=token)
                 cache_only = offline or unreachable is not None
+                if cache_only:
+                    hub_deadline.network_done()
                 with _offline_while(cache_only):
                     path_str = hf_hub_download(
                         repo_id,
@@ -123,17 +125,25 @@ def fetch_config(
             raise UsageError(f"{repo_id}: not a valid Hub repo id ({_first_line(exc)})") from None
         except ValueError as exc:  # e.g. a filename that climbs out of the repo ("../x")
             raise UsageError(f"{where}: {_first_line(exc)}") from None
+        return path_str, meta
+
+    # One deadline for everything in download() (name lookup, HEADs, the body): --timeout bounds
+    # the whole fetch, not each read, also a response whose headers arrive a byte at a time.
+    try:
+        path_str, meta = hub_deadline.run_within(timeout, download)
+    except hub_deadline.DeadlinePassed as exc:
+        _raise_transfer_failure(exc, where)
+        raise
 
     path = Path(str(path_str))
     commit_sha = _commit_from_snapshot_path(path, filename) or (meta.commit_hash if meta else None)
     if commit_sha is None:
         raise HubError(f"{where}: cannot tell which commit {path} belongs to")
     data = _read_cached(where, path)
-    if meta is not None:
-        # Asked the Hub in this call: the bytes must be what it declared (downloaded now, or
-        # a cached blob it just named). A file read from the cache alone (pinned, offline,
-        # Hub unreachable) is checked against the lock's sha256 where a lock pins it.
-        _check_declared(where, path, data, meta)
+    # The bytes must be what the Hub declared: in our HEAD when we asked it in this call, else
+    # (pinned, offline, Hub unreachable) in the name of the cached blob, which is the ETag it
+    # declared when the file was downloaded. A lock's sha256 is checked on top, by the lock.
+    _check_declared(where, path, data, meta)
     return FetchedConfig(
         repo_id=repo_id,
         requested_revision=requested,
@@ -225,17 +235,18 @@ def _probe(where: _Where, *, token: str | None) -> tuple[HfFileMetadata | None, 
     return meta, None
 
 
-def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata) -> None:
+def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata | None) -> None:
     """HubError (exit 16) unless ``data`` is the file the Hub declared; bad bytes are evicted.
 
     The declaration is the name of the cached blob (huggingface_hub stores a download under
-    the ETag the Hub gave it, so this also catches a cache file changed on disk) and, when our
-    HEAD was answered with that same ETag, the size it declared.
+    the ETag the Hub gave it, so this also catches a cache file changed on disk, also when the
+    Hub is not asked) and, when our HEAD (``meta``) was answered with that same ETag, the size
+    it declared.
     """
     from dflash_provision.hub_integrity import cached_etag, declared_mismatch, evict
 
-    etag = cached_etag(path) or meta.etag
-    size = meta.size if meta.etag == etag else None
+    etag = cached_etag(path) or (meta.etag if meta else None)
+    size = meta.size if meta and meta.etag == etag else None
     problem = declared_mismatch(data, etag, size)
     if problem is None:
         return

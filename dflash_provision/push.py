@@ -34,7 +34,8 @@ from dflash_provision.remote.ops import (
     read_backup,
     read_remote_config,
 )
-from dflash_provision.remote.proof import WriteOptions, write_and_prove
+from dflash_provision.remote.proof import WriteOptions, WriteProof, write_and_prove
+from dflash_provision.remote.settle import Verdict
 from dflash_provision.transport.base import Transport
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ if TYPE_CHECKING:
     from dflash_provision.target import Target
 
 NOT_APPLIED_MESSAGE = "write did not take effect"
+REPLACED_MESSAGE = "replaced by a later write"
+UNKNOWN_MESSAGE = "outcome unknown"
 _DEFAULT_WRITE = WriteOptions()
 
 
@@ -113,8 +116,10 @@ class PushStatus(enum.StrEnum):
     WRITTEN = "written"
     UNCHANGED = "unchanged"  # the file already had the bytes; nothing written
     DRY_RUN = "dry-run"  # would write (the diff says what); nothing written
-    FAILED = "failed"  # a remote step failed; the old file is untouched
+    FAILED = "failed"  # the new file was never put in place (the host says so)
     NOT_APPLIED = "not-applied"  # the protocol "succeeded" but the file does not hold the bytes
+    REPLACED = "replaced"  # the new file was put in place, then replaced by a later write
+    UNKNOWN = "unknown"  # cut off, and the host could not be asked again: run verify
 
 
 @dataclass
@@ -136,6 +141,11 @@ class PushResult:
     restored_from: Backup | None = None  # rollback only
     failed_step: str | None = None
     message: str = ""
+    #: Why the write's report never arrived ("" when it did): the outcome was then read from
+    #: the host on a fresh connection (or is UNKNOWN). ``interrupted``: by a Ctrl-C.
+    cut_off: str = ""
+    interrupted: bool = False
+    settled_sha256: str | None = None  # what the file held when checked after a cut-off
 
     @property
     def ok(self) -> bool:
@@ -143,13 +153,18 @@ class PushResult:
 
     @property
     def exit_code(self) -> ExitCode:
-        return ExitCode.OK if self.ok else ExitCode.REMOTE_FAILED
+        if self.ok:
+            return ExitCode.OK
+        return {
+            PushStatus.REPLACED: ExitCode.DRIFT,  # the file differs from what was pushed
+            PushStatus.UNKNOWN: ExitCode.OUTCOME_UNKNOWN,
+        }.get(self.status, ExitCode.REMOTE_FAILED)
 
     def journal_into(self, recording: Recording) -> None:
         """What the journal row opened for this push or rollback keeps of its outcome."""
         recording.status = self.status.value
         recording.sha256_before = self.old_sha256
-        recording.sha256_after = self.readback.sha256 if self.readback else None
+        recording.sha256_after = self.readback.sha256 if self.readback else self.settled_sha256
         recording.message = self.message
 
     def to_dict(self) -> dict[str, Any]:
@@ -175,6 +190,8 @@ class PushResult:
             "failed_step": self.failed_step,
             "reason": write.reason if write and not write.ok else None,
             "message": self.message,
+            "cut_off": self.cut_off or None,
+            "interrupted": self.interrupted,
         }
 
 
@@ -272,6 +289,8 @@ def _write_and_prove(
     result.write = outcome
     result.readback = proof.readback
     result.old_sha256 = old.sha256
+    if proof.settled is not None:
+        return _from_settled(result, proof)
     if not outcome.ok:
         # A write that failed before looking at the old file knows nothing about it: no diff
         # then, rather than a "(new file)" that may be false.
@@ -298,6 +317,13 @@ def _write_and_prove(
     # reader (vLLM) will see.
     readback = proof.readback
     assert readback is not None
+    if readback.data != data and proof.replaced:
+        result.status = PushStatus.REPLACED
+        result.message = (
+            f"written, then {REPLACED_MESSAGE}: {result.path} now has sha256 "
+            f"{readback.sha256 or '(no file)'}, not {result.new_sha256}"
+        )
+        return result
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED
         result.failed_step = "readback"
@@ -310,6 +336,46 @@ def _write_and_prove(
 
 
 OLD_UNREADABLE = "the old file's bytes could not be read from its backup"
+
+
+def _from_settled(result: PushResult, proof: WriteProof) -> PushResult:
+    """The outcome of a write whose report was cut off, from what the host showed afterwards
+    on a fresh connection (proof.settled): never "the old file was left untouched" unless the
+    host said the new file was not, and will never be, put in place."""
+    settled = proof.settled
+    assert settled is not None
+    result.cut_off = proof.cut_off
+    result.interrupted = proof.interrupted
+    result.settled_sha256 = settled.sha256
+    cut = f"cut off ({proof.cut_off})"
+    now = f"{result.path} has sha256 {settled.sha256 or '(no file)'}"
+    holds_new = settled.sha256 == result.new_sha256
+    if settled.verdict is Verdict.UNKNOWN:
+        result.status = PushStatus.UNKNOWN
+        result.failed_step = "settle"
+        result.message = (
+            f"{UNKNOWN_MESSAGE}: the write was {cut} and the host could not be asked again "
+            f"({settled.message}); the new file may or may not be in place: check with "
+            f"`dflash-provision verify {result.target}` (same source options as this push)"
+        )
+    elif holds_new:
+        landed = settled.verdict is Verdict.LANDED
+        result.status = PushStatus.WRITTEN if landed else PushStatus.UNCHANGED
+        result.message = (
+            f"{'written' if landed else 'unchanged'} (checked on a new connection after the "
+            f"write was {cut}): {now}"
+        )
+    elif settled.verdict is Verdict.LANDED:
+        result.status = PushStatus.REPLACED
+        result.message = f"written, then {REPLACED_MESSAGE} (write {cut}): {now}"
+    else:
+        result.status = PushStatus.FAILED
+        result.failed_step = proof.outcome.failed_step or "transport"
+        result.message = (
+            f"the write was {cut} before the new file was put in place, and will not be "
+            f"(checked on a new connection): {now}"
+        )
+    return result
 
 
 def _read_hint(read: RemoteRead) -> str:

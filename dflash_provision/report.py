@@ -60,6 +60,7 @@ ACTION_STYLE: dict[RepairAction, str] = {
     RepairAction.SKIPPED_IN_SYNC: "dim",
     RepairAction.SKIPPED_NOT_AUDITED: "yellow",
     RepairAction.SKIPPED_MAX_FAILURES: "yellow",
+    RepairAction.SKIPPED_INTERRUPTED: "yellow",
 }
 
 # Status order in summaries: good first, then what needs a write, then what could not be read.

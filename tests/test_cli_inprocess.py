@@ -197,6 +197,11 @@ ERROR_TABLE: list[tuple[DflashProvisionError, ExitCode]] = [
     (UnreachableError("refused", reason="refused"), ExitCode.UNREACHABLE),
     (AuthError("host key changed", reason="host-key-changed"), ExitCode.AUTH),
     (RemoteStepFailed("disk full", step="write"), ExitCode.REMOTE_FAILED),
+    # a push cut off whose host could not be asked again (push's result carries the code)
+    (
+        RemoteStepFailed("outcome unknown", step="settle", exit_code=E.OUTCOME_UNKNOWN),
+        ExitCode.OUTCOME_UNKNOWN,
+    ),
     (ContainerError("not running"), ExitCode.CONTAINER),
     (LocalWriteFailed("history unwritable"), ExitCode.LOCAL_WRITE),
     # HubError carries the code of the way the Hub failed (10-16).

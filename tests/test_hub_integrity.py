@@ -112,6 +112,32 @@ def test_a_cached_file_changed_on_disk_is_refused_when_the_hub_names_it_again(
     assert json.loads(again.stdout)["sha256"] == hashlib.sha256(REFERENCE).hexdigest()
 
 
+@pytest.mark.parametrize("cache_only", ["pinned commit", "HF_HUB_OFFLINE"])
+def test_a_cached_file_changed_on_disk_is_refused_also_when_the_hub_is_not_asked(
+    cache_only: str,
+    hub_standin: HubStandin,
+    hub_env: dict[str, str],
+    hf_home: Path,
+    tmp_path: Path,
+) -> None:
+    # A fetch pinned to a commit that is cached, or an offline fetch, reads the cache without a
+    # HEAD: the blob's own name (the ETag it was stored under) is then the declaration.
+    hub_standin.add_repo(REPO, {"config.json": REFERENCE})
+    first = fetch(hub_env, tmp_path, "--no-lock", "--json")
+    assert first.returncode == 0, first.stderr
+    commit = json.loads(first.stdout)["commit_sha"]
+    (blob,) = cached_blobs(hf_home)
+    blob.chmod(0o644)
+    blob.write_bytes(SAME_SIZE_TAMPERED)
+    if cache_only == "pinned commit":
+        done = fetch(hub_env, tmp_path, "--revision", commit)
+    else:
+        done = fetch({**hub_env, "HF_HUB_OFFLINE": "1"}, tmp_path)
+    the_error_line(done, ExitCode.HUB_INTEGRITY, "git blob id", "refused")
+    assert not (tmp_path / "dflash.lock").exists()
+    assert cached_blobs(hf_home) == []
+
+
 # ---------------------------------------------------------------------------------------------
 # a Hub that never finishes
 
@@ -140,6 +166,24 @@ def test_a_body_sent_a_byte_every_two_seconds_is_cut_off_at_the_timeout(
     hub_standin.stop()  # ends the drip so its count is recorded
     (taken,) = hub_standin.dripped
     assert taken < 10
+    assert list(hf_home.rglob("*.incomplete")) == []
+
+
+def test_headers_sent_a_byte_every_two_seconds_are_cut_off_at_the_timeout(
+    hub_standin: HubStandin, hub_env: dict[str, str], hf_home: Path, tmp_path: Path
+) -> None:
+    # Every byte of the status line and headers restarts the client's read timeout, and its
+    # header parser has no clock: without a deadline of its own this held fetch for hours.
+    hub_standin.add_repo(
+        REPO,
+        {"config.json": REFERENCE},
+        fault=Fault(drip_interval=2.0, drip_limit=60, drip_headers=True),
+    )
+    done = fetch(hub_env, tmp_path, "--timeout", "3")
+    the_error_line(done, ExitCode.HUB_UNREACHABLE, "within 3 s (--timeout)")
+    assert not (tmp_path / "dflash.lock").exists()
+    hub_standin.stop()  # ends the drip so its count is recorded
+    assert hub_standin.dripped and max(hub_standin.dripped) < 10
     assert list(hf_home.rglob("*.incomplete")) == []
 
 

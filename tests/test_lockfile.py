@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.errors import ConfigInvalid, UsageError
+from dflash_provision.errors import ConfigInvalid, ExitCode, HubError, UsageError
 from dflash_provision.hub import fetch_config
 from dflash_provision.lockfile import (
     LockEntry,
@@ -240,18 +240,38 @@ def test_locked_config_loads_the_pinned_commit_from_cache_with_zero_requests(
 
 
 @pytest.mark.integration
-def test_locked_config_whose_cached_bytes_changed_is_invalid_naming_both_hashes(
+def test_locked_config_whose_cached_bytes_changed_is_refused_and_evicted(
     hub_standin: HubStandin, tmp_path: Path
 ) -> None:
     cache, lock = str(tmp_path / "cache"), tmp_path / "dflash.lock"
     fetched = fetch_config(samples.REFERENCE_REPO, endpoint=hub_standin.url, cache_dir=cache)
     upsert_lock(lock, entry_from_fetched(fetched))
-    tampered = b'{"tampered": true}\n'
-    fetched.path.resolve().write_bytes(tampered)  # the snapshot file links to this blob
+    blob = fetched.path.resolve()  # the snapshot file links to this blob, named by its ETag
+    blob.write_bytes(b'{"tampered": true}\n')
+
+    # The cached bytes no longer match the ETag their blob is named after: a Hub integrity
+    # error (exit 16), and the bytes leave the cache so the next read downloads them again.
+    with pytest.raises(HubError) as raised:
+        load_locked_config(lock, cache_dir=cache, endpoint=hub_standin.url)
+
+    assert raised.value.exit_code == ExitCode.HUB_INTEGRITY
+    assert blob.name in raised.value.message
+    assert not blob.exists()
+    again = load_locked_config(lock, cache_dir=cache, endpoint=hub_standin.url)
+    assert again.sha256 == fetched.sha256
+
+
+def test_locked_config_whose_sha256_differs_from_the_lock_is_invalid_naming_both_hashes(
+    hub_standin: HubStandin, tmp_path: Path
+) -> None:
+    cache, lock = str(tmp_path / "cache"), tmp_path / "dflash.lock"
+    fetched = fetch_config(samples.REFERENCE_REPO, endpoint=hub_standin.url, cache_dir=cache)
+    recorded = "0" * 64  # a lock edited by hand, or written for other bytes
+    upsert_lock(lock, replace(entry_from_fetched(fetched), sha256=recorded))
 
     with pytest.raises(ConfigInvalid) as raised:
         load_locked_config(lock, cache_dir=cache, endpoint=hub_standin.url)
 
     assert fetched.sha256 in raised.value.message
-    assert hashlib.sha256(tampered).hexdigest() in raised.value.message
+    assert recorded in raised.value.message
     assert str(lock) in raised.value.message

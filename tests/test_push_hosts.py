@@ -51,11 +51,6 @@ REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 
-# Old import paths (tests.test_push_hosts.options / _session_sshd_pids), kept only so branches
-# written before tests/fixtures/ssh.py still import; new code imports tests.fixtures.ssh.
-options = client_options
-_session_sshd_pids = session_sshd_pids
-
 
 def loaded(data: bytes) -> Authority:
     return Authority(label="test", data=data)

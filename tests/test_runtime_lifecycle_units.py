@@ -12,12 +12,8 @@ import pytest
 
 from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
-from dflash_provision.runtime.launch import (
-    LaunchRequest,
-    _runtime_env,
-    describe_differences,
-    launch,
-)
+from dflash_provision.runtime.launch import describe_differences, launch
+from dflash_provision.runtime.preflight import LaunchRequest, _runtime_env
 from dflash_provision.runtime.process import (
     find_server,
     read_log,

@@ -25,14 +25,7 @@ from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.sudo import SudoTransport
-from tests.fixtures.ssh import (
-    accepted_logins,
-    options_for,
-    options_for_fleet,  # noqa: F401 -- old import path, see below
-)
-
-# tests.test_transport_ssh.options_for_fleet is an old import path, kept only so branches
-# written before tests/fixtures/ssh.py still import; new code imports tests.fixtures.ssh.
+from tests.fixtures.ssh import accepted_logins, options_for
 
 
 def ssh_keygen(path: Path, kind: str = "ed25519") -> Path:

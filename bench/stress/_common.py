@@ -64,12 +64,12 @@ def big_config(size: int = 64 * 1024) -> bytes:
 def warm_verdicts(home: Path, datas: Sequence[bytes]) -> None:
     """Validate each config once in this process with ``home`` as the data directory, so the
     CLI processes find the verdict cached (no ~2-5 s transformers import per trial)."""
+    from dflash_provision.authority import Authority
     from dflash_provision.push import check_authority
-    from dflash_provision.sources import LoadedConfig
 
     os.environ["DFLASH_PROVISION_HOME"] = str(home)
     for data in datas:
-        check_authority(LoadedConfig(label="stress", data=data), force=False)
+        check_authority(Authority(label="stress", data=data), force=False)
 
 
 def ssh_options(fleet: Fleet, *, connect: float = 5.0, command: float = 30.0) -> SshOptions:

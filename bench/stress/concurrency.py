@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.stress import _common as c
+from dflash_provision.authority import Authority
 from dflash_provision.push import push_config
 from dflash_provision.remote.ops import ReadStatus, read_remote_config
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet, Host
@@ -127,7 +127,7 @@ def _push_threads(host: Host, options: SshOptions, pool: list[bytes]) -> list[Cl
                 result = push_config(
                     transport,
                     target,
-                    LoadedConfig(label=f"writer {i}", data=pool[i]),
+                    Authority(label=f"writer {i}", data=pool[i]),
                     validate=False,
                     write=WriteOptions(keep_backups=KEEP, timeout=60),
                 )

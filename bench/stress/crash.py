@@ -42,10 +42,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.stress import _common as c
+from dflash_provision.authority import Authority
 from dflash_provision.history import HistoryStore, default_db_path
 from dflash_provision.push import PushStatus, push_config
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.sources import LoadedConfig
 from dflash_provision.target import parse_target
 from dflash_provision.testbed.hosts import FILLER_NAME, Fleet, Host
 from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
@@ -220,7 +220,7 @@ def _next_push(target: StressTarget, trial: Trial, seen: bytes | None, plan: Pla
             result = push_config(
                 transport,
                 parsed,
-                LoadedConfig(label="next", data=data),
+                Authority(label="next", data=data),
                 validate=False,
                 write=WriteOptions(keep_backups=3, timeout=30),
             )

@@ -88,5 +88,9 @@ def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, v
             click.echo(f"  durability  {write.durability.describe()}")
     else:
         raise RemoteStepFailed(
-            f"{result.target}: {result.message}", step=result.failed_step or "write"
+            f"{result.target}: {result.message}",
+            step=result.failed_step or "write",
+            exit_code=result.exit_code,
         )
+    if result.cut_off:
+        click.echo(f"  note        {result.message}")

@@ -35,6 +35,7 @@ import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_table
+from dflash_provision.cli.entry import INTERRUPTED_EXIT
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -59,20 +60,34 @@ def command(
     """Check a whole fleet for drift in parallel (exit 0 in sync, 4 drift, 5 unreachable)."""
     from dflash_provision import report
     from dflash_provision.fleet import audit, audit_exit_code
+    from dflash_provision.fleet.interrupt import FleetInterrupted
     from dflash_provision.history import default_store
 
     members = selection.members()
     run = make_run(connection)
     started = time.monotonic()
-    with ProgressDisplay(len(members), "auditing") as display:
-        audits = audit(
-            members,
-            run.authority_for,
-            workers=selection.workers,
-            progress=lambda a: display.advance(a.name, a.status.value),
-            history=default_store(),
-            run=run,
-        )
+    try:
+        with ProgressDisplay(len(members), "auditing") as display:
+            audits = audit(
+                members,
+                run.authority_for,
+                workers=selection.workers,
+                progress=lambda a: display.advance(a.name, a.status.value),
+                history=default_store(),
+                run=run,
+            )
+    except FleetInterrupted as stopped:
+        # What was audited before the Ctrl-C (recorded in history too); no --prometheus file:
+        # one that lacks the hosts not contacted would tell node_exporter a false story.
+        elapsed = time.monotonic() - started
+        if as_json:
+            document = report.audit_document(stopped.done, elapsed_s=elapsed, exit_code=130)
+            document["summary"].update(stopped.to_dict())
+            click.echo(report.to_json(document))
+        else:
+            echo_table(report.audit_spec(stopped.done), report.summary_line(stopped.done, elapsed))
+        click.echo(stopped.summary(len(members), "audited"), err=True)
+        ctx.exit(INTERRUPTED_EXIT)
     elapsed = time.monotonic() - started
     code = int(audit_exit_code(audits))
     if as_json:

@@ -23,7 +23,8 @@ from dflash_provision.transport.factory import Connector
 if TYPE_CHECKING:
     from dflash_provision.authority import Authority
     from dflash_provision.runtime.check import CheckReport
-    from dflash_provision.runtime.launch import LaunchRequest, LaunchResult
+    from dflash_provision.runtime.launch import LaunchResult
+    from dflash_provision.runtime.preflight import LaunchRequest
     from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
@@ -115,7 +116,8 @@ def command(
     connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
-    from dflash_provision.runtime.launch import LaunchRequest, launch
+    from dflash_provision.runtime.launch import launch
+    from dflash_provision.runtime.preflight import LaunchRequest
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)

@@ -26,6 +26,7 @@ import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_table
+from dflash_provision.cli.entry import INTERRUPTED_EXIT
 from dflash_provision.transport.factory import Connector
 
 
@@ -63,24 +64,43 @@ def command(
     """Audit a fleet, then push to every host that drifted (exit 0 only if all end in sync)."""
     from dflash_provision import report
     from dflash_provision.fleet import repair, repair_exit_code
+    from dflash_provision.fleet.interrupt import FleetInterrupted
     from dflash_provision.history import default_store
     from dflash_provision.remote.proof import WriteOptions
 
     members = selection.members()
     run = make_run(connection)
     started = time.monotonic()
-    with ProgressDisplay(len(members), "repairing") as display:
-        repairs = repair(
-            members,
-            run.authority_for,
-            workers=selection.workers,
-            dry_run=dry_run,
-            max_failures=max_failures,
-            progress=lambda r: display.advance(r.name, r.action.value),
-            history=default_store(),
-            write=WriteOptions(keep_backups, mkdir),
-            run=run,
-        )
+    try:
+        with ProgressDisplay(len(members), "repairing") as display:
+            repairs = repair(
+                members,
+                run.authority_for,
+                workers=selection.workers,
+                dry_run=dry_run,
+                max_failures=max_failures,
+                progress=lambda r: display.advance(r.name, r.action.value),
+                history=default_store(),
+                write=WriteOptions(keep_backups, mkdir),
+                run=run,
+            )
+    except FleetInterrupted as stopped:
+        # What was done before the Ctrl-C: the writes that finished (each journaled as it
+        # happened) and the hosts audited; none was started after it.
+        elapsed = time.monotonic() - started
+        if as_json:
+            document = report.repair_document(
+                stopped.done, elapsed_s=elapsed, exit_code=INTERRUPTED_EXIT, dry_run=dry_run
+            )
+            document["summary"].update(stopped.to_dict())
+            click.echo(report.to_json(document))
+        else:
+            echo_table(
+                report.repair_spec(stopped.done),
+                report.repair_summary_line(stopped.done, elapsed),
+            )
+        click.echo(stopped.summary(len(members), "handled"), err=True)
+        ctx.exit(INTERRUPTED_EXIT)
     elapsed = time.monotonic() - started
     code = repair_exit_code(repairs, dry_run=dry_run)
     if as_json:

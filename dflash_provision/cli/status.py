@@ -13,7 +13,7 @@ from dflash_provision.cli._runtime import port_option
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.runtime.process import ServerStatus
+    from dflash_provision.runtime.status import ServerStatus
 
 
 @click.command(
@@ -40,7 +40,7 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
-    from dflash_provision.runtime.process import server_status
+    from dflash_provision.runtime.status import server_status
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor, as_completed
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, TypeVar
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.classify import classify_exception
+from dflash_provision.fleet.interrupt import NOT_STARTED, FleetInterrupted, collect_after_interrupt
 from dflash_provision.fleet.results import HostAudit, HostStatus
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.inventory import FleetMember
@@ -129,9 +131,19 @@ def audit(
     """
     run = run or FleetRun(authority_for, connector=connector)
     resolve_authorities(run, members)
-    ordered = for_each_host(
-        members, lambda member: audit_host(run, member), workers, "audit", progress
-    )
+    try:
+        ordered = for_each_host(
+            members,
+            lambda member: audit_host(run, member),
+            workers,
+            "audit",
+            progress,
+            run.stopping,
+        )
+    except FleetInterrupted as stopped:
+        if history is not None:
+            record_audits(history, stopped.done)  # what was audited before Ctrl-C
+        raise
     if history is not None:
         record_audits(history, ordered)
     return ordered
@@ -146,19 +158,43 @@ def for_each_host(
     workers: int,
     name: str,
     progress: Callable[[_Result], None] | None,
+    stopping: threading.Event | None = None,
 ) -> list[_Result]:
     """``work`` on every member in a bounded pool; ``progress`` is called in this thread as each
-    host finishes; the results come back in the members' order."""
+    host finishes; the results come back in the members' order.
+
+    Ctrl-C (KeyboardInterrupt in this thread) sets ``stopping``, so that no new host is
+    contacted, cancels the queued ones, waits for those in flight and raises FleetInterrupted
+    with what was done (see fleet/interrupt.py)."""
+    stop = stopping if stopping is not None else threading.Event()
+
+    def guarded(member: FleetMember) -> _Result:
+        if stop.is_set():
+            return NOT_STARTED  # type: ignore[no-any-return]  # a queued host, after Ctrl-C
+        return work(member)
+
     results: dict[int, _Result] = {}
-    with ThreadPoolExecutor(
+    pool = ThreadPoolExecutor(
         max_workers=max(1, min(workers, len(members))), thread_name_prefix=name
-    ) as pool:
-        futures = {pool.submit(work, m): index for index, m in enumerate(members)}
+    )
+    futures: dict[Future[_Result], int] = {}
+    try:
+        for index, member in enumerate(members):
+            futures[pool.submit(guarded, member)] = index
         for future in as_completed(futures):
             result = future.result()
             results[futures[future]] = result
             if progress is not None:
                 progress(result)
+    except KeyboardInterrupt:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise collect_after_interrupt([m.name for m in members], futures) from None
+    except BaseException:
+        stop.set()
+        pool.shutdown(wait=False, cancel_futures=True)
+        raise
+    pool.shutdown(wait=True)
     return [results[index] for index in range(len(members))]
 
 

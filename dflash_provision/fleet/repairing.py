@@ -16,6 +16,7 @@ from dflash_provision.fleet.auditing import (
     record_audits,
     resolve_authorities,
 )
+from dflash_provision.fleet.interrupt import FleetInterrupted
 from dflash_provision.fleet.results import HostAudit, HostRepair, HostStatus, RepairAction
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.history import HostKey, journal
@@ -92,7 +93,12 @@ def repair(
     def one(member: FleetMember) -> HostRepair:
         return _repair_host(run, member, dry_run, budget, history, write or WriteOptions())
 
-    ordered = for_each_host(members, one, workers, "repair", progress)
+    try:
+        ordered = for_each_host(members, one, workers, "repair", progress, run.stopping)
+    except FleetInterrupted as stopped:
+        if history is not None:  # the writes are journaled already; the hosts' states too
+            record_audits(history, [r.final for r in stopped.done])
+        raise
     if history is not None:
         # Each host's latest known state (after the write, for written hosts); the writes
         # themselves were recorded as they happened.
@@ -137,6 +143,10 @@ def _repair_steps(
         return HostRepair(
             before, RepairAction.WOULD_WRITE, f"would replace ({before.status.value})"
         )
+    if run.stopping.is_set():  # Ctrl-C while this host was being audited
+        return HostRepair(
+            before, RepairAction.SKIPPED_INTERRUPTED, "not written: interrupted (Ctrl-C)"
+        )
     if not budget.may_start():
         return HostRepair(
             before,
@@ -169,6 +179,7 @@ def _write(
     t0 = time.monotonic()
     key = HostKey(member.name)
     path = member.target.config_path
+    outcome_status: str | None = None
     with journal(history, "repair", key, path, sha256_before=before.sha256) as recording:
         repair.history_id = recording.id
         try:
@@ -185,6 +196,7 @@ def _write(
             repair.message = internal_error(exc) + "; the file may or may not have been replaced"
         else:
             readback = outcome.readback
+            outcome_status = outcome.status.value
             repair.sha256_before = outcome.old_sha256
             repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
             if outcome.ok:
@@ -193,7 +205,10 @@ def _write(
             else:
                 repair.message = outcome.message or f"push {outcome.status.value}"
         before.timings.write_s = time.monotonic() - t0
-        recording.status = "ok" if repair.action is RepairAction.WROTE else "failed"
+        # A push cut off and settled says what it found (replaced, unknown...), as push does.
+        recording.status = (
+            "ok" if repair.action is RepairAction.WROTE else (outcome_status or "failed")
+        )
         recording.sha256_after = repair.sha256_after
         recording.message = repair.message
     return repair, readback

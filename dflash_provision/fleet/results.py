@@ -88,6 +88,7 @@ class RepairAction(enum.StrEnum):
     SKIPPED_IN_SYNC = "in_sync"  # nothing to do
     SKIPPED_NOT_AUDITED = "not_audited"  # unreachable, auth, permission...: never written to
     SKIPPED_MAX_FAILURES = "skipped_max_failures"  # --max-failures reached before this host
+    SKIPPED_INTERRUPTED = "skipped_interrupted"  # audited, then Ctrl-C: no write started
 
 
 @dataclass
@@ -166,7 +167,12 @@ def repair_exit_code(repairs: Sequence[HostRepair], *, dry_run: bool) -> ExitCod
     if dry_run:
         return audit_exit_code([r.before for r in repairs])
     if any(
-        r.action in (RepairAction.FAILED, RepairAction.SKIPPED_MAX_FAILURES)
+        r.action
+        in (
+            RepairAction.FAILED,
+            RepairAction.SKIPPED_MAX_FAILURES,
+            RepairAction.SKIPPED_INTERRUPTED,
+        )
         or (r.action is RepairAction.WROTE and r.final.status is not HostStatus.IN_SYNC)
         for r in repairs
     ):

@@ -100,6 +100,8 @@ class FleetRun:
         ssh = self.connector.ssh
         self.handshake_timeout = min(ssh.connect_timeout, ssh.banner_timeout)
         self._cpu_lock = threading.Lock()
+        #: Set on Ctrl-C: no new host is contacted and no new write starts (fleet/interrupt.py).
+        self.stopping = threading.Event()
         self.validations = 0  # how many times validate_config ran (tests, benchmark)
 
     def authority(self, member: FleetMember) -> Authority:

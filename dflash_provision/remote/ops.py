@@ -45,15 +45,21 @@ class RemoteProtocolError(RemoteStepFailed):
 # Script loading and running
 
 
+#: Fragments a script needs besides common.sh (the push's lock: the write, and the settle step
+#: that must wait for an interrupted write).
+_FRAGMENTS = {"write": ("lock",), "settle": ("lock",)}
+
+
 @cache
 def script_text(name: str) -> str:
-    """The full text run for script ``name`` ("read", "write", "backups"): common.sh + it."""
+    """The full text run for script ``name`` ("read", "write", "backups", "settle"): common.sh,
+    its fragments (``_FRAGMENTS``), then it."""
     # Files beside this module (the wheel installs them as files): importlib.resources would
     # cost every SSH command a few milliseconds of imports for the same read.
-    folder = SCRIPTS_DIR
-    common = (folder / "common.sh").read_text(encoding="utf-8")
-    body = (folder / f"{name}.sh").read_text(encoding="utf-8")
-    return _without_comments(common + "\n" + body)
+    parts = ("common", *_FRAGMENTS.get(name, ()), name)
+    return _without_comments(
+        "\n".join((SCRIPTS_DIR / f"{part}.sh").read_text(encoding="utf-8") for part in parts)
+    )
 
 
 def _without_comments(text: str) -> str:
@@ -341,6 +347,7 @@ _REASON_TEXT = {
     "unsafe-dir": "unsafe backup directory",
     "interrupted": "remote deadline passed",
     "untrusted-link": "symlink made by another user",
+    "cancelled": "already reported as not done",
 }
 
 
@@ -411,6 +418,7 @@ def write_remote_config(
     timeout: float | None = None,
     lock_timeout: float | None = None,
     send_old: bool = True,
+    nonce: str = "",
 ) -> WriteOutcome:
     """Replace ``path`` with ``data`` through the atomic write protocol (scripts/write.sh).
 
@@ -418,6 +426,7 @@ def write_remote_config(
     for transport failures (unreachable, auth, timeout, container down). ``send_old=False``: a
     write that kept a backup does not send the old bytes back (``old_data`` None; read them from
     ``backup_path``, e.g. with read_back's ``before``), which saves the host a process.
+    ``nonce`` (hex): names this write in the evidence it leaves for remote.settle.
     """
     check_remote_path(path)
     if keep_backups < 0:
@@ -439,6 +448,7 @@ def write_remote_config(
         datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
         "1" if send_old else "0",
         str(remote_deadline(limit)),
+        nonce,
     ]
     result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)

@@ -1,4 +1,5 @@
-"""``launch``: pre-flight checks, then start ``vllm serve`` detached and wait until it is ready.
+"""``launch``: pre-flight checks (``runtime.preflight``), then start ``vllm serve`` detached and
+wait until it is ready.
 
 Pre-flight, before anything starts (each refusal names its fix):
 1. the drafter config.json on the target equals the authoritative config (else DriftFound, with
@@ -22,27 +23,16 @@ start holding the port → always refused. Start (process.start_server), wait (r
 from __future__ import annotations
 
 import json
-import re
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from dflash_provision.authority import Authority
-from dflash_provision.errors import (
-    ConfigInvalid,
-    DriftFound,
-    ExitCode,
-    RemoteStepFailed,
-    RuntimeFailure,
-    UsageError,
-)
-from dflash_provision.findings import ValidationReport
-from dflash_provision.remote.ops import read_remote_config
-from dflash_provision.runtime.access import check_access, open_server
+from dflash_provision.errors import ExitCode, RuntimeFailure
+from dflash_provision.runtime.access import open_server
+from dflash_provision.runtime.preflight import LaunchRequest, Preflight, preflight
 from dflash_provision.runtime.process import (
     PortState,
-    check_port,
     probe_port,
     read_log,
     start_server,
@@ -53,62 +43,9 @@ from dflash_provision.runtime.records import LOGFILE, LaunchRecord
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
-V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 SERVER_HOST = "127.0.0.1"
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-# Options launch sets itself; the same in the extra args would silently fight them.
-_OWN_FLAGS = ("--speculative-config", "--speculative_config", "--port", "--host")
 
 LaunchStatus = Literal["started", "restarted", "already-running", "failed"]
-
-
-@dataclass(frozen=True)
-class LaunchRequest:
-    """What to run. ``fix_command``: the push command line that fixes a drifted drafter."""
-
-    model: str
-    port: int = 8000
-    num_speculative_tokens: int | None = None
-    vllm_cmd: tuple[str, ...] = ("vllm",)
-    python: str | None = None
-    env: Mapping[str, str] = field(default_factory=dict)
-    extra_args: tuple[str, ...] = ()
-    restart: bool = False
-    force: bool = False
-    ready_timeout: float = 900.0
-    stop_timeout: float = 30.0
-    command_timeout: float = 60.0
-    fix_command: str = "dflash-provision push TARGET"
-
-
-@dataclass
-class Preflight:
-    drafter_dir: str
-    drafter_sha256: str
-    num_speculative_tokens: int
-    block_size: int | None
-    vllm_version: str
-    env: dict[str, str]  # what the server gets: the user's --env plus what launch added
-    env_added: list[str]
-    validation: ValidationReport
-    target_config: str | None  # the target model's config.json used for validation
-    notes: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "drafter_dir": self.drafter_dir,
-            "drafter_sha256": self.drafter_sha256,
-            "num_speculative_tokens": self.num_speculative_tokens,
-            "block_size": self.block_size,
-            "vllm_version": self.vllm_version,
-            "env_names": sorted(self.env),
-            "env_added": self.env_added,
-            "validation": self.validation.to_dict(),
-            "target_config": self.target_config,
-            "notes": self.notes,
-            "warnings": self.warnings,
-        }
 
 
 @dataclass
@@ -141,177 +78,6 @@ class LaunchResult:
             "ready": self.ready.to_dict() if self.ready else None,
             "stopped_after_failure": self.stopped_after_failure,
         }
-
-
-# --------------------------------------------------------------------------------------------
-# pre-flight
-
-
-def preflight(
-    transport: Transport, target: Target, authority: Authority, request: LaunchRequest
-) -> Preflight:
-    """Every check that must pass before vLLM starts (module docstring); raises the refusal."""
-    _check_request(request)
-    timeout = request.command_timeout
-    _require_same_file(transport, target, authority, request, timeout)
-    doc = json.loads(authority.data)
-    from dflash_provision.invariants import block_size_of
-
-    block_size, block_path = block_size_of(doc)
-    n, warnings = _speculative_tokens(request, block_size, block_path)
-    target_bytes, target_path, notes = _target_config(transport, request.model, timeout)
-    from dflash_provision.validate import validate_config
-
-    report = validate_config(authority.data, label=authority.label, target=target_bytes)
-    warnings += _judge_validation(report, authority.label, force=request.force)
-    version = vllm_version(transport, request.vllm_cmd, timeout=timeout)
-    check_access(transport, request.port, python=request.python, timeout=timeout)
-    env, added = _runtime_env(doc, dict(request.env))
-    from dflash_provision.push import _sha  # the one sha256 helper push and verify use
-
-    return Preflight(
-        drafter_dir=target.model_dir,
-        drafter_sha256=_sha(authority.data) or "",
-        num_speculative_tokens=n,
-        block_size=block_size,
-        vllm_version=version,
-        env=env,
-        env_added=added,
-        validation=report,
-        target_config=target_path,
-        notes=notes,
-        warnings=warnings,
-    )
-
-
-def _check_request(request: LaunchRequest) -> None:
-    check_port(request.port)
-    for name in request.env:
-        if not _ENV_NAME.fullmatch(name):
-            raise UsageError(f"--env {name!r}: not a valid environment variable name")
-    for arg in request.extra_args:
-        if arg.split("=", 1)[0] in _OWN_FLAGS:
-            raise UsageError(
-                f"extra vLLM argument {arg!r}: launch sets it itself "
-                "(use --port / --num-speculative-tokens)"
-            )
-    if not request.vllm_cmd:
-        raise UsageError("--vllm: empty command")
-
-
-def _require_same_file(
-    transport: Transport,
-    target: Target,
-    authority: Authority,
-    request: LaunchRequest,
-    timeout: float,
-) -> None:
-    from dflash_provision.push import VerifyStatus, compare_read
-
-    read = read_remote_config(transport, target.config_path, timeout=timeout, metadata=False)
-    verdict = compare_read(str(target), read, authority)
-    if verdict.status is VerifyStatus.MATCH:
-        return
-    if verdict.status is VerifyStatus.UNREADABLE:
-        raise RemoteStepFailed(f"pre-flight: {verdict.message}", step="read")
-    lines = verdict.diff.lines if verdict.diff else []
-    shown = "; ".join(lines[:6]) + (f"; (+{len(lines) - 6} more)" if len(lines) > 6 else "")
-    raise DriftFound(
-        f"pre-flight: the drafter config on the target is not the authoritative one: "
-        f"{verdict.message}" + (f" [{shown}]" if shown else "") + f"; fix it with: "
-        f"{request.fix_command}"
-    )
-
-
-def _speculative_tokens(
-    request: LaunchRequest, block_size: int | None, block_path: str
-) -> tuple[int, list[str]]:
-    n = request.num_speculative_tokens
-    if block_size is None or block_size < 2:
-        if n is None:
-            raise ConfigInvalid(
-                f"pre-flight: the drafter has no usable {block_path}: give --num-speculative-tokens"
-            )
-        return n, []
-    if n is None:
-        return block_size - 1, []
-    if n < 1:
-        raise UsageError("--num-speculative-tokens must be at least 1")
-    if n <= block_size - 1:
-        return n, []
-    message = (
-        f"num_speculative_tokens {n} exceeds {block_path} - 1 = {block_size - 1}: vLLM would "
-        f"reject every draft (0% acceptance); use at most {block_size - 1}"
-    )
-    if not request.force:
-        raise ConfigInvalid(f"pre-flight: {message} (--force starts it anyway)")
-    return n, [f"--force: {message}"]
-
-
-def _target_config(
-    transport: Transport, model: str, timeout: float
-) -> tuple[bytes | None, str | None, list[str]]:
-    """The target model's config.json when MODEL is a directory on the target holding one."""
-    if not model.startswith("/"):
-        return None, None, [f"target model {model} is not a path on the target: no target check"]
-    path = model.rstrip("/") + "/config.json"
-    read = read_remote_config(transport, path, timeout=timeout, metadata=False)
-    if not read.present:
-        return None, None, [f"target config {read.describe()}: no target check"]
-    return read.data, path, []
-
-
-def _judge_validation(report: ValidationReport, label: str, *, force: bool) -> list[str]:
-    if report.ok:
-        return []
-    errors = report.errors
-    summary = "; ".join(f"{f.layer}: {f.message}" for f in errors[:3])
-    more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
-    if not force:
-        raise ConfigInvalid(
-            f"pre-flight: {label} fails validation: {summary}{more} "
-            "(--force starts vLLM anyway, and its start-up decides)"
-        )
-    return [f"--force: starting although {label} FAILS validation: {summary}{more}"]
-
-
-def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: float) -> str:
-    """``CMD --version`` on the target: the first word of its last output line."""
-    result = transport.run([*vllm_cmd, "--version"], timeout=timeout)
-    out = result.stdout.decode("utf-8", "replace").strip().splitlines()
-    err = result.stderr.decode("utf-8", "replace").strip().splitlines()
-    command = " ".join(vllm_cmd)
-    if result.exit_status != 0 or not out:
-        why = err[-1] if err else f"exit status {result.exit_status}"
-        hint = "install vLLM there or name it with --vllm" if result.exit_status == 127 else ""
-        raise RuntimeFailure(
-            f"pre-flight: `{command} --version` failed on {transport.description}: {why[:300]}"
-            + (f"; {hint}" if hint else ""),
-            exit_code=ExitCode.VLLM_UNUSABLE,
-        )
-    return out[-1].split()[0]
-
-
-def _runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    layer_types = doc.get("layer_types")
-    kinds = set(layer_types) if isinstance(layer_types, list) else set()
-    if not {"sliding_attention", "full_attention"} <= kinds:
-        return env, []
-    given = env.get(V2_RUNNER_ENV)
-    if given is None:
-        return {**env, V2_RUNNER_ENV: "1"}, [V2_RUNNER_ENV]
-    if given != "1":
-        raise RuntimeFailure(
-            f"pre-flight: the drafter mixes sliding and full attention layers, which vLLM's V1 "
-            f"model runner refuses (NotImplementedError); --env {V2_RUNNER_ENV}={given} asks "
-            f"for it: drop that --env (launch then sets {V2_RUNNER_ENV}=1)",
-            exit_code=ExitCode.VLLM_UNUSABLE,
-        )
-    return env, []
-
-
-# --------------------------------------------------------------------------------------------
-# the launch
 
 
 def build_record(

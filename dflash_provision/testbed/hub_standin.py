@@ -63,6 +63,7 @@ class Fault:
     redirect_loop: bool = False  # resolve answers 302 to itself, forever
     drip_interval: float | None = None  # GET sends the body one byte every this many seconds
     drip_limit: float = 60.0  # ... and gives up after this long: a stand-in never hangs a run
+    drip_headers: bool = False  # with drip_interval: the status line and headers drip too
 
 
 @dataclass
@@ -352,7 +353,10 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send_file(self, data: bytes, headers: dict[str, str], fault: Fault) -> None:
         headers["Content-Type"] = "application/octet-stream"
-        if self.command == "HEAD":
+        if fault.drip_headers and fault.drip_interval is not None:
+            head = "HTTP/1.1 200 OK\r\n" + "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+            self._drip_bytes((head + f"Content-Length: {len(data)}\r\n\r\n").encode(), fault)
+        elif self.command == "HEAD":
             self._send(200, data, headers)  # HEAD declares the true file
         elif fault.drip_interval is not None:
             self._drip(data, headers, fault)
@@ -365,6 +369,10 @@ class _Handler(BaseHTTPRequestHandler):
         for name, value in {**headers, "Content-Length": str(len(data))}.items():
             self.send_header(name, value)
         self.end_headers()
+        self._drip_bytes(data, fault)
+
+    def _drip_bytes(self, data: bytes, fault: Fault) -> None:
+        assert fault.drip_interval is not None
         sent = 0
         deadline = time.monotonic() + fault.drip_limit
         try:

@@ -1,12 +1,15 @@
 # dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one.
 #
 # Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S
-#            [STAMP [SEND_OLD(1|0) [DEADLINE_S]]]
+#            [STAMP [SEND_OLD(1|0) [DEADLINE_S [NONCE]]]]
 #            STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name.
 #            SEND_OLD=0: after a write that kept a backup, do not send the old bytes (the caller
 #            reads them with its read-back, in the same process as the new file's bytes).
 #            DEADLINE_S: after so many seconds (0: never) a watchdog ends the script and what it
 #            started, and the traps remove the temp file and the lock (see start_watchdog).
+#            NONCE: [0-9a-f]{16,64}, names this push in the evidence it leaves for settle.sh, so
+#            that a caller cut off before the result arrived can learn what happened (see
+#            "evidence" below).
 # stdin:     exactly SIZE bytes whose sha256 is SHA256.
 #
 # Steps (the name is what a failure reports):
@@ -36,11 +39,20 @@
 #             sha256sum hashes the old file under the lock (written meanwhile by someone else
 #             with SHA256: "result unchanged", nothing is replaced)
 #   backup    hard link (or copy) the old file to <dir>/.dflash-backups/<base>.<UTC stamp>
-#   rename    mv -T tmp over DEST (rename(2): a link planted at DEST is replaced, never
+#   rename    (evidence first, under the lock: refused when settle.sh left <base>.cancel.NONCE,
+#             i.e. the caller already reported this write as not done; <base>.writer := NONCE)
+#             mv -T tmp over DEST (rename(2): a link planted at DEST is replaced, never
 #             followed); a temp file still there afterwards means the rename did not
 #             happen ("readback": the write did not take effect)
 #   fsync-dir fsync the directory
 #   (prune    keep the newest KEEP_BACKUPS backups; never fails the write)
+#
+# Evidence (in .dflash-backups, created by shell redirections: no process): <base>.writer holds
+# the NONCE of the last write that went for its rename (so a push whose read-back finds other
+# bytes can tell "replaced by a later write" from "did not take effect"); <base>.landed.NONCE
+# says the rename happened, from right after it until this script's report was handed to the
+# caller (then removed), so settle.sh can tell a caller whose connection was lost, frozen or
+# interrupted. Markers whose caller never came back are removed by a later write after a day.
 #
 # The bytes now in DEST are proven by the caller's separate read-back (another exec), so this
 # script does not hash DEST again: "sha256_after" is the hash verified in the temp file that the
@@ -53,8 +65,9 @@
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
 # names the step.
 #
-# Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv and sync, plus a rm
-# when pruning and the cat of the old bytes when SEND_OLD=1; an unchanged one a stat and, when
+# Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv, sync and the rm of
+# its landed mark (given a NONCE), plus a rm when pruning and the cat of the old bytes when
+# SEND_OLD=1; an unchanged one a stat and, when
 # the size matches, a sha256sum. Each process is ~1 ms of a host's CPU, and a fleet command runs
 # this on every host at once.
 
@@ -68,6 +81,8 @@ lock_timeout=$7
 stamp=${8:-}
 send_old=${9:-1}
 deadline=${10:-0}
+nonce=${11:-}
+landed=
 
 umask 022
 tmp=
@@ -153,6 +168,8 @@ finish() {
 	fi
 	say data
 	flush
+	# The report reached the pipe to the caller: the mark is no longer needed.
+	[ -z "$landed" ] || rm -f "$landed"
 	if [ "$result" = unchanged ]; then
 		: # the old bytes are the caller's own
 	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
@@ -218,36 +235,6 @@ quietly() {
 	read -r err <"$errf" 2>/dev/null
 	[ -z "$err" ] || return 1
 	err=$("$@" 2>&1)
-}
-
-# proc_token PID: sets $token to "PID START BOOT", what names one process for as long as the
-# machine runs: its start time (field 22 of /proc/PID/stat, in clock ticks since boot) and the
-# boot id, "-" where /proc cannot tell. A pid alone is not enough: a container restarted
-# mid-push gives the next script the same pid.
-proc_token() {
-	token=$1
-	pstart=
-	boot=
-	if read -r pstat </proc/"$1"/stat 2>/dev/null; then
-		set -- ${pstat##*") "}
-		pstart=${20:-}
-	fi
-	read -r boot </proc/sys/kernel/random/boot_id 2>/dev/null
-	token="$token ${pstart:--} ${boot:--}"
-}
-
-# lock_is_stale PID [START BOOT]: the mkdir lock's holder is gone (no such pid, or that pid is
-# now another process, or the machine rebooted since).
-lock_is_stale() {
-	kill -0 "$1" 2>/dev/null || return 0
-	[ $# -ge 3 ] || return 1 # an older script's lock: the pid is all there is
-	held_start=$2
-	held_boot=$3
-	proc_token "$1"
-	set -- $token
-	[ "$held_boot" = - ] || [ "$3" = - ] || [ "$held_boot" = "$3" ] || return 0
-	[ "$held_start" = - ] || [ "$2" = - ] || [ "$held_start" = "$2" ] || return 0
-	return 1
 }
 
 say "dflash-write 1"
@@ -365,44 +352,11 @@ case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; e
 errf=./$base.out
 
 # --- lock -------------------------------------------------------------------------------------
-if command -v flock >/dev/null; then
-	lockfile=./$base.lock
-	# A failed redirection on "exec" would end this shell: try it on a regular builtin first
-	# (no subshell on the way that works), and only on failure ask a subshell for the message.
-	if ! true 2>/dev/null 9>>"$lockfile"; then
-		err=$( (: >>"$lockfile") 2>&1)
-		fail_tool lock 11 "open $bdir/$base.lock" "$err"
-	fi
-	exec 9>>"$lockfile"
-	flock -w "$lock_timeout" 9 ||
-		fail lock lock-timeout "another push holds $bdir/$base.lock (waited ${lock_timeout}s)" 11
-	say "lock flock"
-else
-	waited=0
-	lockdir=
-	proc_token $$
-	mine=$token
-	until err=$(mkdir ./"$base".lockdir 2>&1); do
-		case $(reason_of "$err") in
-		read-only | no-space | permission-denied | not-permitted)
-			fail_tool lock 11 "create lock $bdir/$base.lockdir" "$err"
-			;;
-		esac
-		holder=
-		read -r holder <./"$base".lockdir/pid 2>/dev/null
-		if [ -n "$holder" ] && lock_is_stale $holder; then
-			rm -rf ./"$base".lockdir # its owner is gone
-			continue
-		fi
-		[ "$waited" -lt "$((lock_timeout * 10))" ] ||
-			fail lock lock-timeout "another push holds $bdir/$base.lockdir (waited ${lock_timeout}s; remove it if no push is running)" 11
-		sleep 0.1 2>/dev/null || sleep 1
-		waited=$((waited + 1))
-	done
-	lockdir=./$base.lockdir
-	echo "$mine" >"$lockdir/pid" 2>/dev/null
-	say "lock mkdir"
+if ! take_lock; then
+	[ "$lock_why" = lock-timeout ] || fail_tool lock 11 "$lock_what" "$lock_err"
+	fail lock lock-timeout "$lock_what" 11
 fi
+say "lock $lock_method"
 
 # --- tmp --------------------------------------------------------------------------------------
 # The shell creates it, exclusively (noclobber: O_EXCL), in the push's own directory. The umask
@@ -571,6 +525,14 @@ fi
 
 # --- rename -----------------------------------------------------------------------------------
 # -T: a directory (or a link to one) planted at DEST is an error, not a place to move into.
+case $nonce in *[!0-9a-f]*) nonce= ;; esac
+if [ -n "$nonce" ]; then
+	[ ! -e "./$base.cancel.$nonce" ] || {
+		rm -f "./$base.cancel.$nonce"
+		fail rename cancelled "the push was already reported as not done (its connection was lost before this step)" 23
+	}
+	echo "$nonce" >"./$base.writer" 2>/dev/null
+fi
 quietly mv -f -T "$tmp" "$file" || fail_tool rename 21 "rename the new file over $dest" "$err"
 if [ -e "$tmp" ]; then
 	# mv said yes and did nothing: the old file is still there (under our lock).
@@ -579,6 +541,7 @@ if [ -e "$tmp" ]; then
 fi
 renamed=1
 tmp=
+if [ -n "$nonce" ] && : >"./$base.landed.$nonce" 2>/dev/null; then landed=./$base.landed.$nonce; fi
 say "sha256_after $want_sha"
 
 # --- fsync-dir --------------------------------------------------------------------------------
@@ -603,9 +566,17 @@ fi
 limit=$keep
 [ "$limit" -gt 0 ] || limit=1 # our own backup is removed after its bytes are sent
 count=0
+stale_marks=0
 for f in ./*; do
-	case ${f##*/} in "$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;; esac
+	case ${f##*/} in
+	"$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;;
+	"$base".landed.* | "$base".cancel.*) [ "$f" = "$landed" ] || stale_marks=1 ;;
+	esac
 done
+# Evidence whose caller never came back (killed): gone after a day, one find when there is any.
+[ "$stale_marks" = 0 ] ||
+	find . -maxdepth 1 \( -name "$base.landed.*" -o -name "$base.cancel.*" \) -mmin +1440 \
+		-exec rm -f {} + 2>/dev/null
 excess=$((count - limit))
 pruned=0
 # The oldest names sort first; one rm for all of them.
