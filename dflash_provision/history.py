@@ -45,6 +45,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from dflash_provision.data_dir import HOME_ENV as HOME_ENV
+from dflash_provision.data_dir import data_dir as data_dir
 from dflash_provision.errors import LocalWriteFailed
 
 if TYPE_CHECKING:
@@ -52,7 +54,6 @@ if TYPE_CHECKING:
 
 _T = TypeVar("_T")
 
-HOME_ENV = "DFLASH_PROVISION_HOME"
 DB_FILENAME = "history.sqlite3"
 BUSY_TIMEOUT_S = 30.0
 
@@ -143,16 +144,6 @@ class HostKey:
 
     def columns(self) -> tuple[str, str | None, int | None, str | None]:
         return self.machine, self.login, self.port, self.container
-
-
-def data_dir() -> Path:
-    """The directory holding the history database (created on first write)."""
-    override = os.environ.get(HOME_ENV)
-    if override:
-        return Path(override).expanduser()
-    import platformdirs  # deferred: only commands that record history need it
-
-    return Path(platformdirs.user_data_dir("dflash-provision"))
 
 
 def default_db_path() -> Path:

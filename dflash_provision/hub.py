@@ -25,7 +25,6 @@ import hashlib
 import re
 import socket
 import threading
-import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
@@ -304,6 +303,8 @@ def _lookup_failure(url: str, timeout: float) -> str | None:
     The HTTP client's timeout covers connecting and reading, not the name lookup before them: a
     DNS server that does not answer made ``--timeout 2`` take 20 s.
     """
+    import urllib.request  # here: http.client, ssl and email are slow to import (pinned reads)
+
     parts = urlsplit(url)
     host = parts.hostname
     if host is None or (urllib.request.getproxies() and not urllib.request.proxy_bypass(host)):

@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import tempfile
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields, replace
 from datetime import UTC, datetime
@@ -163,6 +162,8 @@ def write_atomic(path: Path, data: bytes) -> None:
     """Replace ``path`` with ``data`` so readers see the old or the new file, never half."""
     directory = path.parent if str(path.parent) else Path(".")
     mode = path.stat().st_mode & 0o7777 if path.exists() else 0o644
+    import tempfile  # here: tempfile imports shutil, random, bz2, lzma (only writers need it)
+
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=directory)
     try:
         with os.fdopen(fd, "wb") as tmp:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.fleet import HostAudit, HostRepair, HostStatus, RepairAction
+from dflash_provision.plain_table import Cell, Column, TableSpec, rich_table
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -89,53 +90,64 @@ def repair_summary_line(repairs: Sequence[HostRepair], elapsed_s: float | None =
     return text + (f" ({elapsed_s:.1f} s)" if elapsed_s is not None else "")
 
 
-# -- rich tables ---------------------------------------------------------------------------------
+# -- tables (rich on a terminal; without rich when piped and it fits) ----------------------------
+
+AUDIT_COLUMNS = (
+    Column("host", no_wrap=True),
+    Column("status", no_wrap=True),
+    Column("detail", overflow="fold"),
+)
+REPAIR_COLUMNS = (
+    Column("host", no_wrap=True),
+    Column("was", no_wrap=True),
+    Column("action", no_wrap=True),
+    Column("now", no_wrap=True),
+    Column("detail", overflow="fold"),
+)
+
+
+def audit_spec(audits: Sequence[HostAudit], *, show_diff: bool = True) -> TableSpec:
+    """Host, status, detail; drifted hosts list every changed field under the first line."""
+    rows = []
+    for audit in audits:
+        detail = "\n".join(audit.diff) if show_diff and audit.diff else audit.detail
+        rows.append(
+            (
+                Cell(audit.name, markup=True),
+                Cell(audit.status.value, STATUS_STYLE[audit.status]),
+                Cell(detail),
+            )
+        )
+    return TableSpec(AUDIT_COLUMNS, tuple(rows))
 
 
 def audit_table(audits: Sequence[HostAudit], *, show_diff: bool = True) -> Table:
-    """Host, status, detail; drifted hosts list every changed field under the first line."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("host", no_wrap=True)
-    table.add_column("status", no_wrap=True)
-    table.add_column("detail", overflow="fold")
-    for audit in audits:
-        detail = "\n".join(audit.diff) if show_diff and audit.diff else audit.detail
-        table.add_row(
-            audit.name,
-            Text(audit.status.value, style=STATUS_STYLE[audit.status]),
-            Text(detail),
-        )
-    return table
+    return rich_table(audit_spec(audits, show_diff=show_diff))
 
 
-def repair_table(repairs: Sequence[HostRepair]) -> Table:
+def repair_spec(repairs: Sequence[HostRepair]) -> TableSpec:
     """Host, what it was, what was done, what it is now, and the message."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("host", no_wrap=True)
-    table.add_column("was", no_wrap=True)
-    table.add_column("action", no_wrap=True)
-    table.add_column("now", no_wrap=True)
-    table.add_column("detail", overflow="fold")
+    rows = []
     for r in repairs:
         now = None if r.action is RepairAction.WOULD_WRITE else r.final.status
         if r.action is RepairAction.WOULD_WRITE and r.before.diff:
             detail = "\n".join(r.before.diff)
         else:
             detail = r.message
-        table.add_row(
-            r.name,
-            Text(r.before.status.value, style=STATUS_STYLE[r.before.status]),
-            Text(r.action.value, style=ACTION_STYLE[r.action]),
-            Text(now.value, style=STATUS_STYLE[now]) if now else Text("-", style="dim"),
-            Text(detail),
+        rows.append(
+            (
+                Cell(r.name, markup=True),
+                Cell(r.before.status.value, STATUS_STYLE[r.before.status]),
+                Cell(r.action.value, ACTION_STYLE[r.action]),
+                Cell(now.value, STATUS_STYLE[now]) if now else Cell("-", "dim"),
+                Cell(detail),
+            )
         )
-    return table
+    return TableSpec(REPAIR_COLUMNS, tuple(rows))
+
+
+def repair_table(repairs: Sequence[HostRepair]) -> Table:
+    return rich_table(repair_spec(repairs))
 
 
 def history_table(entries: Sequence[HistoryEntry]) -> Table:

@@ -22,7 +22,6 @@ import hashlib
 import json
 import os
 import stat
-import tempfile
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -84,7 +83,7 @@ def rules_digest() -> str:
 
 
 def entry_path(data: bytes, num_speculative_tokens: int | None) -> Path:
-    from dflash_provision.history import data_dir
+    from dflash_provision.data_dir import data_dir
 
     config_sha = hashlib.sha256(data).hexdigest()
     suffix = "" if num_speculative_tokens is None else f"-n{num_speculative_tokens}"
@@ -127,6 +126,8 @@ def store(data: bytes, num_speculative_tokens: int | None, report: ValidationRep
         entry = {"format": FORMAT, "rules": rules_digest(), "layers": layers}
         path = entry_path(data, num_speculative_tokens)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        import tempfile  # here: tempfile imports shutil, random, bz2, lzma (only writers need it)
+
         fd, tmp = tempfile.mkstemp(prefix=".verdict-", dir=path.parent)
         try:
             with os.fdopen(fd, "w", encoding="utf-8") as handle:

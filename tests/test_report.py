@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import re
 import threading
 from pathlib import Path
@@ -20,6 +21,7 @@ from dflash_provision.fleet import (
     audit_exit_code,
     repair_exit_code,
 )
+from dflash_provision.plain_table import Cell, TableSpec, plain_lines, rich_table
 
 
 def make(name: str, status: HostStatus, **kw) -> HostAudit:
@@ -178,3 +180,51 @@ def test_repair_table_shows_before_action_and_after():
     text = render(report.repair_table([fixed]))
     assert re.search(r"h02\s+drifted\s+wrote\s+in_sync\s+fixed 2 field\(s\)", text)
     assert report.repair_summary_line([fixed]) == "1 hosts: 1 wrote; 1 in sync now"
+
+
+# -- piped tables without rich (plain_table.py) --------------------------------------------------
+
+
+def rich_in_a_pipe(table: TableSpec, width: int) -> list[str]:
+    """What the CLI printed into a pipe before plain_table existed: rich, lines right-stripped."""
+    console = Console(width=width, soft_wrap=False, no_color=True, highlight=False)
+    with console.capture() as captured:
+        console.print(rich_table(table))
+    return [line.rstrip() for line in captured.get().splitlines()]
+
+
+def test_a_piped_table_that_fits_is_printed_as_rich_prints_it():
+    drifted = report.audit_spec(FLEET)
+    repaired = report.repair_spec(
+        [HostRepair(FLEET[1], RepairAction.WROTE, message="fixed", after=FLEET[0])]
+    )
+    for table in (drifted, repaired):
+        plain = plain_lines(table, 200)
+        assert plain is not None  # what audit and repair print: no rich needed
+        assert plain == rich_in_a_pipe(table, 200)
+    assert plain_lines(drifted, 30) is None  # too narrow: rich folds the detail column
+
+
+def test_plain_lines_print_what_rich_prints_or_decline():
+    # Cells built from awkward pieces: blanks at either end, line breaks, markup and emoji
+    # codes in a host name, wide and control characters, words longer than the width.
+    pieces = ["a", "bb", " ", "  x", "y  ", "\n", "→", "…", "h01:/m", "[b]", ":smile:", "é"]
+    pieces += ["\t", "", "a-long-word-here", "x\n", "\ny", "漢"]
+    columns = report.AUDIT_COLUMNS
+    chooser = random.Random(10)
+    agreed = 0
+    for _ in range(3000):
+        rows = tuple(
+            tuple(
+                Cell("".join(chooser.choices(pieces, k=chooser.randint(0, 4))), markup=i == 0)
+                for i in range(len(columns))
+            )
+            for _ in range(chooser.randint(0, 3))
+        )
+        table = TableSpec(columns, rows)
+        width = chooser.choice([20, 40, 200])
+        plain = plain_lines(table, width)
+        if plain is not None:
+            assert plain == rich_in_a_pipe(table, width), rows
+            agreed += 1
+    assert agreed > 500  # most tables are printed without rich

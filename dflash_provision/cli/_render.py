@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from dflash_provision.plain_table import TableSpec
     from dflash_provision.push import PushResult
 
 # Piped output is wide enough that rows do not wrap mid-word; trailing padding is cut so that
@@ -21,6 +22,20 @@ _PIPE_WIDTH = 200
 def _pipe_width() -> int:
     columns = os.environ.get("COLUMNS", "")
     return int(columns) if columns.isdigit() and int(columns) >= 40 else _PIPE_WIDTH
+
+
+def echo_table(table: TableSpec, *lines: str) -> None:
+    """A table then summary lines; piped, a table that fits is printed without importing rich
+    (the same text: plain_table.py)."""
+    from dflash_provision.plain_table import plain_lines, rich_table
+
+    if not sys.stdout.isatty():
+        plain = plain_lines(table, _pipe_width())
+        if plain is not None:
+            for line in [*plain, *lines]:
+                click.echo(line)
+            return
+    echo_rich(rich_table(table), *lines)
 
 
 def echo_rich(*renderables: Any) -> None:

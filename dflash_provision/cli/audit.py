@@ -34,7 +34,7 @@ from pathlib import Path
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
-from dflash_provision.cli._render import echo_rich
+from dflash_provision.cli._render import echo_table
 from dflash_provision.cli.entry import INTERRUPTED_EXIT
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
@@ -85,7 +85,7 @@ def command(
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
         else:
-            echo_rich(report.audit_table(stopped.done), report.summary_line(stopped.done, elapsed))
+            echo_table(report.audit_spec(stopped.done), report.summary_line(stopped.done, elapsed))
         click.echo(stopped.summary(len(members), "audited"), err=True)
         ctx.exit(INTERRUPTED_EXIT)
     elapsed = time.monotonic() - started
@@ -94,7 +94,7 @@ def command(
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=code)
         click.echo(report.to_json(document))
     else:
-        echo_rich(report.audit_table(audits), report.summary_line(audits, elapsed))
+        echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
     # After the results are out: a textfile that cannot be written loses no audit.
     if prometheus is not None:
         try:

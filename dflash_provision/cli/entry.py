@@ -1,10 +1,17 @@
 """The console script's first module: as small as it can be, so that a Ctrl-C that arrives while
 the CLI is still importing (click, the command module) ends like any other Ctrl-C, with
 "interrupted" and exit 130, instead of Python's KeyboardInterrupt traceback.
+
+It also spares a short command the garbage collector's work on what it imported (a fifth of the
+CPU of a second ``push``): the modules, classes and functions loaded at start-up live until the
+process ends, so collecting while importing finds nothing, and neither does the interpreter's
+last collection at exit, which walks every one of them. ``gc.freeze()`` moves them out of every
+collection's sight; objects made later are collected as usual.
 """
 
 from __future__ import annotations
 
+import gc
 import sys
 
 INTERRUPTED_EXIT = 130  # the shell's 128 + SIGINT, as cli.main uses for a Ctrl-C during a command
@@ -12,9 +19,16 @@ INTERRUPTED_EXIT = 130  # the shell's 128 + SIGINT, as cli.main uses for a Ctrl-
 
 def main() -> None:
     """Import the CLI and run it; a Ctrl-C during the import is reported like one during a run."""
+    gc.disable()
     try:
         from dflash_provision.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         sys.exit(INTERRUPTED_EXIT)
-    run()
+    finally:
+        gc.freeze()
+        gc.enable()
+    try:
+        run()
+    finally:
+        gc.freeze()  # the process is ending: nothing left is worth a last walk

@@ -4,7 +4,6 @@
 
 from __future__ import annotations
 
-import difflib
 import importlib
 import os
 import sys
@@ -60,6 +59,8 @@ class LazyGroup(click.Group):
         try:
             return super().resolve_command(ctx, args)
         except click.UsageError as exc:
+            import difflib  # only for a mistyped command
+
             typed = args[0] if args else ""
             close = difflib.get_close_matches(typed, self.list_commands(ctx), n=1, cutoff=0.6)
             if not close or typed.startswith("-"):

@@ -25,7 +25,7 @@ import time
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
-from dflash_provision.cli._render import echo_rich
+from dflash_provision.cli._render import echo_table
 from dflash_provision.cli.entry import INTERRUPTED_EXIT
 from dflash_provision.transport.factory import Connector
 
@@ -95,8 +95,8 @@ def command(
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
         else:
-            echo_rich(
-                report.repair_table(stopped.done),
+            echo_table(
+                report.repair_spec(stopped.done),
                 report.repair_summary_line(stopped.done, elapsed),
             )
         click.echo(stopped.summary(len(members), "handled"), err=True)
@@ -109,5 +109,5 @@ def command(
         )
         click.echo(report.to_json(document))
     else:
-        echo_rich(report.repair_table(repairs), report.repair_summary_line(repairs, elapsed))
+        echo_table(report.repair_spec(repairs), report.repair_summary_line(repairs, elapsed))
     ctx.exit(int(code))

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from functools import cache
-from importlib import resources
+from pathlib import Path
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.transport.base import CommandResult, Transport
@@ -33,6 +33,7 @@ BACKUP_DIRNAME = ".dflash-backups"
 MAX_CONFIG_BYTES = 1024 * 1024
 LIMIT_TEXT = "1 MiB"
 DEFAULT_KEEP_BACKUPS = 5
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 _BACKUP_STAMP = re.compile(r"\.(\d{8}T\d{6}Z)(?:\.\d{3})?$")
 
 
@@ -53,10 +54,11 @@ _FRAGMENTS = {"write": ("lock",), "settle": ("lock",)}
 def script_text(name: str) -> str:
     """The full text run for script ``name`` ("read", "write", "backups", "settle"): common.sh,
     its fragments (``_FRAGMENTS``), then it."""
-    folder = resources.files("dflash_provision.remote") / "scripts"
+    # Files beside this module (the wheel installs them as files): importlib.resources would
+    # cost every SSH command a few milliseconds of imports for the same read.
     parts = ("common", *_FRAGMENTS.get(name, ()), name)
     return _without_comments(
-        "\n".join((folder / f"{part}.sh").read_text(encoding="utf-8") for part in parts)
+        "\n".join((SCRIPTS_DIR / f"{part}.sh").read_text(encoding="utf-8") for part in parts)
     )
 
 

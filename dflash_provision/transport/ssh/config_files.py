@@ -16,6 +16,7 @@ from typing import Generic, TypeVar
 import paramiko
 
 from dflash_provision.transport.ssh.config_include import expand_includes, included_files
+from dflash_provision.transport.ssh.paramiko_import import enable_match_exec, needs_match_exec
 
 _T = TypeVar("_T")
 _Stamp = bytes | None
@@ -83,6 +84,8 @@ class ParsedSshConfig:
 
     def __init__(self, path: str) -> None:
         text, _ = expand_includes(path)  # paramiko itself ignores Include
+        if needs_match_exec(text):
+            enable_match_exec()
         self._config = _RawProxyCommandConfig.from_text(text)
         self._lock = threading.Lock()
         self._lookups: dict[str, dict[str, object]] = {}
