@@ -115,7 +115,11 @@ def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(
 
     refused = cli.run(*args)
     the_error_line(
-        refused, ExitCode.AUTH, f"h01 ({h01.address})", "unknown", "--accept-new-host-key"
+        refused,
+        ExitCode.AUTH,
+        f"h01 ({known_hosts_name(h01.address, h01.port)})",
+        "unknown",
+        "--accept-new-host-key",
     )
     assert snapshot(in_root(h01, model)) == before
     assert known.read_text() == ""
@@ -163,7 +167,13 @@ def test_changed_host_key_exits_auth_even_with_accept_new_and_writes_nothing(
         str(known),
         "--accept-new-host-key",
     )
-    the_error_line(proc, ExitCode.AUTH, f"h01 ({h01.address})", "CHANGED", "ssh-keygen -R")
+    the_error_line(
+        proc,
+        ExitCode.AUTH,
+        f"h01 ({known_hosts_name(h01.address, h01.port)})",
+        "CHANGED",
+        "ssh-keygen -R",
+    )
     assert snapshot(in_root(h01, model)) == before
     assert known.read_text() == lie
 

@@ -381,7 +381,9 @@ def test_unknown_host_key_is_refused_by_default(fleet: Fleet, tmp_path: Path) ->
             user="root",
             options=_options_with_known_hosts(h01, known, "reject"),
         ).run(["true"])
-    assert f"host key for {h01.address} is unknown" in caught.value.message
+    assert (
+        f"host key for {known_hosts_name(h01.address, h01.port)} is unknown" in caught.value.message
+    )
     assert "--accept-new-host-key" in caught.value.message
     assert caught.value.reason == "host-key-unknown"
     assert not known.exists()
