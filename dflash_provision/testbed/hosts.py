@@ -1059,13 +1059,21 @@ class SingleUserSshd(SshEndpoint):
     Works without root (and as root, since the port is above 1024). Logs in as the current
     user with their real home directory and shell profile. ``client`` holds the key,
     known_hosts (``[127.0.0.1]:port`` form) and an ssh_config with alias ``alias``.
+    ``address="0.0.0.0", port=22`` (root) plays a machine's own sshd listening everywhere.
     """
 
-    def __init__(self, base_dir: Path, port: int = 0, *, alias: str = "testbed") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        port: int = 0,
+        *,
+        alias: str = "testbed",
+        address: str = "127.0.0.1",
+    ) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.name = alias
         self.alias = alias
-        self.address = "127.0.0.1"
+        self.address = address
         self.port = port or _free_port(self.address)
         self.user = getpass.getuser()
         self.log_path = self.base_dir / "sshd.log"
