@@ -7,10 +7,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.demo import KEEP_MESSAGE
+from dflash_provision.testbed.demo import CANNOT_RUN, KEEP_MESSAGE
 
 pytestmark = pytest.mark.integration
 
@@ -141,3 +142,25 @@ def test_the_transcript_pasted_into_a_shell_does_the_same(demo) -> None:  # type
     )
     pasted = [int(code) for code in re.findall(r"^EXIT (\d+)$", done.stdout, re.MULTILINE)]
     assert pasted == [code for _, code in lines if code is not None], done.stderr[-2000:]
+
+
+def test_demo_without_openssh_server_says_what_to_install_in_one_line(tmp_path: Path) -> None:
+    # DFLASH_TESTBED_SSHD is the testbed's one seam for "where is sshd": a path that does not
+    # exist is a machine without openssh-server.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    env["DFLASH_TESTBED_SSHD"] = str(tmp_path / "no-such-sshd")
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtime"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == CANNOT_RUN, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"demo: cannot run here: {tmp_path}/no-such-sshd not installed "
+        "(apt-get install openssh-server)\n"
+    )
+    assert not (tmp_path / ".demo").exists()  # nothing started, nothing left

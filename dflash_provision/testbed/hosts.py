@@ -94,6 +94,18 @@ class FleetError(RuntimeError):
 # prerequisites
 
 
+#: The Debian/Ubuntu package that brings each tool the testbed runs.
+_PACKAGE_OF = {
+    "ssh": "openssh-client",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "lxc-create": "lxc",
+    "lxc-start": "lxc",
+    "lxc-attach": "lxc",
+    "busybox": "busybox",
+}
+
+
 def sshd_path() -> str:
     """The sshd binary the testbed runs: SSHD, or the path in DFLASH_TESTBED_SSHD (tests)."""
     return os.environ.get(SSHD_ENV) or SSHD
@@ -121,7 +133,8 @@ def missing_prerequisites(*, need_root: bool = True, need_lxc: bool = False) -> 
         tools += ["lxc-create", "lxc-start", "lxc-attach", "busybox"]
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        return f"not installed: {', '.join(missing)}"
+        packages = sorted({_PACKAGE_OF.get(t, t) for t in missing})
+        return f"not installed: {', '.join(missing)} (apt-get install {' '.join(packages)})"
     if need_lxc and not Path("/usr/share/lxc/templates/lxc-busybox").exists():
         return "LXC busybox template missing (apt-get install lxc)"
     return None
