@@ -295,17 +295,3 @@ def test_incus_and_lxd_emulators_exec_and_fail_like_incus(ssh_host: Host, prog: 
     container.stop()
     stopped = ssh(ssh_host, [prog, "exec", "web", "--", "true"])
     assert (stopped.returncode, stopped.stderr) == (1, "Error: Instance is not running\n")
-
-
-# -- single-user fallback ----------------------------------------------------------------------
-
-
-def test_single_user_sshd_accepts_key_login_on_a_high_port(tmp_path: Path) -> None:
-    with SingleUserSshd(tmp_path) as server:
-        assert server.port > 1024
-        assert server.client is not None
-        assert server.client.known_hosts.read_text().startswith(f"[127.0.0.1]:{server.port} ")
-        result = ssh(server, ["sh", "-c", "echo ok"])
-        assert (result.returncode, result.stdout) == (0, "ok\n")
-    refused = ssh(server, ["true"])
-    assert "Connection refused" in refused.stderr

@@ -1097,6 +1097,10 @@ class SingleUserSshd(SshEndpoint):
         self._owner: _OwnerLock | None = None
 
     def start(self, timeout: float = START_TIMEOUT_S) -> SingleUserSshd:
+        """Start sshd and wait until it listens; a no-op when this object's sshd already runs
+        (``with single_user_sshd(...)`` starts it, then ``__enter__`` asks again)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self
         reason = missing_prerequisites(need_root=False)
         if reason:
             raise FleetError(f"cannot start sshd: {reason}")
