@@ -183,7 +183,8 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
         yield DemoHosts(
             sshd.client.ssh_config,
             [
-                DemoMember(f"m{i}", sshd.alias, f"{models}/m{i}/{MODEL}", f"$M/m{i}/{MODEL}")
+                # Short names, so each command still fits an 80-column terminal.
+                DemoMember(f"m{i}", sshd.alias, f"{models}/m{i}", f"$M/m{i}")
                 for i in range(1, count + 1)
             ],
             relative_or_absolute(models, base_dir.parent),  # as typed after `cd` there
