@@ -235,8 +235,9 @@ def test_proxyjump_to_a_dead_target_is_unreachable(fleet: Fleet, tmp_path: Path)
     assert h01.client is not None
     config = tmp_path / "ssh_config"
     config.write_text(
-        f"Host gone\n    HostName {fleet.unused_address()}\n    ProxyJump h01\n\n"
-        + h01.client.ssh_config.read_text()
+        # The fleet's port: on port 22 the machine's own sshd may answer at any address.
+        f"Host gone\n    HostName {fleet.unused_address()}\n    Port {h01.port}\n"
+        "    ProxyJump h01\n\n" + h01.client.ssh_config.read_text()
     )
     with pytest.raises(UnreachableError) as caught:
         SshTransport(
