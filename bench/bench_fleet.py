@@ -139,7 +139,7 @@ class Bench:
             use_agent=False,
         )
         self.shared = minimal_paramiko.load_shared(
-            str(self.client.identity), str(self.client.known_hosts)
+            str(self.client.identity), str(self.client.known_hosts), port=fleet.port
         )
 
     def seed(self, hosts: int, data: bytes) -> None:
@@ -151,14 +151,14 @@ class Bench:
     def members(self, hosts: int) -> list[FleetMember]:
         source = SourceSpec(from_file=str(self.authority_file))
         return [
-            FleetMember(h.name, parse_target(f"root@{h.address}:{MODEL}"), source)
+            FleetMember(h.name, parse_target(h.ssh_target(MODEL)), source)
             for h in self.fleet.hosts[:hosts]
         ]
 
     def inventory(self, hosts: int) -> Path:
         path = self.work / f"fleet-{hosts}.yaml"
         entries = "".join(
-            f"  - {{name: {h.name}, address: {h.address}, user: root}}\n"
+            f"  - {{name: {h.name}, address: {h.address}, port: {h.port}, user: root}}\n"
             for h in self.fleet.hosts[:hosts]
         )
         path.write_text(

@@ -39,11 +39,12 @@ class Shared:
     port: int = 22
 
 
-def load_shared(key_path: str, known_hosts_path: str, user: str = "root") -> Shared:
+def load_shared(key_path: str, known_hosts_path: str, user: str = "root", port: int = 22) -> Shared:
     return Shared(
         paramiko.Ed25519Key.from_private_key_file(key_path),
         paramiko.HostKeys(known_hosts_path),
         user,
+        port,
     )
 
 

@@ -7,10 +7,11 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.demo import KEEP_MESSAGE
+from dflash_provision.testbed.demo import CANNOT_RUN, KEEP_MESSAGE
 
 pytestmark = pytest.mark.integration
 
@@ -110,9 +111,12 @@ def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ig
     # The ssh_config is given once, through the environment, not on every line.
     assert not any("--ssh-config" in text for text in commands)
     assert sum(text.startswith("export DFLASH_PROVISION_SSH_CONFIG=") for text in commands) == 1
-    # The hand overwrite is a command too, right before verify catches it.
-    overwrite = next(i for i, text in enumerate(commands) if re.match(r"ssh .* h01 ", text))
-    assert "cat > $M/config.json" in commands[overwrite]
+    # The hand overwrite is a command too, right before verify catches it. As root the first
+    # host is h01; as another user one sshd ("testbed") holds a directory per member (m1...).
+    overwrite = next(
+        i for i, text in enumerate(commands) if re.match(r"ssh .* (h01|testbed) ", text)
+    )
+    assert re.search(r'"cat > \$M/(m1/)?config\.json"', commands[overwrite]), commands[overwrite]
     assert commands[overwrite + 1].startswith("dflash-provision verify")
 
 
@@ -141,3 +145,25 @@ def test_the_transcript_pasted_into_a_shell_does_the_same(demo) -> None:  # type
     )
     pasted = [int(code) for code in re.findall(r"^EXIT (\d+)$", done.stdout, re.MULTILINE)]
     assert pasted == [code for _, code in lines if code is not None], done.stderr[-2000:]
+
+
+def test_demo_without_openssh_server_says_what_to_install_in_one_line(tmp_path: Path) -> None:
+    # DFLASH_TESTBED_SSHD is the testbed's one seam for "where is sshd": a path that does not
+    # exist is a machine without openssh-server.
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    env["DFLASH_TESTBED_SSHD"] = str(tmp_path / "no-such-sshd")
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtime"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == CANNOT_RUN, done.stdout[-2000:] + done.stderr[-2000:]
+    assert done.stdout == ""
+    assert done.stderr == (
+        f"demo: cannot run here: {tmp_path}/no-such-sshd not installed "
+        "(apt-get install openssh-server)\n"
+    )
+    assert not (tmp_path / ".demo").exists()  # nothing started, nothing left

@@ -42,7 +42,7 @@ def test_wrong_key_is_auth_failed_and_missing_container_is_reported(ssh_host, tm
         use_agent=False,
     )
     (result,) = audit(
-        [member(f"root@{ssh_host.address}:{MODEL}")],
+        [member(ssh_host.ssh_target(MODEL))],
         authority_loader(),
         connector=Connector(wrong_key),
     )

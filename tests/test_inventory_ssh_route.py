@@ -141,7 +141,7 @@ def test_repair_through_the_inventorys_bastion(fleet: Fleet, tmp_path: Path, arg
         "hosts.ini",
         f"""
         [behind]
-        h03 ansible_host={h03.address} ansible_user=root ansible_ssh_private_key_file={client.identity} ansible_ssh_common_args='{args.format(config=client.ssh_config)}'
+        h03 ansible_host={h03.address} ansible_port={h03.port} ansible_user=root ansible_ssh_private_key_file={client.identity} ansible_ssh_common_args='{args.format(config=client.ssh_config)}'
         [behind:vars]
         dflash_path={model}
         dflash_from={REFERENCE_DRAFTER}

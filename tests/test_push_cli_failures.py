@@ -34,7 +34,7 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
+from dflash_provision.testbed.hosts import Fleet, Host, known_hosts_name, missing_prerequisites
 from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
 from tests.fixtures.cli import Cli, the_error_line
 from tests.fixtures.login_users import (
@@ -85,7 +85,8 @@ def test_key_the_host_does_not_accept_exits_auth_and_names_host_and_key(
     # Only the wrong key: the fleet's ssh_config would offer the authorized one as well.
     config = tmp_path / "ssh_config"
     config.write_text(
-        f"Host h01\n    HostName {h01.address}\n    User root\n    IdentitiesOnly yes\n"
+        f"Host h01\n    HostName {h01.address}\n    Port {h01.port}\n    User root\n"
+        "    IdentitiesOnly yes\n"
         f"    UserKnownHostsFile {hosts.client.known_hosts}\n"
     )
     proc = cli.run(
@@ -114,7 +115,11 @@ def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(
 
     refused = cli.run(*args)
     the_error_line(
-        refused, ExitCode.AUTH, f"h01 ({h01.address})", "unknown", "--accept-new-host-key"
+        refused,
+        ExitCode.AUTH,
+        f"h01 ({known_hosts_name(h01.address, h01.port)})",
+        "unknown",
+        "--accept-new-host-key",
     )
     assert snapshot(in_root(h01, model)) == before
     assert known.read_text() == ""
@@ -122,7 +127,7 @@ def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(
     accepted = cli.run(*args, "--accept-new-host-key")
     assert accepted.returncode == 0, accepted.stderr
     assert (in_root(h01, model) / "config.json").read_bytes() == REFERENCE
-    assert known.read_text() == host_key_line(h01, h01.address)
+    assert known.read_text() == host_key_line(h01, known_hosts_name(h01.address, h01.port))
     # Recorded: the next run needs no flag.
     verify = cli.run("verify", f"h01:{model}", "--from", REF, *args[4:])
     assert verify.returncode == 0, verify.stderr
@@ -148,7 +153,9 @@ def test_changed_host_key_exits_auth_even_with_accept_new_and_writes_nothing(
     h01, h02 = hosts.host("h01"), hosts.host("h02")
     before = seed(in_root(h01, model))
     known = tmp_path / "known_hosts"
-    lie = host_key_line(h02, h01.address)  # h01's address filed with another host's key
+    lie = host_key_line(
+        h02, known_hosts_name(h01.address, h01.port)
+    )  # h01's address filed with another host's key
     known.write_text(lie)
     proc = cli.run(
         "push",
@@ -160,7 +167,13 @@ def test_changed_host_key_exits_auth_even_with_accept_new_and_writes_nothing(
         str(known),
         "--accept-new-host-key",
     )
-    the_error_line(proc, ExitCode.AUTH, f"h01 ({h01.address})", "CHANGED", "ssh-keygen -R")
+    the_error_line(
+        proc,
+        ExitCode.AUTH,
+        f"h01 ({known_hosts_name(h01.address, h01.port)})",
+        "CHANGED",
+        "ssh-keygen -R",
+    )
     assert snapshot(in_root(h01, model)) == before
     assert known.read_text() == lie
 

@@ -140,7 +140,10 @@ def bastion_config(fleet: Fleet, tmp_path: Path) -> Path:
     assert client is not None
     config = tmp_path / "ssh_config"
     config.write_text(
-        "".join(f"Host behind-{h.name}\n    HostName {h.address}\n" for h in fleet.hosts[1:])
+        "".join(
+            f"Host behind-{h.name}\n    HostName {h.address}\n    Port {h.port}\n"
+            for h in fleet.hosts[1:]
+        )
         + "Host behind-*\n    ProxyJump h01\n    User root\n"
         f"    IdentityFile {client.identity}\n    IdentitiesOnly yes\n"
         f"    UserKnownHostsFile {client.known_hosts}\n\n" + client.ssh_config.read_text()

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import AuthError, UnreachableError, UsageError
-from dflash_provision.testbed.hosts import Fleet, Host
+from dflash_provision.testbed.hosts import Fleet, Host, known_hosts_name
 from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
@@ -29,6 +29,7 @@ def config_behind(jump: Host, target: Host, tmp_path: Path, proxy: str) -> Path:
     config.write_text(
         "Host behind\n"
         f"    HostName {target.address}\n"
+        f"    Port {target.port}\n"
         "    User root\n"
         f"    IdentityFile {jump.client.identity}\n"
         "    IdentitiesOnly yes\n"
@@ -69,10 +70,10 @@ def test_ssh_w_proxy_reaches_the_target_and_ends_with_the_connection(
     with SshTransport("behind", options=options(config)) as ssh:
         assert ssh.run(["hostname"]).stdout == b"h02\n"
         assert ssh.run(["hostname"]).stdout == b"h02\n"
-        assert processes_mentioning(f"-W {h02.address}:22 h01")
+        assert processes_mentioning(f"-W {h02.address}:{h02.port} h01")
     assert accepted_logins(h01) - jump_before == 1  # the proxy's own login, once
     assert accepted_logins(h02) - target_before == 1  # one connection for both commands
-    assert processes_mentioning(f"-W {h02.address}:22 h01") == []
+    assert processes_mentioning(f"-W {h02.address}:{h02.port} h01") == []
 
 
 @pytest.mark.integration
@@ -132,7 +133,7 @@ def test_the_first_jump_hosts_own_route_is_followed(
     config = tmp_path / "ssh_config"
     config.write_text(
         f"Host h02\n    {h02_route.format(config=h01.client.ssh_config)}\n\n"
-        f"Host behind\n    HostName {h03.address}\n    ProxyJump h02\n"
+        f"Host behind\n    HostName {h03.address}\n    Port {h03.port}\n    ProxyJump h02\n"
         f"    User root\n    IdentityFile {h01.client.identity}\n    IdentitiesOnly yes\n"
         f"    UserKnownHostsFile {h01.client.known_hosts}\n\n" + h01.client.ssh_config.read_text()
     )
@@ -214,12 +215,15 @@ def test_host_key_alias_files_and_checks_the_key_under_the_alias(
     known = tmp_path / "known_hosts"
     config = tmp_path / "ssh_config"
     config.write_text(
-        f"Host behind\n    HostName {h02.address}\n    User root\n    HostKeyAlias gpu-02.lab\n"
+        f"Host behind\n    HostName {h02.address}\n    Port {h02.port}\n    User root\n"
+        "    HostKeyAlias gpu-02.lab\n"
         f"    IdentityFile {h01.client.identity}\n    IdentitiesOnly yes\n"
         f"    UserKnownHostsFile {known}\n"
     )
     key = " ".join(h02.host_public_key.split()[:2])
-    known.write_text(f"{h02.address} {key}\n")  # filed under the address only: not good enough
+    known.write_text(
+        f"{known_hosts_name(h02.address, h02.port)} {key}\n"
+    )  # filed under the address only: not good enough
     with pytest.raises(AuthError, match=re.escape("host key for behind (gpu-02.lab) is unknown")):
         SshTransport("behind", options=options(config)).run(["true"])
     known.write_text("")

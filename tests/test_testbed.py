@@ -12,6 +12,7 @@ import paramiko
 import pytest
 
 from dflash_provision.testbed.hosts import (
+    DEFAULT_PORT,
     SSHD,
     BlackholeHost,
     Fleet,
@@ -65,9 +66,10 @@ def test_openssh_client_reaches_each_host_by_alias_and_sees_its_hostname(fleet: 
         assert result.stdout.strip() == host.name
 
 
-def test_host_target_string_uses_root_and_address(fleet: Fleet) -> None:
+def test_host_target_string_uses_root_address_and_the_non_22_port(fleet: Fleet) -> None:
     h1 = fleet.hosts[0]
-    assert h1.ssh_target("/root/models/x") == f"root@{h1.address}:/root/models/x"
+    assert h1.port == DEFAULT_PORT != 22  # the machine's own sshd may hold port 22 everywhere
+    assert h1.ssh_target("/root/models/x") == f"ssh://root@{h1.address}:2222/root/models/x"
     assert h1.address.startswith("127.0.")
 
 
@@ -199,7 +201,7 @@ def test_fleet_start_kills_sshd_left_over_from_a_killed_run(tmp_path: Path) -> N
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             try:
-                socket.create_connection((host.address, 22), timeout=1).close()
+                socket.create_connection((host.address, host.port), timeout=1).close()
                 break
             except ConnectionRefusedError:
                 time.sleep(0.01)
@@ -293,17 +295,3 @@ def test_incus_and_lxd_emulators_exec_and_fail_like_incus(ssh_host: Host, prog: 
     container.stop()
     stopped = ssh(ssh_host, [prog, "exec", "web", "--", "true"])
     assert (stopped.returncode, stopped.stderr) == (1, "Error: Instance is not running\n")
-
-
-# -- single-user fallback ----------------------------------------------------------------------
-
-
-def test_single_user_sshd_accepts_key_login_on_a_high_port(tmp_path: Path) -> None:
-    with SingleUserSshd(tmp_path) as server:
-        assert server.port > 1024
-        assert server.client is not None
-        assert server.client.known_hosts.read_text().startswith(f"[127.0.0.1]:{server.port} ")
-        result = ssh(server, ["sh", "-c", "echo ok"])
-        assert (result.returncode, result.stdout) == (0, "ok\n")
-    refused = ssh(server, ["true"])
-    assert "Connection refused" in refused.stderr

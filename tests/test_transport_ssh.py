@@ -20,7 +20,13 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import AuthError, RemoteStepFailed, UnreachableError
-from dflash_provision.testbed.hosts import BlackholeHost, Fleet, Host, refused_address
+from dflash_provision.testbed.hosts import (
+    BlackholeHost,
+    Fleet,
+    Host,
+    known_hosts_name,
+    refused_address,
+)
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
@@ -199,6 +205,7 @@ def test_proxyjump_reaches_target_through_jump_host(fleet: Fleet, tmp_path: Path
     config.write_text(
         "Host behind\n"
         f"    HostName {h02.address}\n"
+        f"    Port {h02.port}\n"
         "    User root\n"
         f"    IdentityFile {h01.client.identity}\n"
         "    IdentitiesOnly yes\n"
@@ -221,8 +228,9 @@ def test_proxyjump_to_a_dead_target_is_unreachable(fleet: Fleet, tmp_path: Path)
     assert h01.client is not None
     config = tmp_path / "ssh_config"
     config.write_text(
-        f"Host gone\n    HostName {fleet.unused_address()}\n    ProxyJump h01\n\n"
-        + h01.client.ssh_config.read_text()
+        # The fleet's port: on port 22 the machine's own sshd may answer at any address.
+        f"Host gone\n    HostName {fleet.unused_address()}\n    Port {h01.port}\n"
+        "    ProxyJump h01\n\n" + h01.client.ssh_config.read_text()
     )
     with pytest.raises(UnreachableError) as caught:
         SshTransport(
@@ -252,7 +260,7 @@ def test_default_key_in_home_ssh_is_used_without_identityfile(
     (home / ".ssh" / "id_ed25519").chmod(0o600)
     monkeypatch.setenv("HOME", str(home))
     options = SshOptions(ssh_config_path=None, use_agent=False)
-    with SshTransport(h01.address, user="root", options=options) as ssh:
+    with SshTransport(h01.address, port=h01.port, user="root", options=options) as ssh:
         assert ssh.run(["hostname"]).stdout == b"h01\n"
 
 
@@ -282,13 +290,19 @@ def test_key_held_only_by_a_real_ssh_agent_authenticates(
         monkeypatch.setenv("HOME", str(home))
         monkeypatch.setenv("SSH_AUTH_SOCK", str(socket_path))
         with SshTransport(
-            h01.address, user="root", options=SshOptions(ssh_config_path=None, use_agent=True)
+            h01.address,
+            port=h01.port,
+            user="root",
+            options=SshOptions(ssh_config_path=None, use_agent=True),
         ) as ssh:
             assert ssh.run(["hostname"]).stdout == b"h01\n"
         # And the same login fails when the agent is not to be used: the agent really did it.
         with pytest.raises(AuthError) as caught:
             SshTransport(
-                h01.address, user="root", options=SshOptions(ssh_config_path=None, use_agent=False)
+                h01.address,
+                port=h01.port,
+                user="root",
+                options=SshOptions(ssh_config_path=None, use_agent=False),
             ).run(["true"])
         assert caught.value.reason == "auth"
     finally:
@@ -310,7 +324,7 @@ def test_openssh_generated_ecdsa_key_authenticates(ssh_host: Host, tmp_path: Pat
         identities_only=True,
         use_agent=False,
     )
-    with SshTransport(ssh_host.address, user="root", options=options) as ssh:
+    with SshTransport(ssh_host.address, port=ssh_host.port, user="root", options=options) as ssh:
         assert ssh.run(["true"]).ok
 
 
@@ -328,7 +342,7 @@ def test_wrong_key_is_an_auth_error(fleet: Fleet, tmp_path: Path) -> None:
         use_agent=False,
     )
     with pytest.raises(AuthError) as caught:
-        SshTransport(h01.address, user="root", options=options).run(["true"])
+        SshTransport(h01.address, port=h01.port, user="root", options=options).run(["true"])
     assert "authentication to root@" in caught.value.message
     assert caught.value.reason == "auth"
     assert str(wrong) in caught.value.message
@@ -356,9 +370,14 @@ def test_unknown_host_key_is_refused_by_default(fleet: Fleet, tmp_path: Path) ->
     known = tmp_path / "known_hosts"
     with pytest.raises(AuthError) as caught:
         SshTransport(
-            h01.address, user="root", options=_options_with_known_hosts(h01, known, "reject")
+            h01.address,
+            port=h01.port,
+            user="root",
+            options=_options_with_known_hosts(h01, known, "reject"),
         ).run(["true"])
-    assert f"host key for {h01.address} is unknown" in caught.value.message
+    assert (
+        f"host key for {known_hosts_name(h01.address, h01.port)} is unknown" in caught.value.message
+    )
     assert "--accept-new-host-key" in caught.value.message
     assert caught.value.reason == "host-key-unknown"
     assert not known.exists()
@@ -372,13 +391,13 @@ def test_accept_new_records_the_key_and_later_connections_verify_it(
     h01 = fleet.hosts[0]
     known = tmp_path / "ssh" / "known_hosts"
     opts = _options_with_known_hosts(h01, known, "accept-new")
-    with SshTransport(h01.address, user="root", options=opts) as ssh:
+    with SshTransport(h01.address, port=h01.port, user="root", options=opts) as ssh:
         assert ssh.run(["hostname"]).stdout == b"h01\n"
     key_type, key_b64 = h01.host_public_key.split()[:2]
-    assert known.read_text() == f"{h01.address} {key_type} {key_b64}\n"
+    assert known.read_text() == f"{known_hosts_name(h01.address, h01.port)} {key_type} {key_b64}\n"
     assert known.stat().st_mode & 0o777 == 0o600
     strict = _options_with_known_hosts(h01, known, "reject")
-    with SshTransport(h01.address, user="root", options=strict) as ssh:
+    with SshTransport(h01.address, port=h01.port, user="root", options=strict) as ssh:
         assert ssh.run(["true"]).ok
 
 
@@ -391,11 +410,14 @@ def test_changed_host_key_is_refused_under_every_policy(
     h01, h02 = fleet.hosts[0], fleet.hosts[1]
     known = tmp_path / "known_hosts"
     # known_hosts says h01's address has h02's key: exactly what a changed key looks like.
-    lie = f"{h01.address} {' '.join(h02.host_public_key.split()[:2])}\n"
+    lie = f"{known_hosts_name(h01.address, h01.port)} {' '.join(h02.host_public_key.split()[:2])}\n"
     known.write_text(lie)
     with pytest.raises(AuthError) as caught:
         SshTransport(
-            h01.address, user="root", options=_options_with_known_hosts(h01, known, policy)
+            h01.address,
+            port=h01.port,
+            user="root",
+            options=_options_with_known_hosts(h01, known, policy),
         ).run(["true"])
     assert "CHANGED" in caught.value.message
     assert caught.value.reason == "host-key-changed"
@@ -624,20 +646,22 @@ def test_known_hosts_changes_are_seen_by_the_next_connection_in_the_same_process
 ) -> None:
     h01, h02 = fleet.hosts[0], fleet.hosts[1]
     known = tmp_path / "known_hosts"
-    known.write_text(f"{h02.address} {' '.join(h02.host_public_key.split()[:2])}\n")
+    known.write_text(
+        f"{known_hosts_name(h02.address, h02.port)} {' '.join(h02.host_public_key.split()[:2])}\n"
+    )
     strict = _options_with_known_hosts(h01, known, "reject")
-    with SshTransport(h02.address, user="root", options=strict) as ssh:
+    with SshTransport(h02.address, port=h02.port, user="root", options=strict) as ssh:
         assert ssh.run(["true"]).ok  # the file is parsed and cached now
     # accept-new appends h01; a strict connection right after must know it.
     accept = _options_with_known_hosts(h01, known, "accept-new")
-    with SshTransport(h01.address, user="root", options=accept) as ssh:
+    with SshTransport(h01.address, port=h01.port, user="root", options=accept) as ssh:
         assert ssh.run(["true"]).ok
-    with SshTransport(h01.address, user="root", options=strict) as ssh:
+    with SshTransport(h01.address, port=h01.port, user="root", options=strict) as ssh:
         assert ssh.run(["true"]).ok
     # Rewritten in place (same inode, same length): h01's line now holds h02's key.
     lines = known.read_text().splitlines()
-    lie = f"{h01.address} {' '.join(h02.host_public_key.split()[:2])}"
+    lie = f"{known_hosts_name(h01.address, h01.port)} {' '.join(h02.host_public_key.split()[:2])}"
     known.write_text("\n".join([lines[0], lie]) + "\n")
     with pytest.raises(AuthError) as caught:
-        SshTransport(h01.address, user="root", options=strict).run(["true"])
+        SshTransport(h01.address, port=h01.port, user="root", options=strict).run(["true"])
     assert "CHANGED" in caught.value.message

@@ -2,7 +2,7 @@
 
 ``up`` starts a fleet (root) and ``single`` one sshd as the current user; both stay in the
 foreground until Ctrl-C / SIGTERM (the hosts die with this process, on purpose). ``down`` kills
-whatever a killed ``up`` left under ``--dir``.
+whatever a killed ``up`` left under ``--dir``, and refuses (exit 1) while a live ``up`` owns it.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def _wait_for_signal() -> None:
 
 def _up(args: argparse.Namespace) -> int:
     began = time.monotonic()
-    fleet = Fleet(args.dir, args.count, address_prefix=args.prefix).start()
+    fleet = Fleet(args.dir, args.count, address_prefix=args.prefix, port=args.port).start()
     try:
         assert fleet.client is not None
         print(f"{len(fleet)} hosts up in {time.monotonic() - began:.2f}s")
@@ -66,6 +66,12 @@ def main(argv: list[str] | None = None) -> int:
     up.add_argument("--dir", type=Path, default=_TMP / "dflash-fleet")
     up.add_argument("--count", type=int, default=3)
     up.add_argument("--prefix", default="127.0.1.", help="address prefix, e.g. 127.0.1.")
+    up.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help="every host's port (default: 2222 or $DFLASH_TESTBED_PORT)",
+    )
     up.set_defaults(func=_up)
     single = sub.add_parser("single", help="one sshd as the current user on a high port")
     single.add_argument("--dir", type=Path, default=_TMP / "dflash-sshd")

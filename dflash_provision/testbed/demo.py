@@ -31,6 +31,9 @@ from dflash_provision.testbed.hub_standin import HubStandin
 
 WORKDIR = Path(".demo")
 KEEP_MESSAGE = "The Hub stand-in and the hosts stay up (paste away). Press Enter to stop them."
+#: Exit status when this machine cannot run the demo (openssh-server missing, a port taken):
+#: one line on stderr says what to install or change.
+CANNOT_RUN = 2
 MODEL = "Qwen3.6-27B-DFlash"
 
 
@@ -99,6 +102,22 @@ def demo_steps(*, runtime: bool = True) -> list[Step]:
 
 
 def run_demo(workdir: Path = WORKDIR, *, keep: bool = False, runtime: bool = True) -> int:
+    """Run the demo; 0 when every step behaved as documented, 1 when one did not, CANNOT_RUN
+    (one line on stderr, nothing started) when this machine lacks what the hosts need."""
+    from dflash_provision.testbed import hosts
+
+    missing = hosts.missing_prerequisites(need_root=False)  # the fallback needs only sshd + ssh
+    if missing:
+        print(f"demo: cannot run here: {missing}", file=sys.stderr)
+        return CANNOT_RUN
+    try:
+        return _run_demo(workdir, keep=keep, runtime=runtime)
+    except hosts.FleetError as e:
+        print(f"demo: cannot start the throwaway hosts: {e}", file=sys.stderr)
+        return CANNOT_RUN
+
+
+def _run_demo(workdir: Path, *, keep: bool, runtime: bool) -> int:
     root = Path.cwd()
     if workdir.exists():
         shutil.rmtree(workdir)
@@ -154,7 +173,7 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
                 [DemoMember(h.name, h.alias, model_dir, "$M") for h in fleet.hosts],
                 model_dir,
                 f"{count} real sshd hosts, each in its own namespaces with a private /root, on "
-                f"{fleet.hosts[0].address}..{fleet.hosts[-1].address}",
+                f"{fleet.hosts[0].address}..{fleet.hosts[-1].address} port {fleet.port}",
             )
         return
     # Not root: no namespaces, so one sshd as you and one model directory per "host".
@@ -164,7 +183,8 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
         yield DemoHosts(
             sshd.client.ssh_config,
             [
-                DemoMember(f"m{i}", sshd.alias, f"{models}/m{i}/{MODEL}", f"$M/m{i}/{MODEL}")
+                # Short names, so each command still fits an 80-column terminal.
+                DemoMember(f"m{i}", sshd.alias, f"{models}/m{i}", f"$M/m{i}")
                 for i in range(1, count + 1)
             ],
             relative_or_absolute(models, base_dir.parent),  # as typed after `cd` there

@@ -92,7 +92,8 @@ def runtime_host(base_dir: Path, models: TinyModels) -> Iterator[RuntimeHost]:
         yield RuntimeHost(
             host.alias,
             fleet.client.ssh_config,
-            f"a real sshd host in its own namespaces with a private /root, on {host.address}",
+            f"a real sshd host in its own namespaces with a private /root, on "
+            f"{host.address} port {host.port}",
         )
 
 

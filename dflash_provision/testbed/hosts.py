@@ -4,7 +4,9 @@ Each host is a real ``/usr/sbin/sshd`` running as PID 1 of its own mount, UTS an
 (``unshare --mount --uts --pid --fork --kill-child --mount-proc --propagation private``), so it
 has its own hostname (``h01``), its own ``/root`` (a bind mount of ``base_dir/hosts/h01/root``)
 and its own ``/var/lib/lxc`` (``base_dir/hosts/h01/lxc``). All hosts share the machine's network
-namespace and listen on ``127.0.1.N:22`` (all of 127/8 is loopback). Needs root.
+namespace and listen on ``127.0.X.N:2222`` (all of 127/8 is loopback). Not port 22: the machine's
+own sshd usually listens on ``0.0.0.0:22``, which every ``127.0.X.N:22`` collides with
+(``DFLASH_TESTBED_PORT`` picks another port). Needs root.
 
 Typical use::
 
@@ -22,11 +24,15 @@ Clean-up: ``stop()`` ends every namespace (the kernel kills everything in a PID 
 PID 1 exits, and the mount namespace with its mounts goes with it). If the controlling Python
 process dies without ``stop()``, the hosts die with it (``PR_SET_PDEATHSIG`` on ``unshare``, whose
 ``--kill-child`` passes it on to sshd). As a second line, ``Fleet.start()`` kills any process left
-from an earlier run with the same ``base_dir`` or the same address block (see ``kill_stale``).
+from an earlier run with the same ``base_dir`` (see ``kill_stale``), and only when no live process
+owns that ``base_dir``: a running fleet holds an ``flock`` on ``base_dir/owner.lock`` from
+``start()`` to ``stop()``, and the kernel drops it when its process dies. Nothing else is ever
+killed: another run's hosts are not ours, whatever a lock file records.
 
 Fleets in concurrent processes (pytest-xdist workers, other test runs) need different address
 blocks: ``Fleet(..., address_prefix=None)`` picks a free ``127.0.X.`` block at ``start()`` and
-holds it (an ``flock`` under LOCK_DIR) until ``stop()``.
+holds it (an ``flock`` under LOCK_DIR) until ``stop()``. A block whose addresses are busy (a
+leftover we may not kill) is skipped.
 
 For users without root, ``single_user_sshd`` runs one sshd as the current user on a high port.
 """
@@ -59,8 +65,17 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 SSHD = "/usr/sbin/sshd"
+#: For tests of the "openssh-server is not installed" path: the sshd the testbed runs (a path that
+#: does not exist behaves like a machine without openssh-server). Unset: SSHD.
+SSHD_ENV = "DFLASH_TESTBED_SSHD"
 SFTP_SERVER = "/usr/lib/openssh/sftp-server"
 DEFAULT_PREFIX = "127.0.1."
+#: The port every fleet host listens on unless DFLASH_TESTBED_PORT says otherwise. Not 22: a
+#: machine's own sshd on 0.0.0.0:22 holds port 22 on every loopback address.
+DEFAULT_PORT = 2222
+PORT_ENV = "DFLASH_TESTBED_PORT"
+#: Held (flock) by the process running a fleet or single-user sshd under a base_dir.
+OWNER_LOCK_NAME = "owner.lock"
 #: Where address-block locks live; one file per block, held with flock while a fleet runs.
 LOCK_DIR = Path(tempfile.gettempdir()) / "dflash-testbed-locks"
 #: Name of the file ``fill_disk`` writes to eat the remaining space.
@@ -79,18 +94,47 @@ class FleetError(RuntimeError):
 # prerequisites
 
 
+#: The Debian/Ubuntu package that brings each tool the testbed runs.
+_PACKAGE_OF = {
+    "ssh": "openssh-client",
+    "unshare": "util-linux",
+    "nsenter": "util-linux",
+    "lxc-create": "lxc",
+    "lxc-start": "lxc",
+    "lxc-attach": "lxc",
+    "busybox": "busybox",
+}
+
+
+def sshd_path() -> str:
+    """The sshd binary the testbed runs: SSHD, or the path in DFLASH_TESTBED_SSHD (tests)."""
+    return os.environ.get(SSHD_ENV) or SSHD
+
+
+def fleet_port() -> int:
+    """The port fleet hosts listen on: DFLASH_TESTBED_PORT, else DEFAULT_PORT (2222)."""
+    text = os.environ.get(PORT_ENV, "").strip()
+    if not text:
+        return DEFAULT_PORT
+    if not text.isdigit() or not 1 <= int(text) <= 65535:
+        raise FleetError(f"{PORT_ENV} must be a TCP port number (1-65535), not {text!r}")
+    return int(text)
+
+
 def missing_prerequisites(*, need_root: bool = True, need_lxc: bool = False) -> str | None:
     """Why the testbed cannot run here (a sentence for pytest.skip), or None when it can."""
     if need_root and os.geteuid() != 0:
-        return "needs root (namespaces, bind mounts, port 22)"
-    if not os.access(SSHD, os.X_OK):
-        return f"{SSHD} not installed (apt-get install openssh-server)"
+        return "needs root (namespaces and bind mounts for the fake hosts)"
+    sshd = sshd_path()
+    if not os.access(sshd, os.X_OK):
+        return f"{sshd} not installed (apt-get install openssh-server)"
     tools = ["ssh", "unshare", "nsenter"] if need_root else ["ssh"]
     if need_lxc:
         tools += ["lxc-create", "lxc-start", "lxc-attach", "busybox"]
     missing = [t for t in tools if shutil.which(t) is None]
     if missing:
-        return f"not installed: {', '.join(missing)}"
+        packages = sorted({_PACKAGE_OF.get(t, t) for t in missing})
+        return f"not installed: {', '.join(missing)} (apt-get install {' '.join(packages)})"
     if need_lxc and not Path("/usr/share/lxc/templates/lxc-busybox").exists():
         return "LXC busybox template missing (apt-get install lxc)"
     return None
@@ -322,11 +366,45 @@ def _pid_alive(pid: int) -> bool:
     return stat[stat.rindex(b")") + 2 :].split()[0] != b"Z"
 
 
-def kill_stale(base_dir: Path) -> list[int]:
-    """SIGKILL testbed processes (unshare/sshd) whose files live under ``base_dir``.
+class _OwnerLock:
+    """An flock on ``base_dir/owner.lock``, held by the process whose fleet (or sshd) runs there.
 
-    A host's sshd is PID 1 of its namespace, so killing it takes everything in that host with it
-    (sessions, LXC containers). Returns the pids signalled.
+    The kernel drops it when that process dies, so "the lock is free" proves that no live process
+    owns the hosts under ``base_dir``; the file's text (the owner's pid) only names it in messages.
+    """
+
+    def __init__(self, base_dir: Path) -> None:
+        self.base_dir = Path(base_dir).resolve()
+        self.path = self.base_dir / OWNER_LOCK_NAME
+        self._fd: int | None = None
+
+    def acquire(self) -> None:
+        """Take the lock without waiting, or raise FleetError naming the live owner."""
+        self.base_dir.mkdir(parents=True, exist_ok=True)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            owner = os.pread(fd, 64, 0).decode(errors="replace").strip() or "?"
+            os.close(fd)
+            raise FleetError(
+                f"{self.base_dir} is in use by a running process (pid {owner}): its hosts are "
+                "not ours to stop; use another directory or stop that run"
+            ) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing drops the flock
+            self._fd = None
+
+
+def _kill_under(base_dir: Path) -> list[int]:
+    """SIGKILL testbed processes (unshare/sshd) whose command line names a file under base_dir.
+
+    Only for a ``base_dir`` whose owner lock the caller holds.
     """
     marker = str(Path(base_dir).resolve()) + "/"
     killed = []
@@ -336,7 +414,7 @@ def kill_stale(base_dir: Path) -> list[int]:
         # sshd rewrites its argv ("sshd: /usr/sbin/sshd -D -f CFG [listener] ..."), so match
         # on the joined command line.
         cmdline = " ".join(argv)
-        is_ours = cmdline.startswith(("sshd", SSHD, "unshare"))
+        is_ours = cmdline.startswith(("sshd", SSHD, sshd_path(), "unshare"))
         if is_ours and marker in cmdline:
             _signal(pid, signal.SIGKILL)
             killed.append(pid)
@@ -346,41 +424,87 @@ def kill_stale(base_dir: Path) -> list[int]:
     return killed
 
 
+def kill_stale(base_dir: Path) -> list[int]:
+    """SIGKILL what a dead run left under ``base_dir``: its unshare/sshd processes.
+
+    A host's sshd is PID 1 of its namespace, so killing it takes everything in that host with it
+    (sessions, LXC containers). Returns the pids signalled. Raises FleetError, killing nothing,
+    while a live process owns ``base_dir`` (holds its owner lock): those hosts are running.
+    """
+    lock = _OwnerLock(base_dir)
+    lock.acquire()
+    try:
+        return _kill_under(lock.base_dir)
+    finally:
+        lock.release()
+
+
 # --------------------------------------------------------------------------------------------
 # address blocks
 
 
 class _AddressBlockLock:
-    """An flock on LOCK_DIR/<prefix>lock; the file records the base_dir of the holder."""
+    """An flock on LOCK_DIR/<prefix>lock, so two fleets never pick the same address block.
+
+    The file records the holder's base_dir for messages only. Nothing is killed on its word: a
+    record outlives its writer (a fleet that failed to start, a probe of a busy block), and the
+    base_dir it names may by then belong to a live fleet on another block.
+    """
 
     def __init__(self, prefix: str) -> None:
         self.prefix = prefix
         self.path = LOCK_DIR / f"{prefix}lock"
         self._fd: int | None = None
 
-    def try_acquire(self, base_dir: Path | None) -> bool:
-        """Take the lock without waiting; ``base_dir`` None only probes (records nothing)."""
+    def try_acquire(self, base_dir: Path) -> bool:
+        """Take the lock without waiting and record ``base_dir``; False when another holds it."""
         LOCK_DIR.mkdir(parents=True, exist_ok=True)
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
             os.close(fd)
             return False
-        # A previous holder that died without stop(): its hosts may still hold our addresses.
-        previous = os.pread(fd, 4096, 0).decode(errors="replace").strip()
-        if previous and previous != str(base_dir):
-            kill_stale(Path(previous))
         os.ftruncate(fd, 0)
-        if base_dir is not None:
-            os.pwrite(fd, str(base_dir).encode(), 0)
+        os.pwrite(fd, str(base_dir).encode(), 0)
         self._fd = fd
         return True
+
+    def holder(self) -> str:
+        """The base_dir the lock file names (for messages), or '?'."""
+        try:
+            with open(self.path, "rb") as f:
+                return f.read(4096).decode(errors="replace").strip() or "?"
+        except OSError:
+            return "?"
 
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing drops the flock
             self._fd = None
+
+
+def _wildcard_listener(port: int) -> str | None:
+    """``0.0.0.0:port`` or ``[::]:port`` when a socket listens on every address, else None.
+
+    Such a listener (the machine's own sshd on port 22, typically) makes every 127.0.X.N:port
+    busy, so no address block can work on that port.
+    """
+    wanted = f"{port:04X}"
+    for table, any_address, shown in (
+        ("/proc/net/tcp", "00000000", f"0.0.0.0:{port}"),
+        ("/proc/net/tcp6", "0" * 32, f"[::]:{port}"),
+    ):
+        try:
+            with open(table) as f:
+                lines = f.read(4 << 20).splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 3 and fields[3] == "0A" and fields[1] == f"{any_address}:{wanted}":
+                return shown
+    return None
 
 
 # --------------------------------------------------------------------------------------------
@@ -407,14 +531,14 @@ class SshEndpoint:
         return self.client.ssh_argv(self.alias, argv, options=options)
 
     def ssh_target(self, path: str) -> str:
-        """``user@address:path`` (port 22), e.g. ``root@127.0.1.3:/root/models/x``.
+        """A target spec naming this host by address and port, without the ssh_config.
 
-        For another port the address form cannot carry it: returns ``alias:path``, which works
-        with the fleet's ssh_config.
+        ``user@address:path`` on port 22 (``root@127.0.1.3:/root/models/x``); on any other port
+        the URL form, the only one that carries a port: ``ssh://root@127.0.1.3:2222/root/...``.
         """
         if self.port == 22:
             return f"{self.user}@{self.address}:{path}"
-        return f"{self.alias}:{path}"
+        return f"ssh://{self.user}@{self.address}:{self.port}{path}"
 
     def __repr__(self) -> str:
         return f"<{type(self).__name__} {self.alias} {self.user}@{self.address}:{self.port}>"
@@ -510,7 +634,7 @@ class Host(SshEndpoint):
             self.name,
             str(self.root_dir),
             str(self.lxc_dir),
-            SSHD,
+            sshd_path(),
             str(self.config_path),
             str(self.log_path),
         ]
@@ -714,14 +838,18 @@ def _wait_listening(hosts: Sequence[Host], timeout: float) -> None:
 
 
 class Fleet:
-    """``count`` hosts ``h01``... on ``<address_prefix><first_index + i>:22``. Needs root.
+    """``count`` hosts ``h01``... on ``<address_prefix><first_index + i>:<port>``. Needs root.
+
+    ``port`` defaults to ``fleet_port()``: 2222, or DFLASH_TESTBED_PORT. Port 22 is possible but
+    collides with the machine's own sshd whenever that listens on 0.0.0.0:22.
 
     Use as a context manager or call ``start()``/``stop()``. Files under ``base_dir``:
     ``client/`` (see ClientFiles), ``hosts/<name>/`` (host key, sshd_config, authorized_keys,
     sshd.log, ``root/``, ``lxc/``). Keys are generated once and reused on later starts.
 
     In tests pass ``address_prefix=None``: a free ``127.0.X.`` block is picked at ``start()``, so
-    concurrent runs don't collide. One fleet per prefix at a time (enforced with a lock file).
+    concurrent runs don't collide. One fleet per prefix at a time (enforced with a lock file),
+    and one live process per ``base_dir`` (``owner.lock``; a second start there is refused).
     """
 
     def __init__(
@@ -732,7 +860,7 @@ class Fleet:
         address_prefix: str | None = DEFAULT_PREFIX,
         first_index: int = 1,
         name_prefix: str = "h",
-        port: int = 22,
+        port: int | None = None,
     ) -> None:
         if address_prefix is not None and not address_prefix.endswith("."):
             raise ValueError(f"address_prefix must end with '.': {address_prefix!r}")
@@ -750,10 +878,11 @@ class Fleet:
         self._auto_prefix = address_prefix is None
         self.first_index = first_index
         self.name_prefix = name_prefix
-        self.port = port
+        self.port = fleet_port() if port is None else port
         self.hosts: list[Host] = []
         self.client: ClientFiles | None = None
         self._lock: _AddressBlockLock | None = None
+        self._owner: _OwnerLock | None = None
 
     def _token(self) -> str:
         path = self.base_dir / "token"
@@ -789,26 +918,38 @@ class Fleet:
                     self.address_prefix, self._lock = lock.prefix, lock
                     return
                 lock.release()
+                self._refuse_wildcard_port()
             raise FleetError("no free 127.0.X. address block (all locked or busy)")
         assert self.address_prefix is not None
         lock = _AddressBlockLock(self.address_prefix)
         if not lock.try_acquire(self.base_dir):
-            holder = lock.path.read_text().strip()
+            holder = lock.holder()
             raise FleetError(
                 f"address block {self.address_prefix}x is in use by another fleet ({holder}); "
                 "pass address_prefix=None to get a free one"
             )
         self._lock = lock
 
+    def _refuse_wildcard_port(self) -> None:
+        """Raise FleetError when a listener on every address holds our port (no block can work)."""
+        listener = _wildcard_listener(self.port)
+        if listener is not None:
+            raise FleetError(
+                f"port {self.port} is taken on every address by a listener on {listener} "
+                f"(another sshd?): set {PORT_ENV} to a free port"
+            )
+
     def start(self, timeout: float = START_TIMEOUT_S) -> Fleet:
         """Generate files (once), launch every host at once, wait until all listen."""
         reason = missing_prerequisites()
         if reason:
             raise FleetError(f"cannot start a fleet: {reason}")
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        self._acquire_block()
+        owner = _OwnerLock(self.base_dir)
+        owner.acquire()  # refused while a live process runs a fleet here
+        self._owner = owner
         try:
-            kill_stale(self.base_dir)
+            _kill_under(self.base_dir)  # what a dead run left here: provably nobody's now
+            self._acquire_block()
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
             self.client = _client_files(self.base_dir / "client")
             token = self._token()
@@ -818,6 +959,7 @@ class Fleet:
                 name = f"{self.name_prefix}{index:02d}"
                 address = f"{self.address_prefix}{index}"
                 if not _port_is_free(address, self.port):
+                    self._refuse_wildcard_port()
                     raise FleetError(f"{address}:{self.port} is already in use")
                 self.hosts.append(
                     Host(
@@ -855,6 +997,9 @@ class Fleet:
             if self._lock is not None:
                 self._lock.release()
                 self._lock = None
+            if self._owner is not None:
+                self._owner.release()
+                self._owner = None
 
     def __enter__(self) -> Fleet:
         return self.start()
@@ -904,8 +1049,12 @@ class BlackholeHost:
         self.close()
 
 
-def refused_address(port: int = 22) -> tuple[str, int]:
-    """An (address, port) where nothing listens right now: connecting is refused at once."""
+def refused_address(port: int | None = None) -> tuple[str, int]:
+    """An (address, port) where nothing listens right now: connecting is refused at once.
+
+    ``port`` defaults to the fleet port (``fleet_port()``).
+    """
+    port = fleet_port() if port is None else port
     for x in range(200, 255):
         address = f"127.0.254.{x}"
         if _port_is_free(address, port):
@@ -923,13 +1072,21 @@ class SingleUserSshd(SshEndpoint):
     Works without root (and as root, since the port is above 1024). Logs in as the current
     user with their real home directory and shell profile. ``client`` holds the key,
     known_hosts (``[127.0.0.1]:port`` form) and an ssh_config with alias ``alias``.
+    ``address="0.0.0.0", port=22`` (root) plays a machine's own sshd listening everywhere.
     """
 
-    def __init__(self, base_dir: Path, port: int = 0, *, alias: str = "testbed") -> None:
+    def __init__(
+        self,
+        base_dir: Path,
+        port: int = 0,
+        *,
+        alias: str = "testbed",
+        address: str = "127.0.0.1",
+    ) -> None:
         self.base_dir = Path(base_dir).resolve()
         self.name = alias
         self.alias = alias
-        self.address = "127.0.0.1"
+        self.address = address
         self.port = port or _free_port(self.address)
         self.user = getpass.getuser()
         self.log_path = self.base_dir / "sshd.log"
@@ -937,13 +1094,28 @@ class SingleUserSshd(SshEndpoint):
         self.config_path = self.base_dir / "sshd_config"
         self.client: ClientFiles | None = None
         self._proc: subprocess.Popen[bytes] | None = None
+        self._owner: _OwnerLock | None = None
 
     def start(self, timeout: float = START_TIMEOUT_S) -> SingleUserSshd:
+        """Start sshd and wait until it listens; a no-op when this object's sshd already runs
+        (``with single_user_sshd(...)`` starts it, then ``__enter__`` asks again)."""
+        if self._proc is not None and self._proc.poll() is None:
+            return self
         reason = missing_prerequisites(need_root=False)
         if reason:
             raise FleetError(f"cannot start sshd: {reason}")
-        self.base_dir.mkdir(parents=True, exist_ok=True)
-        kill_stale(self.base_dir)
+        owner = _OwnerLock(self.base_dir)
+        owner.acquire()  # refused while a live process runs an sshd here
+        self._owner = owner
+        try:
+            self._start(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, timeout: float) -> None:
+        _kill_under(self.base_dir)  # what a dead run left here: provably nobody's now
         if os.geteuid() == 0:
             os.makedirs("/run/sshd", mode=0o755, exist_ok=True)
         self.client = _client_files(self.base_dir / "client")
@@ -961,28 +1133,31 @@ class SingleUserSshd(SshEndpoint):
             )
         )
         _write_client_files(self.client.dir, [self])
-        argv = [SSHD, "-D", "-f", str(self.config_path), "-E", str(self.log_path)]
+        argv = [sshd_path(), "-D", "-f", str(self.config_path), "-E", str(self.log_path)]
         with open(self.base_dir / "sshd.err", "wb") as err:
             self._proc = _popen(argv, stdout=subprocess.DEVNULL, stderr=err)
         deadline = time.monotonic() + timeout
         while not _listening([(self.address, self.port)]):
             if self._proc.poll() is not None or time.monotonic() > deadline:
                 log = self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
-                self.stop()
                 raise FleetError(f"sshd on port {self.port} did not start: {log[-800:]}")
             time.sleep(0.005)
-        return self
 
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
-        if self._proc is None:
-            return
-        self._proc.terminate()
         try:
-            self._proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            self._proc.kill()
-            self._proc.wait(timeout)
-        self._proc = None
+            if self._proc is None:
+                return
+            self._proc.terminate()
+            try:
+                self._proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait(timeout)
+            self._proc = None
+        finally:
+            if self._owner is not None:
+                self._owner.release()
+                self._owner = None
 
     def __enter__(self) -> SingleUserSshd:
         return self.start()
