@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import textwrap
 import threading
 from pathlib import Path
 
@@ -33,6 +32,7 @@ from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.transport.factory import open_transport
 from tests.fixtures.cli import run_cli
+from tests.fixtures.inventories import write_fleet_inventory
 from tests.fixtures.ssh import client_options, host_args
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
@@ -181,19 +181,7 @@ def test_audit_of_hosts_holding_200mb_configs_uses_about_the_memory_of_a_normal_
     hosts = 16
     fleet = make_fleet(hosts)
     inventory = tmp_path / "inventory.yaml"
-    inventory.write_text(
-        textwrap.dedent(
-            f"""
-            defaults:
-              path: {MODEL}
-              drafter:
-                from: {samples.REFERENCE_DRAFTER}
-            groups:
-              gpu:
-                hosts: [{", ".join(h.name for h in fleet.hosts)}]
-            """
-        )
-    )
+    write_fleet_inventory(inventory, (h.name for h in fleet.hosts), model=MODEL)
     for host in fleet.hosts:
         directory = host.root_dir / "models" / "X"
         directory.mkdir(parents=True, exist_ok=True)

@@ -18,7 +18,6 @@ Layout (set up fresh before each test through the hosts' /root on the controller
 from __future__ import annotations
 
 import json
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -42,6 +41,7 @@ from dflash_provision.testbed.hosts import Fleet, known_hosts_name
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 from tests.fixtures.cli import Done, run_cli
+from tests.fixtures.inventories import write_fleet_inventory
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -151,19 +151,7 @@ def scenario(make_fleet, tmp_path_factory) -> Iterator[Scenario]:
         key = h01_key if host.name == "h21" else host.host_public_key
         lines.append(f"{name} {key}")
     sc.known_hosts.write_text("\n".join(lines) + "\n")
-    sc.inventory.write_text(
-        textwrap.dedent(
-            f"""
-            defaults:
-              path: {MODEL}
-              drafter:
-                from: {samples.REFERENCE_DRAFTER}
-            groups:
-              gpu:
-                hosts: [{", ".join(h.name for h in fleet.hosts)}]
-            """
-        )
-    )
+    write_fleet_inventory(sc.inventory, (h.name for h in fleet.hosts), model=MODEL)
     sc.seed()
     for name in READ_ONLY:
         fleet.host(name).make_readonly(f"{MODEL}")

@@ -15,7 +15,6 @@ import json
 import signal
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Fleet
 from tests.fixtures.after_rename import fault_after_rename, hold_tool, release, wait_renamed
 from tests.fixtures.cli import CLI_TIMEOUT_S, cli_env
+from tests.fixtures.inventories import write_fleet_inventory
 from tests.fixtures.ssh import accepted_logins
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
@@ -40,19 +40,7 @@ def set_up(fleet: Fleet, base: Path) -> Path:
         model.mkdir(parents=True, exist_ok=True)
         (model / "config.json").write_bytes(INCIDENT)
     inventory = base / "fleet.yaml"
-    inventory.write_text(
-        textwrap.dedent(
-            f"""
-            defaults:
-              path: {MODEL}
-              drafter:
-                from: {samples.REFERENCE_DRAFTER}
-            groups:
-              gpu:
-                hosts: [{", ".join(h.name for h in fleet.hosts)}]
-            """
-        )
-    )
+    write_fleet_inventory(inventory, (h.name for h in fleet.hosts), model=MODEL)
     return inventory
 
 
