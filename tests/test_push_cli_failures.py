@@ -18,7 +18,8 @@ How each failure is made:
 
 Proxmox VE (``pct``) and Incus cannot run here: the pct/incus targets go through the testbed's
 EMULATED ``pct``/``incus`` (POSIX sh over real lxc-*, mimicking exec syntax, error texts and exit
-codes; see dflash_provision.testbed.lxc.emulator_scripts). The busybox containers are real.
+codes; see dflash_provision.testbed.lxc_host_side.emulator_scripts). The busybox containers are
+real.
 """
 
 from __future__ import annotations

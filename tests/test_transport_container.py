@@ -2,8 +2,8 @@
 
 ``pct`` (Proxmox VE), ``incus`` and LXD's ``lxc`` cannot run on this machine: those tests use the
 testbed's emulators (POSIX sh scripts over real lxc-* that mimic the tools' exec syntax, error
-texts and exit codes; see dflash_provision.testbed.lxc.emulator_scripts). The containers behind
-them are real.
+texts and exit codes; see dflash_provision.testbed.lxc_host_side.emulator_scripts). The
+containers behind them are real.
 """
 
 from __future__ import annotations

@@ -17,10 +17,10 @@ import os
 import shutil
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from dflash_provision.testbed import samples
+from dflash_provision.testbed.demo_state import Demo, DemoHosts, DemoMember
 from dflash_provision.testbed.demo_transcript import (
     Transcript,
     program_on_path,
@@ -35,43 +35,6 @@ KEEP_MESSAGE = "The Hub stand-in and the hosts stay up (paste away). Press Enter
 #: one line on stderr says what to install or change.
 CANNOT_RUN = 2
 MODEL = "Qwen3.6-27B-DFlash"
-
-
-@dataclass(frozen=True)
-class DemoMember:
-    """One place the demo keeps a drafter config: a host alias and a model directory on it."""
-
-    name: str  # inventory name
-    alias: str  # ssh_config alias
-    model_dir: str  # the real path
-    shown_dir: str  # the same as typed, through the shell variable $M
-
-    @property
-    def target(self) -> str:
-        return f'"{self.alias}:{self.shown_dir}"'
-
-    @property
-    def config_path(self) -> str:
-        return f"{self.model_dir}/config.json"
-
-
-@dataclass(frozen=True)
-class DemoHosts:
-    """The throwaway SSH hosts the demo works on."""
-
-    ssh_config: Path
-    members: list[DemoMember]
-    model_var: str  # what $M is set to, as typed
-    note: str
-
-
-@dataclass
-class Demo:
-    """What every step works with: the terminal, the demo directory and the hosts."""
-
-    t: Transcript
-    workdir: Path
-    hosts: DemoHosts
 
 
 Step = Callable[[Demo], None]

@@ -38,7 +38,7 @@ from dflash_provision.testbed.demo_transcript import (
 )
 
 if TYPE_CHECKING:
-    from dflash_provision.testbed.demo import Demo
+    from dflash_provision.testbed.demo_state import Demo
     from dflash_provision.testbed.tiny_models import TinyModels
     from dflash_provision.testbed.vllm_real import VllmEnv
 

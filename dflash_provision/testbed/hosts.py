@@ -795,10 +795,10 @@ if [ "$3" = 1 ]; then dd if=/dev/zero of="$d/$4" bs=1024 2>/dev/null || true; fi
         This is an emulation: Proxmox and Incus cannot run here. Small POSIX sh scripts over real
         LXC (``lxc-attach``/``lxc-info``/...) are bind-mounted over ``/usr/local/sbin`` inside
         the host. ``pct exec 101 -- cmd`` attaches to LXC container ``container_name(101)``.
-        Behaviour and error texts: see ``dflash_provision.testbed.lxc.emulator_scripts``.
+        Behaviour and error texts: see ``dflash_provision.testbed.lxc_host_side.emulator_scripts``.
         Survives ``stop()``/``start()`` (re-applied at start).
         """
-        from dflash_provision.testbed.lxc import emulator_scripts
+        from dflash_provision.testbed.lxc_host_side import emulator_scripts
 
         for existing in Path("/usr/local/sbin").iterdir():  # keep what the machine has there
             target = self.sbin_dir / existing.name
@@ -989,7 +989,7 @@ class Fleet:
                 h._signal_stop()
             for h in self.hosts:
                 h._wait_stopped(timeout)
-            from dflash_provision.testbed.lxc import remove_leftover_cgroups
+            from dflash_provision.testbed.lxc_host_side import remove_leftover_cgroups
 
             for h in self.hosts:
                 remove_leftover_cgroups(p.name for p in h.lxc_dir.iterdir() if p.is_dir())

@@ -1,0 +1,46 @@
+"""What every demo step works with: the transcript, the demo directory and the hosts (shared by
+``demo.py`` and ``demo_runtime.py``, so neither imports the other for it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from dflash_provision.testbed.demo_transcript import Transcript
+
+
+@dataclass(frozen=True)
+class DemoMember:
+    """One place the demo keeps a drafter config: a host alias and a model directory on it."""
+
+    name: str  # inventory name
+    alias: str  # ssh_config alias
+    model_dir: str  # the real path
+    shown_dir: str  # the same as typed, through the shell variable $M
+
+    @property
+    def target(self) -> str:
+        return f'"{self.alias}:{self.shown_dir}"'
+
+    @property
+    def config_path(self) -> str:
+        return f"{self.model_dir}/config.json"
+
+
+@dataclass(frozen=True)
+class DemoHosts:
+    """The throwaway SSH hosts the demo works on."""
+
+    ssh_config: Path
+    members: list[DemoMember]
+    model_var: str  # what $M is set to, as typed
+    note: str
+
+
+@dataclass
+class Demo:
+    """What every step works with: the terminal, the demo directory and the hosts."""
+
+    t: Transcript
+    workdir: Path
+    hosts: DemoHosts
