@@ -5,6 +5,8 @@
   its own watchdog before the caller's timeout: temp file removed, lock released, no process
   left, and the next push works at once. On a real sshd host, and in a busybox LXC container
   (the mkdir lock).
+- A read whose ``head`` hangs (what a FIFO swapped in for the file after the read's checks, or a
+  frozen disk, does) is ended by the same watchdog: no process is left on the host.
 - A host that freezes after the session channel opened (its per-connection sshd SIGSTOPped just
   before the exec request) does not hold the caller past its timeout.
 - An mkdir lock whose recorded pid now names another process (a container restarted mid-push
@@ -18,13 +20,14 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from pathlib import Path
 
 import paramiko
 import pytest
 
 from dflash_provision.errors import RemoteStepFailed
-from dflash_provision.remote.ops import WriteStatus, write_remote_config
+from dflash_provision.remote.ops import WriteStatus, read_remote_config, write_remote_config
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.hosts import Host
@@ -86,6 +89,34 @@ def test_write_that_hangs_is_ended_at_its_deadline_and_leaves_nothing_behind(ssh
         again = write_remote_config(transport, target.config_path, REFERENCE, lock_timeout=1)
         assert again.status is WriteStatus.WRITTEN, again.failure_text()
     assert (directory / "config.json").read_bytes() == REFERENCE
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_read_that_hangs_is_ended_at_its_deadline_and_leaves_no_process(ssh_host):
+    directory = ssh_host.root_dir / "models" / "X"
+    directory.mkdir(parents=True)
+    (directory / "config.json").write_bytes(INCIDENT)
+    fake = ssh_host.dir / "hangbin"
+    fake.mkdir()
+    (fake / "head").write_text(HANGING_TOOL)
+    (fake / "head").chmod(0o755)
+    ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
+    target = parse_target(f"{ssh_host.alias}:{MODEL}")
+    with open_transport(target, client_options(ssh_host)) as transport:
+        with pytest.raises(RemoteStepFailed) as raised:
+            read_remote_config(transport, target.config_path, timeout=4)
+        # Ended by its watchdog at its 3 s deadline, or (on a slow machine) given up on by the
+        # caller at 4 s: either way a timeout, never bytes taken for the file's.
+        assert raised.value.step == "timeout"
+        # The watchdog looks once a second: give it that second before looking for the tool.
+        until = time.monotonic() + 3
+        while hanging_processes(ssh_host) and time.monotonic() < until:
+            time.sleep(0.2)
+        assert hanging_processes(ssh_host) == [], "the stuck read was ended at its deadline"
+        ssh_host.exec(["umount", "/usr/local/bin"], check=True)
+        read = read_remote_config(transport, target.config_path)
+        assert read.data == INCIDENT
 
 
 def hang_sha256sum_in(container: Container) -> tuple[Path, Path]:

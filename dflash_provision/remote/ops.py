@@ -205,15 +205,23 @@ def read_remote_config(
     """
     check_remote_path(path)
     mode = "bytes" if not remote_hash else "1" if metadata else "0"
+    # No timeout given: the transport's command_timeout, which also bounds the remote side (its
+    # watchdog ends a read stuck on a FIFO or a frozen disk before the caller gives up).
+    limit = transport.command_timeout if timeout is None else timeout
+    deadline = remote_deadline(limit)
+    args = [path, mode, str(deadline)]
     for _attempt in range(2):
-        result, parsed = _run(transport, "read", [path, mode], stdin=None, timeout=timeout)
+        result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
                 f"{transport.description}: reading {path} failed: {_stderr_line(result)}",
                 step="read",
             )
-        if not remote_hash and result.exit_status != 0:
-            # The script saw a readable regular file, then cat failed (an I/O error, a race).
+        if result.exit_status != 0:
+            # The script saw a readable regular file, then its last step failed (an I/O error, a
+            # race) or its watchdog ended it at the deadline: the bytes after "data" are not the
+            # file's, whatever the mode.
+            _raise_if_ended_at_deadline(transport, path, result, deadline)
             message = _stderr_line(result)
             denied = "Permission denied" in message
             return RemoteRead(
@@ -229,6 +237,24 @@ def read_remote_config(
     raise RemoteStepFailed(
         f"{transport.description}: {path} kept changing while it was read", step="read"
     )
+
+
+# Exit statuses of a script ended by a signal: 128 + SIGTERM/SIGKILL from the login shell, 255
+# over SSH when the exit status was dropped, negative from a local subprocess.
+_ENDED_BY_SIGNAL = {143, 137, 255, -15, -9}
+
+
+def _raise_if_ended_at_deadline(
+    transport: Transport, path: str, result: CommandResult, deadline: int
+) -> None:
+    """RemoteStepFailed(step="timeout") for a read its watchdog ended (by a signal, at the
+    deadline)."""
+    if result.exit_status in _ENDED_BY_SIGNAL and result.duration_s >= deadline:
+        raise RemoteStepFailed(
+            f"{transport.description}: reading {path} did not finish within its {deadline} s "
+            "deadline and was ended there (a FIFO swapped in for the file, a stuck disk?)",
+            step="timeout",
+        )
 
 
 def too_large(path: str, size: int | None = None) -> RemoteRead:
@@ -455,9 +481,10 @@ def write_remote_config(
 
 
 def remote_deadline(timeout: float) -> int:
-    """Seconds after which the remote write ends itself (its watchdog): before the caller gives
-    up waiting at ``timeout``, so that what times out here has already cleaned up there (temp
-    file removed, lock released) and the next push works at once."""
+    """Seconds after which a remote read or write ends itself (its watchdog): before the caller
+    gives up waiting at ``timeout``, so that what times out here has already cleaned up there
+    (no process left; for a write the temp file removed and the lock released) and the next
+    command works at once."""
     margin = max(1.0, min(5.0, timeout / 5))
     return max(1, int(timeout - margin))
 

@@ -85,3 +85,46 @@ examine_dir() {
 whoami_text() {
 	id -un 2>/dev/null || id -u
 }
+
+# start_watchdog: a process that ends this script, and whatever it started, once $deadline
+# seconds (the caller's DEADLINE_S argument; empty or 0: never) have passed, so that a step that hangs (a tool stuck on a frozen disk, a FIFO) never outlives
+# the caller's timeout (write.sh's traps then remove its temp file and lock; a read has none). When the script leads
+# its own process group (a login shell that execs the command, setsid) that whole group is
+# ended; otherwise (sshd's login shell usually forks it, and a local caller's group is not ours
+# to end) the shell's children, including a stuck one that still holds the flock descriptor,
+# and the shell. It checks once a second whether the script is still there (one `sleep 1` at a
+# time: it outlives the script by a second at most), with its output closed so that it never
+# holds the channel open.
+start_watchdog() {
+	case $deadline in '' | 0 | *[!0-9]*) return 0 ;; esac
+	group=
+	if read -r pstat </proc/$$/stat 2>/dev/null; then
+		set -- ${pstat##*") "}
+		[ "${3:-}" != "$$" ] || group=$$
+	fi
+	(
+		trap - EXIT HUP INT PIPE
+		trap '' TERM # it is in the group it ends
+		waited=0
+		while [ "$waited" -lt "$deadline" ]; do
+			sleep 1
+			kill -0 $$ 2>/dev/null || exit 0
+			waited=$((waited + 1))
+		done
+		if [ -n "$group" ]; then
+			kill -TERM "-$group"
+			sleep 1
+			kill -KILL "-$group"
+		fi
+		kill -TERM $$
+		read -r me </proc/self/stat
+		me=${me%% *}
+		for s in /proc/[0-9]*/stat; do
+			read -r l <"$s" || continue
+			set -- ${l##*") "}
+			p=${s#/proc/}
+			p=${p%/stat}
+			[ "$2" != $$ ] || [ "$p" = "$me" ] || kill -TERM "$p"
+		done
+	) </dev/null >/dev/null 2>&1 &
+}

@@ -1,5 +1,5 @@
 # dflash read: report one file's state and bytes in ONE exec (used by verify, push and audit).
-# Arguments: PATH [MODE, default 1]:
+# Arguments: PATH [MODE, default 1] [DEADLINE_S, default 0: none]. MODE:
 #   1      sha256, size, mode, uid, gid, mtime
 #   0      sha256 only: no `stat` process
 #   bytes  no remote hash either, just the bytes (the caller hashes them): the fleet audit, where
@@ -20,10 +20,14 @@
 
 path=$1
 with_meta=${2:-1}
+# A FIFO swapped in for the file after the checks below, or a frozen disk, would hold `head` or
+# `sha256sum` forever: the watchdog (common.sh) ends the read at the deadline instead.
+deadline=${3:-0}
 dir=${path%/*}
 [ -n "$dir" ] || dir=/
 
 say "dflash-read 1"
+start_watchdog
 [ -L "$path" ] && say "symlink 1"
 
 if [ ! -e "$path" ]; then
