@@ -665,3 +665,31 @@ def test_known_hosts_changes_are_seen_by_the_next_connection_in_the_same_process
     with pytest.raises(AuthError) as caught:
         SshTransport(h01.address, port=h01.port, user="root", options=strict).run(["true"])
     assert "CHANGED" in caught.value.message
+
+
+class _ChannelOfADroppedConnection:
+    """A session channel whose exec request never gets an answer and whose connection is gone:
+    ``close`` raises as paramiko's does when it cannot send the close message."""
+
+    def __init__(self) -> None:
+        self.closed = threading.Event()
+
+    def exec_command(self, command: str) -> None:
+        self.closed.wait(10)
+        raise EOFError()
+
+    def close(self) -> None:
+        self.closed.set()
+        raise EOFError()
+
+
+def test_exec_request_deadline_on_a_dropped_connection_raises_in_no_thread(monkeypatch) -> None:
+    from dflash_provision.transport.ssh.channel import _exec_within
+
+    escaped: list[BaseException | None] = []
+    monkeypatch.setattr(threading, "excepthook", lambda args: escaped.append(args.exc_value))
+    channel = _ChannelOfADroppedConnection()
+    assert _exec_within(channel, "true", 0.05) is False  # type: ignore[arg-type]
+    for timer in [t for t in threading.enumerate() if isinstance(t, threading.Timer)]:
+        timer.join(10)  # the deadline's timer thread has ended, with or without an exception
+    assert escaped == []

@@ -10,6 +10,7 @@ request within the command's deadline.
 
 from __future__ import annotations
 
+import contextlib
 import shlex
 import threading
 import time
@@ -81,7 +82,10 @@ def _exec_within(channel: paramiko.Channel, command: str, limit: float) -> bool:
 
     def expire() -> None:
         fired.set()
-        channel.close()
+        # The connection may be gone already (the host froze, then dropped it): closing then
+        # raises, in this timer thread, where nobody would catch it.
+        with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
+            channel.close()
 
     timer = threading.Timer(max(0.0, limit), expire)
     timer.daemon = True
