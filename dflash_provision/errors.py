@@ -39,6 +39,7 @@ class ExitCode(IntEnum):
     # runtime-check / doctor
     RUNTIME_CHECK_FAILED = 24  # a stage a-d failed: the server does not run what was provisioned
     ACCEPTANCE_LOW = 25  # stages a-d passed, acceptance is below --min-acceptance
+    INCONCLUSIVE = 26  # no stage failed, but one could not tell (too few drafts, a counter reset)
 
 
 class DflashProvisionError(Exception):

@@ -214,7 +214,7 @@ ERROR_TABLE: list[tuple[DflashProvisionError, ExitCode]] = [
     # codes with no class of their own: the base class with the code given
     *[
         (DflashProvisionError(code.name, exit_code=code), code)
-        for code in (E.RUNTIME_CHECK_FAILED, E.ACCEPTANCE_LOW)
+        for code in (E.RUNTIME_CHECK_FAILED, E.ACCEPTANCE_LOW, E.INCONCLUSIVE)
     ],
     (DflashProvisionError("plain"), ExitCode.ERROR),
 ]

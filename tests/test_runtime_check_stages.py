@@ -158,6 +158,16 @@ def test_exit_codes_tell_a_broken_pipeline_from_a_low_acceptance() -> None:
     )
 
 
+def test_an_inconclusive_stage_is_never_a_pass_and_a_failure_outranks_it() -> None:
+    inconclusive = report_with("passed passed passed passed inconclusive")
+    assert inconclusive.exit_code == ExitCode.INCONCLUSIVE
+    assert not inconclusive.ok
+    assert (
+        report_with("failed passed passed passed inconclusive").exit_code
+        == ExitCode.RUNTIME_CHECK_FAILED
+    )
+
+
 def test_fleet_prometheus_text_has_per_host_acceptance_only_when_measured(tmp_path: Path) -> None:
     good = report_with("passed passed passed passed passed")
     good.stages[4].data = {"acceptance_rate": 0.6, "mean_acceptance_length": 3.4}

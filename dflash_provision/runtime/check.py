@@ -80,7 +80,8 @@ class CheckReport:
 
     @property
     def ok(self) -> bool:
-        return not any(stage.failed for stage in self.stages)
+        """Every stage passed or was skipped by choice: an inconclusive stage is not ok."""
+        return not any(stage.failed or stage.inconclusive for stage in self.stages)
 
     def stage(self, key: str) -> StageResult | None:
         return next((s for s in self.stages if s.key == key), None)
@@ -97,14 +98,17 @@ class CheckReport:
 
     @property
     def exit_code(self) -> ExitCode:
-        """0 all passed; ACCEPTANCE_LOW when only the acceptance gate failed; else
-        RUNTIME_CHECK_FAILED (a-d failed: the server does not run what was provisioned)."""
+        """0 all passed; RUNTIME_CHECK_FAILED when a-d failed (the server does not run what was
+        provisioned); ACCEPTANCE_LOW when only the acceptance gate failed; INCONCLUSIVE when no
+        stage failed but one could not tell."""
         failed = [s.key for s in self.stages if s.failed]
-        if not failed:
-            return ExitCode.OK
         if failed == ["e"]:
             return ExitCode.ACCEPTANCE_LOW
-        return ExitCode.RUNTIME_CHECK_FAILED
+        if failed:
+            return ExitCode.RUNTIME_CHECK_FAILED
+        if any(s.inconclusive for s in self.stages):
+            return ExitCode.INCONCLUSIVE
+        return ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         return {

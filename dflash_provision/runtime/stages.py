@@ -36,6 +36,9 @@ class StageStatus(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     SKIPPED = "skipped"
+    # The evidence could not decide (too few draft tokens, a counter that went backwards): as
+    # Argo Rollouts' analysis has it, neither Successful nor Failed. Never counted as a pass.
+    INCONCLUSIVE = "inconclusive"
 
 
 @dataclass
@@ -60,6 +63,10 @@ class StageResult:
     @property
     def failed(self) -> bool:
         return self.status is StageStatus.FAILED
+
+    @property
+    def inconclusive(self) -> bool:
+        return self.status is StageStatus.INCONCLUSIVE
 
     def to_dict(self) -> dict[str, Any]:
         return {
