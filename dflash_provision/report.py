@@ -164,9 +164,9 @@ def history_table(entries: Sequence[HistoryEntry]) -> Table:
             else Text(e.status, style="green" if e.status in ("ok", "in_sync") else "red")
         )
         hashes = f"{(e.sha256_before or '-')[:12]} → {(e.sha256_after or '-')[:12]}"
-        table.add_row(
-            e.started_at[:19].replace("T", " "), e.who, e.op, e.host, status, hashes, e.message
-        )
+        # Text, not str: a cell is data, never rich markup ("[h01:...]" would vanish as a tag).
+        cells = (e.started_at[:19].replace("T", " "), e.who, e.op, e.host)
+        table.add_row(*map(Text, cells), status, Text(hashes), Text(e.message))
     return table
 
 

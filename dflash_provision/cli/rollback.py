@@ -23,7 +23,11 @@ from dflash_provision.transport.factory import Connector
 @click.option("--to", "to", metavar="BACKUP", help="Backup name (or its timestamp) to restore.")
 @click.option("--list", "list_only", is_flag=True, help="List backups; change nothing.")
 @click.option("--follow-symlinks", is_flag=True, help="Replace the file a symlink points to.")
-@click.option("--force", is_flag=True, help="Restore the backup even if it fails validation.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Restore the backup even if it fails validation (never one that does not parse).",
+)
 @click.option(
     "--keep-backups",
     type=click.IntRange(min=0),
