@@ -559,10 +559,12 @@ def rollback_config(
     to: str | None = None,
     write: WriteOptions = _DEFAULT_WRITE,
     force: bool = False,
+    dry_run: bool = False,
 ) -> PushResult:
     """Restore a backup (see choose_backup) through the atomic write protocol + read-back.
 
-    The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``."""
+    The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``.
+    ``dry_run``: the same choice, reads and diff, and nothing written."""
     from dflash_provision.authority import Authority
 
     timeout = write.timeout
@@ -585,6 +587,8 @@ def rollback_config(
             exit_code=ExitCode.REMOTE_FAILED,
         )
     authority = Authority(label=f"backup {chosen.name}", data=saved)
-    result = push_config(transport, target, authority, write=write, force=force, verb="restore")
+    result = push_config(
+        transport, target, authority, write=write, force=force, verb="restore", dry_run=dry_run
+    )
     result.restored_from = chosen
     return result
