@@ -95,6 +95,7 @@ def test_audit_without_any_source_names_the_default_lock(two: Fleet, tmp_path: P
 
 # -- --revision wherever --repo ----------------------------------------------------------------
 
+
 def test_revision_is_an_option_wherever_repo_is() -> None:
     import click
 
@@ -173,7 +174,9 @@ def test_an_inventory_repo_and_repo_treat_a_missing_revision_alike(
 def test_verify_says_what_audit_says_in_text_and_json(two: Fleet, tmp_path: Path) -> None:
     seed(two, h01=INCIDENT, h02=NOT_JSON)
     ref = str(samples.REFERENCE_DRAFTER)
-    audited = run(tmp_path, "audit", target("h01"), target("h02"), "--from", ref, "--json", fleet=two)
+    audited = run(
+        tmp_path, "audit", target("h01"), target("h02"), "--from", ref, "--json", fleet=two
+    )
     audit_words = {h["target"]: h["status"] for h in json.loads(audited.stdout)["hosts"]}
     assert audit_words == {target("h01"): "drifted", target("h02"): "invalid"}
     for name in ("h01", "h02"):
@@ -200,7 +203,9 @@ def test_repair_dry_run_shows_the_audit_detail_of_every_host(two: Fleet, tmp_pat
     for name, words in ((target("h01"), "no such file"), (target("h02"), "parse: invalid JSON")):
         assert rows[name]["action"] == "would_write"
         assert words in rows[name]["message"], rows[name]
-    text = run(tmp_path, "repair", target("h01"), target("h02"), "--from", ref, "--dry-run", fleet=two)
+    text = run(
+        tmp_path, "repair", target("h01"), target("h02"), "--from", ref, "--dry-run", fleet=two
+    )
     assert "no such file" in text.stdout and "parse: invalid JSON" in text.stdout, text.stdout
     assert (two.host("h02").root_dir / "models/Qwen3.6-27B-DFlash/config.json").read_bytes() == (
         NOT_JSON

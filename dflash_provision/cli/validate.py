@@ -72,7 +72,8 @@ def command(
 ) -> None:
     """Check a config: JSON, schema, DFlash invariants, loader effects, target fit, drift.
 
-    SOURCE is a config.json file, a directory holding one, or a Hub repo id (owner/name[@rev]).
+    SOURCE is a config.json file, a directory holding one, a Hub repo id (owner/name[@rev]) or
+    a remote TARGET such as root@gpu1:/root/models/X (forms below).
     Exits 0 when every layer passes, 3 when any finding is an error.
     """
     from dflash_provision.authority import Authority
