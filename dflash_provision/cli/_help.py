@@ -20,7 +20,8 @@ TARGET_FORM = (
 )
 SOURCE_FORM = (
     "SOURCE: a local config.json file, a directory holding one, a Hub repo id OWNER/NAME[@REV], "
-    "or a TARGET as above (read over SSH / in the container, with the connection options)."
+    "or a TARGET (forms under TARGET; read over SSH / in the container, with the connection "
+    "options)."
 )
 AUTHORITY_FORM = (
     "Authoritative config: --repo OWNER/NAME[@REV] [--revision REV] (no revision: main, "
@@ -29,7 +30,7 @@ AUTHORITY_FORM = (
 )
 FLEET_FORM = (
     "Hosts: -i INVENTORY (dflash-provision YAML, Ansible YAML or INI; --limit PATTERN picks "
-    "some) and/or plain TARGETs (as above). The key file is --identity KEY."
+    "some) and/or plain TARGETs (forms under TARGET). The key file is --identity KEY."
 )
 REPO_FORM = "REPO_ID: OWNER/NAME or OWNER/NAME@REV (a branch, tag or commit sha)."
 
