@@ -188,3 +188,21 @@ def test_fetch_from_the_cache_says_so_and_keeps_the_lock_time(
     assert document["resolved_on_hub"] is False
     assert "could not be reached" in document["cache_fallback"]
     assert document["cached_since"] == "2020-01-02T03:04:05Z"
+
+
+def test_a_repo_source_taken_from_the_cache_says_so_in_its_label(
+    ssh_host: Host, tmp_path: Path, hub_env: dict[str, str], hub_standin: HubStandin
+) -> None:
+    seed(ssh_host, REFERENCE.read_bytes())
+    repo = samples.REFERENCE_REPO
+    assert run_cli("fetch", repo, "--no-lock", cwd=tmp_path, base_env=hub_env).returncode == 0
+    hub_standin.stop()
+    spec = f"{ssh_host.alias}:{MODEL}"
+    done = run_cli(
+        "verify", spec, "--repo", repo, *host_args(ssh_host), cwd=tmp_path, base_env=hub_env,
+        home=tmp_path / "home",
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert f"{repo}@{REFERENCE_MAIN_SHA[:12]} (main as cached: the Hub could not be reached" in (
+        done.stdout
+    )
