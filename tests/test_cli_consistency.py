@@ -88,6 +88,25 @@ def test_audit_and_repair_use_the_default_lock_like_push(
     )
 
 
+def test_the_default_lock_is_for_plain_targets_not_the_inventory_hosts(
+    two: Fleet, tmp_path: Path, hub_env: dict[str, str]
+) -> None:
+    seed(two, h01=INCIDENT)  # h01's inventory drafter is the incident file: in sync with it
+    fetched_lock(tmp_path, hub_env)
+    inventory = tmp_path / "fleet.yaml"
+    inventory.write_text(
+        f"defaults:\n  path: {MODEL}\n  drafter:\n    from: {samples.INCIDENT_DRAFTER}\n"
+        "hosts: [h01]\n"
+    )
+    done = run(
+        tmp_path, "audit", "-i", str(inventory), target("h02"), "--json", env=hub_env, fleet=two
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    hosts = {h["name"]: h for h in json.loads(done.stdout)["hosts"]}
+    assert hosts["h01"]["authority"] == str(samples.INCIDENT_DRAFTER)
+    assert "dflash.lock" in hosts[target("h02")]["authority"]
+
+
 def test_audit_without_any_source_names_the_default_lock(two: Fleet, tmp_path: Path) -> None:
     done = run(tmp_path, "audit", target("h01"), fleet=two)
     the_error_line(done, ExitCode.USAGE, "no authoritative config", "dflash.lock", "fetch")

@@ -84,20 +84,24 @@ class FleetSelection:
         )
 
     def members(self, default: SourceSpec | None = None) -> list[FleetMember]:
-        """The hosts; ``default`` is the source of plain TARGETs when the options name none."""
+        """The hosts; ``default`` is the source of plain TARGETs when the options name none
+        (else ./dflash.lock, as for push). An inventory's hosts keep their own drafters."""
         from dflash_provision.inventory import Overrides, load_members
+        from dflash_provision.inventory.common import check_unique
 
         source = self.source()
-        if default is not None and not source.is_set:
-            source = default
-        if self.targets and not source.is_set:
-            # Plain TARGETs without a source use ./dflash.lock, as push and verify do (the
-            # same rule, SourceSpec.or_default_lock, and its message when there is none).
-            source = source.or_default_lock()
+        overrides = Overrides(source=source.absolute(), path=self.model_path)
+        members: list[FleetMember] = []
         if self.inventory is not None:
             refuse_key_as_inventory(self.inventory)
-        overrides = Overrides(source=source.absolute(), path=self.model_path)
-        members = load_members(self.inventory, self.targets, overrides)
+            members += load_members(self.inventory, (), overrides)
+        if self.targets or not members:  # no hosts at all: load_members says so
+            if self.targets and not source.is_set:
+                # The same rule and message as push (SourceSpec.or_default_lock).
+                source = default if default is not None else source.or_default_lock()
+            plain = Overrides(source=source.absolute(), path=self.model_path)
+            members += load_members(None, self.targets, plain)
+        check_unique(members)
         if self.limit is None:
             return members
         from dflash_provision.inventory.limit import select
