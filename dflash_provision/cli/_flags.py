@@ -28,13 +28,15 @@ def source_option_list(*, fleet: bool) -> list[Callable[[Any], Any]]:
 
     ``fleet``: the commands where these override an inventory's drafter (the help says so).
     """
-    overrides = " (overrides the inventory)" if fleet else ""
+    # The fleet commands: these beat an inventory's drafter; ./dflash.lock serves plain TARGETs.
+    over = "; overrides the inventory" if fleet else ""
+    default = "for plain TARGETs " if fleet else ""
     return [
         click.option(
             "--repo",
             metavar="OWNER/NAME[@REV]",
-            help=f"Authoritative config from the Hub{overrides}; without a revision, main is "
-            "resolved now and the output names the commit.",
+            help=f"Authoritative config from the Hub{over}; without a revision, main is resolved "
+            "now and the output names the commit.",
         ),
         click.option(
             "--revision",
@@ -45,13 +47,13 @@ def source_option_list(*, fleet: bool) -> list[Callable[[Any], Any]]:
             "--from",
             "from_file",
             type=click.Path(exists=True),
-            help="Authoritative config from a local file (or a directory holding config.json)"
-            f"{overrides}.",
+            help="Authoritative config from a local file or a directory holding config.json"
+            f"{over}.",
         ),
         click.option(
             "--lock",
             type=click.Path(dir_okay=False),
-            help="Authoritative config pinned in a lock file (default ./dflash.lock when "
-            f"present){overrides}.",
+            help=f"Authoritative config pinned in a lock file (default {default}./dflash.lock "
+            f"when present){over}.",
         ),
     ]

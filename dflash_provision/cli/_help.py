@@ -26,7 +26,8 @@ SOURCE_FORM = (
 AUTHORITY_FORM = (
     "Authoritative config: --repo OWNER/NAME[@REV] [--revision REV] (no revision: main, "
     "resolved now; the output names the commit), --from FILE, --lock FILE; none given: "
-    "./dflash.lock when it exists."
+    "./dflash.lock when it exists (in fleet commands: for plain TARGETs; inventory hosts keep "
+    "their drafter)."
 )
 FLEET_FORM = (
     "Hosts: -i INVENTORY (dflash-provision YAML, Ansible YAML or INI; --limit PATTERN picks "
