@@ -130,6 +130,23 @@ def diagnose(
 ) -> DoctorReport:
     """Run the check, then read it as the pipeline's chain of links."""
     check = run_check(transport, target, authority, settings, push_fix=push_fix)
+    c = check.stage("c")
+    assert c is not None
+    model_config = _target_model_config(transport, c, settings)
+    return trace(check, target, authority, settings, push_fix=push_fix, model_config=model_config)
+
+
+def trace(
+    check: CheckReport,
+    target: Target,
+    authority: Authority,
+    settings: CheckSettings,
+    *,
+    push_fix: str,
+    model_config: bytes | None,
+) -> DoctorReport:
+    """The links read from a finished check (no remote command): each with the fix that
+    belongs to what broke it."""
     a, b, c, d, e = (check.stage(k) for k in "abcde")
     assert a is not None and b is not None and c is not None
     restart = _restart_fix(target, c, settings)
@@ -137,9 +154,7 @@ def diagnose(
     links = [
         _authoritative_link(authority),
         _file_link(a, push_fix, restart),
-        _validation_link(
-            check, authority, push_fix, _target_model_config(transport, c, settings), model
-        ),
+        _validation_link(check, authority, push_fix, model_config, model),
         _loader_link(b, check),
         _vllm_link(b, c, restart),
         _server_link(c, d, restart),
