@@ -106,21 +106,18 @@ def test_validation_link_a_push_only_when_the_authoritative_config_fits_the_targ
     assert "does not fit the target model /root/models/Qwen3.6-27B" in validation.fix
 
 
-def test_loader_link_no_transformers_is_fixed_with_python() -> None:
+def test_loader_link_the_fix_follows_why_the_loader_failed() -> None:
+    # no transformers in the target's python: --python, not another cause's config fix
     probe = {**PROBE, "transformers": None}
     refused = "/usr/bin/python3 on the target cannot import transformers"
     b = failed("b", refused, probe=probe, loader_problems=[refused], vllm_problems=[])
     fix = link(doctor(b=b), "loader on the target").fix or ""
     assert "--python" in fix and "use_sliding_window" not in fix
-
-
-def test_loader_link_a_probe_that_could_not_run_gets_a_fix_about_the_probe() -> None:
+    # a probe that could not run at all: a fix about the probe
     why = "the probe did not run with /opt/py on the target: sh: /opt/py: not found"
     fix = link(doctor(b=failed("b", why, python="/opt/py")), "loader on the target").fix or ""
     assert fix.startswith("the probe could not run on the target") and "--python" in fix
-
-
-def test_loader_link_fields_the_loader_changes_get_the_config_fix() -> None:
+    # fields the loader changes: the config fix
     b = failed("b", "loader", probe=PROBE, loader_problems=["sliding_window: null → 2048"],
                vllm_problems=[])  # fmt: skip
     fix = link(doctor(b=b), "loader on the target").fix or ""
@@ -142,12 +139,19 @@ def test_vllm_link_the_fix_follows_the_problem() -> None:
 
 def test_server_link_a_completion_that_never_answered_is_not_a_drafter_that_does_not_fit() -> None:
     from dflash_provision.runtime.stage_traffic import Completion, stage_completion
-    from tests.test_diagnosis import ctx
+    from dflash_provision.runtime.stages import CheckContext
 
-    silent = stage_completion(ctx(), Completion(False, error="GET /metrics: timed out"), [])
+    ctx = CheckContext(
+        transport=None,  # type: ignore[arg-type]  # stage d's verdict runs no command
+        target=parse_target(f"gpu1:{DRAFTER}"),
+        authority=Authority("test", REFERENCE),
+        auth_doc=json.loads(REFERENCE),
+        push_fix=PUSH,
+    )
+    silent = stage_completion(ctx, Completion(False, error="GET /metrics: timed out"), [])
     fix = link(doctor(d=silent), "running server").fix or ""
     assert "did not answer" in fix and "drafter does not fit" not in fix
-    refused = stage_completion(ctx(), Completion(False, error="dflash", status=500), [])
+    refused = stage_completion(ctx, Completion(False, error="dflash", status=500), [])
     assert "drafter does not fit" in (link(doctor(d=refused), "running server").fix or "")
     c = failed("c", "no vLLM server listens on port 8000")
     c.fix = f"dflash-provision launch gpu1:{DRAFTER} --model MODEL"
