@@ -98,6 +98,7 @@ def acceptance_causes(
         _loader(facts),
         _vllm_windows(facts),
         _vllm_changed(facts),
+        _retrained(facts),
         _mask(facts),
         _runner(facts),
         _rope_or_target(facts),
@@ -186,7 +187,7 @@ def _weights(f: _Facts) -> Cause:
     weights = _dict(a.data.get("weights") if a else None)
     text = (
         "the weights do not fit the config or the target (a config of one revision beside "
-        "weights of another, or a retrain)"
+        "weights of another, or a retrain of another shape)"
     )
     fix = (
         "put the config.json and the safetensors of ONE pinned revision in the drafter "
@@ -203,6 +204,20 @@ def _weights(f: _Facts) -> Cause:
     return Cause(text, seen, fix, Verdict.RULED_OUT)
 
 
+def _retrained(f: _Facts) -> Cause:
+    """Weights of the right shapes but another training: no header check can see it."""
+    text = (
+        "other weights of the same shapes (a retrain, an lm_head or embedding taken from the "
+        "target)"
+    )
+    seen = "no stage reads the weights' values: their shapes are all a header check sees"
+    fix = (
+        "compare the safetensors' sha256 with the pinned revision's on the Hub and put that "
+        f"revision's weights in place, then {f.restart()}"
+    )
+    return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO, Shape.LOW}))
+
+
 def _file_on_disk(f: _Facts) -> Cause:
     a = f.stage("a")
     text = "the file on disk is not the authoritative config"
@@ -214,8 +229,9 @@ def _file_on_disk(f: _Facts) -> Cause:
     disk = f.ctx.disk
     if a.data.get("diff") or disk is None or disk.data is None:
         return Cause(text, f.said("a"), fix, Verdict.FOUND)
-    # stage a failed for another reason (its weights): the bytes are the authoritative ones
-    seen = f.by("a", "the file on disk has the authoritative bytes")
+    # stage a failed for another reason (its weights): the config itself is the authoritative one
+    same = disk.data == f.ctx.authority.data
+    seen = f.by("a", "the file on disk has the authoritative " + ("bytes" if same else "values"))
     return Cause(text, seen, fix, Verdict.RULED_OUT)
 
 
@@ -369,7 +385,7 @@ def _runner(f: _Facts) -> Cause:
 def _rope_or_target(f: _Facts) -> Cause:
     text = (
         "another target, revision or quantization than the drafter was trained for (RoPE "
-        "settings, an lm_head taken from the target)"
+        "settings, hidden size, vocabulary)"
     )
     seen = f"{f.against_reference()}; the server serves {f.model}"
     fix = (
