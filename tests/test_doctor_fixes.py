@@ -169,6 +169,9 @@ def test_acceptance_link_the_fix_is_the_first_open_causes() -> None:
     report = doctor(e=e)
     assert report.first_broken is link(report, "acceptance")
     assert link(report, "acceptance").fix == "take mask_token_id from X"
+    # a server that drafts nothing has no ranked causes: the fix points at its log
+    silent = failed("e", "the server exports no spec-decode metrics: it is not speculating")
+    assert (link(doctor(e=silent), "acceptance").fix or "").startswith("the server does not draft")
     # doctor --json lists the causes once: under the link, not again in the embedded check
     text = json.dumps(report.to_dict())
     assert all(text.count(json.dumps(cause)) == 1 for cause in causes)

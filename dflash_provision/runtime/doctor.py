@@ -158,7 +158,7 @@ def trace(
         _loader_link(b, check),
         _vllm_link(b, c, restart),
         _server_link(c, d, restart),
-        _acceptance_link(e) if e else _missing("acceptance"),
+        _acceptance_link(e, target, restart) if e else _missing("acceptance"),
     ]
     return DoctorReport(target.display(), links, check)
 
@@ -188,9 +188,15 @@ def _file_link(a: StageResult, push_fix: str, restart: str) -> Link:
     return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart))
 
 
-def _acceptance_link(e: StageResult) -> Link:
-    """Stage e: the fix of the first cause still open (the causes are ranked by evidence)."""
-    fix = first_fix(e.causes) if e.failed else None
+def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
+    """Stage e: the fix of the first cause still open (the causes are ranked by evidence); a
+    server that drafts nothing at all has no ranked causes: its log says why."""
+    fix = None
+    if e.failed:
+        fix = first_fix(e.causes) or (
+            f"the server does not draft: its log says why (dflash-provision logs "
+            f"{shlex.quote(target.display())}), then {restart}"
+        )
     return _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW, fix=fix)
 
 
