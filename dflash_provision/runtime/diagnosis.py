@@ -318,7 +318,10 @@ def _vllm_windows(f: _Facts) -> Cause:
         "vLLM drops the draft's sliding-window fields (its speculators conversion without PR "
         "#40898): sliding-window layers run as full attention"
     )
-    fix = f"use a vLLM build that keeps them, then {f.restart(' --vllm PATH')}"
+    fix = (
+        "use a vLLM build that keeps the draft's sliding-window fields (PR #40898), then "
+        + f.restart(" --vllm PATH")
+    )
     cliff = frozenset({Shape.CLIFF})
     vllm = _dict(f.probe.get("vllm"))
     problems = [str(p) for p in (b.data.get("vllm_problems") or [])] if b else []
@@ -357,7 +360,7 @@ def _mask(f: _Facts) -> Cause:
     a = f.stage("a")
     text = f"mask_token_id {mask} is not the token the drafter was trained with"
     where = "the file on disk has the authoritative value" if a and a.passed else f.said("a")
-    seen = f"{where}; no stage can tell the training token (the incident had 248064, not 248070)"
+    seen = f"{where}; no stage can tell the training token: the incident had 248064, not 248070"
     fix = (
         "take mask_token_id from the published config of the weights' revision "
         f"(dflash-provision diff {f.target} REPO@REV shows it) and correct the authoritative config"
