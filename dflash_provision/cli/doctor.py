@@ -93,7 +93,7 @@ def _render(report) -> None:  # type: ignore[no-untyped-def]
                 click.echo(f"        {cause}")
         for warning in link.warnings:
             click.echo(f"      warning: {warning}")
-    unknown = report.first_unknown
+    unknown = report.undecided
     if broken is None and unknown is None:
         click.echo(
             "nothing broken: the server runs the provisioned config and its drafts are accepted"

@@ -87,7 +87,7 @@ class DoctorReport:
         return next((link for link in self.links if link.broken), None)
 
     @property
-    def first_unknown(self) -> Link | None:
+    def undecided(self) -> Link | None:
         """The first link that could not tell (shown only when nothing is broken)."""
         return next((link for link in self.links if link.cannot_tell), None)
 
@@ -98,11 +98,11 @@ class DoctorReport:
         broken = self.first_broken
         if broken is not None:
             return broken.exit_code
-        return ExitCode.INCONCLUSIVE if self.first_unknown is not None else ExitCode.OK
+        return ExitCode.INCONCLUSIVE if self.undecided is not None else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         broken = self.first_broken
-        unknown = self.first_unknown
+        unknown = self.undecided
         shown = broken or unknown
         check = self.check.to_dict()
         for stage in check["stages"]:
