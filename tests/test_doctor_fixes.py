@@ -92,6 +92,9 @@ def test_file_on_disk_link_push_for_a_wrong_file_one_revision_for_weights_that_d
     fix = link(report, "file on disk").fix or ""
     assert "ONE pinned revision" in fix and not fix.startswith(PUSH)  # a push cannot fix weights
     assert report.exit_code == ExitCode.INVALID
+    own = failed("a", "weights do not fit", status="present", weights=weights, failed_by="weights")
+    own.fix = "put the weights of the config's revision in /m"  # stage a's own weights fix
+    assert link(doctor(a=own), "file on disk").fix == own.fix
     report = doctor(a=failed("a", "no such directory", status="dir-missing", path="/m/config.json"))
     assert (link(report, "file on disk").fix or "").startswith("the drafter directory of")
 

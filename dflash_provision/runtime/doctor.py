@@ -32,6 +32,7 @@ from dflash_provision.runtime.link_fixes import (
     probe_fix,
     validation_fix,
     vllm_fix,
+    weights_only,
 )
 from dflash_provision.runtime.stage_disk import part
 from dflash_provision.runtime.stage_server import server_model
@@ -183,8 +184,7 @@ def _file_link(a: StageResult, push_fix: str, restart: str) -> Link:
     """Stage a: the fix by what failed (the config, its absence, its weights, its reading)."""
     if not a.failed:
         return _from_stage("file on disk", a, ExitCode.DRIFT)
-    weights_only = not a.data.get("diff") and a.data.get("status") == "present"
-    code = ExitCode.INVALID if weights_only else ExitCode.DRIFT
+    code = ExitCode.INVALID if weights_only(a) else ExitCode.DRIFT
     return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart))
 
 

@@ -25,9 +25,8 @@ def file_fix(a: StageResult, push_fix: str, restart: str) -> str:
     path = a.data.get("path") or "config.json"
     if a.data.get("diff") or status in _NO_FILE:
         return f"{push_fix}, then {restart}"
-    weights = a.data.get("weights")
-    if isinstance(weights, dict) and weights.get("mismatches"):
-        return weights_fix(restart)
+    if weights_only(a):
+        return a.fix or weights_fix(restart)  # stage a's own fix names the directory
     if status == "dir-missing":
         return (
             f"the drafter directory of {path} does not exist on the target: check TARGET's "
@@ -38,6 +37,15 @@ def file_fix(a: StageResult, push_fix: str, restart: str) -> str:
     if status in ("not-regular", "too-large", "error"):
         return f"replace {path} with the authoritative regular file: {push_fix}, then {restart}"
     return a.fix or f"{push_fix}, then {restart}"
+
+
+def weights_only(a: StageResult) -> bool:
+    """Stage a failed only because the weights do not fit the (right) config bytes."""
+    if a.data.get("failed_by") == "weights":
+        return True
+    weights = a.data.get("weights")
+    mismatched = isinstance(weights, dict) and bool(weights.get("mismatches"))
+    return mismatched and not a.data.get("diff") and a.data.get("status") == "present"
 
 
 def weights_fix(restart: str) -> str:
