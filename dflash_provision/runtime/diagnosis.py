@@ -194,8 +194,9 @@ def _weights(f: _Facts) -> Cause:
         f"directory (dflash-provision fetch REPO --revision SHA), then {f.restart()}"
     )
     if not weights or not weights.get("checked"):
-        why = weights.get("detail") or "no safetensors header check in this run"
-        return Cause(text, f"not checked: {why}", fix, Verdict.OPEN, frozenset({Shape.LOW}))
+        why = str(weights.get("detail") or "no safetensors header check in this run")
+        seen = why if "not checked" in why else f"not checked: {why}"
+        return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.LOW}))
     mismatches = [str(m) for m in weights.get("mismatches") or []]
     if mismatches:
         seen = "stage a's safetensors headers: " + "; ".join(mismatches[:4])
