@@ -106,7 +106,7 @@ def diagnose(
     restart = _restart_fix(target, c, settings)
     links = [
         _authoritative_link(authority),
-        _from_stage("file on disk", a, ExitCode.DRIFT, fix=f"{push_fix}, then {restart}"),
+        _file_link(a, f"{push_fix}, then {restart}"),
         _validation_link(check, push_fix, _target_model_config(transport, c, settings)),
         _loader_link(b, check),
         _vllm_link(b, c),
@@ -127,6 +127,14 @@ def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None =
         list(stage.causes),
         list(stage.warnings),
     )
+
+
+def _file_link(a: StageResult, push_then_restart: str) -> Link:
+    """Stage a as a link. Drift: push, then restart. Weights that do not fit the config beside
+    right bytes: the stage's own fix (one revision for both), exit INVALID like validate."""
+    if a.failed and a.data.get("failed_by") == "weights":
+        return _from_stage("file on disk", a, ExitCode.INVALID)
+    return _from_stage("file on disk", a, ExitCode.DRIFT, fix=push_then_restart)
 
 
 def _missing(name: str) -> Link:
