@@ -102,7 +102,7 @@ def test_a_safetensors_symlink_out_of_the_drafter_directory_is_not_followed(bed:
     link = ["ln", "-s", "/root/elsewhere/model.safetensors", f"{DRAFTER_DIR}/model.safetensors"]
     bed.host.exec(link, b"", check=True)
     target = f"{bed.host.alias}:{DRAFTER_DIR}"
-    code, report = bed.check_json("--skip-loader")
+    _code, report = bed.check_json("--skip-loader")
     a = stages(report)["a"]
     assert a["status"] == "passed", a
     weights = a["data"]["weights"]
