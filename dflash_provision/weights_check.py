@@ -84,7 +84,7 @@ def check_weights(
         return not_checked(f"weights not checked: {read.problem}")
     if read.unread:
         return not_checked("weights not checked: " + "; ".join(read.unread))
-    if not read.files:
+    if not read.files and read.index is None:
         return not_checked(f"no weights to check (no *.safetensors in {read.where})")
     tensors: dict[str, TensorInfo] = {}
     broken: list[str] = []
@@ -103,6 +103,8 @@ def check_weights(
     broken += _index_problems(read, headers)
     notes: list[str] = []
     mismatches = broken + (compare(doc, tensors, target_hidden, notes) if headers else [])
+    if not mismatches and not headers:
+        return not_checked(f"no weights to check (no *.safetensors in {read.where})")
     if len(mismatches) > _MAX_LINES:
         mismatches = [*mismatches[:_MAX_LINES], f"(+{len(mismatches) - _MAX_LINES} more)"]
     count = len(tensors)

@@ -245,6 +245,10 @@ def test_an_index_naming_a_missing_shard_fails(tmp_path: Path) -> None:
         "model.safetensors.index.json: names 'model-00002-of-00002.safetensors', which is not "
         "in the directory"
     ]
+    # An index with none of its shards: the weights are missing, not "nothing to check".
+    (directory / "model-00001-of-00002.safetensors").unlink()
+    result = _check(directory)
+    assert result.ok is False and len(result.mismatches) == 1
 
 
 # -- the remote script, for real under dash and busybox ash -------------------------------------
