@@ -9,6 +9,7 @@ start."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
@@ -25,6 +26,7 @@ TAPS = (
     "= 3 × 5120 (fc.weight [5120, 15360])"
 )
 OTHER_REVISION = reference_shapes(layers=4, taps=3)
+Runner = Callable[[list[str], bytes], object]  # a host's or a container's exec
 
 
 def _assert_refused_everywhere(bed: Bed, target: str) -> None:
@@ -89,21 +91,31 @@ def test_a_config_of_another_revision_is_refused_by_all_four_in_a_busybox_contai
         OTHER_REVISION,
     )
     _assert_refused_everywhere(container_bed.bed, container_bed.target)
+    run: Runner = lambda argv, data: container.attach(argv, data)  # noqa: E731
+    _assert_outside_link_not_followed(container_bed.bed, container_bed.target, run)
 
 
-def test_a_safetensors_symlink_out_of_the_drafter_directory_is_not_followed(bed: Bed) -> None:
-    # The weights of another revision lie outside; a link to them in the drafter directory
-    # would fail the check if it were followed.
-    put_weights(
-        lambda argv, data: bed.host.exec(argv, data, check=True),
-        "/root/elsewhere/model.safetensors",
-        OTHER_REVISION,
+def _assert_outside_link_not_followed(bed: Bed, target: str, run: Runner) -> None:
+    """The weights of another revision lie outside; a link to them in the drafter directory
+    would fail the check if it were followed."""
+    put_weights(run, "/root/elsewhere/model.safetensors", OTHER_REVISION)
+    path = f"{DRAFTER_DIR}/model.safetensors"
+    run(
+        [
+            "sh",
+            "-c",
+            'rm -f "$2" && ln -s "$1" "$2"',
+            "sh",
+            "/root/elsewhere/model.safetensors",
+            path,
+        ],
+        b"",
     )
-    link = ["ln", "-s", "/root/elsewhere/model.safetensors", f"{DRAFTER_DIR}/model.safetensors"]
-    bed.host.exec(link, b"", check=True)
-    target = f"{bed.host.alias}:{DRAFTER_DIR}"
-    _code, report = bed.check_json("--skip-loader")
-    a = stages(report)["a"]
+    check = bed.cli.run(
+        "runtime-check", target, "--from", bed.authority(REFERENCE), "--port", str(bed.port),
+        "--json", "--skip-loader", *bed.ssh(),
+    )  # fmt: skip
+    a = stages(json.loads(check.stdout))["a"]
     assert a["status"] == "passed", a
     weights = a["data"]["weights"]
     assert (weights["checked"], weights["ok"]) == (False, None)
@@ -113,3 +125,8 @@ def test_a_safetensors_symlink_out_of_the_drafter_directory_is_not_followed(bed:
     validate = bed.cli.run("validate", target, "--no-effective", *bed.ssh())
     assert validate.returncode == 0, validate.stdout + validate.stderr
     assert "- weights (skipped)" in validate.stdout and why in validate.stdout
+
+
+def test_a_safetensors_symlink_out_of_the_drafter_directory_is_not_followed(bed: Bed) -> None:
+    run: Runner = lambda argv, data: bed.host.exec(argv, data, check=True)  # noqa: E731
+    _assert_outside_link_not_followed(bed, f"{bed.host.alias}:{DRAFTER_DIR}", run)
