@@ -8,7 +8,8 @@ Everything here is checked, not trusted: the length against a limit and against 
 JSON strictly (bounded nesting and numbers, no duplicate keys), every entry's types, and that
 the offsets describe the data the file holds (each tensor's bytes = its element count × its
 dtype's size, contiguous from 0 to the end of the file, as the safetensors loader requires).
-A refusal is a ``HeaderError`` whose message never quotes the file's bytes.
+A refusal is a ``HeaderError`` of one line that quotes nothing from the file but a tensor name
+(escaped, cut at 80 characters).
 """
 
 from __future__ import annotations
