@@ -21,6 +21,7 @@ from dflash_provision.runtime.stage_traffic import AcceptanceGate, stage_accepta
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
+from tests.fixtures.cli import run_cli
 
 K = 4
 
@@ -185,6 +186,24 @@ def test_max_regression_takes_a_percentage_or_a_fraction(given: str, value: floa
 def test_max_regression_refuses_anything_else(given: str) -> None:
     with pytest.raises(ValueError):
         reference.parse_fraction(given)
+
+
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [("abc", "is not a fraction such as 10% or 0.1"), ("150%", "is outside 0..100%"),
+     ("-0.1", "is outside"), ("1", "is outside"), ("nan", "is outside")],
+)  # fmt: skip
+def test_a_bad_max_regression_is_a_usage_error_naming_the_value(value: str, why: str) -> None:
+    proc = run_cli("runtime-check", "gpu1:/m", "--max-regression", value, in_process=True)
+    assert proc.returncode == ExitCode.USAGE, proc.stdout + proc.stderr
+    assert f"Invalid value for '--max-regression': '{value}' {why}" in proc.stderr
+
+
+def test_no_reference_contradicts_the_reference_options() -> None:
+    for other in (["--reset-reference"], ["--max-regression", "10%"]):
+        proc = run_cli("runtime-check", "gpu1:/m", "--no-reference", *other, in_process=True)
+        assert proc.returncode == ExitCode.USAGE
+        assert f"--no-reference and {other[0]} contradict each other" in proc.stderr
 
 
 # -- the references' table ---------------------------------------------------------------------
