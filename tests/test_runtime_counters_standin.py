@@ -131,6 +131,18 @@ def test_a_drop_below_the_reference_warns_and_fails_with_max_regression(bed: Bed
     assert bed.check("--max-regression", "10%").returncode == 0
 
 
+def test_doctor_on_impossible_counters_is_inconclusive_not_nothing_broken(bed: Bed) -> None:
+    bed.launch()
+    bed.control(impossible_counters=True)
+    proc = bed.cli.run(
+        "doctor", f"{bed.host.alias}:{DRAFTER_DIR}", "--from", bed.authority(),
+        "--port", str(bed.port), *bed.ssh(),
+    )  # fmt: skip
+    assert proc.returncode == ExitCode.INCONCLUSIVE, proc.stdout + proc.stderr
+    assert "inconclusive: acceptance: the server's counters are impossible" in proc.stdout
+    assert "nothing broken" not in proc.stdout and "Traceback" not in proc.stderr
+
+
 @pytest.mark.lxc
 def test_references_and_impossible_counters_inside_an_lxc_container(
     container_bed: ContainerBed,

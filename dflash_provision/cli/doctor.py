@@ -13,7 +13,7 @@ from dflash_provision.cli._connect import (
 from dflash_provision.cli._runtime import check_options
 from dflash_provision.transport.factory import Connector
 
-_WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
+_WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "UNSURE"}
 
 
 @click.command(
@@ -92,6 +92,10 @@ def _render(report) -> None:  # type: ignore[no-untyped-def]
                 click.echo(f"        {cause}")
         for warning in link.warnings:
             click.echo(f"      warning: {warning}")
+    undecided = report.undecided
+    if broken is None and undecided is not None:
+        click.echo(f"inconclusive: {undecided.name}: {undecided.summary}")
+        return
     if broken is None:
         click.echo(
             "nothing broken: the server runs the provisioned config and its drafts are accepted"

@@ -74,15 +74,22 @@ class DoctorReport:
         return next((link for link in self.links if link.broken), None)
 
     @property
+    def undecided(self) -> Link | None:
+        """The first link that could not tell (stage e's counters were no evidence)."""
+        return next((link for link in self.links if link.status is StageStatus.INCONCLUSIVE), None)
+
+    @property
     def exit_code(self) -> ExitCode:
         broken = self.first_broken
+        if broken is None and self.undecided is not None:
+            return ExitCode.INCONCLUSIVE  # never "nothing broken" on evidence that decided nothing
         return broken.exit_code if broken else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         broken = self.first_broken
         return {
             "target": self.target,
-            "ok": broken is None,
+            "ok": broken is None and self.undecided is None,
             "first_broken_link": broken.name if broken else None,
             "fix": broken.fix if broken else None,
             "exit_code": int(self.exit_code),
