@@ -281,3 +281,12 @@ def test_an_inconclusive_host_is_its_own_verdict_and_exit_26_when_none_failed() 
     assert 'dflash_runtime_check_inconclusive{host="gpu1",group="g",path="/m"} 1' in prom
     assert 'dflash_runtime_check_passed{host="gpu1",group="g",path="/m"} 0' in prom
     assert "1 host: 1 inconclusive" in fleet_check.summary_line([undecided], 1.0)
+
+
+def test_an_inconclusive_stages_figures_are_no_rate_to_show_or_alert_on() -> None:
+    report = _report(StageStatus.INCONCLUSIVE)
+    report.stages[-1].data.update(acceptance_rate=0.0, mean_acceptance_length=1.0)
+    assert report.acceptance is None and report.to_dict()["acceptance_rate"] is None
+    prom = fleet_check.prometheus_text([_row(report)], timestamp=0)
+    assert 'dflash_runtime_acceptance_rate{host="gpu1"' not in prom
+    assert 'dflash_runtime_mean_acceptance_length{host="gpu1"' not in prom

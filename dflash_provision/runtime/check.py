@@ -7,7 +7,8 @@ Order and cost (exec = one remote command; request = one HTTP request through th
     b  probe               1 exec (the target's python: transformers, and vLLM when importable;
                            the target model comes from the server found in c)
     d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt
-    e  acceptance          the other smoke prompts, GET /metrics (after)
+    e  acceptance          the other smoke prompts, GET /metrics (after); the acceptance
+                           reference from the local history store (no remote cost)
 
 c's lookup runs before b so that b can hand vLLM the model the server really serves and use the
 python that runs it. d's completion is also e's first smoke prompt.
@@ -103,8 +104,12 @@ class CheckReport:
 
     @property
     def acceptance(self) -> float | None:
+        """Stage e's rate, when it is evidence: an inconclusive stage's figures (too few draft
+        tokens) stay in its data but are no rate to show or alert on."""
         stage = self.stage("e")
-        rate = stage.data.get("acceptance_rate") if stage else None
+        if stage is None or stage.inconclusive:
+            return None
+        rate = stage.data.get("acceptance_rate")
         return rate if isinstance(rate, float) else None
 
     @property

@@ -250,7 +250,9 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     metric("dflash_runtime_mean_acceptance_length", "1 + accepted tokens / drafts.")
     for row in rows:
         stage = row.report.stage("e") if row.report else None
-        mean = stage.data.get("mean_acceptance_length") if stage else None
+        mean = (
+            stage.data.get("mean_acceptance_length") if stage and not stage.inconclusive else None
+        )
         if isinstance(mean, float):
             lines.append(f"dflash_runtime_mean_acceptance_length{host_labels(row)} {mean:.6f}")
     metric("dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host.")
