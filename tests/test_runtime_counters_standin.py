@@ -66,6 +66,18 @@ def test_a_counter_reset_during_the_check_says_the_server_restarted(bed: Bed) ->
     assert code == 0, report
 
 
+def test_a_restart_is_caught_even_when_the_counters_grew_past_the_old_values(bed: Bed) -> None:
+    bed.launch()
+    assert bed.check("--prompts", "1").returncode == 0  # 4 drafts so far
+    bed.control(reset_counters="restart-2")
+    code, report = bed.check_json()  # 12 drafts after the restart: more than before
+    e = stages(report)["e"]
+    assert code == ExitCode.INCONCLUSIVE, report
+    assert e["summary"].startswith("the server restarted during the check")
+    assert any("vllm:spec_decode_num_drafts_created" in c for c in e["data"]["counters_decreased"])
+    assert e["causes"] == [] and e["data"]["acceptance_rate"] is None
+
+
 def test_too_few_draft_tokens_are_inconclusive_and_the_defaults_make_enough(bed: Bed) -> None:
     bed.launch()
     # One prompt of 8 tokens: one draft of K=15 tokens, fewer than the default 32.

@@ -80,6 +80,20 @@ def test_a_counter_that_goes_backwards_is_a_restart_and_gives_no_rate() -> None:
     assert "accepted at position 2 8 → 0" in shorter.decreases_from(before)
 
 
+def test_a_counter_created_anew_is_a_restart_even_when_the_counts_grew() -> None:
+    created = 'vllm:spec_decode_num_drafts_created{engine="0",model_name="m"} '
+    before = metrics.spec_counters(text(4, 60, 36, [4, 4, 4, 4]) + created + "1764650000.5\n")
+    same = metrics.spec_counters(text(16, 240, 144, [16, 16, 16, 16]) + created + "1764650000.5\n")
+    anew = metrics.spec_counters(text(16, 240, 144, [16, 16, 16, 16]) + created + "1764650900.0\n")
+    assert metrics.acceptance(before, same).sane
+    result = metrics.acceptance(before, anew)
+    assert result.rate is None and result.decreased == [
+        "vllm:spec_decode_num_drafts_created 1764650000.500 → 1764650900.000"
+    ]
+    # Not exported (prometheus_client's multiprocess mode): nothing to compare, no finding.
+    assert metrics.acceptance(metrics.spec_counters(text(4, 60, 36, [4, 4, 4, 4])), anew).sane
+
+
 def test_accepted_beyond_drafted_or_per_position_beyond_drafts_is_impossible() -> None:
     before = metrics.spec_counters(text(10, 40, 20, [8, 6, 4, 2]))
     too_many = metrics.spec_counters(text(20, 80, 400, [18, 16, 14, 12]))

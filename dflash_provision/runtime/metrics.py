@@ -11,10 +11,11 @@ number; the difference is what these prompts produced, plus whatever other traff
 
 A difference is evidence only when it makes sense (``sanity``): no counter decreased during the
 window (a decrease means the server restarted: its counters began again at 0, so no rate can be
-computed), accepted tokens never exceed draft tokens, and no position accepted more tokens than
-there were drafts. Other clients' traffic in the window is counted from vLLM's request counter
-(``vllm:request_success_total``, one series per ``finished_reason``, summed): requests finished
-during the window beyond the check's own completions are foreign (Acceptance.foreign_requests).
+computed; so does a counter created anew, by its ``_created`` sample), accepted tokens never
+exceed draft tokens, and no position accepted more tokens than there were drafts. Other clients'
+traffic in the window is counted from vLLM's request counter (``vllm:request_success_total``,
+one series per ``finished_reason``, summed): requests finished during the window beyond the
+check's own completions are foreign (Acceptance.foreign_requests).
 
 Series are matched by metric name only and summed over every label set: vLLM adds labels such as
 ``engine="0",model_name="..."`` and several engines each export their own series. The text is
@@ -38,8 +39,12 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 # vLLM's V1 stat logger: one series per finished_reason (stop, length, abort, error, repetition).
 REQUESTS = "vllm:request_success_total"
+# prometheus_client's creation time of the drafts counter (Unix time; absent in its
+# multiprocess mode): a new value means the counter was created anew, i.e. the server restarted,
+# even when the new counts have already grown past the old ones.
+DRAFTS_CREATED = "vllm:spec_decode_num_drafts_created"
 SPEC_METRICS = (DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS)
-_READ = (*SPEC_METRICS, REQUESTS)
+_READ = (*SPEC_METRICS, REQUESTS, DRAFTS_CREATED)
 
 _SAMPLE = re.compile(
     r"^(?P<name>[A-Za-z_:][A-Za-z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)(?:\s+\S+)?$"
@@ -86,6 +91,7 @@ class SpecCounters:
     per_position: tuple[float, ...] = ()  # accepted tokens at position 0, 1, ...
     present: bool = False  # False: the server exports none of the spec-decode metrics
     requests: float | None = None  # requests finished (all reasons); None: not exported
+    created: float | None = None  # DRAFTS_CREATED summed over engines; None: not exported
 
     def minus(self, before: SpecCounters) -> SpecCounters:
         """What happened between ``before`` and this reading (a counter reset reads as 0)."""
@@ -114,7 +120,14 @@ class SpecCounters:
             pairs.append((f"accepted at position {i}", was, now))
         if before.requests is not None and self.requests is not None:
             pairs.append(("finished requests", before.requests, self.requests))
-        return [f"{name} {was:g} → {now:g}" for name, was, now in pairs if now < was]
+        found = [f"{name} {was:g} → {now:g}" for name, was, now in pairs if now < was]
+        if (
+            before.created is not None
+            and self.created is not None
+            and abs(self.created - before.created) > 1e-3
+        ):
+            found.append(f"{DRAFTS_CREATED} {before.created:.3f} → {self.created:.3f}")
+        return found
 
     def impossible(self) -> list[str]:
         """Why these figures cannot be true counts (accepted > drafted, a position that accepted
@@ -142,11 +155,15 @@ def spec_counters(text: str) -> SpecCounters:
     positions: dict[int, float] = {}
     present = False
     requests: float | None = None
+    created: float | None = None
     for sample in parse_prometheus(text, names=_READ):
         if not math.isfinite(sample.value) or sample.value < 0:
             continue
         if sample.name == REQUESTS:
             requests = (requests or 0.0) + sample.value
+            continue
+        if sample.name == DRAFTS_CREATED:
+            created = (created or 0.0) + sample.value
             continue
         present = True
         if sample.name == ACCEPTED_PER_POS:
@@ -163,6 +180,7 @@ def spec_counters(text: str) -> SpecCounters:
         per_position=tuple(positions.get(i, 0.0) for i in range(width)),
         present=present,
         requests=requests,
+        created=created,
     )
 
 

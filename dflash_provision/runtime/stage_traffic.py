@@ -262,7 +262,7 @@ def _no_evidence(acceptance: Any, min_draft_tokens: int) -> str | None:
     """Why the counter difference cannot decide (inconclusive), else None."""
     if acceptance.decreased:
         return (
-            "the server restarted during the check (counters went backwards: "
+            "the server restarted during the check (its counters began again: "
             f"{'; '.join(acceptance.decreased[:4])}): no acceptance rate can be computed; "
             "run the check again"
         )
