@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -398,6 +399,12 @@ def test_real_vllms_request_counter_and_a_second_pass_against_its_reference(
     # check's own completions on a server nobody else uses; the default smoke prompts draft
     # enough tokens to decide (--min-draft-tokens 32), and a second pass meets its reference.
     port = agreeing_server.port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read(4 * 1024 * 1024).decode()
+    reasons = re.findall(r'^vllm:request_success_total\{[^}]*finished_reason="(\w+)"', text, re.M)
+    assert "length" in reasons, text[:2000]  # the series the check counts requests from
+    created = "vllm:spec_decode_num_drafts_created" in text
+    print(f"real vLLM /metrics: finished_reason series {sorted(set(reasons))}, _created {created}")
     first = bed.on_target("runtime-check", "agreeing", port, "--json")
     assert first.returncode == 0, first.output
     e = stage(first.json(), "e")["data"]
