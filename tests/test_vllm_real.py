@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -386,6 +387,38 @@ def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
         f"{warm_report['duration_s'] - warm_report['smoke_s']:.2f} s "
         f"(stage b {stage(warm_report, 'b')['duration_s']:.2f} s)"
     )
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_real_vllms_request_counter_and_a_second_pass_against_its_reference(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    # vLLM's vllm:request_success_total (one series per finished_reason) counts exactly the
+    # check's own completions on a server nobody else uses; the default smoke prompts draft
+    # enough tokens to decide (--min-draft-tokens 32), and a second pass meets its reference.
+    port = agreeing_server.port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read(4 * 1024 * 1024).decode()
+    reasons = re.findall(r'^vllm:request_success_total\{[^}]*finished_reason="(\w+)"', text, re.M)
+    assert "length" in reasons, text[:2000]  # the series the check counts requests from
+    created = "vllm:spec_decode_num_drafts_created" in text
+    print(f"real vLLM /metrics: finished_reason series {sorted(set(reasons))}, _created {created}")
+    first = bed.on_target("runtime-check", "agreeing", port, "--json")
+    assert first.returncode == 0, first.output
+    e = stage(first.json(), "e")["data"]
+    assert (e["requests"], e["own_requests"], e["foreign_requests"]) == (3, 3, 0)
+    assert e["draft_tokens"] >= e["min_draft_tokens"] == 32
+    print(f"real vLLM, default smoke prompts: {e['drafts']:g} drafts, {e['draft_tokens']:g} tokens")
+    second = bed.on_target("runtime-check", "agreeing", port, "--json", "--max-regression", "5%")
+    assert second.returncode == 0, second.output
+    again = stage(second.json(), "e")["data"]
+    assert again["reference"]["vllm_version"] == "0.32.0"
+    assert again["reference"]["mean_acceptance_length"] == pytest.approx(
+        e["mean_acceptance_length"]
+    )
+    assert again["regression"] == pytest.approx(0.0, abs=0.05)
 
 
 @pytest.mark.vllm

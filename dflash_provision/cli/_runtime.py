@@ -18,7 +18,12 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
+_STATUS_WORD = {
+    "passed": "PASSED",
+    "failed": "FAILED",
+    "skipped": "skipped",
+    "inconclusive": "INCONCLUSIVE",
+}
 
 
 def port_option(func: F) -> F:
@@ -84,7 +89,13 @@ def emit_report(report: CheckReport, *, as_json: bool) -> None:
             click.echo(line)
     failure = report.first_failure
     took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
-    if failure is None:
+    undecided = next((s for s in report.stages if s.inconclusive), None)
+    if failure is None and undecided is not None:
+        click.echo(
+            f"runtime-check INCONCLUSIVE at stage {undecided.key} ({undecided.name}) in {took}: "
+            "neither passed nor failed"
+        )
+    elif failure is None:
         click.echo(f"runtime-check passed in {took}")
     else:
         click.echo(f"runtime-check FAILED at stage {failure.key} ({failure.name}) in {took}")

@@ -21,7 +21,7 @@ from dflash_provision.cli._render import echo_rich
 )
 @click.option(
     "--op",
-    type=click.Choice(["push", "repair", "rollback", "audit", "verify"]),
+    type=click.Choice(["push", "repair", "rollback", "audit", "verify", "runtime-check"]),
     help="Only this kind of operation.",
 )
 @click.option(

@@ -124,33 +124,55 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
     )
 
 
+@dataclass(frozen=True)
+class AcceptanceGate:
+    """What stage e judges against: the rate gate, the least evidence it takes, the reference
+    of an earlier pass and how far below it the mean acceptance length may fall."""
+
+    min_acceptance: float
+    min_draft_tokens: int = 0
+    reference: Any = None  # reference.Reference | None
+    max_regression: float | None = None  # None: a drop is a warning only
+    notes: tuple[str, ...] = ()  # e.g. why no reference was compared
+
+
 def stage_acceptance(
     ctx: CheckContext,
     acceptance: Any,  # metrics.Acceptance
     *,
     present: bool,
-    min_acceptance: float,
+    gate: AcceptanceGate,
     prompts: int,
     earlier: dict[str, StageResult],
     num_spec: int | None,
 ) -> StageResult:
-    """e: acceptance over the smoke prompts' counter difference, against ``min_acceptance``."""
+    """e: acceptance over the smoke prompts' counter difference: inconclusive when the counters
+    are no evidence (a restart, impossible figures, too few draft tokens), else against
+    ``gate.min_acceptance`` and the reference (see runtime/reference.py)."""
     name = STAGE_NAMES["e"]
-    data = acceptance.to_dict() | {"min_acceptance": min_acceptance, "prompts": prompts}
+    min_acceptance = gate.min_acceptance
+    data = acceptance.to_dict() | {
+        "min_acceptance": min_acceptance,
+        "min_draft_tokens": gate.min_draft_tokens,
+        "prompts": prompts,
+        "reference": gate.reference.to_dict() if gate.reference is not None else None,
+        "regression": None,
+    }
     delta = acceptance.delta
     evidence = [
         f"{prompts} greedy prompt(s), {acceptance.expected_max_drafts} tokens: "
         f"{delta.drafts:g} drafts, {delta.draft_tokens:g} draft tokens, {delta.accepted:g} accepted"
     ]
-    warnings = []
-    if acceptance.foreign_drafts:
-        warnings.append(
-            f"other traffic mixed into the counters: {acceptance.foreign_drafts} drafts more than "
-            "the smoke prompts can explain; the rate includes other clients' requests"
-        )
+    warnings = _traffic_warnings(acceptance) + list(gate.notes)
     if not present:
         why = "the server exports no spec-decode metrics: it is not speculating"
         return StageResult("e", name, StageStatus.FAILED, why, [why], data, warnings=warnings)
+    undecided = _no_evidence(acceptance, gate.min_draft_tokens)
+    if undecided is not None:
+        evidence.append(undecided)
+        return StageResult(
+            "e", name, StageStatus.INCONCLUSIVE, undecided, evidence, data, warnings=warnings
+        )
     if acceptance.rate is None:
         why = "no drafts were counted during the smoke prompts: the drafter is not drafting"
         return StageResult("e", name, StageStatus.FAILED, why, evidence, data, warnings=warnings)
@@ -159,12 +181,16 @@ def stage_acceptance(
         f"acceptance rate {acceptance.rate:.1%}, mean acceptance length "
         f"{acceptance.mean_length:.2f}, per position {per_pos or '-'}"
     )
-    if acceptance.rate >= min_acceptance:
+    summary = f"acceptance {acceptance.rate:.1%} is below --min-acceptance {min_acceptance:.1%}"
+    low = acceptance.rate < min_acceptance
+    regressed = _against_reference(acceptance, gate, data, evidence, warnings)
+    if not low and regressed is None:
         summary = f"acceptance {acceptance.rate:.1%} (>= {min_acceptance:.1%})"
         return StageResult(
             "e", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings
         )
-    summary = f"acceptance {acceptance.rate:.1%} is below --min-acceptance {min_acceptance:.1%}"
+    if not low and regressed is not None:
+        summary = regressed
     return StageResult(
         "e",
         name,
@@ -175,3 +201,82 @@ def stage_acceptance(
         causes=acceptance_causes(ctx, earlier, data, num_spec),
         warnings=warnings,
     )
+
+
+def _traffic_warnings(acceptance: Any) -> list[str]:
+    """Other clients' traffic in the window. It does not change the verdict: their drafts come
+    from the same server and drafter, so a collapse still shows (and a busy production server
+    must stay checkable); but the window is no clean measurement, so no reference is compared
+    or recorded from it (check.py)."""
+    warnings = []
+    if acceptance.foreign_requests:
+        warnings.append(
+            f"other traffic mixed into the counters: the server finished "
+            f"{acceptance.foreign_requests} request(s) from other clients during the check "
+            f"({acceptance.delta.requests:g} finished, {acceptance.own_requests} were the "
+            "check's own); the figures include theirs"
+        )
+    if acceptance.foreign_drafts:
+        warnings.append(
+            f"other traffic mixed into the counters: {acceptance.foreign_drafts} drafts more than "
+            "the smoke prompts can explain; the rate includes other clients' requests"
+        )
+    return warnings
+
+
+def _no_evidence(acceptance: Any, min_draft_tokens: int) -> str | None:
+    """Why the counter difference cannot decide (inconclusive), else None."""
+    if acceptance.decreased:
+        return (
+            "the server restarted during the check (its counters began again: "
+            f"{'; '.join(acceptance.decreased[:4])}): no acceptance rate can be computed; "
+            "run the check again"
+        )
+    if acceptance.impossible:
+        return (
+            "the server's counters are impossible, so they are no evidence: "
+            f"{'; '.join(acceptance.impossible[:4])}"
+        )
+    tokens = acceptance.delta.draft_tokens
+    if 0 < tokens < min_draft_tokens:
+        return (
+            f"only {tokens:g} draft tokens during the check, fewer than --min-draft-tokens "
+            f"{min_draft_tokens}: too few to judge (raise --prompts or --max-tokens)"
+        )
+    return None
+
+
+def _against_reference(
+    acceptance: Any,
+    gate: AcceptanceGate,
+    data: dict[str, Any],
+    evidence: list[str],
+    warnings: list[str],
+) -> str | None:
+    """Compare the mean acceptance length with the reference; the failure summary when the drop
+    exceeds ``gate.max_regression``, else None (a smaller drop is a warning)."""
+    from dflash_provision.runtime.reference import regression
+
+    reference = gate.reference
+    if reference is None or acceptance.mean_length is None:
+        return None
+    drop = regression(reference, acceptance.mean_length)
+    data["regression"] = drop
+    versus = (
+        f"mean acceptance length {acceptance.mean_length:.2f} vs "
+        f"{reference.mean_acceptance_length:.2f} in the reference of {reference.recorded_at} "
+        f"(vLLM {reference.vllm_version or '?'})"
+    )
+    evidence.append(f"{versus}: {_change(drop)}")
+    if drop <= 0:
+        return None
+    if gate.max_regression is not None and drop > gate.max_regression:
+        return f"{versus}: {drop:.1%} lower, more than --max-regression {gate.max_regression:.1%}"
+    warnings.append(f"acceptance regressed: {versus}: {drop:.1%} lower")
+    return None
+
+
+def _change(drop: float) -> str:
+    if drop > 0:
+        return f"{drop:.1%} lower"
+    return f"{-drop:.1%} higher" if drop < 0 else "the same"

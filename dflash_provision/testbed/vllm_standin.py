@@ -26,8 +26,12 @@ DFlash error), ``startup_delay_s`` (float), ``die_at_start`` (str: logged as the
 error, exit 1), ``extra_traffic`` (int: drafts added on every /metrics read, as if other clients
 used the server), ``per_position_acceptance`` (a non-increasing list of 0..1, e.g. ``[0.9, 0.8,
 0, 0]``: the share of drafts accepted at each position, overriding ``acceptance``; positions past
-the list accept nothing). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10)
-sets how often the SpecDecoding line is logged.
+the list accept nothing), ``foreign_requests`` (int: whole requests of another client, 8 tokens
+each, finished on every /metrics read: they show in ``vllm:request_success_total``),
+``impossible_counters`` (bool: /metrics reports more accepted tokens than were drafted),
+``reset_counters`` (str: each new value makes the next completion find every counter back at 0,
+as after a restart of the server). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable,
+default 10) sets how often the SpecDecoding line is logged.
 
 Drafting model (deterministic, so tests can assert counts): the prompt's prefill yields the first
 token; then each step drafts K = num_speculative_tokens tokens, accepts a prefix of ``a`` of them
@@ -133,6 +137,9 @@ class Control:
     die_at_start: str | None = None
     extra_traffic: int = 0
     per_position_acceptance: tuple[float, ...] | None = None
+    foreign_requests: int = 0
+    impossible_counters: bool = False
+    reset_counters: str | None = None
 
 
 class ControlFile:
@@ -168,7 +175,10 @@ def parse_control(data: Any) -> Control:
     """A Control from the parsed JSON object; wrong types raise ValueError/TypeError."""
     if not isinstance(data, dict):
         raise ValueError("the control file must hold a JSON object")
-    known = {"acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic"}
+    known = {
+        "acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic",
+        "foreign_requests", "impossible_counters", "reset_counters",
+    }  # fmt: skip
     unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
         raise ValueError(f"unknown keys {unknown}")
@@ -187,7 +197,18 @@ def parse_control(data: Any) -> Control:
     fail = data.get("fail_completions", False)
     if not isinstance(fail, bool):
         raise ValueError("fail_completions must be true or false")
-    control = Control(acceptance, fail, delay, die or None, extra)
+    foreign = data.get("foreign_requests", 0)
+    if not isinstance(foreign, int) or isinstance(foreign, bool) or not 0 <= foreign <= 10_000:
+        raise ValueError(f"foreign_requests must be an int within 0..10000, not {foreign!r}")
+    impossible = data.get("impossible_counters", False)
+    if not isinstance(impossible, bool):
+        raise ValueError("impossible_counters must be true or false")
+    reset = data.get("reset_counters")
+    if reset is not None and not isinstance(reset, str):
+        raise ValueError("reset_counters must be a string")
+    control = Control(
+        acceptance, fail, delay, die or None, extra, None, foreign, impossible, reset or None
+    )
     return _with_curve(control, data.get("per_position_acceptance"))
 
 
@@ -553,6 +574,15 @@ class Counters:
         with self._lock:
             return self.total.copy()
 
+    def reset(self) -> None:
+        """Every counter back at 0, as a restarted server's."""
+        with self._lock:
+            self._carry = 0.0
+            self.created = time.time()
+            self.total = _Totals(self.k)
+            self.interval = _Totals(self.k)
+            self.requests = 0
+
     def take_interval(self) -> tuple[_Totals, float]:
         with self._lock:
             taken, self.interval = self.interval, _Totals(self.k)
@@ -603,8 +633,14 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def metrics_text(counters: Counters, model_name: str, *, speculative: bool) -> str:
-    """Prometheus exposition text the way prometheus_client renders vLLM's counters."""
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM's FinishReason
+
+
+def metrics_text(
+    counters: Counters, model_name: str, *, speculative: bool, impossible: bool = False
+) -> str:
+    """Prometheus exposition text the way prometheus_client renders vLLM's counters
+    (``impossible``: more accepted tokens than drafted, as a broken exporter might say)."""
     labels = f'engine="0",model_name="{_label(model_name)}"'
     out = [f"# {STANDIN_NOTE}"]
 
@@ -624,15 +660,20 @@ def metrics_text(counters: Counters, model_name: str, *, speculative: bool) -> s
     counter(
         "vllm:request_success",
         "Count of successfully processed requests.",
-        [(',finished_reason="length"', counters.requests)],
+        # vLLM labels a series for every finish reason up front; completions here end by length.
+        [
+            (f',finished_reason="{reason}"', counters.requests if reason == "length" else 0)
+            for reason in FINISH_REASONS
+        ],
     )
+    accepted = t.accepted + 2 * t.draft_tokens if impossible else t.accepted
     if speculative:
         counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [("", t.drafts)])
         counter(
             "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [("", t.draft_tokens)]
         )
         counter(
-            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [("", t.accepted)]
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [("", accepted)]
         )
         counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
@@ -657,6 +698,7 @@ class Engine:
     log: VllmLog
     max_model_len: int
     stop: threading.Event
+    reset_seen: str | None = None  # the last reset_counters value acted on
 
     def acceptance(self, control: Control) -> float | tuple[float, ...] | None:
         """The acceptance a completion runs with now (None: no speculative decoding; a tuple:
@@ -720,6 +762,9 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         # drafter whose target_layer_ids count does not match its fc weights).
         engine.log.error("serving_completion.py:398", f"RuntimeError: {COMPLETION_FAILURE}")
         raise ApiError(500, "InternalServerError", COMPLETION_FAILURE)
+    if control.reset_counters and control.reset_counters != engine.reset_seen:
+        engine.reset_seen = control.reset_counters
+        engine.counters.reset()
     choices = []
     for index, prompt_tokens in enumerate(prompts):
         engine.counters.generate(max_tokens, prompt_tokens, engine.acceptance(control))
@@ -819,8 +864,13 @@ class Handler(BaseHTTPRequestHandler):
         if acceptance is not None:
             for _ in range(control.extra_traffic):
                 engine.counters.draft(acceptance)
+        for _ in range(control.foreign_requests):
+            engine.counters.generate(8, 4, acceptance)
         text = metrics_text(
-            engine.counters, engine.args.served_name, speculative=acceptance is not None
+            engine.counters,
+            engine.args.served_name,
+            speculative=acceptance is not None,
+            impossible=control.impossible_counters,
         )
         self._reply(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -1054,7 +1104,7 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
 acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic,
-per_position_acceptance),
+per_position_acceptance, foreign_requests, impossible_counters, reset_counters),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
 
