@@ -212,20 +212,19 @@ def _int(value: Any) -> int | None:
 
 
 def _read_log(ctx: CheckContext) -> Any:
-    """The server's start-up facts from its log (ours: the launch record names it)."""
-    from dflash_provision.runtime.process import read_log
-    from dflash_provision.runtime.vllm_log import parse_log
+    """The server's start-up facts from its log (ours: the launch record names it): this
+    launch's part of the log from its beginning, read with vllm_log's rules."""
+    from dflash_provision.runtime.process import read_startup_log
+    from dflash_provision.runtime.vllm_log import parse_startup
 
     server = ctx.server
     if server is None or server.record is None:
         return None
-    tail = read_log(
-        ctx.transport, server.record, LOG_LINES, max_bytes=LOG_BYTES, timeout=ctx.timeout
-    )
+    tail = read_startup_log(ctx.transport, server.record, max_bytes=LOG_BYTES, timeout=ctx.timeout)
     if not tail.present:
         return None
     ctx.log_size = tail.size
-    return parse_log(tail.lines)
+    return parse_startup(tail.text)
 
 
 def _serve_stages(
