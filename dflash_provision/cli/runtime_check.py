@@ -68,7 +68,7 @@ def command(
     ctx: click.Context,
     selection: FleetSelection,
     connection: Connector,
-    port: int,
+    port: int | None,
     min_acceptance: float,
     prompts: int,
     max_tokens: int,
@@ -82,7 +82,8 @@ def command(
     from dflash_provision.runtime.check import CheckSettings
 
     settings = CheckSettings(
-        port=port,
+        port=port or 8000,
+        find_port=port is None,
         min_acceptance=min_acceptance,
         prompts=prompts,
         max_tokens=max_tokens,

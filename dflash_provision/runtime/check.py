@@ -55,6 +55,9 @@ class CheckSettings:
     """How to check: which port, the acceptance gate, the smoke prompts, where python lives."""
 
     port: int = DEFAULT_PORT
+    # True (no --port): the port launch started TARGET's drafter on (its launch record), else
+    # ``port``; resolved once per target by ``with_port``.
+    find_port: bool = False
     min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
     prompts: int = DEFAULT_PROMPTS
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -162,6 +165,7 @@ def run_check(
     from dflash_provision.runtime.process import find_server
 
     started = time.monotonic()
+    settings = with_port(transport, target, settings)
     ctx = CheckContext(
         transport=transport,
         target=target,
@@ -193,6 +197,19 @@ def run_check(
         report.stages += _serve_stages(ctx, settings, python, model, report, _int(num_spec))
     report.duration_s = time.monotonic() - started
     return report
+
+
+def with_port(transport: Transport, target: Target, settings: CheckSettings) -> CheckSettings:
+    """``settings`` with its port chosen: --port, else TARGET's launch record (one exec), else
+    8000; UsageError when TARGET's drafter runs on several ports."""
+    if not settings.find_port:
+        return settings
+    from dataclasses import replace
+
+    from dflash_provision.runtime.locate import choose_port
+
+    choice = choose_port(transport, target, None, timeout=settings.timeout)
+    return replace(settings, port=choice.port, find_port=False)
 
 
 def _authoritative_doc(authority: Authority) -> dict[str, Any]:

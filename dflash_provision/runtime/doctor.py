@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
+from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check, with_port
 from dflash_provision.runtime.stage_disk import part
 from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import StageResult, StageStatus
@@ -100,6 +100,7 @@ def diagnose(
     push_fix: str,
 ) -> DoctorReport:
     """Run the check, then read it as the pipeline's chain of links."""
+    settings = with_port(transport, target, settings)  # one lookup; the fix lines name the port
     check = run_check(transport, target, authority, settings, push_fix=push_fix)
     a, b, c, d, e = (check.stage(k) for k in "abcde")
     assert a is not None and b is not None and c is not None
