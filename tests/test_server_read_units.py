@@ -13,13 +13,29 @@ from typing import Any
 
 import pytest
 
+from dflash_provision.authority import Authority
 from dflash_provision.runtime import locate, vllm_log
 from dflash_provision.runtime.process import script_text
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.runtime.stage_server import stage_server
-from dflash_provision.runtime.stages import StageStatus
+from dflash_provision.runtime.stages import CheckContext, StageStatus
 from dflash_provision.runtime.vllm_argv import read_speculative
-from tests.test_runtime_check_stages import DRAFTER, ctx
+from dflash_provision.target import parse_target
+from dflash_provision.testbed import samples
+
+DRAFTER = "/root/models/Qwen3.6-27B-DFlash"
+
+
+def ctx() -> CheckContext:
+    data = samples.REFERENCE_DRAFTER.read_bytes()
+    return CheckContext(
+        transport=None,  # type: ignore[arg-type]  # stage c on given facts runs no command
+        target=parse_target(f"gpu1:{DRAFTER}"),
+        authority=Authority("test", data),
+        auth_doc=json.loads(data),
+        push_fix=f"dflash-provision push gpu1:{DRAFTER} --from x",
+    )
+
 
 A = {"method": "dflash", "model": "/m/A", "num_speculative_tokens": 4}
 B = {"method": "dflash", "model": "/m/B", "num_speculative_tokens": 7}
