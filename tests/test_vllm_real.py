@@ -604,6 +604,7 @@ def test_a_hand_started_vllm_with_two_speculative_configs_is_caught_at_stage_c(
     # vLLM's own argparse keeps the LAST --speculative-config: this server drafts with the
     # random drafter, though the first option names the provisioned (agreeing) one.
     port = free_port()
+    before = bed.vllm_processes()  # the module's agreeing server may run beside it
     first = {"method": "dflash", "model": bed.drafter_dir("agreeing"), "num_speculative_tokens": 4}
     last = {**first, "model": bed.drafter_dir("random")}
     pgid = _hand_start(
@@ -627,7 +628,7 @@ def test_a_hand_started_vllm_with_two_speculative_configs_is_caught_at_stage_c(
         assert stage(check.json(), "e")["data"]["acceptance_rate"] <= 0.05
     finally:
         _end_group(bed, pgid)
-    assert bed.vllm_processes() == []
+    assert bed.vllm_processes() == before
 
 
 @pytest.mark.vllm
@@ -636,17 +637,20 @@ def test_a_hand_started_vllm_with_two_speculative_configs_is_caught_at_stage_c(
 def test_stop_without_port_finds_a_launch_on_another_port_and_leaves_no_vllm(
     bed: RealBed, port: int
 ) -> None:
+    # The random drafter: the module's agreeing server may still run (one drafter launched on
+    # two ports would be a usage error, rightly); its ~0% acceptance is not the point here.
     assert port != 8000
-    launched = bed.launch("agreeing", port, "--no-check")
+    before = bed.vllm_processes()
+    launched = bed.launch("random", port, "--no-check")
     assert launched.returncode == 0, launched.output
     check = bed.cli(
-        "runtime-check", bed.target("agreeing"), "--from", bed.authority("agreeing"),
-        "--json", *bed.ssh_options(),
+        "runtime-check", bed.target("random"), "--from", bed.authority("random"),
+        "--min-acceptance", "0", "--json", *bed.ssh_options(),
     )  # fmt: skip
     assert check.returncode == 0, check.output
     assert check.json()["port"] == port
     assert [s["status"] for s in check.json()["stages"]] == ["passed"] * 5  # real log read
-    stopped = bed.cli("stop", bed.target("agreeing"), *bed.ssh_options())
+    stopped = bed.cli("stop", bed.target("random"), *bed.ssh_options())
     assert stopped.returncode == 0, stopped.output
     assert f"port {port}" in stopped.stdout
-    assert bed.vllm_processes() == []
+    assert bed.vllm_processes() == before
