@@ -85,7 +85,9 @@ def _argv_evidence(read: Any) -> list[str]:
     given = list(getattr(read, "given", []) or [])
     if len(given) < 2:
         return []
-    lines = [f"{len(given)} speculative options on the command line; vLLM uses the last:"]
+    dotted = any("." in g.split(" ", 1)[0].split("=", 1)[0] for g in given)
+    rule = "the dotted ones, merged, replace the rest" if dotted else "vLLM uses the last"
+    lines = [f"{len(given)} speculative options on the command line; {rule}:"]
     return lines + [f"  {i}. {g[:300]}" for i, g in enumerate(given, 1)]
 
 
@@ -111,7 +113,9 @@ def _argv_problems(ctx: CheckContext, spec: dict[str, Any], read: Any = None) ->
         return ["the server's command line has no --speculative-config: it is not speculating"]
     problems = []
     many = len(getattr(read, "given", []) or [])
-    which = f" (the last of {many} speculative options: the one vLLM uses)" if many > 1 else ""
+    which = f" (of {many} speculative options, the one vLLM uses)" if many > 1 else ""
+    if many > 1 and getattr(read, "repeated", False):
+        which = f" (the last of {many} speculative options: the one vLLM uses)"
     if spec.get("method") != "dflash":
         problems.append(f"speculative method {spec.get('method')!r}{which}, expected 'dflash'")
     if not same_path(spec.get("model"), ctx.target.model_dir):

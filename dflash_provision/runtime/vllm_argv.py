@@ -52,7 +52,9 @@ class ArgvSpec:
 
 
 def _is_plain(given: str) -> bool:
-    return given.split("=", 1)[0].split(" ", 1)[0] in (SPEC_OPTION, _SHORT)
+    """A plain (not dotted, not --spec-*) speculative-config option, as written."""
+    name = canonical(given.split(" ", 1)[0]).split("=", 1)[0]
+    return "." not in name and _expand(name) == SPEC_OPTION
 
 
 def canonical(arg: str) -> str:
@@ -87,8 +89,9 @@ def serve_args(argv: list[str]) -> list[str]:
 
 def read_speculative(argv: list[str]) -> ArgvSpec:
     """The speculative config ``vllm serve`` would run with (see the module docstring)."""
-    args = [canonical(a) for a in serve_args(argv)]
-    given: list[str] = []
+    raw = serve_args(argv)
+    args = [canonical(a) for a in raw]
+    given: list[str] = []  # as written (evidence), not as canonicalised
     plain: str | None = None
     dotted: dict[str, Any] = {}
     extra: dict[str, str] = {}
@@ -106,10 +109,10 @@ def read_speculative(argv: list[str]) -> ArgvSpec:
             i += 1
             continue
         if not eq and not takes:
-            given.append(arg)
+            given.append(raw[i])
             break  # argparse: "expected one argument": vLLM would not start
         text = value if eq else args[i + 1]
-        given.append(f"{arg} {text}" if not eq else arg)
+        given.append(raw[i] if eq else f"{raw[i]} {text}")
         if dot and option == SPEC_OPTION:
             _merge(dotted, path.split("."), _dotted_value(text))
         elif option == SPEC_OPTION:
