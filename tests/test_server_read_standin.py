@@ -31,27 +31,29 @@ def spec(model: str, n: int = 15) -> str:
     return json.dumps({"method": "dflash", "model": model, "num_speculative_tokens": n})
 
 
+HAND_START = (
+    "vllm=$1 target=$2 control=$3 port=$4; shift 4; "
+    f'{CONTROL_ENV}="$control" VLLM_USE_V2_MODEL_RUNNER=1 setsid "$vllm" serve "$target" '
+    '"$@" --host 127.0.0.1 --port "$port" > /root/by-hand.log 2>&1 < /dev/null &'
+)
+WAIT_HEALTH = (
+    "import sys, time, urllib.request\n"
+    "for _ in range(480):\n"
+    "    try:\n"
+    "        urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/health', timeout=1)\n"
+    "        sys.exit(0)\n"
+    "    except OSError:\n"
+    "        time.sleep(0.5)\n"
+    "sys.exit(open('/root/by-hand.log').read()[-2000:])\n"
+)
+
+
 def hand_start(bed: Bed, *options: str) -> None:
     """``vllm serve TARGET OPTIONS... --port P`` started by hand (no launch record), as an
     operator would; returns once /health answers."""
-    script = (
-        "vllm=$1 target=$2 control=$3 port=$4; shift 4; "
-        f'{CONTROL_ENV}="$control" VLLM_USE_V2_MODEL_RUNNER=1 setsid "$vllm" serve "$target" '
-        '"$@" --host 127.0.0.1 --port "$port" > /root/by-hand.log 2>&1 < /dev/null &'
-    )
     args = [bed.standin.vllm, TARGET_DIR, CONTROL, str(bed.port), *options]
-    bed.host.exec(["sh", "-c", script, "sh", *args], check=True)
-    wait = (
-        "import sys, time, urllib.request\n"
-        "for _ in range(480):\n"
-        "    try:\n"
-        "        urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/health', timeout=1)\n"
-        "        sys.exit(0)\n"
-        "    except OSError:\n"
-        "        time.sleep(0.5)\n"
-        "sys.exit(open('/root/by-hand.log').read()[-2000:])\n"
-    )
-    ready = bed.host.exec(["/usr/bin/python3", "-c", wait, str(bed.port)], timeout=280)
+    bed.host.exec(["sh", "-c", HAND_START, "sh", *args], check=True)
+    ready = bed.host.exec(["/usr/bin/python3", "-c", WAIT_HEALTH, str(bed.port)], timeout=280)
     assert ready.returncode == 0, ready.stderr
 
 
@@ -173,6 +175,10 @@ def test_status_logs_check_and_stop_find_the_server_launched_on_another_port(bed
     assert check.returncode == 0, statuses(report)
     assert report["port"] == bed.port
 
+    doctor = run(bed, "doctor", "--from", bed.authority())
+    assert doctor.returncode == 0, doctor.stdout + doctor.stderr
+    assert f"(server port {bed.port})" in doctor.stdout
+
     pid = data["pid"]
     stopped = run(bed, "stop", "--timeout", "20")
     assert stopped.returncode == 0, stopped.stdout + stopped.stderr
@@ -222,3 +228,22 @@ def test_in_a_container_commands_without_port_find_the_launched_server(
         ["sh", "-c", "ps -o pid,args | grep -c '[v]llm_standin' || true"]
     )
     assert str(left.stdout).strip() == "0"
+
+
+@pytest.mark.lxc
+def test_in_a_container_two_speculative_options_fail_stage_c_naming_both(
+    container_bed: ContainerBed,
+) -> None:
+    b, container = container_bed.bed, container_bed.container
+    container_bed.put(f"{OTHER}/config.json", REFERENCE)
+    options = ["--speculative-config", spec(DRAFTER_DIR), "--speculative_config=" + spec(OTHER)]
+    args = [b.standin.vllm, TARGET_DIR, CONTROL, str(b.port), *options]
+    container.attach(["sh", "-c", HAND_START, "sh", *args])
+    ready = container.attach([b.standin.python, "-c", WAIT_HEALTH, str(b.port)], timeout=280)
+    assert ready.returncode == 0, ready.stderr
+    proc = container_bed.run("runtime-check", "--python", b.standin.python, "--json")
+    report = json.loads(proc.stdout)
+    assert proc.returncode == ExitCode.RUNTIME_CHECK_FAILED, json.dumps(report)[:3000]
+    c = stages(report)["c"]
+    assert f"runs drafter '{OTHER}' (the last of 2 speculative options" in c["summary"]
+    assert f"not '{DRAFTER_DIR}'" in c["summary"]
