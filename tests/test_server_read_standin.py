@@ -90,6 +90,12 @@ def test_two_speculative_options_serve_the_last_and_stage_c_fails_naming_both(
     assert DRAFTER_DIR in evidence.split("vLLM uses the last")[1].split("2. ")[0]  # option 1
     assert c["data"]["spec"]["model"] == OTHER
 
+    # status shows what vLLM runs, and every option as written.
+    status = run(bed, "status", "--port", str(bed.port))
+    assert status.returncode == 0, status.stdout + status.stderr
+    assert f'"model": "{OTHER}"' in status.stdout.split("speculative ", 1)[1].splitlines()[0]
+    assert "2 speculative options on its command line" in status.stdout
+
     # doctor names the server as the first broken link.
     proc = bed.cli.run(
         "doctor", f"{bed.host.alias}:{DRAFTER_DIR}", "--from", bed.authority(),

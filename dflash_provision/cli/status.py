@@ -77,6 +77,14 @@ def _render(status: ServerStatus) -> None:
     click.echo(f"  command     {shlex.join(server.argv) if server.argv else '(not visible)'}")
     spec = server.speculative_config
     click.echo(f"  speculative {json.dumps(spec) if spec is not None else '(none on its argv)'}")
+    read = server.argv_spec
+    if read is not None and len(read.given) > 1:
+        click.echo(f"  warning     {len(read.given)} speculative options on its command line:")
+        for given in read.given:
+            click.echo(f"                {given[:300]}")
+        click.echo("              vLLM runs the one above (`vllm serve`'s rules: the last wins)")
+    if read is not None and read.unknown:
+        click.echo(f"  warning     {read.unknown}")
     if server.started_by_us and record is not None:
         click.echo(f"  started     {record.started_at}")
         click.echo(f"  model       {record.model}")

@@ -44,6 +44,10 @@ class ServerStatus:
             "pid": server.pid if server else None,
             "argv": server.argv if server else [],
             "speculative_config": server.speculative_config if server else None,
+            # each speculative option as written (vLLM uses the last; dotted ones merge last)
+            "speculative_options": list(server.argv_spec.given)
+            if server and server.argv_spec
+            else [],
             "health_status": self.health_status,
             "record": self.last_record.to_dict() if self.last_record else None,
             "state_dir": self.state_dir,
