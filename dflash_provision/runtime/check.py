@@ -2,8 +2,11 @@
 
 Order and cost (exec = one remote command; request = one HTTP request through the transport):
 
+    (port)                 without --port: 1 exec (the launch records: which port runs
+                           TARGET's drafter, see locate.py)
     a  file on disk        1 exec (read)
-    c  find the server     1 exec (state of the port) + 1 exec (its log's tail, when we know it)
+    c  find the server     1 exec (state of the port) + 1 exec (this launch's start-up part of
+                           its log, when we know the log)
     b  probe               1 exec (the target's python: transformers, and vLLM when importable;
                            the target model comes from the server found in c)
     d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt

@@ -1,5 +1,10 @@
 """runtime-check stage c: the process on the port (method dflash, this drafter, N, engine version,
-aux layers == target_layer_ids + 1 from its start-up log)."""
+aux layers == target_layer_ids + 1 from its start-up log).
+
+The server is read the way vLLM reads itself: its command line with ``vllm serve``'s rules
+(vllm_argv: the last of repeated options wins), cross-checked with the engine's own start-up
+record (vllm_log: only vLLM's records of this launch, before ready). A disagreement between the
+two, or with the provisioned drafter, fails the stage naming both values."""
 
 from __future__ import annotations
 
