@@ -95,8 +95,13 @@ def serving(spec: dict[str, Any] | None, log: list[str] | None = None) -> StageR
     return stage_server(c, 8000)
 
 
-ENGINE = (
-    "INFO Initializing a V1 LLM engine (v0.32.0) with config: model='/m/T', speculative_config="
+def rec(message: str) -> str:
+    """A line in vLLM's logger format (only such records are evidence)."""
+    return f"(EngineCore_DP0 pid=7) INFO 12-01 05:00:00 [core.py:134] {message}"
+
+
+ENGINE = rec(
+    "Initializing a V1 LLM engine (v0.32.0) with config: model='/m/T', speculative_config="
     f"SpeculativeConfig(method='dflash', model='{DRAFTER}', num_spec_tokens=15), seed=0"
 )
 SPEC = {"method": "dflash", "model": DRAFTER + "/", "num_speculative_tokens": 15}
@@ -104,13 +109,13 @@ SPEC = {"method": "dflash", "model": DRAFTER + "/", "num_speculative_tokens": 15
 
 def test_stage_c_passes_on_a_matching_command_line_and_log() -> None:
     result = serving(
-        SPEC, [ENGINE, "Using auxiliary layers from speculative config: (2, 17, 32, 47, 62)"]
+        SPEC, [ENGINE, rec("Using auxiliary layers from speculative config: (2, 17, 32, 47, 62)")]
     )
     assert result.status is StageStatus.PASSED, result.evidence
 
 
 def test_stage_c_fails_on_the_from_model_fallback() -> None:
-    result = serving(SPEC, [ENGINE, "Using Eagle3 auxiliary layers from model: (2, 33, 61)"])
+    result = serving(SPEC, [ENGINE, rec("Using Eagle3 auxiliary layers from model: (2, 33, 61)")])
     assert result.failed and '("from model")' in result.summary
 
 

@@ -635,3 +635,94 @@ def test_a_config_that_does_not_fit_its_safetensors_is_refused_before_vllm_start
     assert bed.vllm_processes() == []
     status = bed.cli("status", bed.target(name), "--port", str(port), *bed.ssh_options())
     assert status.returncode == ExitCode.NOT_RUNNING, status.output
+
+
+def _hand_start(bed: RealBed, port: int, *options: str) -> int:
+    """``vllm serve`` started by hand on the host (no launch record), as an operator would;
+    returns its pid (= its process group: setsid) once /health answers."""
+    script = (
+        "port=$1 vllm=$2 target=$3; shift 3; "
+        'VLLM_CPU_KVCACHE_SPACE=1 setsid "$vllm" serve "$target" "$@" --host 127.0.0.1 '
+        '--port "$port" > /root/by-hand.log 2>&1 < /dev/null & echo $!'
+    )
+    argv = [str(port), str(bed.env.vllm), TARGET_DIR, *SERVE_ARGS, *options]
+    started = bed.host.exec(["sh", "-c", script, "sh", *argv], timeout=60)
+    pid = int(started.stdout.strip())
+    deadline = time.monotonic() + float(READY_TIMEOUT_S)
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return pid
+        except OSError:
+            time.sleep(2)
+    log = bed.host.exec(["tail", "-c", "3000", "/root/by-hand.log"]).stdout
+    pytest.fail(f"hand-started vLLM not ready: {log}")
+
+
+def _end_group(bed: RealBed, pgid: int) -> None:
+    script = (
+        'kill -TERM -"$1" 2>/dev/null; for i in $(seq 60); do '
+        'kill -0 -"$1" 2>/dev/null || exit 0; sleep 1; done; kill -KILL -"$1"'
+    )
+    bed.host.exec(["sh", "-c", script, "sh", str(pgid)], timeout=120)
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_hand_started_vllm_with_two_speculative_configs_is_caught_at_stage_c(
+    bed: RealBed,
+) -> None:
+    # vLLM's own argparse keeps the LAST --speculative-config: this server drafts with the
+    # random drafter, though the first option names the provisioned (agreeing) one.
+    port = free_port()
+    before = bed.vllm_processes()  # the module's agreeing server may run beside it
+    first = {"method": "dflash", "model": bed.drafter_dir("agreeing"), "num_speculative_tokens": 4}
+    last = {**first, "model": bed.drafter_dir("random")}
+    pgid = _hand_start(
+        bed,
+        port,
+        "--speculative-config",
+        json.dumps(first),
+        "--speculative-config",
+        json.dumps(last),
+    )
+    try:
+        check = bed.on_target(
+            "runtime-check", "agreeing", port, "--python", str(bed.env.python), "--json"
+        )
+        assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED, check.output
+        server = stage(check.json(), "c")
+        assert server["status"] == "failed"
+        assert f"runs drafter '{bed.drafter_dir('random')}' (the last of 2" in server["summary"]
+        assert f"not '{bed.drafter_dir('agreeing')}'" in server["summary"]
+        # What vLLM really serves agrees: the random drafter's ~0% acceptance.
+        assert stage(check.json(), "e")["data"]["acceptance_rate"] <= 0.05
+    finally:
+        _end_group(bed, pgid)
+    assert bed.vllm_processes() == before
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_stop_without_port_finds_a_launch_on_another_port_and_leaves_no_vllm(
+    bed: RealBed, port: int
+) -> None:
+    # The random drafter: the module's agreeing server may still run (one drafter launched on
+    # two ports would be a usage error, rightly); its ~0% acceptance is not the point here.
+    assert port != 8000
+    before = bed.vllm_processes()
+    launched = bed.launch("random", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+    check = bed.cli(
+        "runtime-check", bed.target("random"), "--from", bed.authority("random"),
+        "--min-acceptance", "0", "--json", *bed.ssh_options(),
+    )  # fmt: skip
+    assert check.returncode == 0, check.output
+    assert check.json()["port"] == port
+    assert [s["status"] for s in check.json()["stages"]] == ["passed"] * 5  # real log read
+    stopped = bed.cli("stop", bed.target("random"), *bed.ssh_options())
+    assert stopped.returncode == 0, stopped.output
+    assert f"port {port}" in stopped.stdout
+    assert bed.vllm_processes() == before

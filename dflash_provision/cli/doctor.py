@@ -38,7 +38,7 @@ def command(
     ctx: click.Context,
     target_spec: str,
     authority_spec: SourceSpec,
-    port: int,
+    port: int | None,
     min_acceptance: float,
     prompts: int,
     python: str | None,
@@ -54,7 +54,8 @@ def command(
     target = parse_target(target_spec)
     authority = authority_spec.load()
     settings = CheckSettings(
-        port=port,
+        port=port or 8000,
+        find_port=port is None,
         min_acceptance=min_acceptance,
         prompts=prompts,
         timeout=connection.ssh.command_timeout,

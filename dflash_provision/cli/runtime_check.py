@@ -100,7 +100,7 @@ def command(
     ctx: click.Context,
     selection: FleetSelection,
     connection: Connector,
-    port: int,
+    port: int | None,
     min_acceptance: float,
     prompts: int,
     max_tokens: int,
@@ -122,7 +122,8 @@ def command(
         raise click.UsageError(f"--no-reference and {other} contradict each other")
 
     settings = CheckSettings(
-        port=port,
+        port=port or 8000,
+        find_port=port is None,
         min_acceptance=min_acceptance,
         prompts=prompts,
         max_tokens=max_tokens,

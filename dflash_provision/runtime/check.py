@@ -2,8 +2,11 @@
 
 Order and cost (exec = one remote command; request = one HTTP request through the transport):
 
+    (port)                 without --port: 1 exec (the launch records: which port runs
+                           TARGET's drafter, see locate.py)
     a  file on disk        2 execs (read; the safetensors headers beside it)
-    c  find the server     1 exec (state of the port) + 1 exec (its log's tail, when we know it)
+    c  find the server     1 exec (state of the port) + 1 exec (this launch's start-up part of
+                           its log, when we know the log)
     b  probe               1 exec (the target's python: transformers, and vLLM when importable;
                            the target model comes from the server found in c)
     d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt
@@ -61,6 +64,9 @@ class CheckSettings:
     """How to check: which port, the acceptance gate, the smoke prompts, where python lives."""
 
     port: int = DEFAULT_PORT
+    # True (no --port): the port launch started TARGET's drafter on (its launch record), else
+    # ``port``; resolved once per target by ``with_port``.
+    find_port: bool = False
     min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
     prompts: int = DEFAULT_PROMPTS
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -178,6 +184,7 @@ def run_check(
     from dflash_provision.runtime.process import find_server
 
     started = time.monotonic()
+    settings = with_port(transport, target, settings)
     ctx = CheckContext(
         transport=transport,
         target=target,
@@ -212,6 +219,19 @@ def run_check(
     return report
 
 
+def with_port(transport: Transport, target: Target, settings: CheckSettings) -> CheckSettings:
+    """``settings`` with its port chosen: --port, else TARGET's launch record (one exec), else
+    8000; UsageError when TARGET's drafter runs on several ports."""
+    if not settings.find_port:
+        return settings
+    from dataclasses import replace
+
+    from dflash_provision.runtime.locate import choose_port
+
+    choice = choose_port(transport, target, None, timeout=settings.timeout)
+    return replace(settings, port=choice.port, find_port=False)
+
+
 def _authoritative_doc(authority: Authority) -> dict[str, Any]:
     """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
     be compared with it)."""
@@ -229,20 +249,19 @@ def _int(value: Any) -> int | None:
 
 
 def _read_log(ctx: CheckContext) -> Any:
-    """The server's start-up facts from its log (ours: the launch record names it)."""
-    from dflash_provision.runtime.process import read_log
-    from dflash_provision.runtime.vllm_log import parse_log
+    """The server's start-up facts from its log (ours: the launch record names it): this
+    launch's part of the log from its beginning, read with vllm_log's rules."""
+    from dflash_provision.runtime.process import read_startup_log
+    from dflash_provision.runtime.vllm_log import parse_startup
 
     server = ctx.server
     if server is None or server.record is None:
         return None
-    tail = read_log(
-        ctx.transport, server.record, LOG_LINES, max_bytes=LOG_BYTES, timeout=ctx.timeout
-    )
+    tail = read_startup_log(ctx.transport, server.record, max_bytes=LOG_BYTES, timeout=ctx.timeout)
     if not tail.present:
         return None
     ctx.log_size = tail.size
-    return parse_log(tail.lines)
+    return parse_startup(tail.text)
 
 
 def _serve_stages(

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
+from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check, with_port
 from dflash_provision.runtime.diagnosis import first_fix
 from dflash_provision.runtime.link_fixes import (
     file_fix,
@@ -130,6 +130,7 @@ def diagnose(
     push_fix: str,
 ) -> DoctorReport:
     """Run the check, then read it as the pipeline's chain of links."""
+    settings = with_port(transport, target, settings)  # one lookup; the fix lines name the port
     check = run_check(transport, target, authority, settings, push_fix=push_fix)
     c = check.stage("c")
     assert c is not None

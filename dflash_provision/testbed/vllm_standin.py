@@ -31,7 +31,11 @@ each, finished on every /metrics read: they show in ``vllm:request_success_total
 ``impossible_counters`` (bool: /metrics reports more accepted tokens than were drafted),
 ``reset_counters`` (str: each new value makes the next completion find every counter back at 0,
 as after a restart of the server). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable,
-default 10) sets how often the SpecDecoding line is logged.
+default 10) sets how often the SpecDecoding line is logged. ``--enable-log-requests`` logs each
+completion request as vLLM 0.32 does (its prompt at DEBUG with ``VLLM_LOGGING_LEVEL=DEBUG``; a
+client's ``request_id`` as sent, inner line breaks the way vLLM's NewLineFormatter writes them).
+``VLLM_STANDIN_ENGINE_SPEC`` (JSON) makes the engine's start-up line show other speculative
+values than the command line.
 
 Drafting model (deterministic, so tests can assert counts): the prompt's prefill yields the first
 token; then each step drafts K = num_speculative_tokens tokens, accepts a prefix of ``a`` of them
@@ -61,6 +65,7 @@ STANDIN_NOTE = "dflash-provision vLLM STAND-IN (a test double, not vLLM)"
 CONTROL_ENV = "VLLM_STANDIN_CONTROL"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
+ENGINE_SPEC_ENV = "VLLM_STANDIN_ENGINE_SPEC"
 
 MAX_BODY_BYTES = 1024 * 1024  # a completion request larger than this is refused (413)
 MAX_CONTROL_BYTES = 64 * 1024
@@ -92,7 +97,9 @@ class VllmLog:
 
     def line(self, level: str, where: str, message: str, *, proc: str = "APIServer") -> None:
         stamp = time.strftime("%m-%d %H:%M:%S")
-        text = f"({proc} pid={self.pid}) {level} {stamp} [{where}] {message}\n"
+        prefix = f"({proc} pid={self.pid}) {level} {stamp} [{where}] "
+        # vLLM's NewLineFormatter: a message's inner line breaks become "\r\n" + the prefix.
+        text = prefix + message.replace("\n", "\r\n" + prefix) + "\n"
         self._write(sys.stdout, text)
 
     def info(self, where: str, message: str, *, proc: str = "APIServer") -> None:
@@ -275,6 +282,7 @@ _SWITCHES = {
     "--no-enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--headless",
+    "--enable-log-requests",
 }
 
 
@@ -765,6 +773,7 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     if control.reset_counters and control.reset_counters != engine.reset_seen:
         engine.reset_seen = control.reset_counters
         engine.counters.reset()
+    _log_request(engine, request)
     choices = []
     for index, prompt_tokens in enumerate(prompts):
         engine.counters.generate(max_tokens, prompt_tokens, engine.acceptance(control))
@@ -795,6 +804,29 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         "system_fingerprint": None,
         "kv_transfer_params": None,
     }
+
+
+def _log_request(engine: Engine, request: dict[str, Any]) -> None:
+    """With --enable-log-requests, what vLLM 0.32's RequestLogger.log_inputs logs: the prompt
+    (repr) at DEBUG (VLLM_LOGGING_LEVEL=DEBUG), then "Received request" at INFO. The request id
+    is the client's own ``request_id`` when it sends one, logged as it came (%s)."""
+    if not engine.args.other.get("--enable-log-requests"):
+        return
+    given = request.get("request_id")
+    rid = f"cmpl-{given if isinstance(given, str) else secrets.token_hex(16)}-0"
+    if os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() == "DEBUG":
+        engine.log.line(
+            "DEBUG",
+            "request_logger.py:55",
+            f"Request {rid} details: prompt: {request.get('prompt')!r}, "
+            "prompt_token_ids: None, prompt_embeds shape: None.",
+        )
+    engine.log.info(
+        "request_logger.py:65",
+        f"Received request {rid}: params: SamplingParams(n=1, temperature="
+        f"{request.get('temperature', 1.0)}, max_tokens={request.get('max_tokens', 16)}), "
+        "lora_request: None.",
+    )
 
 
 def models_reply(engine: Engine) -> dict[str, Any]:
@@ -945,9 +977,15 @@ class Server(ThreadingHTTPServer):
 def _engine_config_text(args: ServeArgs, draft: Draft | None, max_model_len: int) -> str:
     spec = "None"
     if draft is not None:
+        shown = {
+            "method": draft.method,
+            "model": draft.path,
+            "num_spec_tokens": draft.num_spec_tokens,
+        }
+        shown.update(_engine_spec_override())
         spec = (
-            f"SpeculativeConfig(method='{draft.method}', model={draft.path!r}, "
-            f"num_spec_tokens={draft.num_spec_tokens})"
+            f"SpeculativeConfig(method={shown['method']!r}, model={shown['model']!r}, "
+            f"num_spec_tokens={shown['num_spec_tokens']})"
         )
     return (
         f"model={args.model!r}, speculative_config={spec}, tokenizer={args.model!r}, "
@@ -958,6 +996,18 @@ def _engine_config_text(args: ServeArgs, draft: Draft | None, max_model_len: int
         f"device_config=cpu, seed=0, served_model_name={args.served_name}, "
         "enable_prefix_caching=True, enable_chunked_prefill=True"
     )
+
+
+def _engine_spec_override() -> dict[str, Any]:
+    """``VLLM_STANDIN_ENGINE_SPEC`` (JSON: method / model / num_spec_tokens): what the engine's
+    start-up record shows instead of the command line's values, as for a server whose arguments
+    were rewritten on the way (a wrapper, a --config file): a test of the cross-check."""
+    try:
+        value = json.loads(os.environ.get(ENGINE_SPEC_ENV, "") or "{}")
+    except ValueError:
+        return {}
+    keys = ("method", "model", "num_spec_tokens")
+    return {k: v for k, v in value.items() if k in keys} if isinstance(value, dict) else {}
 
 
 class Stopped(Exception):
