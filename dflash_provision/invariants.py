@@ -234,7 +234,9 @@ def check_target(doc: dict[str, Any], target: dict[str, Any]) -> list[Finding]:
     taps follow the reference default spacing (a warning when not, DFlash only)."""
     findings = _fit_target(doc, target)
     layers = _int(_target_field(target, "num_hidden_layers"))
-    hint = tap_spacing_hint(doc, layers) if layers is not None else None
+    # Next to a real mismatch (a drafter for another target) the spacing hint is only noise.
+    fits = not any(f.severity == "error" for f in findings)
+    hint = tap_spacing_hint(doc, layers) if layers is not None and fits else None
     if hint is not None:
         findings.append(Finding("target", hint[0], hint[1], "warning"))
     return findings

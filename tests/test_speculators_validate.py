@@ -1,0 +1,230 @@
+"""The speculators layout of a DFlash drafter through validate's layers and diff, and the
+reference tap-spacing warning (DFlash only; DFlash2 and matching ids never warn)."""
+
+from __future__ import annotations
+
+import copy
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dflash_provision.diff import render_changes, semantic_diff
+from dflash_provision.effective import check_effective
+from dflash_provision.errors import ExitCode
+from dflash_provision.invariants import check_invariants, check_target
+from dflash_provision.schema_check import check_schema
+from dflash_provision.speculators_layout import default_target_layer_ids, runtime_view
+from dflash_provision.testbed import samples
+from dflash_provision.validate import validate_config
+from tests.fixtures.cli import run_cli
+
+TLC = "transformer_layer_config"
+
+
+@pytest.fixture
+def spec() -> dict[str, Any]:
+    return samples.load_json(samples.SPECULATORS_DRAFTER)
+
+
+@pytest.fixture
+def target() -> dict[str, Any]:
+    return samples.load_json(samples.REFERENCE_TARGET)
+
+
+def paths(findings: list[Any]) -> list[str]:
+    return [f.path for f in findings]
+
+
+def errors(findings: list[Any]) -> list[Any]:
+    return [f for f in findings if f.severity == "error"]
+
+
+def test_good_speculators_config_passes_every_layer(spec: dict[str, Any]) -> None:
+    report = validate_config(
+        json.dumps(spec).encode(),
+        label="spec",
+        target=samples.REFERENCE_TARGET.read_bytes(),
+        num_speculative_tokens=7,
+    )
+    assert report.ok, [f.message for f in report.findings]
+    assert report.findings == []
+    assert report.layers["schema"] == report.layers["effective"] == "passed"
+    assert report.layers["target"] == "passed"
+
+
+def test_schema_names_the_speculators_fields(spec: dict[str, Any]) -> None:
+    del spec["speculators_config"]["verifier"]
+    spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 0
+    spec[TLC]["num_hidden_layers"] = 5.0
+    spec["speculators_model_type"] = "eagle3"
+    assert paths(check_schema(spec)) == [
+        "speculators_config.proposal_methods[0].speculative_tokens",
+        "speculators_config.verifier",
+        "speculators_model_type",
+        f"{TLC}.num_hidden_layers",
+    ]
+
+
+@pytest.mark.parametrize(
+    ("edit", "path", "words"),
+    [
+        (lambda d: d[TLC]["layer_types"].append("full_attention"), f"{TLC}.layer_types", "6 en"),
+        (lambda d: d[TLC].update(sliding_window=None), f"{TLC}.sliding_window", "vLLM refuses"),
+        (
+            lambda d: d.update(aux_hidden_state_layer_ids=[2, 32, 17, 47, 62]),
+            "aux_hidden_state_layer_ids",
+            "strictly increasing",
+        ),
+        (
+            lambda d: d.update(aux_hidden_state_layer_ids=[0, 17, 32, 47, 62]),
+            "aux_hidden_state_layer_ids[0]",
+            "embedding output",
+        ),
+        (lambda d: d.update(mask_token_id=248320), "mask_token_id", "vocab_size (248320)"),
+        (lambda d: d.update(draft_vocab_size=300000), "draft_vocab_size", "exceeds"),
+        (
+            lambda d: d["speculators_config"]["proposal_methods"][0].update(speculative_tokens=8),
+            "speculators_config.proposal_methods[0].speculative_tokens",
+            "block_size - 1 = 7",
+        ),
+        (lambda d: d.update(model_type="qwen3"), "model_type", "skips its speculators conversion"),
+        (
+            lambda d: d["speculators_config"].update(algorithm="dflash2"),
+            "speculators_config.algorithm",
+            "make them agree",
+        ),
+        (lambda d: d.pop("sliding_window_non_causal"), "sliding_window_non_causal", "non-causal"),
+    ],
+)
+def test_broken_speculators_config_fails_its_invariant(
+    spec: dict[str, Any], edit: Any, path: str, words: str
+) -> None:
+    edit(spec)
+    (finding,) = errors(check_invariants(spec))
+    assert finding.path == path
+    assert words in finding.message
+
+
+def test_sample_from_anchor_allows_block_size_tokens(spec: dict[str, Any]) -> None:
+    spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 8
+    spec["sample_from_anchor"] = True
+    assert check_invariants(spec) == []
+    assert paths(check_invariants(spec, num_speculative_tokens=9)) == ["block_size"]
+
+
+def test_target_fit_reads_transformer_layer_config_and_aux_ids(
+    spec: dict[str, Any], target: dict[str, Any]
+) -> None:
+    spec[TLC]["hidden_size"] = 4096
+    spec["aux_hidden_state_layer_ids"] = [2, 17, 32, 47, 65]
+    found = errors(check_target(spec, target))
+    assert paths(found) == [f"{TLC}.hidden_size", "aux_hidden_state_layer_ids[4]"]
+    assert "target has 64 layers" in found[1].message
+
+
+def test_effective_layer_reports_what_vllms_conversion_replaces(spec: dict[str, Any]) -> None:
+    spec[TLC]["dflash_config"] = {"swa_window_size": 1024}
+    spec[TLC]["use_sliding_window"] = False
+    found = check_effective(spec)
+    assert [(f.path, f.severity) for f in found] == [
+        (f"{TLC}.dflash_config", "error"),
+        (f"{TLC}.sliding_window", "warning"),
+    ]
+    assert "swa_window_size" in found[0].message
+
+
+def test_runtime_view_is_vllms_conversion(spec: dict[str, Any]) -> None:
+    view = runtime_view(spec)
+    assert view["eagle_aux_hidden_state_layer_ids"] == [2, 17, 32, 47, 62]
+    assert view["dflash_config"] == {
+        "mask_token_id": 248077,
+        "target_layer_ids": [1, 16, 31, 46, 61],
+        "sample_from_anchor": False,
+        "causal": True,
+    }
+    assert view["layer_types"] == spec[TLC]["layer_types"]
+
+
+# --- the reference tap spacing ---
+
+
+@pytest.mark.parametrize(
+    ("layers", "taps", "ids"),
+    [
+        (64, 5, [1, 16, 31, 46, 61]),
+        (36, 5, [1, 9, 17, 25, 33]),
+        (48, 5, [1, 12, 23, 34, 45]),
+        (7, 3, [1, 2, 4]),  # 2.5 rounds to 2: Python's round(), as the reference uses
+        (40, 1, [20]),
+    ],
+)
+def test_default_tap_spacing_matches_the_reference(layers: int, taps: int, ids: list[int]) -> None:
+    assert default_target_layer_ids(layers, taps) == ids
+
+
+def test_dflash_ids_off_the_default_spacing_warn_naming_the_expected_ids(
+    target: dict[str, Any],
+) -> None:
+    incident = samples.load_json(samples.INCIDENT_DRAFTER)
+    (finding,) = check_target(incident, target)
+    assert finding.severity == "warning"
+    assert finding.path == "dflash_config.target_layer_ids"
+    assert "expected [1, 16, 31, 46, 61]" in finding.message
+
+
+def test_matching_ids_and_dflash2_drafters_do_not_warn(target: dict[str, Any]) -> None:
+    assert check_target(samples.load_json(samples.REFERENCE_DRAFTER), target) == []
+    dflash2 = samples.load_json(samples.DFLASH2_DRAFTER)  # ids [5, 19, 33, 47, 61]
+    assert [f for f in check_target(dflash2, target) if "spacing" in f.message] == []
+
+
+def test_speculators_aux_ids_are_compared_as_hidden_state_indices(
+    spec: dict[str, Any], target: dict[str, Any]
+) -> None:
+    assert check_target(spec, target) == []  # aux [2, 17, ...] = default ids + 1
+    spec["aux_hidden_state_layer_ids"] = [1, 16, 31, 46, 61]  # the ids without the + 1
+    (finding,) = check_target(spec, target)
+    assert finding.severity == "warning"
+    assert "expected [2, 17, 32, 47, 62]" in finding.message
+    spec["speculators_model_type"] = spec["speculators_config"]["algorithm"] = "dflash2"
+    assert check_target(spec, target) == []
+
+
+# --- diff and the CLI ---
+
+
+def test_diff_names_speculators_fields(spec: dict[str, Any]) -> None:
+    changed = copy.deepcopy(spec)
+    changed["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 5
+    changed["aux_hidden_state_layer_ids"][4] = 63
+    changed[TLC]["sliding_window"] = 4096
+    assert render_changes(semantic_diff(spec, changed)) == [
+        "aux_hidden_state_layer_ids[4]: 62 → 63",
+        "speculators_config.proposal_methods[0].speculative_tokens: 7 → 5",
+        f"{TLC}.sliding_window: 2048 → 4096",
+    ]
+
+
+@pytest.mark.integration
+def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
+    good = run_cli("validate", samples.SPECULATORS_DRAFTER, "--target-config", samples.REFERENCE_TARGET)
+    assert good.returncode == ExitCode.OK, good.stdout + good.stderr
+    assert good.stdout.rstrip().endswith("valid")
+
+    doc = samples.load_json(samples.SPECULATORS_DRAFTER)
+    doc["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 9
+    doc["aux_hidden_state_layer_ids"] = [1, 16, 31, 46, 61]
+    broken = tmp_path / "config.json"
+    broken.write_text(json.dumps(doc))
+    bad = run_cli("validate", tmp_path, "--target-config", samples.REFERENCE_TARGET, "--json")
+    assert bad.returncode == ExitCode.INVALID, bad.stdout + bad.stderr
+    report = json.loads(bad.stdout)
+    found = {(f["path"], f["severity"]) for f in report["findings"]}
+    assert ("speculators_config.proposal_methods[0].speculative_tokens", "error") in found
+    assert ("aux_hidden_state_layer_ids", "warning") in found
+
+    drift = run_cli("diff", samples.SPECULATORS_DRAFTER, broken)
+    assert drift.returncode == ExitCode.DRIFT
+    assert "speculators_config.proposal_methods[0].speculative_tokens: 7 → 9" in drift.stdout
