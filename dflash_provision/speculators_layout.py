@@ -78,11 +78,12 @@ def is_dflash2(doc: dict[str, Any]) -> bool:
     return doc.get("speculators_model_type") == "dflash2"
 
 
-def runtime_view(doc: dict[str, Any]) -> dict[str, Any]:
+def runtime_view(doc: dict[str, Any], *, keep_block_size: bool = True) -> dict[str, Any]:
     """The drafter in the reference layout, as vLLM's speculators conversion builds it.
 
     A config in the reference layout is returned as it is. ``block_size`` is kept at the top
-    level (vLLM does not read it for DFlash; the checks of N against it do).
+    level unless ``keep_block_size`` is false (vLLM's conversion drops it: it does not read it
+    for DFlash; the checks of N against it do).
     """
     if not is_speculators(doc):
         return doc
@@ -100,7 +101,7 @@ def runtime_view(doc: dict[str, Any]) -> dict[str, Any]:
             "sample_from_anchor": doc.get("sample_from_anchor", False),
             "causal": not doc.get("sliding_window_non_causal", True),
         }
-    if "block_size" in doc:
+    if "block_size" in doc and keep_block_size:
         view["block_size"] = doc["block_size"]
     return view
 

@@ -224,7 +224,9 @@ def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: fl
 
 
 def _runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    layer_types = doc.get("layer_types")
+    from dflash_provision.speculators_layout import runtime_view
+
+    layer_types = runtime_view(doc).get("layer_types")  # either published layout
     kinds = set(layer_types) if isinstance(layer_types, list) else set()
     if not {"sliding_attention", "full_attention"} <= kinds:
         return env, []

@@ -8,6 +8,7 @@ import shlex
 from typing import Any
 
 from dflash_provision.invariants import block_size_of
+from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- c: the running server ---------------------------------------------------------------------
@@ -42,10 +43,11 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
             {"port": port},
             fix="dflash-provision launch " + shlex.quote(ctx.target.display()) + " --model MODEL",
         )
-    spec = server_spec(server)
+    # `vllm serve <speculators drafter dir>`: the spec comes from its speculators_config.
+    spec, problems = served_spec(ctx, server, server_spec(server))
     argv = list(getattr(server, "argv", []) or [])
     evidence = [f"pid {getattr(server, 'pid', '?')}: {shlex.join(argv)[:400]}"]
-    problems = _argv_problems(ctx, spec)
+    problems += _argv_problems(ctx, spec)
     problems += _log_problems(ctx, spec, evidence)
     data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}
     warnings = []
