@@ -1,7 +1,8 @@
 """The "schema" layer: JSON Schema (Draft 2020-12) validation, one schema per drafter family.
 
-The schema is chosen by the layout and ``architectures`` (:func:`family_of`); every violation is listed (not only the first), each
-with the JSON path of the offending value, e.g. ``dflash_config.target_layer_ids[2]``.
+The schema is chosen by the layout and ``architectures`` (:func:`family_of`); every violation
+is listed (not only the first), each with the JSON path of the offending value, e.g.
+``dflash_config.target_layer_ids[2]``.
 """
 
 from __future__ import annotations

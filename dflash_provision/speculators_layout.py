@@ -142,7 +142,7 @@ def default_target_layer_ids(num_target_layers: int, taps: int) -> list[int]:
     if taps <= 1:
         return [num_target_layers // 2]
     span = num_target_layers - 4
-    return [int(round(1 + (i * span) / (taps - 1))) for i in range(taps)]
+    return [round(1 + (i * span) / (taps - 1)) for i in range(taps)]
 
 
 def tap_spacing_hint(doc: dict[str, Any], num_target_layers: int) -> tuple[str, str] | None:

@@ -95,6 +95,8 @@ def test_a_launched_speculators_drafter_passes_and_off_default_taps_warn_in_b(be
     assert code == 0, json.dumps(report, indent=1)[:4000]
     by = stages(report)
     assert statuses(report) == "a:passed b:passed c:passed d:passed e:passed"
-    assert "aux layers [1, 16, 31, 46, 61] from speculative config" in "\n".join(by["c"]["evidence"])
+    assert "aux layers [1, 16, 31, 46, 61] from speculative config" in "\n".join(
+        by["c"]["evidence"]
+    )
     (warning,) = by["b"]["warnings"]
     assert "expected [2, 17, 32, 47, 62]" in warning

@@ -209,7 +209,9 @@ def test_diff_names_speculators_fields(spec: dict[str, Any]) -> None:
 
 @pytest.mark.integration
 def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
-    good = run_cli("validate", samples.SPECULATORS_DRAFTER, "--target-config", samples.REFERENCE_TARGET)
+    good = run_cli(
+        "validate", samples.SPECULATORS_DRAFTER, "--target-config", samples.REFERENCE_TARGET
+    )
     assert good.returncode == ExitCode.OK, good.stdout + good.stderr
     assert good.stdout.rstrip().endswith("valid")
 
@@ -228,3 +230,78 @@ def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
     drift = run_cli("diff", samples.SPECULATORS_DRAFTER, broken)
     assert drift.returncode == ExitCode.DRIFT
     assert "speculators_config.proposal_methods[0].speculative_tokens: 7 → 9" in drift.stdout
+
+
+# --- stage b and c on data shaped like the probe's and the server's (no hosts) ---
+
+
+def spec_ctx(auth: dict[str, Any], disk: dict[str, Any] | None = None) -> Any:
+    from types import SimpleNamespace
+
+    from dflash_provision.authority import Authority
+    from dflash_provision.runtime.stages import CheckContext
+    from dflash_provision.target import parse_target
+
+    data = json.dumps(auth).encode()
+    ctx = CheckContext(
+        transport=None,  # type: ignore[arg-type]  # the comparisons never run commands
+        target=parse_target("gpu1:/m/D"),
+        authority=Authority("test", data),
+        auth_doc=json.loads(data),
+        push_fix="dflash-provision push gpu1:/m/D --from x",
+    )
+    if disk is not None:
+        ctx.disk = SimpleNamespace(data=json.dumps(disk).encode())  # what stage a read
+    return ctx
+
+
+class Server:
+    def __init__(self, argv: list[str]) -> None:
+        self.pid, self.argv, self.speculative_config, self.record = 42, argv, None, None
+
+
+def test_stage_c_reads_n_and_method_from_speculators_config_of_the_served_dir(
+    spec: dict[str, Any],
+) -> None:
+    from dflash_provision.runtime.stage_server import stage_server
+
+    ctx = spec_ctx(spec)
+    ctx.server = Server(["vllm", "serve", "/m/D/", "--port", "8000"])
+    result = stage_server(ctx, 8000)
+    assert result.passed, result.evidence
+    assert result.data["spec"]["num_speculative_tokens"] == 7
+    assert result.data["spec"]["method"] == "dflash"
+
+    other = copy.deepcopy(spec)
+    other["speculators_model_type"] = "eagle3"  # the file the server read serves another method
+    ctx = spec_ctx(spec, disk=other)
+    ctx.server = Server(["vllm", "serve", "/m/D"])
+    assert "speculative method 'eagle3', expected 'dflash'" in stage_server(ctx, 8000).summary
+
+    # An override on the command line is the operator's choice: checked against the block only.
+    ctx = spec_ctx(spec)
+    ctx.server = Server(["vllm", "serve", "/m/D"])
+    ctx.server.speculative_config = {"num_speculative_tokens": 8}
+    assert "num_speculative_tokens 8 > block_size - 1 = 7" in stage_server(ctx, 8000).summary
+
+
+def test_stage_b_compares_vllms_conversion_naming_the_speculators_fields(
+    spec: dict[str, Any],
+) -> None:
+    from dflash_provision.runtime.stage_disk import speculators_loader_part
+
+    converted = runtime_view(spec, keep_block_size=False)
+    assert speculators_loader_part(spec_ctx(spec), {"config": converted}, []) == ([], [])
+    # A vLLM whose conversion dropped the window and shifted the taps:
+    broken = copy.deepcopy(converted)
+    broken["sliding_window"] = None
+    broken["dflash_config"]["target_layer_ids"][0] = 2
+    _, vs_auth = speculators_loader_part(spec_ctx(spec), {"config": broken}, [])
+    assert vs_auth == [
+        "converted on the target: aux_hidden_state_layer_ids (- 1): 2 → 1",
+        f"converted on the target: {TLC}.sliding_window: null → 2048",
+    ]
+    evidence: list[str] = []
+    note = {"config": None, "note": "transformers cannot load the speculators layout"}
+    assert speculators_loader_part(spec_ctx(spec), note, evidence) == ([], [])
+    assert evidence == ["transformers cannot load the speculators layout"]

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
-from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.speculators_serve import served_spec
+from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
 from dflash_provision.runtime.stage_traffic import (
     SMOKE_PROMPTS,

@@ -307,7 +307,9 @@ def speculators_loader_part(
     from dflash_provision.speculators_layout import file_field, runtime_view
 
     if eff.get("error"):
-        refused = f"vLLM on the target cannot convert the speculators-layout drafter: {eff['error']}"
+        refused = (
+            f"vLLM on the target cannot convert the speculators-layout drafter: {eff['error']}"
+        )
         return [refused], [refused]
     loaded = eff.get("config")
     if not isinstance(loaded, dict):

@@ -538,7 +538,9 @@ def speculators_draft_config(path: str) -> Any | None:
         raise StartupFailure("KeyError", "'aux_hidden_state_layer_ids'")
     values = dict(layer)
     values["architectures"] = [
-        "DFlash2DraftModel" if doc.get("speculators_model_type") == "dflash2" else "DFlashDraftModel"
+        "DFlash2DraftModel"
+        if doc.get("speculators_model_type") == "dflash2"
+        else "DFlashDraftModel"
     ]
     values["draft_vocab_size"] = doc.get("draft_vocab_size")
     # vLLM drops block_size; the stand-in keeps it only to reject drafts past the trained block.
