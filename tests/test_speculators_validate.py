@@ -307,3 +307,46 @@ def test_stage_b_compares_vllms_conversion_naming_the_speculators_fields(
     note = {"config": None, "note": "transformers cannot load the speculators layout"}
     assert speculators_loader_part(spec_ctx(spec), note, evidence) == ([], [])
     assert evidence == ["transformers cannot load the speculators layout"]
+
+
+def test_stage_b_without_a_draft_for_a_speculators_drafter_fails_even_without_model(
+    spec: dict[str, Any],
+) -> None:
+    from dflash_provision.runtime.stage_disk import _vllm_part
+
+    # The probe resolves a speculators drafter against its own verifier: no draft is an answer.
+    timed_out = {"importable": True, "version": "0.32.0", "error": "probe timed out", "draft": None}
+    assert _vllm_part(spec_ctx(spec), timed_out, None, []) == [
+        "vLLM cannot resolve the draft config: probe timed out"
+    ]
+
+
+def test_diff_across_layouts_compares_what_vllm_reads_named_as_b_keeps_it() -> None:
+    from dflash_provision.diff import cross_layout_diff
+
+    reference = samples.load_json(samples.REFERENCE_DRAFTER)
+    spec = samples.load_json(samples.SPECULATORS_DRAFTER)
+    # Same drafter, two layouts: only what really differs for vLLM (taps, window, sizes agree).
+    assert render_changes(cross_layout_diff(reference, spec)) == [
+        "block_size: 16 → 8",
+        "mask_token_id: 248070 → 248077",
+    ]
+    incident = samples.load_json(samples.INCIDENT_DRAFTER)
+    lines = render_changes(cross_layout_diff(incident, spec))
+    assert "aux_hidden_state_layer_ids[1]: 18 → 17" in lines  # ids + 1: vLLM's aux convention
+    assert f"{TLC}.sliding_window: null → 2048" in lines
+    back = render_changes(cross_layout_diff(spec, incident))
+    assert "dflash_config.target_layer_ids[1]: 16 → 17" in back
+
+
+@pytest.mark.integration
+def test_cli_diff_across_layouts_says_so_and_is_drift() -> None:
+    drift = run_cli("diff", samples.REFERENCE_DRAFTER, samples.SPECULATORS_DRAFTER)
+    assert drift.returncode == ExitCode.DRIFT, drift.stdout + drift.stderr
+    assert "layouts differ (reference → speculators); comparing what vLLM reads" in drift.stdout
+    assert "mask_token_id: 248070 → 248077" in drift.stdout
+    assert "dflash_config" not in drift.stdout  # no "every key moved" noise
+    as_json = run_cli("diff", samples.REFERENCE_DRAFTER, samples.SPECULATORS_DRAFTER, "--json")
+    payload = json.loads(as_json.stdout)
+    assert payload["layouts"] == {"a": "reference", "b": "speculators"}
+    assert payload["identical"] is False

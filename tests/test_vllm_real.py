@@ -617,6 +617,8 @@ def test_a_speculators_layout_drafter_is_resolved_by_real_vllm_in_stage_b(
         str(authority),
         "--python",
         str(bed.env.python),
+        "--command-timeout",
+        "600",  # the probe's first vLLM import on a loaded 2-core machine: minutes
         "--json",
         *bed.ssh_options(),
     )

@@ -353,7 +353,11 @@ def _vllm_part(
     evidence.append(f"vLLM {vllm.get('version')} importable")
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
-        if model is None:
+        from dflash_provision.speculators_layout import is_speculators
+
+        # A speculators-layout drafter names its own target (the verifier): the probe resolved
+        # it without --model, so no draft here is vLLM's refusal (or a timeout), not a skip.
+        if model is None and not is_speculators(ctx.auth_doc):
             evidence.append("vLLM's resolution skipped: the target model is not known (--model)")
             return []
         return [f"vLLM cannot resolve the draft config: {vllm.get('error')}"]
