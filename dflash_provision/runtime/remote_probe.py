@@ -20,6 +20,15 @@ each part carries its own error:
   (``mixed_layout_error``) and still resolves each layer as the V2 runner would, so a mixed
   drafter is checked without serving it.
 
+A drafter in the speculators library's layout (a ``speculators_config`` in its config.json,
+``"layout": "speculators"`` in the answer) cannot be loaded by transformers without remote code:
+``effective`` is then vLLM's own conversion (``SpeculatorsConfig``, ``"loader": "vllm"``), or a
+``note`` saying that no loader on this python reads it; ``vllm`` resolves it as ``vllm serve
+<drafter dir>`` does (``maybe_override_with_speculators``: method and N from the file, N
+overridden only by ``--num-speculative-tokens``, the verifier as the target unless ``--model``
+names another). ``target_layers`` is the target's ``num_hidden_layers`` read from its
+config.json there (for the tap-spacing hint), or null.
+
 Importing vLLM and building its config costs seconds (tens on a loaded machine), so the answer
 is cached on the target (``~/.cache/dflash-provision/probe/``, or ``$DFLASH_PROBE_CACHE``; ``off``
 or ``--no-cache`` disables it), keyed by everything the answer depends on: the probe's cache
