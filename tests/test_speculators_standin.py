@@ -88,7 +88,8 @@ def test_stage_c_fails_when_the_served_n_disagrees_with_the_authoritative_one(be
 
 def test_a_launched_speculators_drafter_passes_and_off_default_taps_warn_in_b(bed: Bed) -> None:
     # launch's own form (--speculative-config naming the drafter): vLLM converts it the same way.
-    off = speculators_config(aux=[1, 16, 31, 46, 61])  # the reference ids without the + 1
+    # N 5 in the file: launch's default, as `vllm serve <drafter dir>` would take it.
+    off = speculators_config(n=5, aux=[1, 16, 31, 46, 61])  # the reference ids without the + 1
     put(bed.host, f"{DRAFTER_DIR}/config.json", off)
     bed.launch(authority=off)
     code, report = bed.check_json(authority=off)
@@ -100,3 +101,4 @@ def test_a_launched_speculators_drafter_passes_and_off_default_taps_warn_in_b(be
     )
     (warning,) = by["b"]["warnings"]
     assert "expected [2, 17, 32, 47, 62]" in warning
+    assert by["c"]["data"]["spec"]["num_speculative_tokens"] == 5
