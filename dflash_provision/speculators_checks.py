@@ -209,6 +209,23 @@ def _check_tokens(doc: dict[str, Any], num_speculative_tokens: int | None) -> li
 
 
 def _check_causality(doc: dict[str, Any]) -> list[Finding]:
+    if doc.get("sliding_window_non_causal") is False:
+        layer_types = layout.layer_config(doc).get("layer_types")
+        full = [i for i, kind in enumerate(layer_types or []) if kind == "full_attention"]
+        if isinstance(layer_types, list) and full:
+            # vLLM 0.32 turns the flag into dflash_config.causal, which its DFlash model applies
+            # to every layer (seen in its probe: a full_attention layer resolved causal).
+            return [
+                _err(
+                    "sliding_window_non_causal",
+                    f"sliding_window_non_causal is false and {_TLC}.layer_types has "
+                    f"full_attention at {full}: vLLM runs every layer causal then (its "
+                    "dflash_config.causal covers all layers), while the speculators library "
+                    "trains full-attention layers bidirectional; expect lower acceptance",
+                    "warning",
+                )
+            ]
+        return []
     if "sliding_window_non_causal" in doc:
         return []
     trained = "true (non-causal)" if layout.is_dflash2(doc) else "false (causal)"

@@ -50,7 +50,10 @@ def test_good_speculators_config_passes_every_layer(spec: dict[str, Any]) -> Non
         num_speculative_tokens=7,
     )
     assert report.ok, [f.message for f in report.findings]
-    assert report.findings == []
+    # One hint: vLLM runs this mixed layout's full-attention layer causal (see the next test).
+    assert [(f.path, f.severity) for f in report.findings] == [
+        ("sliding_window_non_causal", "warning")
+    ]
     assert report.layers["schema"] == report.layers["effective"] == "passed"
     assert report.layers["target"] == "passed"
 
@@ -108,12 +111,24 @@ def test_broken_speculators_config_fails_its_invariant(
     assert words in finding.message
 
 
+def test_causal_sliding_layers_warn_that_vllm_makes_full_layers_causal_too(
+    spec: dict[str, Any],
+) -> None:
+    (finding,) = check_invariants(spec)
+    assert finding.severity == "warning" and "full_attention at [4]" in finding.message
+    spec["sliding_window_non_causal"] = True  # non-causal: vLLM's override matches training
+    assert check_invariants(spec) == []
+    spec["sliding_window_non_causal"] = False
+    spec[TLC]["layer_types"] = ["sliding_attention"] * 5  # no full layer to make causal
+    assert check_invariants(spec) == []
+
+
 def test_sample_from_anchor_allows_block_size_tokens(spec: dict[str, Any]) -> None:
     spec["speculators_config"]["proposal_methods"][0]["speculative_tokens"] = 8
-    assert paths(check_invariants(spec)) == [SPEC_TOKENS]  # 8 > block_size - 1
+    assert paths(errors(check_invariants(spec))) == [SPEC_TOKENS]  # 8 > block_size - 1
     spec["sample_from_anchor"] = True  # the anchor position drafts too: block_size tokens
-    assert check_invariants(spec) == []
-    assert paths(check_invariants(spec, num_speculative_tokens=9)) == ["block_size"]
+    assert errors(check_invariants(spec)) == []
+    assert paths(errors(check_invariants(spec, num_speculative_tokens=9))) == ["block_size"]
 
 
 def test_target_fit_reads_transformer_layer_config_and_aux_ids(
