@@ -726,3 +726,135 @@ def test_stop_without_port_finds_a_launch_on_another_port_and_leaves_no_vllm(
     assert stopped.returncode == 0, stopped.output
     assert f"port {port}" in stopped.stdout
     assert bed.vllm_processes() == before
+
+
+def _speculators_layout(doc: dict[str, Any], verifier: str) -> dict[str, Any]:
+    """A reference-layout tiny drafter in the speculators library's layout (as its DFlash
+    converter writes it: aux ids = target_layer_ids + 1, N = block_size - 1)."""
+    skip = ("architectures", "block_size", "dflash_config", "num_target_layers")
+    inner = doc["dflash_config"]
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "aux_hidden_state_layer_ids": [i + 1 for i in inner["target_layer_ids"]],
+        "block_size": doc["block_size"],
+        "draft_vocab_size": doc["vocab_size"],
+        "mask_token_id": inner["mask_token_id"],
+        "sample_from_anchor": False,
+        "sliding_window_non_causal": False,
+        "speculators_config": {
+            "algorithm": "dflash",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": doc["block_size"] - 1}
+            ],
+            "verifier": {"architectures": ["Qwen3ForCausalLM"], "name_or_path": verifier},
+        },
+        "speculators_model_type": "dflash",
+        "transformer_layer_config": {k: v for k, v in doc.items() if k not in skip},
+    }
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_speculators_layout_drafter_is_resolved_by_real_vllm_in_stage_b(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # Nothing listens on the port and no --model is given: the probe resolves the drafter as
+    # `vllm serve <drafter dir>` would, from its speculators_config (verifier = the target).
+    reference = json.loads((bed.models.drafter("agreeing") / "config.json").read_text())
+    doc = _speculators_layout(reference, TARGET_DIR)
+    validated = validate_config(json.dumps(doc).encode(), label="speculators tiny drafter")
+    assert validated.ok, [f.message for f in validated.findings]
+    on_host = bed.host.root_dir / "models" / "drafter-speculators"
+    shutil.copytree(bed.models.drafter("agreeing"), on_host, dirs_exist_ok=True)
+    (on_host / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+    authority = tmp_path / "speculators.json"
+    authority.write_bytes((on_host / "config.json").read_bytes())
+    check = bed.cli(
+        "runtime-check",
+        bed.target("speculators"),
+        "--port",
+        str(port),
+        "--from",
+        str(authority),
+        "--python",
+        str(bed.env.python),
+        "--command-timeout",
+        "600",  # the probe's first vLLM import on a loaded 2-core machine: minutes
+        "--json",
+        *bed.ssh_options(),
+    )
+    report = check.json()
+    loader = stage(report, "b")
+    assert loader["status"] == "passed", loader
+    probe = loader["data"]["probe"]
+    assert probe["layout"] == "speculators"
+    assert probe["effective"]["loader"] == "vllm"  # vLLM's SpeculatorsConfig, not AutoConfig
+    assert probe["effective"]["config"]["dflash_config"]["target_layer_ids"] == [1, 3]
+    draft = probe["vllm"]["draft"]
+    assert (draft["method"], draft["num_speculative_tokens"]) == ("dflash", 7)
+    assert draft["aux_layer_ids"] == [2, 4]  # the aux ids as written: already + 1
+    assert stage(report, "c")["status"] == "failed"  # nothing is serving
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_real_vllm_serving_a_speculators_directory_passes_stage_c_without_speculative_config(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # `vllm serve <speculators drafter dir>`, started by hand: vLLM reads speculators_config
+    # itself (method, N 7, the verifier as the target); stage c reads it from the directory.
+    reference = json.loads((bed.models.drafter("agreeing") / "config.json").read_text())
+    doc = _speculators_layout(reference, TARGET_DIR)
+    on_host = bed.host.root_dir / "models" / "drafter-speculators"
+    shutil.copytree(bed.models.drafter("agreeing"), on_host, dirs_exist_ok=True)
+    (on_host / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+    authority = tmp_path / "speculators.json"
+    authority.write_bytes((on_host / "config.json").read_bytes())
+    drafter = bed.drafter_dir("speculators")
+    script = (
+        'VLLM_CPU_KVCACHE_SPACE=1 setsid "$1" serve "$2" --host 127.0.0.1 --port "$3" '
+        + " ".join(SERVE_ARGS)
+        + " > /root/speculators-serve.log 2>&1 < /dev/null & echo $! > /root/speculators.pid"
+    )
+    bed.host.exec(["sh", "-c", script, "sh", str(bed.env.vllm), drafter, str(port)], check=True)
+    pid = bed.host.exec(["cat", "/root/speculators.pid"], check=True).stdout.strip()
+    try:
+        wait = (
+            "import sys, time, urllib.request\n"
+            "for _ in range(900):\n"
+            "    try:\n"
+            "        urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/health', timeout=1)\n"
+            "        sys.exit(0)\n"
+            "    except OSError:\n"
+            "        time.sleep(1)\n"
+            "sys.exit(open('/root/speculators-serve.log').read()[-3000:])\n"
+        )
+        ready = bed.host.exec(["/usr/bin/python3", "-c", wait, str(port)], timeout=960)
+        assert ready.returncode == 0, ready.stderr
+        check = bed.cli(
+            "runtime-check",
+            bed.target("speculators"),
+            "--port",
+            str(port),
+            "--from",
+            str(authority),
+            "--python",
+            str(bed.env.python),
+            "--command-timeout",
+            "600",
+            "--json",
+            *bed.ssh_options(),
+        )
+        report = check.json()
+        c = stage(report, "c")
+        assert c["status"] == "passed", json.dumps(report, indent=1)[:4000]
+        assert "--speculative-config" not in " ".join(c["data"]["argv"])
+        spec = c["data"]["spec"]
+        assert (spec["method"], spec["num_speculative_tokens"]) == ("dflash", 7)
+        assert stage(report, "b")["status"] == "passed"
+        assert stage(report, "d")["status"] == "passed"
+    finally:
+        bed.host.exec(["sh", "-c", 'kill -TERM -- "-$1" 2>/dev/null || true', "sh", pid])

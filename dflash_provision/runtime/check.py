@@ -27,6 +27,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
+from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
 from dflash_provision.runtime.stage_traffic import (
@@ -202,7 +203,11 @@ def run_check(
     lookup_s = time.monotonic() - looked_up
     python = target_python(settings, ctx.server)
     model = settings.model or server_model(ctx.server)
-    num_spec = server_spec(ctx.server).get("num_speculative_tokens") if ctx.server else None
+    num_spec = (
+        served_spec(ctx, ctx.server, server_spec(ctx.server))[0].get("num_speculative_tokens")
+        if ctx.server
+        else None
+    )
     if settings.probe:
         stage_b = _timed(lambda: stage_loader(ctx, python, model, _int(num_spec)))
     else:

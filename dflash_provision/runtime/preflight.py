@@ -94,6 +94,7 @@ def preflight(
 
     block_size, block_path = block_size_of(doc)
     n, warnings = _speculative_tokens(request, block_size, block_path)
+    n = _speculators_default(doc, request, n)
     target_bytes, target_path, notes = _target_config(transport, request.model, timeout)
     from dflash_provision.validate import validate_config
 
@@ -184,6 +185,18 @@ def _speculative_tokens(
     return n, [f"--force: {message}"]
 
 
+def _speculators_default(doc: dict[str, Any], request: LaunchRequest, n: int) -> int:
+    """A speculators-layout drafter names its own N (``proposal_methods[0].speculative_tokens``,
+    what `vllm serve <drafter dir>` would use): launch's default for it. Validation has already
+    bounded it by block_size."""
+    from dflash_provision.speculators_layout import is_speculators, speculative_tokens
+
+    file_n = speculative_tokens(doc) if is_speculators(doc) else None
+    if request.num_speculative_tokens is None and file_n is not None and file_n >= 1:
+        return file_n
+    return n
+
+
 def _target_config(
     transport: Transport, model: str, timeout: float
 ) -> tuple[bytes | None, str | None, list[str]]:
@@ -268,7 +281,9 @@ def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: fl
 
 
 def _runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    layer_types = doc.get("layer_types")
+    from dflash_provision.speculators_layout import runtime_view
+
+    layer_types = runtime_view(doc).get("layer_types")  # either published layout
     kinds = set(layer_types) if isinstance(layer_types, list) else set()
     if not {"sliding_attention", "full_attention"} <= kinds:
         return env, []

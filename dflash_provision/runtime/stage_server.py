@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from dflash_provision.invariants import block_size_of
+from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- c: the running server ---------------------------------------------------------------------
@@ -47,7 +48,8 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
             {"port": port},
             fix="dflash-provision launch " + shlex.quote(ctx.target.display()) + " --model MODEL",
         )
-    spec = server_spec(server)
+    # `vllm serve <speculators drafter dir>`: the spec comes from its speculators_config.
+    spec, problems = served_spec(ctx, server, server_spec(server))
     argv = list(getattr(server, "argv", []) or [])
     evidence = [f"pid {getattr(server, 'pid', '?')}: {shlex.join(argv)[:400]}"]
     read = getattr(server, "argv_spec", None)
@@ -57,7 +59,7 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
     if unknown and engine is not None:
         spec = _engine_spec(engine)  # vLLM's own record stands in for the unreadable argv
         evidence.append(f"{unknown}: judged by the engine's start-up record")
-    problems = list(getattr(read, "problems", []) or [])
+    problems += list(getattr(read, "problems", []) or [])
     problems += [] if unknown and not spec else _argv_problems(ctx, spec, read)
     problems += _log_problems(ctx, spec, evidence)
     data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}

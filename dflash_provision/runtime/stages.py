@@ -115,7 +115,10 @@ class CheckContext:
 
     @property
     def target_layer_ids(self) -> list[int] | None:
-        inner = self.auth_doc.get("dflash_config")
+        from dflash_provision.speculators_layout import runtime_view
+
+        # The speculators layout as vLLM converts it: its aux ids - 1.
+        inner = runtime_view(self.auth_doc).get("dflash_config")
         ids = inner.get("target_layer_ids") if isinstance(inner, dict) else None
         ids = ids if ids is not None else self.auth_doc.get("target_layer_ids")
         if isinstance(ids, list) and all(isinstance(i, int) for i in ids):

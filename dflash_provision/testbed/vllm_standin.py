@@ -16,6 +16,11 @@ It behaves like ``vllm serve`` for what dflash-provision observes, and nothing m
   (``use_sliding_window: false`` makes transformers null ``sliding_window``) fails start-up with
   vLLM's ValueError line and exit status 1; ``num_speculative_tokens > block_size - 1`` serves
   but every draft is rejected.
+- ``vllm serve <speculators drafter dir>`` (the speculators library's layout) is read as vLLM
+  reads it: method and N from its ``speculators_config`` (``--speculative-config`` may override
+  N), its verifier served as the target, the drafter converted as vLLM's ``SpeculatorsConfig``
+  does (aux ids as given, ``target_layer_ids`` = aux - 1); such a drafter named in
+  ``--speculative-config`` is converted the same way.
 - HTTP (stdlib, threaded): ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
   ``GET /metrics`` (Prometheus text with vLLM's spec-decode counters).
 
@@ -487,7 +492,7 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
             "num_speculative_tokens must be provided with speculative model unless the draft "
             "model config contains a n_predict parameter.",
         )
-    config = load_config(path)
+    config = speculators_draft_config(path) or load_config(path)
     ids = _dflash(config).get("target_layer_ids")
     if ids is not None and not (
         isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
@@ -510,6 +515,93 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
         vocab_size=getattr(config, "vocab_size", None),
         config=config,
     )
+
+
+# --------------------------------------------------------------------------------------------
+# the speculators layout (vLLM's maybe_override_with_speculators and SpeculatorsConfig)
+
+#: speculators_model_type -> the vLLM method it is served with
+SPECULATORS_METHODS = {"dflash": "dflash", "dflash2": "dflash"}
+
+
+def _json_config(path: str) -> dict[str, Any] | None:
+    """``path``/config.json parsed, or None (absent, too large, not a JSON object)."""
+    config_file = Path(path) / "config.json"
+    try:
+        if config_file.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        doc = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _speculators_doc(path: str) -> dict[str, Any] | None:
+    doc = _json_config(path)
+    return doc if doc is not None and doc.get("speculators_config") is not None else None
+
+
+def apply_speculators(args: ServeArgs) -> None:
+    """``vllm serve <speculators drafter dir>``: as vLLM does before it builds the model config,
+    the speculative config comes from the drafter's speculators_config (a --speculative-config
+    may override N, never the method or the drafter) and the verifier becomes the model."""
+    doc = _speculators_doc(args.model)
+    if doc is None:
+        return
+    spec = doc["speculators_config"]
+    try:
+        tokens = spec["proposal_methods"][0]["speculative_tokens"]
+        verifier = spec["verifier"]["name_or_path"]
+        kind = doc["speculators_model_type"]
+    except (KeyError, IndexError, TypeError):
+        raise StartupFailure("ValueError", "Invalid speculators config structure") from None
+    if kind not in SPECULATORS_METHODS:
+        raise StartupFailure("ValueError", f"Expected one of: {sorted(SPECULATORS_METHODS)}.")
+    merged: dict[str, Any] = {"method": kind, "num_speculative_tokens": tokens}
+    merged.update(args.speculative_config or {})
+    merged["method"] = SPECULATORS_METHODS[kind]
+    merged["model"] = args.model
+    args.model = str(verifier)
+    args.speculative_config = merged
+
+
+class _LoadedConfig:
+    """A drafter config as attributes (what vLLM's SpeculatorsConfig hands the model)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def speculators_draft_config(path: str) -> Any | None:
+    """vLLM's conversion of a speculators-layout drafter directory, or None for the other
+    layout: transformer_layer_config as written, plus eagle aux ids = the aux ids and
+    dflash_config {mask_token_id, target_layer_ids = aux - 1, sample_from_anchor, causal}."""
+    doc = _speculators_doc(path)
+    if doc is None:
+        return None
+    layer = doc.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise StartupFailure("ValueError", "Must provide transformer_layer_config")
+    aux = doc.get("aux_hidden_state_layer_ids")
+    if not isinstance(aux, list) or not all(isinstance(i, int) for i in aux):
+        raise StartupFailure("KeyError", "'aux_hidden_state_layer_ids'")
+    values = dict(layer)
+    values["architectures"] = [
+        "DFlash2DraftModel"
+        if doc.get("speculators_model_type") == "dflash2"
+        else "DFlashDraftModel"
+    ]
+    values["draft_vocab_size"] = doc.get("draft_vocab_size")
+    # vLLM drops block_size; the stand-in keeps it only to reject drafts past the trained block.
+    values["block_size"] = doc.get("block_size")
+    values["eagle_aux_hidden_state_layer_ids"] = aux
+    values["dflash_config"] = {
+        "mask_token_id": doc.get("mask_token_id"),
+        "target_layer_ids": [i - 1 for i in aux],
+        "sample_from_anchor": doc.get("sample_from_anchor", False),
+        "causal": not doc.get("sliding_window_non_causal", True),
+    }
+    return _LoadedConfig(values)
 
 
 # --------------------------------------------------------------------------------------------
@@ -1047,6 +1139,7 @@ def _resolve_configs(args: ServeArgs, log: VllmLog) -> tuple[Draft | None, int]:
     log.info("api_server.py:1839", f"vLLM API server version {VERSION}")
     log.warning("vllm_standin.py:1", f"This is the {STANDIN_NOTE}.")
     log.info("utils.py:328", f"non-default args: {_non_default_args(args)}")
+    apply_speculators(args)
     target = _target_config(args.model)
     if target is not None:
         arch = (getattr(target, "architectures", None) or ["?"])[0]
