@@ -194,7 +194,9 @@ def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     port = _free_port()
     lock = tmp_path / "state" / "dflash-provision" / "vllm" / str(port) / "starting"
-    lock.mkdir(parents=True)
+    for directory in reversed(lock.parents[:4]):  # the state dir's own parts are 0700
+        directory.mkdir(mode=0o700)
+    lock.mkdir()
     starter = subprocess.Popen(["sleep", "60"])  # another launch, mid-start
     (lock / "pid").write_text(f"{starter.pid}\n")
     transport = LocalTransport()

@@ -24,7 +24,8 @@ keys at start-up). All keys optional: ``acceptance`` (0..1, default 0.6: fractio
 tokens accepted), ``fail_completions`` (bool: /health stays 200, completions return 500 with a
 DFlash error), ``startup_delay_s`` (float), ``die_at_start`` (str: logged as the fatal start-up
 error, exit 1), ``extra_traffic`` (int: drafts added on every /metrics read, as if other clients
-used the server). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how
+used the server), ``lifecycle`` (hostile process modes: see ``Lifecycle``).
+``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how
 often the SpecDecoding line is logged.
 
 Drafting model (deterministic, so tests can assert counts): the prompt's prefill yields the first
@@ -129,6 +130,7 @@ class Control:
     startup_delay_s: float = 0.0
     die_at_start: str | None = None
     extra_traffic: int = 0
+    lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
 
 
 class ControlFile:
@@ -165,6 +167,7 @@ def parse_control(data: Any) -> Control:
     if not isinstance(data, dict):
         raise ValueError("the control file must hold a JSON object")
     known = {"acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic"}
+    known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
     unknown = sorted(set(data) - known)
     if unknown:
         raise ValueError(f"unknown keys {unknown}")
@@ -183,7 +186,75 @@ def parse_control(data: Any) -> Control:
     fail = data.get("fail_completions", False)
     if not isinstance(fail, bool):
         raise ValueError("fail_completions must be true or false")
-    return Control(acceptance, fail, delay, die or None, extra)
+    return Control(acceptance, fail, delay, die or None, extra, parse_lifecycle(data))
+
+
+# --------------------------------------------------------------------------------------------
+# hostile process modes (control key "lifecycle", applied once at start-up), for stop's tests
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """``{"lifecycle": {"ignore_sigterm": true, "setsid_child": PATH, "daemon_child": PATH}}``:
+    the server ignores SIGTERM (only SIGKILL ends it); it starts a child that calls setsid()
+    (leaves its process group and session) and/or a double-forked daemon (setsid, then its
+    parent exits: reparented to init). Both children sleep until killed and write their pid to
+    PATH; they keep the server's environment, as real children do."""
+
+    ignore_sigterm: bool = False
+    setsid_child: str | None = None
+    daemon_child: str | None = None
+
+
+def parse_lifecycle(data: dict[str, Any]) -> Lifecycle:
+    modes = data.get("lifecycle", {})
+    if not isinstance(modes, dict):
+        raise ValueError("lifecycle must be a JSON object")
+    unknown = sorted(set(modes) - {"ignore_sigterm", "setsid_child", "daemon_child"})
+    if unknown:
+        raise ValueError(f"unknown lifecycle keys {unknown}")
+    ignore = modes.get("ignore_sigterm", False)
+    if not isinstance(ignore, bool):
+        raise ValueError("lifecycle.ignore_sigterm must be true or false")
+    paths = [modes.get(k) for k in ("setsid_child", "daemon_child")]
+    if any(p is not None and (not isinstance(p, str) or not p.startswith("/")) for p in paths):
+        raise ValueError("lifecycle.setsid_child / daemon_child must be absolute paths")
+    return Lifecycle(ignore, paths[0], paths[1])
+
+
+_SLEEPER = "import time\nwhile True: time.sleep(1)\n"
+_DAEMON = (
+    "import os, sys, time\n"
+    "if os.fork(): os._exit(0)\n"
+    "os.setsid()\n"
+    "if os.fork(): os._exit(0)\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    "while True: time.sleep(1)\n"
+)
+
+
+def apply_lifecycle(modes: Lifecycle, log: VllmLog) -> None:
+    """Make this server as hard to stop as ``modes`` says (see Lifecycle)."""
+    import subprocess
+
+    quiet: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+        "start_new_session": True,  # setsid() in the child
+    }
+    if modes.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log.warning("vllm_standin.py:1", "stand-in: ignoring SIGTERM (lifecycle control)")
+    if modes.setsid_child:
+        child = subprocess.Popen([sys.executable, "-c", _SLEEPER], **quiet)
+        Path(modes.setsid_child).write_text(str(child.pid))
+        log.info("vllm_standin.py:1", f"stand-in: setsid child pid {child.pid}")
+    if modes.daemon_child:
+        first = subprocess.Popen([sys.executable, "-c", _DAEMON, modes.daemon_child], **quiet)
+        first.wait()  # it exits at once; its grandchild, the daemon, lives on
+        log.info("vllm_standin.py:1", "stand-in: double-forked daemon started")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1011,7 +1082,7 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
                    [--dtype X] [--served-model-name NAME] [--enforce-eager] [other --flag [value]]
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
-acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic),
+acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic, lifecycle),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
 
@@ -1023,6 +1094,7 @@ def serve(args: ServeArgs) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     control = ControlFile(os.environ.get(CONTROL_ENV), log)
+    apply_lifecycle(control.read().lifecycle, log)
     try:
         engine = start_engine(args, log, control, stop)
         if stop.is_set():
