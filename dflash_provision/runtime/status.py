@@ -27,6 +27,10 @@ class ServerStatus:
     health_status: int | None  # /health's HTTP status; None when nothing answered
     last_record: LaunchRecord | None  # the port's launch record, even when nothing runs
     state_dir: str
+    # lifecycle: the port is held by a process this login cannot see (exit 22), and why the
+    # pidfile's process is not taken for the server (never signalled)
+    held_by_hidden_process: bool = False
+    pidfile_refused: str | None = None
 
     @property
     def running(self) -> bool:
@@ -46,6 +50,8 @@ class ServerStatus:
             "health_status": self.health_status,
             "record": self.last_record.to_dict() if self.last_record else None,
             "state_dir": self.state_dir,
+            "held_by_hidden_process": self.held_by_hidden_process,
+            "pidfile_refused": self.pidfile_refused,
         }
 
 
@@ -77,4 +83,6 @@ def server_status(
         health_status=health,
         last_record=record,
         state_dir=state.state_dir,
+        held_by_hidden_process=state.listener_hidden and not state.ours,
+        pidfile_refused=state.untrusted_pid,
     )

@@ -20,7 +20,8 @@ state_dir() {
 # trust_state_dir MODE: the state directory's trust rules (README "Trust model"), the same as
 # push's .dflash-backups. The components the tool creates (dflash-provision, vllm, PORT; in the
 # no-HOME fallback also /tmp/dflash-provision-UID and its .local/state) must each be a real
-# directory (not a symlink), owned by the login user, mode 0700. $sbase itself (the user's
+# directory (not a symlink), owned by the login user, writable by no one else, and PORT's mode
+# 0700 (all are created 0700). $sbase itself (the user's
 # state directory) must not be another user's or writable by others. MODE create: missing
 # components are made (mode 0700); MODE look: a missing component is fine (nothing runs).
 # Sets $trust ok|missing|unsafe and $trust_why. Each component is checked from inside its parent
@@ -93,10 +94,20 @@ trust_state_dir() {
 				echo "$path is owned by uid ${1:-?}, not by the login user (uid $me)"
 				exit 2
 			}
-			[ "${2:-}" = 700 ] || {
-				echo "$path has mode ${2:-?}, not 0700"
-				exit 2
-			}
+			# The port's own directory holds the pidfile: 0700. Above it, no one else may
+			# write (they could rename the port's directory away and plant another).
+			if [ -z "$rest" ]; then
+				[ "${2:-}" = 700 ] || {
+					echo "$path has mode ${2:-?}, not 0700"
+					exit 2
+				}
+			else
+				case ${2:-} in *[2367]? | *[2367] | '')
+					echo "others may write in $path (mode ${2:-?})"
+					exit 2
+					;;
+				esac
+			fi
 		done
 	)
 	rc=$?
@@ -239,7 +250,22 @@ collect() {
 		fi
 	done
 	if [ -n "$c_mark" ]; then
-		for f in $(grep -l -F -e "DFLASH_PROVISION_SERVER=$c_mark" /proc/[0-9]*/environ 2>/dev/null); do
+		# environ is NUL-separated: grep -z (GNU grep, busybox >= 1.30) reads it entry by entry;
+		# without -z busybox grep would only see each file's first entry.
+		if [ -z "${grep_z:-}" ]; then
+			grep_z=no
+			printf 'a\000b\000' | grep -q -z -x -F -e b 2>/dev/null && grep_z=yes
+		fi
+		if [ "$grep_z" = yes ]; then
+			c_files=$(grep -l -z -x -F -e "DFLASH_PROVISION_SERVER=$c_mark" /proc/[0-9]*/environ 2>/dev/null)
+		else
+			c_files=
+			for f in /proc/[0-9]*/environ; do
+				tr '\000' '\n' <"$f" 2>/dev/null | grep -q -x -F -e "DFLASH_PROVISION_SERVER=$c_mark" &&
+					c_files="$c_files $f"
+			done
+		fi
+		for f in $c_files; do
 			c_pid=${f#/proc/}
 			c_pid=${c_pid%/environ}
 			case "$found " in *" $c_pid:"*) continue ;; esac
