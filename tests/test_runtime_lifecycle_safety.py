@@ -19,7 +19,9 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,6 +31,7 @@ from dflash_provision.testbed.hosts import Host
 from dflash_provision.testbed.lxc import Container
 from dflash_provision.testbed.vllm_standin_install import (
     CONTROL_ENV,
+    StandinInstall,
     install_standin,
     standin_container,
     write_control,
@@ -41,11 +44,90 @@ from tests.fixtures.login_users import (
     free_uids,
 )
 from tests.fixtures.runtime import DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port, put
-from tests.test_runtime_lifecycle import READY_TIMEOUT, STATE, Bed, _error_line
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 CONTROL = "/root/standin/control.json"
+STATE = "/root/.local/state/dflash-provision/vllm"
+READY_TIMEOUT = "300"  # generous: a loaded 2-core machine; the stand-in is ready in seconds
+
+
+# Bed and _error_line as in test_runtime_lifecycle (no test module imports another).
+@dataclass
+class Bed:
+    """One host with the stand-in, a drafter and a target model config, and a CLI."""
+
+    host: Host
+    standin: StandinInstall
+    cli: Cli
+    authority: Path  # the authoritative config.json on the controller (--from)
+    port: int
+
+    @property
+    def target(self) -> str:
+        return f"{self.host.alias}:{DRAFTER_DIR}"
+
+    def ssh(self) -> list[str]:
+        assert self.host.client is not None
+        return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
+
+    def launch(
+        self,
+        *extra: str,
+        target: str | None = None,
+        env: dict[str, str] | None = None,
+        check: bool = False,
+    ):
+        env_args = [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
+        if not check:
+            env_args.append("--no-check")
+        return self.cli.run(
+            "launch",
+            target or self.target,
+            "--model",
+            TARGET_DIR,
+            "--from",
+            str(self.authority),
+            "--vllm",
+            self.standin.vllm,
+            "--port",
+            str(self.port),
+            "--ready-timeout",
+            READY_TIMEOUT,
+            *env_args,
+            *self.ssh(),
+            *extra,
+        )
+
+    def run(self, command: str, *extra: str, target: str | None = None):
+        return self.cli.run(
+            command, target or self.target, "--port", str(self.port), *self.ssh(), *extra
+        )
+
+    def sh(self, script: str, *args: str) -> str:
+        proc = self.host.exec(["sh", "-c", script, "sh", *args], timeout=60)
+        return str(proc.stdout)
+
+    def pid(self) -> int | None:
+        text = self.sh('cat "$1" 2>/dev/null || true', f"{STATE}/{self.port}/pid").split()
+        return int(text[0]) if text and text[0].isdigit() else None  # "PID START_TIME"
+
+    def group(self, pgid: int) -> list[int]:
+        """Live (non-zombie) processes of process group ``pgid`` inside the host."""
+        out = self.sh("ps -e -o pid=,pgid=,stat= 2>/dev/null || true")
+        members = []
+        for line in out.splitlines():
+            pid, group, stat = line.split()[:3]
+            if int(group) == pgid and not stat.startswith("Z"):
+                members.append(int(pid))
+        return members
+
+
+def _error_line(proc: Any, code: ExitCode) -> str:
+    assert proc.returncode == code, proc.stdout + proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
 
 
 @pytest.fixture
