@@ -15,6 +15,8 @@ from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
 from dflash_provision.runtime.launch import describe_differences, launch
 from dflash_provision.runtime.preflight import LaunchRequest, _runtime_env
 from dflash_provision.runtime.process import (
+    PortState,
+    argv_matches,
     find_server,
     read_log,
     speculative_config_of,
@@ -215,3 +217,59 @@ def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
         assert started.status == "started" and not lock.exists()
     finally:
         assert stop_server(transport, port, timeout=5).status == "stopped"
+
+
+# --------------------------------------------------------------------------------------------
+# which pidfile process may be signalled (the sh side is tested on real hosts in
+# test_runtime_lifecycle_safety.py)
+
+
+def _state(**changes: object) -> PortState:
+    record = _record(argv=["/v/vllm", "serve", "/m", "--port", "8000"])
+    base: dict[str, object] = {
+        "port": 8000,
+        "state_dir": "/s",
+        "pid": 42,
+        "alive": True,
+        "listening": True,
+        "listener_pid": 42,
+        "listener_pgid": 42,
+        "log_path": None,
+        "record": record,
+        "record_error": None,
+        "pid_stime": "100",
+        "pid_argv": ["/usr/bin/python3", "/v/vllm", "serve", "/m", "--port", "8000"],
+    }
+    base.update(changes)
+    return PortState(**base)  # type: ignore[arg-type]
+
+
+def test_a_script_servers_argv_matches_its_record_and_another_process_does_not() -> None:
+    recorded = ["/v/vllm", "serve", "/m", "--port", "8000"]
+    assert argv_matches(recorded, recorded)
+    assert argv_matches(recorded, ["/usr/bin/python3", *recorded])  # a #! script
+    assert not argv_matches(recorded, ["sleep", "600"])
+    assert not argv_matches(recorded, ["/v/vllm", "serve", "/m", "--port", "8001"])
+    assert not argv_matches(recorded, ["serve", "/m", "--port", "8000"])  # nothing before it
+    assert not argv_matches(recorded, [])
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"pid_problem": "low", "pid": 0, "alive": False}, "pid 0, never a server's"),
+        ({"pid_problem": "no-start-time", "alive": False}, "no start time"),
+        ({"pid_problem": "start-time", "pid_stime_now": "7", "alive": False}, "another process"),
+        ({"pid_argv": ["sleep", "600"]}, "not the command line"),
+        ({"record": None}, "no readable launch record"),
+    ],
+)
+def test_a_pidfile_that_does_not_name_the_launchs_server_is_not_ours(
+    changes: dict[str, object], words: str
+) -> None:
+    state = _state(**changes)
+    assert state.untrusted_pid is not None and words in state.untrusted_pid
+    assert not state.ours
+    assert _state().untrusted_pid is None and _state().ours
+    gone = _state(pid_problem="gone", alive=False)
+    assert gone.untrusted_pid is None and not gone.ours  # exited: what it left may be ended
