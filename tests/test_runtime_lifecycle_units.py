@@ -273,3 +273,77 @@ def test_a_pidfile_that_does_not_name_the_launchs_server_is_not_ours(
     assert _state().untrusted_pid is None and _state().ours
     gone = _state(pid_problem="gone", alive=False)
     assert gone.untrusted_pid is None and not gone.ours  # exited: what it left may be ended
+
+
+def _helpers() -> str:
+    from importlib import resources
+
+    common = resources.files("dflash_provision.remote") / "scripts" / "common.sh"
+    runtime = resources.files("dflash_provision.runtime") / "scripts" / "runtime.sh"
+    return common.read_text(encoding="utf-8") + "\n" + runtime.read_text(encoding="utf-8")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("shell", [["dash"], ["busybox", "sh"]])
+@pytest.mark.parametrize("grep_z", ["", "no"])  # "": detected; "no": the tr fallback
+def test_the_start_marker_finds_a_process_that_left_the_session_in_dash_and_busybox(
+    shell: list[str], grep_z: str
+) -> None:
+    import shutil
+    import subprocess
+    import uuid
+
+    if shutil.which(shell[0]) is None:
+        pytest.skip(f"{shell[0]} is not installed")
+    marker = str(uuid.uuid4())
+    # The marker is not the first entry of its environ: busybox grep without -z stops at NUL.
+    env = {"A_FIRST": "1", "PATH": "/usr/bin:/bin", "DFLASH_PROVISION_SERVER": marker}
+    child = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        body = 'grep_z=$1; found=; collect "" "$2"; pids_of; echo "$pids|$how"'
+        out = subprocess.run(
+            [*shell, "-c", _helpers() + "\n" + body, "sh", grep_z, marker],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    finally:
+        child.kill()
+        child.wait()
+    pids, how = out.strip().split("|")
+    assert pids.split() == [str(child.pid)] and "marker 1" in how
+
+
+@pytest.mark.integration
+def test_stop_after_the_server_exited_ends_what_it_left_by_its_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+    import os
+    import time
+
+    from dflash_provision.runtime.process import start_server
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = _free_port()
+    left = tmp_path / "left.pid"
+    # A "server" that starts a setsid() child and exits at once: only the marker finds it.
+    script = 'setsid sleep 600 </dev/null >/dev/null 2>&1 & echo "$!" > "$0"; exit 0'
+    record = _record(port=port, argv=["sh", "-c", script, str(left)])
+    transport = LocalTransport()
+    start_server(transport, record, {})
+    deadline = time.monotonic() + 30  # bounded wait for the file, no timing asserted
+    while not left.exists() or not left.read_text().strip():
+        assert time.monotonic() < deadline, "the stand-in server never started its child"
+        time.sleep(0.05)
+    child = int(left.read_text())
+    try:
+        stopped = stop_server(transport, port, timeout=5)
+        assert stopped.status == "stopped" and stopped.server_had_exited
+        assert stopped.ended == [child] and stopped.found_by == {"marker": 1}
+        stat = Path(f"/proc/{child}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(") ", 1)[1].startswith("Z")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, 9)
