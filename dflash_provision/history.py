@@ -63,7 +63,7 @@ FAILED = "failed"
 
 OPERATIONS = ("push", "repair", "rollback", "audit", "verify")
 
-_SCHEMA_VERSION = 2
+_SCHEMA_VERSION = 3  # 3: fleet rows of plain TARGETs keyed by machine (see HostKey.of_name)
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -116,6 +116,23 @@ class HostKey:
             target.port if target.host else None,
             target.container.display() if target.container else None,
         )
+
+    @classmethod
+    def of_name(cls, name: str) -> HostKey:
+        """The key of a fleet member's name: a plain TARGET given on the command line (its name
+        is the spec, ``root@h01:/root/models/X``) is keyed by its machine, as push keys it, so
+        ``history --host h01`` finds it; an inventory name is the machine itself."""
+        from dflash_provision.errors import DflashProvisionError
+        from dflash_provision.target import parse_target
+
+        if ":" in name or "@" in name:
+            try:
+                target = parse_target(name)
+            except DflashProvisionError:
+                return cls(name)
+            if target.host is not None:
+                return cls.of_target(target)
+        return cls(name)
 
     @classmethod
     def parse(cls, text: str) -> HostKey:
@@ -593,6 +610,8 @@ def _set_up(conn: sqlite3.Connection) -> None:
         if version < 2:
             _execute_all(conn, _SCHEMA_2)
             _key_old_rows(conn)
+        if version < 3:
+            _rekey_target_rows(conn)
         if version < _SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
     except BaseException:
@@ -613,6 +632,24 @@ def _key_old_rows(conn: sqlite3.Connection) -> None:
     conn.executemany(
         "UPDATE events SET machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
         [(*HostKey.parse(host).columns(), row_id) for row_id, host in rows],
+    )
+
+
+def _rekey_target_rows(conn: sqlite3.Connection) -> None:
+    """Rows that audit and repair wrote for a plain TARGET before schema 3 kept the whole spec
+    (``h01:/root/models/X``) as the machine: key them by the machine, as new rows are."""
+    rows = conn.execute(
+        "SELECT id, machine FROM events WHERE login IS NULL AND port IS NULL"
+        " AND container IS NULL AND (machine LIKE '%:%' OR machine LIKE '%@%')"
+    ).fetchall()
+    updates = []
+    for row_id, machine in rows:
+        key = HostKey.of_name(machine)
+        if key.machine != machine:
+            updates.append((str(key), *key.columns(), row_id))
+    conn.executemany(
+        "UPDATE events SET host = ?, machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
+        updates,
     )
 
 

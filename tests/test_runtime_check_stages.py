@@ -16,9 +16,9 @@ from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode
 from dflash_provision.runtime import fleet_check, vllm_log
 from dflash_provision.runtime.check import CheckReport
+from dflash_provision.runtime.diagnosis import acceptance_causes
 from dflash_provision.runtime.stage_disk import compare_effective, compare_vllm_draft
 from dflash_provision.runtime.stage_server import stage_server
-from dflash_provision.runtime.stage_traffic import likely_causes
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.target import parse_target
 from dflash_provision.testbed import samples
@@ -132,15 +132,12 @@ def test_stage_c_names_what_the_command_line_gets_wrong(spec: Any, words: str) -
     assert words in serving(spec, [ENGINE]).summary
 
 
-def test_causes_come_in_checking_order_with_what_earlier_stages_saw() -> None:
+def test_causes_lead_with_what_a_failed_stage_found() -> None:
     earlier = {"a": StageResult("a", "file on disk", StageStatus.FAILED, "differs (11 fields)")}
-    causes = likely_causes(ctx(), earlier, 15)
-    assert len(causes) == 7
-    assert causes[0].startswith("1. the file on disk") and "stage a failed: differs" in causes[0]
-    assert causes[1].startswith("2. the loader normalised") and "not checked" in causes[1]
-    assert [c.split()[1] for c in causes[2:]] == [
-        "target_layer_ids", "mask_token_id", "num_speculative_tokens", "RoPE", "a",
-    ]  # fmt: skip
+    causes = acceptance_causes(ctx(), earlier, {"acceptance_rate": 0.01}, 15)
+    assert causes[0].startswith("measured: acceptance 1.0% is near zero")
+    assert causes[1].startswith("1. the file on disk") and "stage a failed (differs" in causes[1]
+    assert any("(stage b not run)" in c for c in causes)
 
 
 def report_with(statuses: str) -> CheckReport:

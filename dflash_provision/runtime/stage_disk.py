@@ -16,7 +16,41 @@ _SLIDING = "sliding_attention"
 
 
 def stage_file(ctx: CheckContext) -> StageResult:
-    """a: the bytes at the target's config path are the authoritative bytes."""
+    """a: the bytes at the target's config path are the authoritative bytes, and the weights
+    beside them (their safetensors headers) fit the authoritative config."""
+    return _judge_weights(ctx, _stage_file_bytes(ctx))
+
+
+def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
+    """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
+    that could not be read are a warning (not a pass of that check); no weights, a note."""
+    from dflash_provision.weights_check import check_remote, weights_fix
+
+    weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
+    result.data["weights"] = weights.to_dict()
+    evidence = [f"weights: {weights.detail}", *(f"weights: {n}" for n in weights.notes)]
+    if weights.failed:
+        evidence += [f"weights: {line}" for line in weights.mismatches]
+    result.evidence += evidence
+    if not weights.checked and weights.detail.startswith("weights not checked"):
+        result.warnings.append(weights.detail)
+    if not weights.failed:
+        return result
+    first = f"the weights do not fit the authoritative config: {weights.mismatches[0]}"
+    if result.passed:
+        result.status = StageStatus.FAILED
+        result.summary = first + (
+            f" (+{len(weights.mismatches) - 1} more)" if len(weights.mismatches) > 1 else ""
+        )
+        result.fix = weights_fix(ctx.target.model_dir)
+        result.data["failed_by"] = "weights"  # the bytes are right: pushing them fixes nothing
+    else:
+        result.summary += f"; and {first}"
+    return result
+
+
+def _stage_file_bytes(ctx: CheckContext) -> StageResult:
+    """a's first half: the bytes at the target's config path are the authoritative bytes."""
     from dflash_provision.push import config_diff
     from dflash_provision.remote.ops import read_remote_config
 

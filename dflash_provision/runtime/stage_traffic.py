@@ -1,14 +1,14 @@
 """runtime-check stages d (one real completion) and e (spec-decode acceptance over greedy smoke
-prompts), and the likely causes named when acceptance fails."""
+prompts); the causes named when acceptance fails come from runtime/diagnosis.py."""
 
 from __future__ import annotations
 
 import json
-import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.invariants import block_size_of
+from dflash_provision.runtime.diagnosis import acceptance_causes
+from dflash_provision.runtime.link_fixes import completion_fix
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
@@ -120,42 +120,8 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
         summary,
         evidence,
         {"status": first.status},
-        fix="the drafter does not fit this target (layer ids, hidden size): "
-        f"dflash-provision validate {shlex.quote(ctx.target.display())} --target-config MODEL",
+        fix=completion_fix(ctx.target.display(), first.status, first.error),
     )
-
-
-def likely_causes(ctx: CheckContext, earlier: dict[str, StageResult], n: int | None) -> list[str]:
-    """Why acceptance collapses, in the order an engineer should check, each with what the
-    earlier stages already saw about it."""
-    auth = ctx.auth_doc
-    target = shlex.quote(ctx.target.display())
-    size, where = block_size_of(auth)
-
-    def seen(key: str) -> str:
-        stage = earlier.get(key)
-        return f"stage {key} {stage.status.value}: {stage.summary}" if stage else "not checked"
-
-    inner = auth.get("dflash_config")
-    mask = (inner if isinstance(inner, dict) else {}).get(
-        "mask_token_id", auth.get("mask_token_id")
-    )
-    causes = [
-        f"the file on disk is not the authoritative config ({seen('a')}); "
-        f"fix: dflash-provision push {target} ...",
-        "the loader normalised critical fields (use_sliding_window false nulls sliding_window, "
-        f"layer_types rebuilt) ({seen('b')})",
-        f"target_layer_ids / their +1 offset: expected aux layers {ctx.expected_aux} ({seen('c')})",
-        f"mask_token_id {mask}: it must be the token the drafter was trained with "
-        "(the incident had 248064 instead of 248070)",
-        f"num_speculative_tokens {n} vs {where} {size}: more than {where} - 1 drafts are all "
-        "rejected",
-        "RoPE settings or a different target model than the drafter was trained for "
-        f"(dflash-provision validate {target} --target-config MODEL)",
-        "a vLLM build that drops the sliding-window fields of the draft config (stage b's vLLM "
-        "resolution; speculators conversion without PR #40898)",
-    ]
-    return [f"{i}. {cause}" for i, cause in enumerate(causes, 1)]
 
 
 def stage_acceptance(
@@ -206,6 +172,6 @@ def stage_acceptance(
         summary,
         evidence,
         data,
-        causes=likely_causes(ctx, earlier, num_spec),
+        causes=acceptance_causes(ctx, earlier, data, num_spec),
         warnings=warnings,
     )

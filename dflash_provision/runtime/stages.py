@@ -1,7 +1,8 @@
 """The five stages of ``runtime-check``, each a function from what is known so far to a
 :class:`StageResult` (status, one-line summary, evidence lines, data for JSON, the fix).
 
-    a  file on disk        the target's config.json equals the authoritative config
+    a  file on disk        the target's config.json equals the authoritative config, and the
+                           weights beside it (their safetensors headers) fit it
     b  loader and vLLM     the config as the target's own transformers loads it, and (where vLLM
                            is importable there) vLLM's own resolution of the draft: aux layer ids,
                            per-layer windows, draft hf_config, field by field vs authoritative

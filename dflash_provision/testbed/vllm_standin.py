@@ -24,9 +24,11 @@ keys at start-up). All keys optional: ``acceptance`` (0..1, default 0.6: fractio
 tokens accepted), ``fail_completions`` (bool: /health stays 200, completions return 500 with a
 DFlash error), ``startup_delay_s`` (float), ``die_at_start`` (str: logged as the fatal start-up
 error, exit 1), ``extra_traffic`` (int: drafts added on every /metrics read, as if other clients
-used the server), ``lifecycle`` (hostile process modes: see ``Lifecycle``).
-``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how
-often the SpecDecoding line is logged.
+used the server), ``per_position_acceptance`` (a non-increasing list of 0..1, e.g. ``[0.9, 0.8,
+0, 0]``: the share of drafts accepted at each position, overriding ``acceptance``; positions past
+the list accept nothing), ``lifecycle`` (hostile process modes: see ``Lifecycle``).
+``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how often the
+SpecDecoding line is logged.
 
 Drafting model (deterministic, so tests can assert counts): the prompt's prefill yields the first
 token; then each step drafts K = num_speculative_tokens tokens, accepts a prefix of ``a`` of them
@@ -45,8 +47,9 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -130,6 +133,7 @@ class Control:
     startup_delay_s: float = 0.0
     die_at_start: str | None = None
     extra_traffic: int = 0
+    per_position_acceptance: tuple[float, ...] | None = None
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
 
 
@@ -168,7 +172,7 @@ def parse_control(data: Any) -> Control:
         raise ValueError("the control file must hold a JSON object")
     known = {"acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic"}
     known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
         raise ValueError(f"unknown keys {unknown}")
     acceptance = float(data.get("acceptance", DEFAULT_ACCEPTANCE))
@@ -186,7 +190,24 @@ def parse_control(data: Any) -> Control:
     fail = data.get("fail_completions", False)
     if not isinstance(fail, bool):
         raise ValueError("fail_completions must be true or false")
-    return Control(acceptance, fail, delay, die or None, extra, parse_lifecycle(data))
+    control = Control(acceptance, fail, delay, die or None, extra)
+    control = replace(control, lifecycle=parse_lifecycle(data))
+    return _with_curve(control, data.get("per_position_acceptance"))
+
+
+def _with_curve(control: Control, curve: Any) -> Control:
+    """``per_position_acceptance``: a curve vLLM's counters could show (0..1, non-increasing:
+    a draft is accepted as a prefix)."""
+    if curve is None:
+        return control
+    if not isinstance(curve, list) or not 0 < len(curve) <= 1024:
+        raise ValueError("per_position_acceptance must be a list of 1..1024 numbers")
+    if any(isinstance(p, bool) or not isinstance(p, int | float) for p in curve):
+        raise ValueError("per_position_acceptance must hold numbers")
+    rates = tuple(float(p) for p in curve)
+    if any(not 0.0 <= p <= 1.0 for p in rates) or any(b > a for a, b in pairwise(rates)):
+        raise ValueError("per_position_acceptance must be non-increasing values within 0..1")
+    return replace(control, per_position_acceptance=rates)
 
 
 # --------------------------------------------------------------------------------------------
@@ -545,20 +566,37 @@ class Counters:
         self.k = num_spec_tokens
         self._lock = threading.Lock()
         self._carry = 0.0
+        self._curve_drafts = 0
+        self._curve_counts = [0] * num_spec_tokens
         self.created = time.time()
         self.total = _Totals(num_spec_tokens)
         self.interval = _Totals(num_spec_tokens)
         self.interval_started = time.monotonic()
         self.requests = 0
 
-    def _accept_count(self, acceptance: float) -> int:
+    def _curve_count(self, curve: tuple[float, ...]) -> int:
+        # Position i is accepted when i - 1 was and its count is behind curve[i] x drafts: each
+        # position's share stays within one draft of the curve.
+        self._curve_drafts += 1
+        accepted = 0
+        while accepted < min(self.k, len(curve)):
+            due = math.floor(curve[accepted] * self._curve_drafts + 1e-9)
+            if self._curve_counts[accepted] >= due:
+                break
+            self._curve_counts[accepted] += 1
+            accepted += 1
+        return accepted
+
+    def _accept_count(self, acceptance: float | tuple[float, ...]) -> int:
+        if isinstance(acceptance, tuple):
+            return self._curve_count(acceptance)
         # Error diffusion: accepted/drafted stays within one token of ``acceptance`` overall.
         self._carry += acceptance * self.k
         accepted = min(self.k, math.floor(self._carry + 1e-9))
         self._carry -= accepted
         return accepted
 
-    def draft(self, acceptance: float) -> int:
+    def draft(self, acceptance: float | tuple[float, ...]) -> int:
         """One draft step: returns how many of its K tokens were accepted."""
         with self._lock:
             accepted = self._accept_count(acceptance)
@@ -566,7 +604,9 @@ class Counters:
             self.interval.add(accepted)
             return accepted
 
-    def generate(self, max_tokens: int, prompt_tokens: int, acceptance: float | None) -> None:
+    def generate(
+        self, max_tokens: int, prompt_tokens: int, acceptance: float | tuple[float, ...] | None
+    ) -> None:
         """Advance the counters as a completion of ``max_tokens`` tokens would.
 
         ``acceptance`` None: no speculative decoding (no drafts at all).
@@ -690,11 +730,14 @@ class Engine:
     max_model_len: int
     stop: threading.Event
 
-    def acceptance(self, control: Control) -> float | None:
-        """The acceptance a completion runs with now (None: no speculative decoding)."""
+    def acceptance(self, control: Control) -> float | tuple[float, ...] | None:
+        """The acceptance a completion runs with now (None: no speculative decoding; a tuple:
+        per position)."""
         if self.draft is None:
             return None
-        return 0.0 if self.draft.drafts_always_rejected else control.acceptance
+        if self.draft.drafts_always_rejected:
+            return 0.0
+        return control.per_position_acceptance or control.acceptance
 
 
 class ApiError(Exception):
@@ -1082,7 +1125,8 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
                    [--dtype X] [--served-model-name NAME] [--enforce-eager] [other --flag [value]]
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
-acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic, lifecycle),
+acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic,
+per_position_acceptance, lifecycle),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
 
