@@ -9,6 +9,9 @@ Prometheus metrics (one series per host unless said otherwise)::
     dflash_runtime_stage_passed{host,group,path,stage}      1 passed, 0 failed or skipped
     dflash_runtime_acceptance_rate{host,group,path}         accepted / draft tokens (when measured)
     dflash_runtime_mean_acceptance_length{host,group,path}  1 + accepted / drafts (when measured)
+    dflash_runtime_acceptance_regression{host,group,path}   drop of the mean acceptance length
+                                                            vs the host's reference (0.12 = 12 %
+                                                            lower; only when compared)
     dflash_runtime_check_duration_seconds{host,group,path}  time spent on the host
     dflash_runtime_check_timestamp_seconds                  when the run finished (Unix time)
 
@@ -228,6 +231,12 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     def host_labels(row: HostCheck, **extra: str) -> str:
         return _labels(host=row.name, group=row.group, path=row.path, **extra)
 
+    metric(
+        "dflash_runtime_check_up",
+        "1 when the host was checked, 0 when it could not be (unreachable, deadline, error).",
+    )
+    for row in rows:
+        lines.append(f"dflash_runtime_check_up{host_labels(row)} {int(row.report is not None)}")
     metric("dflash_runtime_check_passed", "1 when every runtime-check stage passed, else 0.")
     for row in rows:
         passed = int(row.verdict is HostVerdict.PASSED)
@@ -255,6 +264,7 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
         )
         if isinstance(mean, float):
             lines.append(f"dflash_runtime_mean_acceptance_length{host_labels(row)} {mean:.6f}")
+    _regression_gauge(rows, metric, host_labels, lines)
     metric("dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host.")
     for row in rows:
         lines.append(
@@ -263,3 +273,20 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     metric("dflash_runtime_check_timestamp_seconds", "Unix time when the runtime check finished.")
     lines.append(f"dflash_runtime_check_timestamp_seconds {timestamp:.3f}")
     return "\n".join(lines) + "\n"
+
+
+def _regression_gauge(
+    rows: Sequence[HostCheck],
+    metric: Callable[[str, str], None],
+    host_labels: Callable[[HostCheck], str],
+    lines: list[str],
+) -> None:
+    """Stage e's ``regression`` against the acceptance reference, for an alert on a drop that
+    stays above the gate (no series when there was no reference to compare with)."""
+    name = "dflash_runtime_acceptance_regression"
+    metric(name, "Relative drop of the mean acceptance length vs the reference (0.12 = 12 %).")
+    for row in rows:
+        stage = row.report.stage("e") if row.report else None
+        drop = stage.data.get("regression") if stage and not stage.inconclusive else None
+        if isinstance(drop, (int, float)) and not isinstance(drop, bool):
+            lines.append(f"{name}{host_labels(row)} {float(drop):.6f}")
