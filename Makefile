@@ -86,4 +86,4 @@ stress: install system-deps
 	$(PY) -m bench.stress.fleet_load $(STRESS_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo .demo-runtime

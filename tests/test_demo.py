@@ -167,3 +167,72 @@ def test_demo_without_openssh_server_says_what_to_install_in_one_line(tmp_path: 
         "(apt-get install openssh-server)\n"
     )
     assert not (tmp_path / ".demo").exists()  # nothing started, nothing left
+
+
+def _demo_env(tmp_path: Path, *, sshd: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    if not sshd:  # the demo stops before it starts anything (see the test above)
+        env["DFLASH_TESTBED_SSHD"] = str(tmp_path / "no-such-sshd")
+    return env
+
+
+def test_demo_help_prints_usage_and_starts_nothing(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo", "--help"],
+        cwd=tmp_path,
+        env=_demo_env(tmp_path, sshd=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("usage: python -m dflash_provision.testbed.demo [-h] [--keep]")
+    assert "--no-runtime" in done.stdout and "--keep" in done.stdout
+    assert done.stderr == ""
+    assert not (tmp_path / ".demo").exists()
+
+
+def test_demo_unknown_option_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtme"],
+        cwd=tmp_path,
+        env=_demo_env(tmp_path, sshd=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: python -m dflash_provision.testbed.demo")
+    assert done.stderr.endswith("error: unrecognized arguments: --no-runtme\n"), done.stderr
+    assert not (tmp_path / ".demo").exists()
+
+
+def test_two_demos_at_once_from_one_checkout_each_in_its_own_directory(tmp_path: Path) -> None:
+    """Two `make demo`s started together in one directory (fast mode: no real vLLM) both finish;
+    each works in .demo/<pid> and leaves the other's alone. The first has --keep and no stdin:
+    the end of input counts as Enter."""
+    env = _demo_env(tmp_path)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtime", *keep],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for keep in (["--keep"], [])
+    ]
+    outputs = [run.communicate(timeout=900) for run in runs]
+    for run, (out, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, out[-3000:] + err[-3000:]
+        assert "Traceback" not in err, err
+        assert f"$ cd .demo/{run.pid}\n" in out, out[:2000]
+        assert f"Its files stay in .demo/{run.pid} " in out
+        assert (tmp_path / ".demo" / str(run.pid) / "fleet.yaml").is_file()
+    assert KEEP_MESSAGE in outputs[0][0]
+    assert sorted(p.name for p in (tmp_path / ".demo").iterdir()) == sorted(
+        str(run.pid) for run in runs
+    )

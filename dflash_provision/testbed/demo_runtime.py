@@ -188,9 +188,10 @@ def cli(*words: str) -> list[str]:
 
 
 def main() -> int:
-    """The runtime part alone, in ./.demo-runtime (root, real vLLM)."""
-    workdir = Path(".demo-runtime").resolve()
-    shutil.rmtree(workdir, ignore_errors=True)
+    """The runtime part alone, in ./.demo-runtime/<pid> (root, real vLLM): its own directory,
+    so a run at the same time in the same checkout keeps its own."""
+    workdir = Path(".demo-runtime", str(os.getpid())).resolve()
+    shutil.rmtree(workdir, ignore_errors=True)  # only a finished run with this pid left it
     workdir.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
     env["COLUMNS"] = "78"
