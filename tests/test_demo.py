@@ -107,7 +107,7 @@ def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ig
     out, _, _ = demo
     commands = [text for text, _ in shell_lines(out)]
     programs = {text.split()[0].split("=")[0] for text in commands}
-    assert programs <= {"export", "cd", "M", "dflash-provision", "ssh", "cat", "head"}
+    assert programs <= {"export", "cd", "M", "C", "dflash-provision", "ssh", "cat", "head"}
     # The ssh_config is given once, through the environment, not on every line.
     assert not any("--ssh-config" in text for text in commands)
     assert sum(text.startswith("export DFLASH_PROVISION_SSH_CONFIG=") for text in commands) == 1
@@ -118,6 +118,35 @@ def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ig
     )
     assert re.search(r'"cat > \$M/(m1/)?config\.json"', commands[overwrite]), commands[overwrite]
     assert commands[overwrite + 1].startswith("dflash-provision verify")
+
+
+def test_demo_pushes_verifies_and_audits_an_lxc_container_behind_a_host(demo) -> None:  # type: ignore[no-untyped-def]
+    out, _, _ = demo
+    if os.geteuid() != 0:
+        assert "skipped: LXC containers inside the throwaway hosts need root and lxc" in out
+        pytest.skip("the demo's LXC step needs root (containers inside the hosts)")
+    step = out[out.index("The incident's setting: the drafter in an LXC container") :]
+    name = re.search(r"^\$ C=h06/lxc:(ct-[0-9a-f]{6})$", step, re.M)
+    assert name is not None, step[:1500]
+    steps = [
+        '$ dflash-provision push "$C:$M" --mkdir',
+        f"push h06/lxc:{name.group(1)}:/root/models/Qwen3.6-27B-DFlash",
+        "read back and matched",
+        '$ dflash-provision verify "$C:$M"',
+        f"in_sync: h06/lxc:{name.group(1)}:",
+        f"\"lxc-attach -n {name.group(1)} -- sh -c 'cat > $M/config.json'\"",
+        "$ dflash-provision audit -i container.yaml",
+        "h06-ct  drifted",
+        "[exit 4]",
+        "$ dflash-provision repair -i container.yaml",
+        "in_sync",
+        "1 in sync now",
+    ]
+    position = 0
+    for text in steps:
+        found = step.find(text, position)
+        assert found >= 0, f"{text!r} missing (or out of order) in the LXC step:\n{step[:3000]}"
+        position = found
 
 
 def test_demo_shows_a_long_diff_once_then_summarises_it(demo) -> None:  # type: ignore[no-untyped-def]

@@ -18,6 +18,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.demo_state import Demo, DemoHosts, DemoMember
@@ -28,6 +29,10 @@ from dflash_provision.testbed.demo_transcript import (
     relative_or_absolute,
 )
 from dflash_provision.testbed.hub_standin import HubStandin
+
+if TYPE_CHECKING:
+    from dflash_provision.testbed.hosts import Host
+    from dflash_provision.testbed.lxc import Container
 
 #: Every run works in its own directory under here (``run_dir``), so two runs from one
 #: checkout, one after the other or at once, never delete or share each other's files.
@@ -61,6 +66,7 @@ def demo_steps(*, runtime: bool = True) -> list[Step]:
         fleet_audit_step,
         repair_step,
         clean_audit_step,
+        container_step,
         # Later steps go here, after the fleet is clean: append a module's own list.
         *(runtime_demo_steps() if runtime else []),
     ]
@@ -151,13 +157,15 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
         with hosts.Fleet(base_dir, count, address_prefix=None) as fleet:
             assert fleet.client is not None
             model_dir = f"/root/models/{MODEL}"
-            yield DemoHosts(
-                fleet.client.ssh_config,
-                [DemoMember(h.name, h.alias, model_dir, "$M") for h in fleet.hosts],
-                model_dir,
-                f"{count} real sshd hosts, each in its own namespaces with a private /root, on "
-                f"{fleet.hosts[0].address}..{fleet.hosts[-1].address} port {fleet.port}",
-            )
+            with _demo_container(fleet.hosts[-1]) as container:
+                yield DemoHosts(
+                    fleet.client.ssh_config,
+                    [DemoMember(h.name, h.alias, model_dir, "$M") for h in fleet.hosts],
+                    model_dir,
+                    f"{count} real sshd hosts, each in its own namespaces with a private /root, "
+                    f"on {fleet.hosts[0].address}..{fleet.hosts[-1].address} port {fleet.port}",
+                    container,
+                )
         return
     # Not root: no namespaces, so one sshd as you and one model directory per "host".
     with hosts.single_user_sshd(base_dir / "sshd") as sshd:
@@ -174,6 +182,20 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
             f"one sshd as {sshd.user} on 127.0.0.1:{sshd.port} (not root: no namespaces, so "
             f"the fleet is {count} model directories behind it)",
         )
+
+
+@contextlib.contextmanager
+def _demo_container(host: Host) -> Iterator[Container | None]:
+    """A busybox container inside ``host`` for the LXC step, destroyed with the hosts; None
+    where LXC cannot run (the step then says it is skipped)."""
+    from dflash_provision.testbed import hosts
+    from dflash_provision.testbed.lxc import busybox_container, unique_name
+
+    if hosts.missing_prerequisites(need_root=True, need_lxc=True) is not None:
+        yield None
+        return
+    with busybox_container(unique_name("ct"), host=host) as container:
+        yield container
 
 
 def cli(*words: str) -> list[str]:
@@ -273,6 +295,38 @@ def clean_audit_step(d: Demo) -> None:
     d.t.run(["head", "-n", "4", "dflash.prom"])
     d.t.say("The history table needs a wide terminal; one record as JSON, for scripts:")
     d.t.run(cli("history", "--op", "repair", "--host", d.hosts.members[1].name, "--json"))
+
+
+def container_step(d: Demo) -> None:
+    """The incident's own setting: the drafter inside an LXC container behind an SSH host
+    (busybox: no python, no bash), reached as HOST/lxc:NAME:PATH."""
+    d.t.heading("The incident's setting: the drafter in an LXC container behind a host")
+    container = d.hosts.container
+    if container is None:
+        d.t.say("skipped: LXC containers inside the throwaway hosts need root and lxc")
+        return
+    member = d.hosts.members[-1]
+    d.t.say(
+        f"{member.alias} runs the LXC container {container.name} (lxc-create -t busybox: "
+        "no python, no bash); the drafter's directory is inside it:"
+    )
+    d.t.set([f"C={quote(f'{member.alias}/lxc:{container.name}')}"])
+    target = '"$C:$M"'
+    d.t.run(cli("push", target, "--mkdir"))
+    d.t.run(cli("verify", target))
+    d.t.say("Someone overwrites it by hand inside the container; audit catches it:")
+    script = f"lxc-attach -n {container.name} -- sh -c 'cat > $M/config.json'"
+    d.t.run([*over_ssh(member, script), "<", "incident-config.json"])
+    (d.workdir / "container.yaml").write_text(
+        "# The drafter inside the container, as an inventory names it.\n"
+        "defaults:\n  drafter:\n    lock: dflash.lock\n"
+        "groups:\n  containers:\n    hosts:\n"
+        f"      - name: {member.name}-ct\n        address: {member.alias}\n"
+        f"        container: lxc:{container.name}\n        path: {member.model_dir}\n"
+    )
+    d.t.run(["cat", "container.yaml"])
+    d.t.run(cli("audit", "-i", "container.yaml"), expect=4)
+    d.t.run(cli("repair", "-i", "container.yaml"))
 
 
 def write_inventory(path: Path, hosts: DemoHosts) -> None:

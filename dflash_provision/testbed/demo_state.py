@@ -5,8 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_provision.testbed.demo_transcript import Transcript
+
+if TYPE_CHECKING:
+    from dflash_provision.testbed.lxc import Container
 
 
 @dataclass(frozen=True)
@@ -35,6 +39,10 @@ class DemoHosts:
     members: list[DemoMember]
     model_var: str  # what $M is set to, as typed
     note: str
+    # The LXC step's busybox container, inside the last member's host and up as long as the
+    # hosts (so its lines can be pasted with --keep); None when containers cannot run inside
+    # the hosts (not root, or LXC missing).
+    container: Container | None = None
 
 
 @dataclass
