@@ -103,6 +103,22 @@ def test_demo_reads_on_an_80_column_terminal(demo) -> None:  # type: ignore[no-u
     assert wide == []
 
 
+def test_demo_never_cuts_a_path_json_or_label_it_shows(demo) -> None:  # type: ignore[no-untyped-def]
+    out, root, _ = demo
+    # "…" only where a repeated change list is summarised, never inside a word.
+    cut = [line for line in out.splitlines() if "…" in line and "more: the same as in" not in line]
+    assert cut == []
+    # The textfile's first sample (a metric with its labels, wider than the line) is all there,
+    # broken after a comma: its two lines joined are the file's line.
+    sample = next(
+        line for line in (root / "demo" / "dflash.prom").read_text().splitlines()
+        if line.startswith("dflash_config_in_sync{")
+    )  # fmt: skip
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("  dflash_config_in_sync{"))
+    assert lines[first].strip() + lines[first + 1].strip() == sample
+
+
 def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ignore[no-untyped-def]
     out, _, _ = demo
     commands = [text for text, _ in shell_lines(out)]

@@ -486,3 +486,26 @@ def test_launch_status_stop_inside_an_lxc_container_behind_ssh(
     assert after.returncode == ExitCode.NOT_RUNNING
     left = container.attach(["sh", "-c", "ps -o pid,args | grep -c '[v]llm_standin' || true"])
     assert str(left.stdout).strip() == "0"
+
+
+def test_launch_shows_its_pre_flight_summary_before_it_waits_for_the_server(bed: Bed) -> None:
+    # stdout and stderr into one pipe, in the order they were written: the summary (stdout)
+    # must come before the "waiting for the server" lines (stderr) of a slow start.
+    from tests.fixtures.cli import run_cli
+
+    control = "/root/standin/control.json"
+    write_control(bed.host, control, {"startup_delay_s": 8})
+    proc = run_cli(
+        "launch", bed.target, "--model", TARGET_DIR, "--from", str(bed.authority),
+        "--vllm", bed.standin.vllm, "--port", str(bed.port), "--ready-timeout", READY_TIMEOUT,
+        "--env", f"{CONTROL_ENV}={control}", "--no-check", *bed.ssh(),
+        cwd=bed.cli.workdir, home=bed.cli.workdir / "home",
+        prefix=["sh", "-c", 'exec "$@" 2>&1', "sh"],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith("  pre-flight  drafter"))
+    waiting = next(i for i, line in enumerate(lines) if line.startswith("waiting for the server"))
+    assert lines[summary - 1] == f"launch {bed.target} port {bed.port}"
+    assert summary < waiting, proc.stdout
+    assert lines[-1].startswith("started: vLLM 0.32.0+dflash-standin ready"), proc.stdout

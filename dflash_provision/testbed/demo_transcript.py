@@ -180,21 +180,14 @@ def command_lines(words: Sequence[str]) -> list[str]:
 def wrap(line: str, width: int) -> list[str]:
     """Fit ``line`` in ``width`` columns: break after the last "; " or ", " that leaves a
     reasonable first part, else at the last space; continuation lines are indented under the
-    text. A single word wider than the line (a long path) is shortened in its middle with "…"."""
+    text. A single word wider than the line (a long path, a JSON value, a metric with its
+    labels) is broken inside (see _break_in_word) and never shortened: a path or JSON shown is
+    the whole of it."""
     indent = len(line) - len(line.lstrip())
     hanging = " " * (indent + 4)
     parts: list[str] = []
     while len(line) > width:
-        cut = _break_at(line, width, indent)
-        if cut is None:  # one word wider than the line
-            head, _, tail = line[indent:].partition(" ")
-            short_tail = bool(tail) and len(tail) < (width - indent) // 2
-            room = width - indent - 1 - (len(tail) + 1 if short_tail else 0)
-            line = " " * indent + head[: room // 2] + "…" + head[-(room - room // 2) :]
-            line += f" {tail}" if tail else ""
-            if len(line) <= width:
-                break
-            cut = _break_at(line, width, indent) or width
+        cut = _break_at(line, width, indent) or _break_in_word(line, width, indent)
         parts.append(line[:cut].rstrip())
         line = hanging + line[cut:].lstrip()
         indent = len(hanging)
@@ -210,6 +203,18 @@ def _break_at(line: str, width: int, indent: int) -> int | None:
             return at + len(mark)
     at = window.rfind(" ", indent + 1, width + 1)
     return at + 1 if at > indent else None
+
+
+def _break_in_word(line: str, width: int, indent: int) -> int:
+    """Where to break a word wider than the line: after its last "," or "}" (between a JSON
+    value's or a metric's labels), else its last "/" (a path), that leaves a reasonable first
+    part; else at the width."""
+    window = line[:width]
+    for marks in ((",", "}"), ("/",)):
+        at = max(window.rfind(mark) for mark in marks)
+        if at > indent + (width - indent) // 3:
+            return at + 1
+    return width
 
 
 def relative_or_absolute(path: Path, base: Path) -> str:
