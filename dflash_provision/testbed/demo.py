@@ -109,7 +109,7 @@ def _run_demo(workdir: Path, *, keep: bool, runtime: bool) -> int:
     t = Transcript(root, env)
     with HubStandin() as hub, throwaway_hosts((workdir / "fleet").resolve()) as hosts:
         set_up_shell(t, workdir, hub.url, hosts)
-        demo = Demo(t, workdir.resolve(), hosts)
+        demo = Demo(t, workdir.resolve(), hosts, hub)
         for step in demo_steps(runtime=runtime):
             step(demo)
         if keep and not t.surprises:

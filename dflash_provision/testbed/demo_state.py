@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 from dflash_provision.testbed.demo_transcript import Transcript
 
 if TYPE_CHECKING:
+    from dflash_provision.testbed.hub_standin import HubStandin
     from dflash_provision.testbed.lxc import Container
 
 
@@ -52,3 +53,4 @@ class Demo:
     t: Transcript
     workdir: Path
     hosts: DemoHosts
+    hub: HubStandin | None = None  # the runtime part publishes the tiny drafter's config there
