@@ -92,9 +92,10 @@ def _sources() -> str:
 @dataclass
 class Textfiles:
     audit: str
-    runtime: str
-    directory: Path
+    runtime: str  # the second runtime-check: h01 below the gate and regressed, h03 down
+    directory: Path  # what node_exporter serves: audit.prom and runtime.prom
     hosts: tuple[str, str, str]
+    first_runtime: str  # the first runtime-check: h01 passed, h03 failed stage a
 
 
 @pytest.fixture(scope="module")
@@ -122,6 +123,7 @@ def textfiles(make_fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> Text
         runtime,
         directory,
         (h01.alias, h02.alias, h03.alias),
+        (base / "first-runtime.prom").read_text(),
     )
 
 
@@ -150,7 +152,8 @@ def _runtime_textfile(
     inventory = _inventory(base, authority, (h01.alias, h03.alias), "runtime")
     check = ["runtime-check", "-i", str(inventory), "--port", str(port),
              "--python", standin.python, *ssh]  # fmt: skip
-    first = cli.run(*check)  # h01 passes: records its acceptance reference (h03 drifted)
+    # h01 passes and records its acceptance reference; h03 has the incident's file (stage a)
+    first = cli.run(*check, "--prometheus", str(base / "first-runtime.prom"))
     assert first.returncode == ExitCode.RUNTIME_CHECK_FAILED, first.stdout + first.stderr
     assert re.search(rf"^{h01.alias} +passed ", first.stdout, re.M), first.stdout
     write_control(h01, CONTROL, {"acceptance": 0.011})
@@ -303,6 +306,36 @@ def test_promtool_regression_alert_on_the_real_runtime_check(
                     )
                 ],
             }
+        ],
+    )
+
+
+@pytest.mark.integration
+@pytest.mark.root
+def test_promtool_check_failed_alert_on_the_first_real_runtime_check(
+    textfiles: Textfiles, tmp_path: Path
+) -> None:
+    # h03 holds the incident's file: stage a failed, the host was checked (not down); h01
+    # passed: no acceptance alert for it.
+    h03 = textfiles.hosts[2]
+    assert 'stage="a"} 0' in textfiles.first_runtime
+    _promtool_test(
+        tmp_path,
+        _series(textfiles.first_runtime, rebase=_timestamps(textfiles)),
+        [
+            {
+                "alertname": "DflashRuntimeCheckFailed",
+                "eval_time": "5m",
+                "exp_alerts": [
+                    _expect(
+                        "DflashRuntimeCheckFailed",
+                        _labels("DflashRuntimeCheckFailed", "critical", h03),
+                    )
+                ],
+            },
+            {"alertname": "DflashRuntimeCheckDown", "eval_time": "5m", "exp_alerts": []},
+            {"alertname": "DflashAcceptanceBelowGate", "eval_time": "5m", "exp_alerts": []},
+            {"alertname": "DflashAcceptanceRegressed", "eval_time": "5m", "exp_alerts": []},
         ],
     )
 
