@@ -4,6 +4,7 @@ working, keep its commands pasteable, and keep it readable on an 80-column termi
 from __future__ import annotations
 
 import io
+import json
 import os
 import re
 import subprocess
@@ -118,6 +119,16 @@ def test_demo_never_cuts_a_path_json_or_label_it_shows(demo) -> None:  # type: i
     lines = out.splitlines()
     first = next(i for i, line in enumerate(lines) if line.startswith("  dflash_config_in_sync{"))
     assert lines[first].strip() + lines[first + 1].strip() == sample
+
+
+def test_demo_shows_json_as_valid_json(demo) -> None:  # type: ignore[no-untyped-def]
+    out, _, _ = demo
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ dflash-provision history"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  [exit "))
+    shown = "\n".join(lines[start + 1 : end])
+    records = json.loads(shown)  # as printed, wrapped to 80 columns
+    assert records[0]["op"] == "repair" and "old file kept as" in records[0]["message"]
 
 
 def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ignore[no-untyped-def]

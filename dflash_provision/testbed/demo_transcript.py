@@ -109,6 +109,11 @@ class Transcript:
         return done
 
     def _print_output(self, text: str, *, where: str) -> None:
+        if is_json(text):  # `--json`: shown as JSON that still parses (see wrap_json)
+            for line in text.rstrip("\n").splitlines():
+                for part in wrap_json(INDENT + line, WIDTH):
+                    print(part, flush=True)
+            return
         for line in self._summarised(text.rstrip("\n").splitlines(), where):
             for part in wrap(INDENT + line, WIDTH):
                 print(part, flush=True)
@@ -175,6 +180,31 @@ def command_lines(words: Sequence[str]) -> list[str]:
         current += " " + word
     lines.append(current)
     return lines
+
+
+def is_json(text: str) -> bool:
+    """The whole output is one JSON document (an object or an array)."""
+    import json
+
+    if not text.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def wrap_json(line: str, width: int) -> list[str]:
+    """A JSON line too wide for ``width``: broken between a key and its value, which JSON
+    allows, never inside a string (a line that still does not fit stays whole)."""
+    if len(line) <= width:
+        return [line]
+    key_end = line.find('": ')
+    if key_end < 0 or not line.lstrip().startswith('"'):
+        return [line]
+    indent = len(line) - len(line.lstrip())
+    return [line[: key_end + 2], " " * (indent + 4) + line[key_end + 3 :]]
 
 
 def wrap(line: str, width: int) -> list[str]:
