@@ -31,6 +31,7 @@ class Completion:
     text: str = ""
     error: str = ""
     status: int | None = None
+    unusable: bool = False  # the answer dripped past its deadline (access.ReplyUnusable)
 
 
 def served_model_id(access: Any, fallback: str | None, timeout: float) -> str | None:
@@ -113,15 +114,42 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
     if fatal_after and fatal_after[0][:200] not in first.error:
         summary += f"; the server logged: {fatal_after[0][:300]}"
     evidence = [summary, *[f"log: {line[:300]}" for line in fatal_after[:3]]]
+    fix = (
+        "the drafter does not fit this target (layer ids, hidden size): "
+        f"dflash-provision validate {shlex.quote(ctx.target.display())} --target-config MODEL"
+    )
+    if first.unusable:
+        fix = _endpoint_fix(ctx, "/v1/completions")
     return StageResult(
-        "d",
-        name,
+        "d", name, StageStatus.FAILED, summary, evidence, {"status": first.status}, fix=fix
+    )
+
+
+def _endpoint_fix(ctx: CheckContext, path: str) -> str:
+    target = shlex.quote(ctx.target.display())
+    return (
+        f"the server's {path} endpoint misbehaves (it did not answer within the deadline, or "
+        "answered too much): this says nothing about the drafter; look at the server "
+        f"(dflash-provision logs {target}) and at whatever answers on its port (a proxy?)"
+    )
+
+
+def endpoint_failed(ctx: CheckContext, key: str, error: Any) -> StageResult:
+    """Stage ``key`` failed because an endpoint's answer was unusable (``access.ReplyUnusable``:
+    dripped past its deadline, larger than its bound, cut short): the message names the request,
+    and the fix is about that endpoint, never the drafter."""
+    message = str(getattr(error, "message", error))
+    path = message.split(":", 1)[0].split(" ", 1)[-1] if ":" in message else "/metrics"
+    what = "the counters" if path == "/metrics" else f"{path}"
+    summary = f"{what} could not be read: {message}"
+    return StageResult(
+        key,
+        STAGE_NAMES[key],
         StageStatus.FAILED,
         summary,
-        evidence,
-        {"status": first.status},
-        fix="the drafter does not fit this target (layer ids, hidden size): "
-        f"dflash-provision validate {shlex.quote(ctx.target.display())} --target-config MODEL",
+        [summary],
+        {"endpoint": path, "error": message},
+        fix=_endpoint_fix(ctx, path),
     )
 
 
