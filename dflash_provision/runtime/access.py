@@ -105,7 +105,7 @@ def check_access(transport: Transport, port: int, *, python: str | None, timeout
     SSH and local access."""
     access = open_server(transport, port, python=python)
     if isinstance(access, ContainerAccess):
-        result = transport.run([access.python, "-c", "import urllib.request"], timeout=timeout)
+        result = transport.run([access.python, "-c", "import http.client, signal"], timeout=timeout)
         if result.exit_status != 0:
             raise access._no_python(result.exit_status, result.stderr)
 

@@ -62,6 +62,10 @@ def run_bounded(
     except RemoteStepFailed as exc:
         if exc.step != "timeout":
             raise
+        # A host that froze before starting the command (ExecRequestTimeout: its connection is
+        # closed) has nothing to reap, and asking again would cost a whole new connection.
+        if type(exc).__name__ == "ExecRequestTimeout":
+            raise
         reap(transport, mark)
         raise _ended(transport, argv, deadline) from None
     if result.exit_status in _ENDED and result.duration_s >= deadline:
