@@ -95,6 +95,21 @@ def test_a_dripping_metrics_inside_a_container_is_cut_at_the_deadline(
     assert WRONG_FIX not in d["fix"]
 
 
+def test_a_dripping_health_ends_the_readiness_wait_at_its_timeout(bed: Bed) -> None:
+    # Each /health poll has one deadline: the wait ends at --ready-timeout, a slow server is
+    # left running (as documented) and stopped here.
+    bed.control(health_drip_s=DRIP_S)
+    proc = bed.cli.run(
+        *_launch_argv(bed, f"{bed.host.alias}:{DRAFTER_DIR}"), "--ready-timeout", "15"
+    )
+    assert proc.returncode == ExitCode.LAUNCH_FAILED, proc.stdout + proc.stderr
+    assert "/health: no answer" in proc.stderr and "Traceback" not in proc.stderr
+    stop = bed.cli.run(
+        "stop", f"{bed.host.alias}:{DRAFTER_DIR}", "--port", str(bed.port), *bed.ssh()
+    )
+    assert stop.returncode == 0, stop.stdout + stop.stderr
+
+
 # -- vllm --version: exit 23 and nothing left on the target --------------------------------------
 
 
