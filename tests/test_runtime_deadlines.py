@@ -80,7 +80,7 @@ def test_a_dripping_completion_fails_stage_d_at_its_deadline(bed: Bed) -> None:
 
 
 @pytest.mark.lxc
-def test_a_dripping_metrics_inside_a_container_is_cut_at_the_deadline(
+def test_a_dripping_or_oversized_metrics_inside_a_container_fails_by_name(
     container_bed: ContainerBed,
 ) -> None:
     # The request runs inside the container (its python): that program keeps the deadline too.
@@ -92,6 +92,15 @@ def test_a_dripping_metrics_inside_a_container_is_cut_at_the_deadline(
     assert proc.returncode == ExitCode.RUNTIME_CHECK_FAILED, proc.stdout + proc.stderr
     d = _d(json.loads(proc.stdout))
     assert "GET /metrics:" in d["summary"] and "deadline reached" in d["summary"]
+    assert WRONG_FIX not in d["fix"]
+    # The container's program reads at most the bound, and the answer is refused by name.
+    write_control(container_bed.container, CONTROL, {"metrics_bytes": 6 * 1024 * 1024})
+    proc = container_bed.run(
+        "runtime-check", "--json", "--command-timeout", TIMEOUT, "--skip-loader"
+    )
+    assert proc.returncode == ExitCode.RUNTIME_CHECK_FAILED, proc.stdout + proc.stderr
+    d = _d(json.loads(proc.stdout))
+    assert "GET /metrics: answer larger than 4 MiB: refused" in d["summary"]
     assert WRONG_FIX not in d["fix"]
 
 

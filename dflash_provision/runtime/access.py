@@ -103,9 +103,12 @@ def check_access(transport: Transport, port: int, *, python: str | None, timeout
     """Make sure the port can be reached before anything starts: for a container, that its
     python runs (else RemoteStepFailed(step="access") naming --python). Nothing to check for
     SSH and local access."""
+    from dflash_provision.runtime.bounded import run_bounded
+
     access = open_server(transport, port, python=python)
     if isinstance(access, ContainerAccess):
-        result = transport.run([access.python, "-c", "import http.client, signal"], timeout=timeout)
+        argv = [access.python, "-c", "import http.client, signal"]
+        result = run_bounded(transport, argv, timeout=timeout)  # a hung python is ended there
         if result.exit_status != 0:
             raise access._no_python(result.exit_status, result.stderr)
 
