@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2
 
-.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format bench stress clean
+.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench stress clean
 
 install: $(VENV)/.installed
 
@@ -64,6 +64,10 @@ lint: install
 format: install
 	$(VENV)/bin/ruff format .
 	$(VENV)/bin/ruff check --fix .
+
+# The command reference, from the click commands' own --help (tests/test_cli_docs.py checks it).
+docs: install
+	$(PY) -m dflash_provision.cli.docs > docs/cli.md.tmp && mv docs/cli.md.tmp docs/cli.md
 
 bench: install system-deps
 	$(PY) bench/bench_fleet.py

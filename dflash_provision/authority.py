@@ -199,8 +199,13 @@ def load_repo(ref: RepoRef) -> Authority:
     from dflash_provision import hub  # deferred: huggingface_hub is slow to import
 
     fetched = hub.fetch_config(ref.repo_id, revision=ref.revision)
+    # A branch or tag (or no revision: main) is resolved now; the label says to which commit,
+    # the same way for --repo and an inventory's repo, so a moving branch is never silent.
+    resolved = "" if hub.is_commit_sha(ref.revision) else f" ({fetched.requested_revision})"
+    if fetched.cache_fallback is not None:  # not resolved now: the label must not hide it
+        resolved = f" ({fetched.requested_revision} as cached: {fetched.cache_fallback})"
     return Authority(
-        label=f"{ref.repo_id}@{fetched.commit_sha[:12]}",
+        label=f"{ref.repo_id}@{fetched.commit_sha[:12]}{resolved}",
         data=fetched.data,
         commit_sha=fetched.commit_sha,
     )

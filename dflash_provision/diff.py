@@ -119,3 +119,66 @@ def _type_name(value: Any) -> str:
         type(None): "null",
     }
     return names.get(type(value), type(value).__name__)
+
+
+# Fields that decide what a runtime does with a drafter, in the reference layout's names.
+_MEANINGFUL = (
+    "architectures",
+    "hidden_size",
+    "vocab_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "intermediate_size",
+    "layer_types",
+    "sliding_window",
+    "rope_theta",
+    "rope_parameters",
+    "rope_scaling",
+    "rms_norm_eps",
+)
+
+
+def layouts_of(old: object, new: object) -> tuple[str, str]:
+    """("reference" | "speculators", ...) for each side (a non-object counts as reference)."""
+    from dflash_provision.speculators_layout import is_speculators
+
+    def kind(doc: object) -> str:
+        return "speculators" if isinstance(doc, dict) and is_speculators(doc) else "reference"
+
+    return kind(old), kind(new)
+
+
+def cross_layout_diff(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """Two configs in different published layouts compared by what vLLM reads from them: the
+    transformer fields, the taps (as vLLM's target_layer_ids), the mask token and block_size,
+    each path named as the NEW side's file keeps it. A field by field diff of two layouts would
+    only say that every key moved."""
+    from dflash_provision.speculators_layout import file_field, is_speculators, runtime_view
+
+    # The taps in B's convention: hidden-state indices (aux ids) for the speculators layout.
+    as_aux = is_speculators(new)
+
+    def meaning(doc: dict[str, Any]) -> dict[str, Any]:
+        view = runtime_view(doc)
+        picked = {name: view[name] for name in _MEANINGFUL if name in view}
+        inner = view.get("dflash_config")
+        inner = inner if isinstance(inner, dict) else {}
+        if "mask_token_id" in inner:
+            picked["dflash_config"] = {"mask_token_id": inner["mask_token_id"]}
+        ids = inner.get("target_layer_ids")
+        if isinstance(ids, list) and as_aux:
+            ints = all(isinstance(i, int) for i in ids)
+            picked["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in ids] if ints else ids
+        elif ids is not None:
+            picked.setdefault("dflash_config", {})["target_layer_ids"] = ids
+        size = inner.get("block_size", view.get("block_size"))
+        if size is not None:
+            picked["block_size"] = size
+        return picked
+
+    return [
+        Change(file_field(new, c.path) if c.path else c.path, c.kind, c.old, c.new)
+        for c in semantic_diff(meaning(old), meaning(new))
+    ]

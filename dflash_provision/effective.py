@@ -96,6 +96,10 @@ def load_effective(doc: dict[str, Any]) -> tuple[Any | None, str | None]:
 
 def check_effective(doc: dict[str, Any]) -> list[Finding]:
     """Compare the raw file's critical fields with what transformers loads."""
+    from dflash_provision.speculators_layout import is_speculators
+
+    if is_speculators(doc):
+        return check_effective_speculators(doc)
     config, error = load_effective(doc)
     if config is None:
         return [
@@ -260,3 +264,52 @@ def _check_rope(doc: dict[str, Any], config: Any) -> list[Finding]:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_effective_speculators(doc: dict[str, Any]) -> list[Finding]:
+    """The effective layer for the speculators layout.
+
+    transformers' AutoConfig cannot load this layout without remote code (``auto_map`` names the
+    speculators library's DFlashSpeculatorConfig; runtimes never run remote code for it). What a
+    runtime sees is vLLM's conversion (speculators_layout.runtime_view), which keeps
+    ``transformer_layer_config`` as written but replaces a ``dflash_config`` inside it: that loss
+    is an error. The speculators library itself builds a transformers config from
+    ``transformer_layer_config`` (Qwen3Config unless it names another model_type); what that
+    loader changes is reported as warnings, since vLLM does not go through it.
+    """
+    from dflash_provision.speculators_layout import LAYER_CONFIG, layer_config
+
+    findings: list[Finding] = []
+    tlc = layer_config(doc)
+    inner = tlc.get("dflash_config")
+    if inner is not None:
+        keys = sorted(inner) if isinstance(inner, dict) else []
+        findings.append(
+            Finding(
+                "effective",
+                f"{LAYER_CONFIG}.dflash_config",
+                f"{LAYER_CONFIG}.dflash_config {_show(keys)}: vLLM's speculators conversion "
+                "replaces it with one built from the top-level fields (aux_hidden_state_layer_ids, "
+                "mask_token_id, sample_from_anchor, sliding_window_non_causal): these keys are "
+                "lost",
+            )
+        )
+    loadable = dict(tlc)
+    loadable.setdefault("model_type", "qwen3")  # the speculators library's default class
+    config, error = load_effective(loadable)
+    if config is None:
+        message = f"transformers cannot build {LAYER_CONFIG} ({error})"
+        return [*findings, Finding("effective", LAYER_CONFIG, message, "warning")]
+    found = [_compare_field(tlc, config, name) for name in CRITICAL_FIELDS]
+    found += _check_rope(tlc, config)
+    for finding in found:
+        if finding is not None and finding.path not in ("dflash_config", "block_size"):
+            findings.append(
+                Finding(
+                    "effective",
+                    f"{LAYER_CONFIG}.{finding.path}",
+                    f"{LAYER_CONFIG} as the speculators library loads it: {finding.message}",
+                    "warning",
+                )
+            )
+    return findings

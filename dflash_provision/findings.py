@@ -12,12 +12,21 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-Layer = Literal["parse", "schema", "invariants", "effective", "against", "target"]
+Layer = Literal["parse", "schema", "invariants", "effective", "against", "target", "weights"]
 Severity = Literal["error", "warning"]
 LayerStatus = Literal["passed", "failed", "skipped"]
 
 # Report order; also the order the CLI prints sections in.
-LAYERS: tuple[Layer, ...] = ("parse", "schema", "invariants", "effective", "target", "against")
+# "weights": the safetensors headers beside the config (validate of a directory or a target).
+LAYERS: tuple[Layer, ...] = (
+    "parse",
+    "schema",
+    "invariants",
+    "effective",
+    "target",
+    "weights",
+    "against",
+)
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
 

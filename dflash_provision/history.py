@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import os
 import pwd
 import random
@@ -61,9 +62,10 @@ STARTED = "started"  # written before the remote change; stays so if the process
 OK = "ok"
 FAILED = "failed"
 
-OPERATIONS = ("push", "repair", "rollback", "audit", "verify")
+OPERATIONS = ("push", "repair", "rollback", "audit", "verify", "runtime-check")
 
-_SCHEMA_VERSION = 2
+# 3: fleet rows of plain TARGETs keyed by machine (see HostKey.of_name), acceptance references
+_SCHEMA_VERSION = 3
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -92,6 +94,26 @@ ALTER TABLE events ADD COLUMN port INTEGER;
 ALTER TABLE events ADD COLUMN container TEXT;
 CREATE INDEX IF NOT EXISTS events_machine_time ON events (machine, id);
 """
+# Version 3: acceptance references, the figures of a passing runtime-check (runtime/reference.py),
+# each beside its "runtime-check" row in events. Looked up by host, server port, drafter sha256
+# and the digest of the smoke prompts; the newest one is the reference.
+_SCHEMA_3 = """
+CREATE TABLE IF NOT EXISTS acceptance_references (
+    id              INTEGER PRIMARY KEY AUTOINCREMENT,
+    event_id        INTEGER,
+    recorded_at     TEXT NOT NULL,
+    machine         TEXT NOT NULL,
+    login           TEXT,
+    port            INTEGER,
+    container       TEXT,
+    server_port     INTEGER NOT NULL,
+    drafter_sha256  TEXT NOT NULL,
+    prompts_sha256  TEXT NOT NULL,
+    figures         TEXT NOT NULL  -- JSON: rates, lengths, prompts, vLLM version, target
+);
+CREATE INDEX IF NOT EXISTS references_lookup
+    ON acceptance_references (drafter_sha256, prompts_sha256, machine, id);
+"""
 
 
 @dataclass(frozen=True)
@@ -116,6 +138,23 @@ class HostKey:
             target.port if target.host else None,
             target.container.display() if target.container else None,
         )
+
+    @classmethod
+    def of_name(cls, name: str) -> HostKey:
+        """The key of a fleet member's name: a plain TARGET given on the command line (its name
+        is the spec, ``root@h01:/root/models/X``) is keyed by its machine, as push keys it, so
+        ``history --host h01`` finds it; an inventory name is the machine itself."""
+        from dflash_provision.errors import DflashProvisionError
+        from dflash_provision.target import parse_target
+
+        if ":" in name or "@" in name:
+            try:
+                target = parse_target(name)
+            except DflashProvisionError:
+                return cls(name)
+            if target.host is not None:
+                return cls.of_target(target)
+        return cls(name)
 
     @classmethod
     def parse(cls, text: str) -> HostKey:
@@ -256,6 +295,18 @@ class HistoryEntry:
 
 
 _ENTRY_COLUMNS = tuple(f.name for f in fields(HistoryEntry))
+
+
+@dataclass(frozen=True)
+class ReferenceKey:
+    """What makes two runtime-checks comparable: the same host and server port, the same
+    drafter config (the authority's sha256) and the same smoke prompts (their digest)."""
+
+    host: HostKey
+    path: str
+    server_port: int
+    drafter_sha256: str
+    prompts_sha256: str
 
 
 @dataclass(frozen=True)
@@ -490,6 +541,64 @@ class HistoryStore:
             duration_s=time.monotonic() - started,
         )
 
+    # -- acceptance references (runtime-check) ------------------------------------------------
+
+    def record_reference(
+        self, key: ReferenceKey, figures: dict[str, Any], *, message: str, duration_s: float
+    ) -> int | None:
+        """Record a passing runtime-check: its row in events (op ``runtime-check``, shown by
+        ``history``) and its figures as the newest acceptance reference for ``key``."""
+        now = utc_now()
+        event = (
+            now, now, duration_s, whoami(), current_command(), "runtime-check", str(key.host),
+            key.path, key.drafter_sha256, key.drafter_sha256, "passed", message, os.getpid(),
+            *key.host.columns(),
+        )  # fmt: skip
+
+        def insert(conn: sqlite3.Connection) -> int | None:
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                cursor = conn.execute(
+                    "INSERT INTO events (started_at, finished_at, duration_s, who, command, op,"
+                    " host, path, sha256_before, sha256_after, status, message, pid,"
+                    " machine, login, port, container)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    event,
+                )
+                conn.execute(
+                    "INSERT INTO acceptance_references (event_id, recorded_at, machine, login,"
+                    " port, container, server_port, drafter_sha256, prompts_sha256, figures)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    (cursor.lastrowid, now, *key.host.columns(), key.server_port,
+                     key.drafter_sha256, key.prompts_sha256, json.dumps(figures)),
+                )  # fmt: skip
+                conn.execute("COMMIT")
+            except BaseException:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+                raise
+            return cursor.lastrowid
+
+        return self._write(lambda conn: _when_not_busy(lambda: insert(conn)))
+
+    def latest_reference(self, key: ReferenceKey) -> tuple[str, dict[str, Any]] | None:
+        """The newest reference for ``key`` (when it was recorded, its figures), else None.
+        The host must match exactly: another login, port or container is another host."""
+        sql = (
+            "SELECT recorded_at, figures FROM acceptance_references WHERE drafter_sha256 = ?"
+            " AND prompts_sha256 = ? AND server_port = ? AND machine = ? AND login IS ?"
+            " AND port IS ? AND container IS ? ORDER BY id DESC LIMIT 1"
+        )
+        params = (key.drafter_sha256, key.prompts_sha256, key.server_port, *key.host.columns())
+        row = self._read(lambda conn: _when_not_busy(lambda: conn.execute(sql, params).fetchone()))
+        if row is None:
+            return None
+        try:
+            figures = json.loads(row["figures"])
+        except ValueError:
+            return None
+        return (str(row["recorded_at"]), figures) if isinstance(figures, dict) else None
+
     # -- reading -----------------------------------------------------------------------------
 
     def query(
@@ -593,6 +702,9 @@ def _set_up(conn: sqlite3.Connection) -> None:
         if version < 2:
             _execute_all(conn, _SCHEMA_2)
             _key_old_rows(conn)
+        if version < 3:
+            _rekey_target_rows(conn)
+            _execute_all(conn, _SCHEMA_3)
         if version < _SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
     except BaseException:
@@ -613,6 +725,24 @@ def _key_old_rows(conn: sqlite3.Connection) -> None:
     conn.executemany(
         "UPDATE events SET machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
         [(*HostKey.parse(host).columns(), row_id) for row_id, host in rows],
+    )
+
+
+def _rekey_target_rows(conn: sqlite3.Connection) -> None:
+    """Rows that audit and repair wrote for a plain TARGET before schema 3 kept the whole spec
+    (``h01:/root/models/X``) as the machine: key them by the machine, as new rows are."""
+    rows = conn.execute(
+        "SELECT id, machine FROM events WHERE login IS NULL AND port IS NULL"
+        " AND container IS NULL AND (machine LIKE '%:%' OR machine LIKE '%@%')"
+    ).fetchall()
+    updates = []
+    for row_id, machine in rows:
+        key = HostKey.of_name(machine)
+        if key.machine != machine:
+            updates.append((str(key), *key.columns(), row_id))
+    conn.executemany(
+        "UPDATE events SET host = ?, machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
+        updates,
     )
 
 

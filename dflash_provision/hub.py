@@ -26,7 +26,8 @@ import re
 import socket
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn
@@ -57,6 +58,14 @@ class FetchedConfig:
     path: Path  # the file in the HF cache (snapshots/<commit_sha>/<filename>)
     data: bytes
     sha256: str
+    #: Why a branch or tag was taken from the cache instead of resolved on the Hub (the Hub
+    #: could not be reached, or HF_HUB_OFFLINE); None when the Hub resolved it in this call
+    #: or the revision is a commit sha (nothing to resolve).
+    cache_fallback: str | None = None
+    #: With ``cache_fallback``: since when the cache has had the revision at this commit (its
+    #: ref file's time: huggingface_hub rewrites it only when the commit changes); None when
+    #: unknown. The commit may be this old, or older than the Hub's by then.
+    cached_since: datetime | None = None
 
 
 def is_commit_sha(revision: str | None) -> bool:
@@ -93,8 +102,9 @@ def fetch_config(
 
     offline = constants.is_offline_mode()
 
-    def download() -> tuple[str, HfFileMetadata | None]:
-        """The cached file's path and what the Hub declared in our HEAD (None: not asked)."""
+    def download() -> tuple[str, HfFileMetadata | None, str | None]:
+        """The cached file's path, what the Hub declared in our HEAD (None: not asked) and why
+        the Hub could not be asked (None: it could, or it did not need to be)."""
         meta: HfFileMetadata | None = None
         unreachable: str | None = None  # why the Hub could not be asked, if it could not
         try:
@@ -125,12 +135,12 @@ def fetch_config(
             raise UsageError(f"{repo_id}: not a valid Hub repo id ({_first_line(exc)})") from None
         except ValueError as exc:  # e.g. a filename that climbs out of the repo ("../x")
             raise UsageError(f"{where}: {_first_line(exc)}") from None
-        return path_str, meta
+        return path_str, meta, unreachable
 
     # One deadline for everything in download() (name lookup, HEADs, the body): --timeout bounds
     # the whole fetch, not each read, also a response whose headers arrive a byte at a time.
     try:
-        path_str, meta = hub_deadline.run_within(timeout, download)
+        path_str, meta, unreachable = hub_deadline.run_within(timeout, download)
     except hub_deadline.DeadlinePassed as exc:
         _raise_transfer_failure(exc, where)
         raise
@@ -144,7 +154,7 @@ def fetch_config(
     # (pinned, offline, Hub unreachable) in the name of the cached blob, which is the ETag it
     # declared when the file was downloaded. A lock's sha256 is checked on top, by the lock.
     _check_declared(where, path, data, meta)
-    return FetchedConfig(
+    fetched = FetchedConfig(
         repo_id=repo_id,
         requested_revision=requested,
         commit_sha=commit_sha,
@@ -153,6 +163,24 @@ def fetch_config(
         data=data,
         sha256=hashlib.sha256(data).hexdigest(),
     )
+    if is_commit_sha(requested) or not (offline or unreachable):
+        return fetched
+    # A branch or tag the Hub did not resolve now: say so, and since when the cache has it.
+    why = "HF_HUB_OFFLINE is set" if offline else f"the Hub could not be reached ({unreachable})"
+    return replace(fetched, cache_fallback=why, cached_since=_ref_time(path, requested))
+
+
+def _ref_time(snapshot_file: Path, revision: str) -> datetime | None:
+    """When huggingface_hub last wrote ``refs/<revision>`` beside the snapshot (it rewrites it
+    only when the revision resolves to another commit); None when there is no such file."""
+    repo_dir = snapshot_file.parent
+    while repo_dir.name != "snapshots" and repo_dir != repo_dir.parent:
+        repo_dir = repo_dir.parent
+    try:
+        mtime = (repo_dir.parent / "refs" / revision).stat().st_mtime
+    except (OSError, ValueError):
+        return None
+    return datetime.fromtimestamp(mtime, UTC)
 
 
 REFUSED = "refused: not written, not recorded in the lock, not kept in the cache"

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from dflash_provision.findings import Finding
+from dflash_provision.speculators_layout import tap_spacing_hint
 
 LAYER_TYPE_VALUES = ("sliding_attention", "full_attention")
 
@@ -49,7 +50,11 @@ def block_size_of(doc: dict[str, Any]) -> tuple[int | None, str]:
 def check_invariants(
     doc: dict[str, Any], *, num_speculative_tokens: int | None = None
 ) -> list[Finding]:
-    """All invariants that apply to a lone drafter config."""
+    """All invariants that apply to a lone drafter config (either published layout)."""
+    from dflash_provision import speculators_checks, speculators_layout
+
+    if speculators_layout.is_speculators(doc):
+        return speculators_checks.check_invariants(doc, num_speculative_tokens)
     findings: list[Finding] = []
     findings += _check_layer_types(doc)
     findings += _check_sliding(doc)
@@ -225,7 +230,23 @@ def _target_field(target: dict[str, Any], name: str) -> Any:
 
 
 def check_target(doc: dict[str, Any], target: dict[str, Any]) -> list[Finding]:
-    """The "target" layer: the drafter fits the target model it will be attached to."""
+    """The "target" layer: the drafter fits the target model it will be attached to, and its
+    taps follow the reference default spacing (a warning when not, DFlash only)."""
+    findings = _fit_target(doc, target)
+    layers = _int(_target_field(target, "num_hidden_layers"))
+    # Next to a real mismatch (a drafter for another target) the spacing hint is only noise.
+    fits = not any(f.severity == "error" for f in findings)
+    hint = tap_spacing_hint(doc, layers) if layers is not None and fits else None
+    if hint is not None:
+        findings.append(Finding("target", hint[0], hint[1], "warning"))
+    return findings
+
+
+def _fit_target(doc: dict[str, Any], target: dict[str, Any]) -> list[Finding]:
+    from dflash_provision import speculators_checks, speculators_layout
+
+    if speculators_layout.is_speculators(doc):
+        return speculators_checks.check_target(doc, target, _target_field)
     findings = []
 
     def mismatch(path: str, message: str) -> None:

@@ -73,6 +73,11 @@ class ConfigDiff:
     def formatting_only(self) -> bool:
         return not self.bytes_equal and not self.changes and not self.note
 
+    @property
+    def old_unparseable(self) -> bool:
+        """The current file is not valid JSON (what audit calls ``invalid``)."""
+        return self.note.startswith("current file is not valid JSON")
+
 
 def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
     """Semantic diff of two config byte strings (``old`` None: there is no old file)."""
@@ -196,9 +201,12 @@ class PushResult:
 
 
 def check_authority(
-    authority: Authority, *, force: bool, effective: bool = True
+    authority: Authority, *, force: bool, effective: bool = True, verb: str = "push"
 ) -> tuple[ValidationReport, list[str]]:
-    """Validate the bytes to push. ConfigInvalid unless valid or ``force``; returns warnings."""
+    """Validate the bytes to write. ConfigInvalid unless valid or ``force``; returns warnings.
+
+    ``verb`` words the refusal ("push", "restore"). The ``--force`` hint is offered only where
+    ``--force`` would then write the file: never for a file that does not parse."""
     from dflash_provision.validate import validate_config
 
     report = validate_config(authority.data, label=authority.label, effective=effective)
@@ -209,20 +217,22 @@ def check_authority(
         f"{f.layer}: {f.path + ': ' if f.path else ''}{f.message}" for f in errors[:3]
     )
     more = f" (+{len(errors) - 3} more)" if len(errors) > 3 else ""
-    if force and report.layers.get("parse") == "failed":
+    if report.layers.get("parse") == "failed":
         # --force overrides what a config says, not whether it is JSON every reader takes the
         # same way: a syntax error, 1e999999 (infinity), a 2**4000 or a duplicate key.
+        even = " even with --force" if force else ""
         raise ConfigInvalid(
-            f"{authority.label} fails validation, refusing to push even with --force: it does "
-            f"not parse as a config: {summary}{more}"
+            f"{authority.label} fails validation, refusing to {verb}{even}: it does not parse "
+            f"as a config: {summary}{more} (--force cannot override this)"
         )
     if not force:
         raise ConfigInvalid(
-            f"{authority.label} fails validation, refusing to push: {summary}{more} "
-            "(--force pushes it anyway)"
+            f"{authority.label} fails validation, refusing to {verb}: {summary}{more} "
+            f"(--force {verb}s it anyway)"
         )
+    gerund = verb.removesuffix("e") + "ing"
     return report, [
-        f"--force: pushing {authority.label} although it FAILS validation "
+        f"--force: {gerund} {authority.label} although it FAILS validation "
         f"({len(errors)} error(s): {summary}{more})"
     ]
 
@@ -236,6 +246,7 @@ def push_config(
     force: bool = False,
     write: WriteOptions = _DEFAULT_WRITE,
     validate: bool = True,
+    verb: str = "push",
 ) -> PushResult:
     """Make ``target``'s config hold exactly ``authority.data``, and prove it by reading it back.
 
@@ -243,7 +254,9 @@ def push_config(
     whole fleet); an invalid config raises ConfigInvalid unless ``force``. ``write``: backups,
     mkdir, symlinks, timeout (see remote.proof.WriteOptions).
     """
-    report, warnings = check_authority(authority, force=force) if validate else (None, [])
+    report, warnings = (
+        check_authority(authority, force=force, verb=verb) if validate else (None, [])
+    )
     path = target.config_path
     result = PushResult(
         target=str(target),
@@ -406,10 +419,13 @@ def _not_applied_message(path: str, readback: RemoteRead, data: bytes) -> str:
 
 
 class VerifyStatus(enum.StrEnum):
-    MATCH = "match"
-    DRIFT = "drift"  # present and different (bytes; ``diff`` says how in meaning)
+    """What verify found; the values are audit's words (fleet.HostStatus), so verify, audit and
+    repair say the same thing in text and JSON (``VerifyResult.word`` splits UNREADABLE)."""
+
+    MATCH = "in_sync"
+    DRIFT = "drifted"  # present and different (bytes; ``diff`` says how in meaning)
     MISSING = "missing"  # no file, or no directory: drift too
-    UNREADABLE = "unreadable"  # permission denied, not a regular file, other read errors
+    UNREADABLE = "error"  # permission denied, not a regular file, other read errors
 
 
 @dataclass
@@ -432,11 +448,29 @@ class VerifyResult:
             VerifyStatus.UNREADABLE: ExitCode.REMOTE_FAILED,
         }[self.status]
 
+    @property
+    def word(self) -> str:
+        """The status as audit words it: ``permission_denied`` for a file this user may not
+        read, ``error`` for other unreadable files, ``invalid`` for a file that is not JSON,
+        else the status's own value (verify does not run the loader: no loader_normalised)."""
+        if (
+            self.status is VerifyStatus.UNREADABLE
+            and self.read.status is ReadStatus.PERMISSION_DENIED
+        ):
+            return "permission_denied"
+        if (
+            self.status is VerifyStatus.DRIFT
+            and self.diff is not None
+            and self.diff.old_unparseable
+        ):
+            return "invalid"
+        return self.status.value
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "path": self.path,
-            "status": self.status.value,
+            "status": self.word,
             "source": self.source,
             "expected_sha256": self.expected_sha256,
             "actual_sha256": self.read.sha256,
@@ -525,10 +559,12 @@ def rollback_config(
     to: str | None = None,
     write: WriteOptions = _DEFAULT_WRITE,
     force: bool = False,
+    dry_run: bool = False,
 ) -> PushResult:
     """Restore a backup (see choose_backup) through the atomic write protocol + read-back.
 
-    The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``."""
+    The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``.
+    ``dry_run``: the same choice, reads and diff, and nothing written."""
     from dflash_provision.authority import Authority
 
     timeout = write.timeout
@@ -551,6 +587,8 @@ def rollback_config(
             exit_code=ExitCode.REMOTE_FAILED,
         )
     authority = Authority(label=f"backup {chosen.name}", data=saved)
-    result = push_config(transport, target, authority, write=write, force=force)
+    result = push_config(
+        transport, target, authority, write=write, force=force, verb="restore", dry_run=dry_run
+    )
     result.restored_from = chosen
     return result

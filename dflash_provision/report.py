@@ -151,6 +151,7 @@ def repair_table(repairs: Sequence[HostRepair]) -> Table:
 
 
 def history_table(entries: Sequence[HistoryEntry]) -> Table:
+    from rich.markup import escape
     from rich.table import Table
     from rich.text import Text
 
@@ -164,9 +165,10 @@ def history_table(entries: Sequence[HistoryEntry]) -> Table:
             else Text(e.status, style="green" if e.status in ("ok", "in_sync") else "red")
         )
         hashes = f"{(e.sha256_before or '-')[:12]} → {(e.sha256_after or '-')[:12]}"
-        table.add_row(
-            e.started_at[:19].replace("T", " "), e.who, e.op, e.host, status, hashes, e.message
-        )
+        # Escaped: a cell is data, never rich markup ("[h01:...]" would vanish as a tag).
+        when = e.started_at[:19].replace("T", " ")
+        cells = [escape(cell) for cell in (when, e.who, e.op, e.host, hashes, e.message)]
+        table.add_row(*cells[:4], status, *cells[4:])
     return table
 
 

@@ -1,7 +1,8 @@
 """The "schema" layer: JSON Schema (Draft 2020-12) validation, one schema per drafter family.
 
-The schema is chosen by ``architectures``; every violation is listed (not only the first), each
-with the JSON path of the offending value, e.g. ``dflash_config.target_layer_ids[2]``.
+The schema is chosen by the layout and ``architectures`` (:func:`family_of`); every violation
+is listed (not only the first), each with the JSON path of the offending value, e.g.
+``dflash_config.target_layer_ids[2]``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,10 @@ SCHEMA_FILES: dict[str, str] = {
     "DFlash2DraftModel": "dflash2-draft-model.schema.json",
 }
 SUPPORTED_ARCHITECTURES = tuple(SCHEMA_FILES)
+# The speculators library's layout has its own schema whatever ``architectures`` says: vLLM
+# reads such a file by its speculators_config, not by its architecture.
+SPECULATORS_FAMILY = "speculators"
+SCHEMA_FILES[SPECULATORS_FAMILY] = "dflash-speculators.schema.json"
 
 _PACKAGE_DIR = Path(__file__).resolve().parent
 _MAX_MESSAGE = 200
@@ -43,9 +48,16 @@ def architecture_of(doc: dict[str, Any]) -> str | None:
     if not isinstance(archs, list):
         return None
     for arch in archs:
-        if arch in SCHEMA_FILES:
+        if arch in SUPPORTED_ARCHITECTURES:
             return str(arch)
     return None
+
+
+def family_of(doc: dict[str, Any]) -> str | None:
+    """The drafter family whose schema applies: the speculators layout, else the architecture."""
+    from dflash_provision.speculators_layout import is_speculators
+
+    return SPECULATORS_FAMILY if is_speculators(doc) else architecture_of(doc)
 
 
 @cache
@@ -81,7 +93,7 @@ def _short(text: str) -> str:
 
 def check_schema(doc: dict[str, Any]) -> list[Finding]:
     """Validate ``doc`` against the schema for its architecture; one Finding per violation."""
-    architecture = architecture_of(doc)
+    architecture = family_of(doc)
     if architecture is None:
         supported = ", ".join(SUPPORTED_ARCHITECTURES)
         found = json.dumps(doc.get("architectures")) if "architectures" in doc else "absent"
@@ -89,7 +101,8 @@ def check_schema(doc: dict[str, Any]) -> list[Finding]:
             Finding(
                 "schema",
                 "architectures",
-                f"architectures: {found} names no supported drafter; expected one of {supported}",
+                f"architectures: {found} names no supported drafter; expected one of {supported} "
+                "(or the speculators layout, with a speculators_config)",
             )
         ]
     findings = []

@@ -41,6 +41,8 @@ _RULE_MODULES = (
     "invariants.py",
     "effective.py",
     "findings.py",
+    "speculators_layout.py",
+    "speculators_checks.py",
 )
 
 

@@ -85,7 +85,7 @@ def test_demo_runs_every_step_as_documented(demo) -> None:  # type: ignore[no-un
         "dflash_config.mask_token_id: 248064, authoritative 248070",
         "set use_sliding_window: true",
         "read back and matched",
-        "drift:",
+        "drifted:",
         "6 hosts: 2 in sync, 1 drifted, 1 missing, 1 invalid",
         "6 in sync now",
         "dflash_config_in_sync{",

@@ -150,7 +150,8 @@ def test_layer_ids_beyond_a_smaller_target_are_errors(
     target["num_hidden_layers"] = 48
     reference["num_target_layers"] = 48
     reference["dflash_config"]["target_layer_ids"] = [1, 16, 31, 46, 47]
-    assert check_target(reference, target) == []
+    # inside the target: no error (only the tap-spacing hint, a warning)
+    assert [f for f in check_target(reference, target) if f.severity == "error"] == []
     reference["dflash_config"]["target_layer_ids"] = [1, 16, 31, 46, 61]
     finding = only(check_target(reference, target))
     assert finding.path == "dflash_config.target_layer_ids[4]"

@@ -107,20 +107,6 @@ BAD_INVENTORIES = [
         """
         defaults:
           path: /root/models/X
-        groups:
-          east:
-            drafter:
-              repo: z-lab/Qwen3.6-27B-DFlash
-            hosts: [gpu1]
-        """,
-        r"fleet.yaml:6: groups.east.drafter.revision: missing",
-        id="our_yaml_requires_a_pinned_revision_with_repo",
-    ),
-    pytest.param(
-        "fleet.yaml",
-        """
-        defaults:
-          path: /root/models/X
           drafter:
             lock: a.lock
             from: b.json

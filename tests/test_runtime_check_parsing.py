@@ -18,11 +18,16 @@ ENGINE_LINE = (
     "dtype=torch.float32, max_seq_len=256"
 )
 AUX_SPEC = (
-    "(EngineCore_DP0 pid=4242) INFO [qwen3_dflash.py:310] "
+    "(EngineCore_DP0 pid=4242) INFO 12-01 05:12:40 [gpu_model_runner.py:5244] "
     "Using auxiliary layers from speculative config: (2, 4)"
 )
-AUX_EAGLE_LIST = "INFO Using Eagle3 auxiliary layers from config: [2, 17, 32, 47, 62]"
-AUX_FALLBACK = "INFO Using Eagle3 auxiliary layers from model: (2, 33, 61)"
+AUX_EAGLE_LIST = (
+    "INFO 12-01 05:12:40 [eagle3_utils.py:27] "
+    "Using Eagle3 auxiliary layers from config: [2, 17, 32, 47, 62]"
+)
+AUX_FALLBACK = (
+    "INFO 12-01 05:12:40 [eagle3_utils.py:30] Using Eagle3 auxiliary layers from model: (2, 33, 61)"
+)
 SPEC_LINE = (
     "(APIServer pid=1) INFO 05-30 07:49:21 [metrics.py:101] SpecDecoding metrics: Mean acceptance "
     "length: 3.07, Accepted throughput: 1.05 tokens/s, Drafted throughput: 1.51 tokens/s, "
@@ -30,12 +35,14 @@ SPEC_LINE = (
     "0.500, Avg Draft acceptance rate: 69.1%"
 )
 SPEC_ZERO = (
-    "INFO SpecDecoding metrics: Mean acceptance length: 1.00, Accepted throughput: 0.00 tokens/s, "
+    "INFO 12-01 05:13:00 [metrics.py:101] SpecDecoding metrics: Mean acceptance length: 1.00, "
+    "Accepted throughput: 0.00 tokens/s, "
     "Drafted throughput: 97.50 tokens/s, Accepted: 0 tokens, Drafted: 680 tokens, Per-position "
     "acceptance rate: 0.000, 0.000, 0.000, 0.000, Avg Draft acceptance rate: 0.0%"
 )
 SWA_FATAL = (
-    "(EngineCore_DP0 pid=77) ERROR [core.py:700] ValueError: DFlash sliding attention requires a "
+    "(EngineCore_DP0 pid=77) ERROR 12-01 05:12:41 [core.py:700] ValueError: DFlash sliding "
+    "attention requires a "
     "window size configured in dflash_config.swa_window_size or the top-level sliding_window."
 )
 

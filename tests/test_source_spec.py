@@ -263,5 +263,5 @@ def test_an_inventory_revision_is_the_commit_fetched_from_the_hub(tmp_path, hub_
     assert proc.returncode == 0, proc.stderr
     loaded = json.loads(proc.stdout)
     assert loaded["commit"] == REFERENCE_OLD_SHA != REFERENCE_MAIN_SHA
-    assert loaded["label"] == f"{samples.REFERENCE_REPO}@{REFERENCE_OLD_SHA[:12]}"
+    assert loaded["label"] == f"{samples.REFERENCE_REPO}@{REFERENCE_OLD_SHA[:12]} (v1)"
     assert loaded["sha256"] == hashlib.sha256(older_reference_layout()).hexdigest()

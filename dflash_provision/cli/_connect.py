@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import click
 
 from dflash_provision.authority import SourceSpec
-from dflash_provision.cli._flags import deprecated_spelling
+from dflash_provision.cli._flags import deprecated_spelling, source_option_list
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 
@@ -107,6 +107,18 @@ _PRIVATE_KEY = re.compile(rb"-----BEGIN [A-Z0-9 ]*PRIVATE KEY-----")
 _PUBLIC_KEY = re.compile(rb"(ssh-|ecdsa-|sk-)[a-z0-9@.-]+ AAAA")
 
 
+def is_private_key_file(path: object) -> bool:
+    """Whether ``path`` is a regular file that starts like an OpenSSH or PEM private key (a
+    bounded read; False for anything that cannot be read)."""
+    try:
+        if not stat.S_ISREG(os.stat(str(path)).st_mode):
+            return False
+        with open(str(path), "rb") as handle:
+            return _PRIVATE_KEY.match(handle.read(4096).lstrip()) is not None
+    except OSError:
+        return False
+
+
 def checked_key_file(path: str) -> str:
     """``path`` if it is a readable private key file, else a usage error (exit 2) that says
     what it is. Without this a public key or a typo'd file given to ``-i`` surfaces only as
@@ -191,24 +203,14 @@ def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
 
 
 _AUTHORITY_OPTIONS = [
-    click.option("--repo", metavar="OWNER/NAME[@REV]", help="Authoritative config from the Hub."),
-    click.option(
-        "--from",
-        "from_file",
-        type=click.Path(exists=True),
-        help="Authoritative config from a local file (or a directory holding config.json).",
-    ),
-    click.option(
-        "--lock",
-        type=click.Path(dir_okay=False),
-        help="Authoritative config pinned in a lock file (default ./dflash.lock when present).",
-    ),
+    *source_option_list(fleet=False),
     click.option("--lock-repo", metavar="OWNER/NAME", help="Which repo's entry of the lock file."),
 ]
 
 
 def authority_options(func: F) -> F:
-    """Add --repo / --from / --lock; the command receives ``authority_spec: SourceSpec``."""
+    """Add --repo / --revision / --from / --lock / --lock-repo; the command receives
+    ``authority_spec: SourceSpec``."""
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -217,6 +219,7 @@ def authority_options(func: F) -> F:
             kwargs.pop("from_file"),
             kwargs.pop("lock"),
             lock_repo=kwargs.pop("lock_repo"),
+            revision=kwargs.pop("revision"),
         )
         return func(*args, **kwargs)
 

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from dflash_provision.cli._connect import fleet_connection_options
+from dflash_provision.cli._flags import source_option_list
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -34,18 +35,7 @@ _FLEET_OPTIONS = [
         type=click.Path(dir_okay=False, path_type=Path),
         help="Inventory file: dflash-provision YAML, or an Ansible inventory (YAML or INI).",
     ),
-    click.option(
-        "--repo",
-        metavar="OWNER/NAME[@REV]",
-        help="Authoritative config from the Hub (overrides the inventory).",
-    ),
-    click.option("--revision", metavar="REV", help="Revision for --repo (commit sha or tag)."),
-    click.option(
-        "--from", "from_file", type=click.Path(exists=True), help="Authoritative config file."
-    ),
-    click.option(
-        "--lock", type=click.Path(dir_okay=False), help="Authoritative config from a lock file."
-    ),
+    *source_option_list(fleet=True),
     click.option(
         "--path",
         "model_path",
@@ -94,19 +84,42 @@ class FleetSelection:
         )
 
     def members(self, default: SourceSpec | None = None) -> list[FleetMember]:
-        """The hosts; ``default`` is the source of plain TARGETs when the options name none."""
+        """The hosts; ``default`` is the source of plain TARGETs when the options name none
+        (else ./dflash.lock, as for push). An inventory's hosts keep their own drafters."""
         from dflash_provision.inventory import Overrides, load_members
+        from dflash_provision.inventory.common import check_unique
 
         source = self.source()
-        if default is not None and not source.is_set:
-            source = default
         overrides = Overrides(source=source.absolute(), path=self.model_path)
-        members = load_members(self.inventory, self.targets, overrides)
+        members: list[FleetMember] = []
+        if self.inventory is not None:
+            refuse_key_as_inventory(self.inventory)
+            members += load_members(self.inventory, (), overrides)
+        if self.targets or not members:  # no hosts at all: load_members says so
+            if self.targets and not source.is_set:
+                # The same rule and message as push (SourceSpec.or_default_lock).
+                source = default if default is not None else source.or_default_lock()
+            plain = Overrides(source=source.absolute(), path=self.model_path)
+            members += load_members(None, self.targets, plain)
+        check_unique(members)
         if self.limit is None:
             return members
         from dflash_provision.inventory.limit import select
 
         return select(members, self.limit)
+
+
+def refuse_key_as_inventory(path: Path) -> None:
+    """UsageError when ``-i FILE`` is an SSH private key: ``-i`` is the inventory in the fleet
+    commands (Ansible's), while push took it for the key (OpenSSH's); say which flag to use."""
+    from dflash_provision.cli._connect import is_private_key_file
+    from dflash_provision.errors import UsageError
+
+    if is_private_key_file(path):
+        raise UsageError(
+            f"-i {path}: this is an SSH private key, not an inventory (-i names the inventory "
+            f"here, as in Ansible); give the key with --identity {path}"
+        )
 
 
 def fleet_options(func: F) -> F:

@@ -57,15 +57,24 @@ def echo_rich(*renderables: Any) -> None:
             click.echo(line.rstrip())
 
 
-def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, verb: str) -> None:
-    """Print a push/rollback result (human or JSON) and end with its exit code."""
+def emit_push_result(
+    ctx: click.Context,
+    result: PushResult,
+    *,
+    as_json: bool,
+    verb: str,
+    extra: dict[str, Any] | None = None,
+    notes: tuple[str, ...] = (),
+) -> None:
+    """Print a push/rollback result (human or JSON) and end with its exit code. ``extra``
+    joins the JSON document; ``notes`` are printed as ``note`` lines after the result."""
     from dflash_provision.errors import RemoteStepFailed
     from dflash_provision.push import PushStatus
 
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        click.echo(json.dumps({**result.to_dict(), **(extra or {})}, indent=2, ensure_ascii=False))
         if not result.ok:
             ctx.exit(int(result.exit_code))
         return
@@ -94,3 +103,5 @@ def emit_push_result(ctx: click.Context, result: PushResult, *, as_json: bool, v
         )
     if result.cut_off:
         click.echo(f"  note        {result.message}")
+    for note in notes:
+        click.echo(f"  note        {note}")

@@ -18,11 +18,16 @@ if TYPE_CHECKING:
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_STATUS_WORD = {"passed": "PASSED", "failed": "FAILED", "skipped": "skipped"}
+_STATUS_WORD = {
+    "passed": "PASSED",
+    "failed": "FAILED",
+    "skipped": "skipped",
+    "inconclusive": "INCONCLUSIVE",
+}
 
 
 def port_option(func: F) -> F:
-    """--port, the same for launch, status, stop and logs."""
+    """--port of launch (status, stop and logs find the port: ``server_port_option``)."""
     return click.option(
         "--port",
         type=click.IntRange(1, 65535),
@@ -32,17 +37,24 @@ def port_option(func: F) -> F:
     )(func)
 
 
+_FOUND_PORT_HELP = (
+    "The server's port on the target. Default: the port that launch started TARGET's drafter "
+    "directory on (its launch record; several: choose with --port), else 8000."
+)
+
+
+def server_port_option(func: F) -> F:
+    """--port for status, stop and logs: default found from TARGET's launch records."""
+    return click.option(
+        "--port", type=click.IntRange(1, 65535), default=None, help=_FOUND_PORT_HELP
+    )(func)
+
+
 def check_options(func: F) -> F:
     """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
     smoke prompts, and the target's python and model for stage b."""
     decorators = [
-        click.option(
-            "--port",
-            type=click.IntRange(1, 65535),
-            default=8000,
-            show_default=True,
-            help="The server's port on the target.",
-        ),
+        click.option("--port", type=click.IntRange(1, 65535), default=None, help=_FOUND_PORT_HELP),
         click.option(
             "--min-acceptance",
             type=click.FloatRange(0.0, 1.0),
@@ -84,7 +96,13 @@ def emit_report(report: CheckReport, *, as_json: bool) -> None:
             click.echo(line)
     failure = report.first_failure
     took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
-    if failure is None:
+    undecided = next((s for s in report.stages if s.inconclusive), None)
+    if failure is None and undecided is not None:
+        click.echo(
+            f"runtime-check INCONCLUSIVE at stage {undecided.key} ({undecided.name}) in {took}: "
+            "neither passed nor failed"
+        )
+    elif failure is None:
         click.echo(f"runtime-check passed in {took}")
     else:
         click.echo(f"runtime-check FAILED at stage {failure.key} ({failure.name}) in {took}")

@@ -57,7 +57,8 @@ def command(
     as_json: bool,
     prometheus: Path | None,
 ) -> None:
-    """Check a whole fleet for drift in parallel (exit 0 in sync, 4 drift, 5 unreachable)."""
+    """Check a whole fleet for drift in parallel: one SSH connection and one read per host,
+    every result recorded in the history. Plain TARGETs without a source use ./dflash.lock."""
     from dflash_provision import report
     from dflash_provision.fleet import audit, audit_exit_code
     from dflash_provision.fleet.interrupt import FleetInterrupted

@@ -42,28 +42,38 @@ def _parse(side: Authority) -> Any:
 def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Connector) -> None:
     """Show what changes from config A to config B, ignoring key order and whitespace.
 
-    A and B are files, directories or Hub repo ids. Exits 0 when identical, 4 when they differ.
+    A and B are each a SOURCE: a file, a directory, a Hub repo id or a remote TARGET such as
+    root@gpu1:/root/models/X (forms below). Exits 0 when identical, 4 when they differ.
     """
-    from dflash_provision.diff import render_changes, semantic_diff
+    from dflash_provision.diff import cross_layout_diff, layouts_of, render_changes, semantic_diff
 
     side_a, side_b = load_side(a, connection), load_side(b, connection)
-    changes = semantic_diff(_parse(side_a), _parse(side_b))
+    doc_a, doc_b = _parse(side_a), _parse(side_b)
+    layouts = layouts_of(doc_a, doc_b)
+    crossing = layouts[0] != layouts[1]
+    # Two published layouts: compare what vLLM reads, named as B keeps it; they are never
+    # "identical" (other bytes, other keys), even when the meaning is the same.
+    changes = cross_layout_diff(doc_a, doc_b) if crossing else semantic_diff(doc_a, doc_b)
     if as_json:
         payload = {
             "a": side_a.label,
             "b": side_b.label,
-            "identical": not changes,
+            "identical": not changes and not crossing,
+            "layouts": {"a": layouts[0], "b": layouts[1]},
             "changes": [change.to_dict() for change in changes],
         }
         # allow_nan=False: the parse layer refuses non-finite numbers, so none can reach here;
         # if one ever did, fail loudly rather than print Infinity, which is not JSON.
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False))
-    elif changes:
+    elif changes or crossing:
         click.echo(f"--- {side_a.label}")
         click.echo(f"+++ {side_b.label}")
+        if crossing:
+            note = "what vLLM reads" + ("" if changes else ": the same")
+            click.echo(f"layouts differ ({layouts[0]} → {layouts[1]}); comparing {note}")
         for line in render_changes(changes):
             click.echo(line)
     else:
         click.echo("identical")
-    if changes:
+    if changes or crossing:
         ctx.exit(int(ExitCode.DRIFT))

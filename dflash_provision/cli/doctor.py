@@ -13,7 +13,7 @@ from dflash_provision.cli._connect import (
 from dflash_provision.cli._runtime import check_options
 from dflash_provision.transport.factory import Connector
 
-_WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
+_WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "cannot tell"}
 
 
 @click.command(
@@ -24,7 +24,8 @@ _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-"}
         "vLLM's version and its resolution of the draft → the running server on --port (and a "
         "real completion) → acceptance. Names the first broken link and the command that fixes "
         "it. Exit 0 nothing broken; otherwise the code of the first broken link: 3 invalid, "
-        "4 file on disk differs, 24 runtime, 25 acceptance below --min-acceptance."
+        "4 file on disk differs, 24 runtime, 25 acceptance below --min-acceptance; 26 when "
+        "nothing is broken but a link cannot tell (too few drafts, counters reset)."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
@@ -37,7 +38,7 @@ def command(
     ctx: click.Context,
     target_spec: str,
     authority_spec: SourceSpec,
-    port: int,
+    port: int | None,
     min_acceptance: float,
     prompts: int,
     python: str | None,
@@ -53,7 +54,8 @@ def command(
     target = parse_target(target_spec)
     authority = authority_spec.load()
     settings = CheckSettings(
-        port=port,
+        port=port or 8000,
+        find_port=port is None,
         min_acceptance=min_acceptance,
         prompts=prompts,
         timeout=connection.ssh.command_timeout,
@@ -92,11 +94,18 @@ def _render(report) -> None:  # type: ignore[no-untyped-def]
                 click.echo(f"        {cause}")
         for warning in link.warnings:
             click.echo(f"      warning: {warning}")
-    if broken is None:
+    unknown = report.undecided
+    if broken is None and unknown is None:
         click.echo(
             "nothing broken: the server runs the provisioned config and its drafts are accepted"
         )
         return
-    click.echo(f"first broken link: {broken.name}: {broken.summary}")
-    if broken.fix:
-        click.echo(f"fix: {broken.fix}")
+    if broken is None:
+        # Never "nothing broken": the evidence of this link could not decide.
+        click.echo(f"cannot tell: {unknown.name}: {unknown.summary}")
+        shown = unknown
+    else:
+        click.echo(f"first broken link: {broken.name}: {broken.summary}")
+        shown = broken
+    if shown.fix:
+        click.echo(f"fix: {shown.fix}")

@@ -15,12 +15,13 @@ from dflash_provision.cli._render import echo_rich
     "--host",
     "host",
     metavar="HOST",
-    help="Only this machine: an inventory name or SSH host (covers every login, port and "
-    "container recorded on it; USER@HOST, HOST:PORT or HOST/lxc:NAME narrow it).",
+    help="Only this machine: an inventory name, SSH host or TARGET (covers every command that "
+    "named it, every login, port and container recorded on it; USER@HOST, HOST:PORT or "
+    "HOST/lxc:NAME narrow it).",
 )
 @click.option(
     "--op",
-    type=click.Choice(["push", "repair", "rollback", "audit", "verify"]),
+    type=click.Choice(["push", "repair", "rollback", "audit", "verify", "runtime-check"]),
     help="Only this kind of operation.",
 )
 @click.option(
@@ -54,15 +55,21 @@ def command(
     from dflash_provision.report import history_table
 
     check_home()  # a DFLASH_PROVISION_HOME that is a file is an error, not "no history yet"
-    if not default_db_path().exists():
-        entries = []
-    else:
-        key = HostKey.parse(host) if host is not None else None
+    entries = []
+    if default_db_path().exists():
+        key = None
+        if host is not None:  # a whole TARGET spec (h01:/root/models/X) names its machine
+            key = HostKey.of_name(host) if ":/" in host else HostKey.parse(host)
         entries = default_store().query(host=key, op=op, limit=old_limit or last)
     if as_json:
         click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
         return
-    if not entries:
-        click.echo(f"no history yet ({default_db_path()})")
+    if entries:
+        echo_rich(history_table(entries))
         return
-    echo_rich(history_table(entries))
+    if default_db_path().exists() and default_store().query(limit=1):
+        # Rows exist, only none of them match: say what was asked, not that there is nothing.
+        asked = [f"--host {host}"] * bool(host) + [f"--op {op}"] * bool(op)
+        click.echo(f"no records match {' '.join(asked)} ({default_db_path()})")
+        return
+    click.echo(f"no history yet ({default_db_path()})")

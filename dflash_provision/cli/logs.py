@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
-from dflash_provision.cli._runtime import port_option
+from dflash_provision.cli._runtime import server_port_option
 from dflash_provision.transport.factory import Connector
 
 
@@ -13,11 +13,12 @@ from dflash_provision.transport.factory import Connector
     "logs",
     help=(
         "Print the last -n lines (at most --max-bytes bytes) of the log of the server launch "
-        "started on --port of TARGET. Exit 21 when that port has no log."
+        "started for TARGET's drafter directory (the port its launch record names; --port to "
+        "choose). Exit 21 when that port has no log."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
-@port_option
+@server_port_option
 @click.option(
     "--last",
     "-n",
@@ -39,17 +40,19 @@ from dflash_provision.transport.factory import Connector
 def command(
     ctx: click.Context,
     target_spec: str,
-    port: int,
+    port: int | None,
     last: int,
     max_bytes: int,
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.locate import choose_port
     from dflash_provision.runtime.process import read_log
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:
+        port = choose_port(transport, target, port, timeout=connection.ssh.command_timeout).port
         tail = read_log(
             transport, port, last, max_bytes=max_bytes, timeout=connection.ssh.command_timeout
         )

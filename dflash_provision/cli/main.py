@@ -51,6 +51,10 @@ class LazyGroup(click.Group):
             return None
         module = importlib.import_module(f"dflash_provision.cli.{entry[0]}")
         command: click.Command = module.command
+        if command.epilog is None:  # the forms and exit codes, from one table (cli/_help.py)
+            from dflash_provision.cli._help import epilog
+
+            command.epilog = epilog(cmd_name)
         return command
 
     def resolve_command(

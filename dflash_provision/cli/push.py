@@ -26,7 +26,11 @@ from dflash_provision.transport.factory import Connector
 @click.argument("target_spec", metavar="TARGET")
 @authority_options
 @click.option("--dry-run", is_flag=True, help="Show the diff; write nothing.")
-@click.option("--force", is_flag=True, help="Push even if the config fails validation.")
+@click.option(
+    "--force",
+    is_flag=True,
+    help="Push even if the config fails validation (never one that does not parse).",
+)
 @click.option("--mkdir", is_flag=True, help="Create the model directory if it is missing.")
 @click.option("--follow-symlinks", is_flag=True, help="Replace the file a symlink points to.")
 @click.option(

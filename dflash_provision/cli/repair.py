@@ -61,7 +61,9 @@ def command(
     mkdir: bool,
     as_json: bool,
 ) -> None:
-    """Audit a fleet, then push to every host that drifted (exit 0 only if all end in sync)."""
+    """Audit a fleet, then push to every host whose file is wrong, through the full write
+    protocol, and audit it again (exit 0 only if all end in sync). --dry-run shows each host's
+    audit detail and writes nothing. Plain TARGETs without a source use ./dflash.lock."""
     from dflash_provision import report
     from dflash_provision.fleet import repair, repair_exit_code
     from dflash_provision.fleet.interrupt import FleetInterrupted

@@ -6,7 +6,12 @@ or several TARGETs: the fleet form, hosts in parallel, a table (``--json``, ``--
 
 Exit codes: 0 every stage passed on every host; 24 a stage a-d failed (the server does not run
 what was provisioned); 25 only the acceptance gate failed; 5 (fleet) some hosts could not be
-checked; 2 usage; the usual codes for connection errors (single target) and Hub errors.
+checked; 26 no stage failed but one could not tell (inconclusive: a restart during the check,
+impossible counters, too few draft tokens); 2 usage; the usual codes for connection errors
+(single target) and Hub errors.
+
+A passing check records its acceptance figures as a reference in the history store
+(runtime/reference.py); a later check of the same host, port, drafter and prompts compares.
 """
 
 from __future__ import annotations
@@ -36,8 +41,10 @@ if TYPE_CHECKING:
         "dflash, this drafter, N and aux layers = target_layer_ids + 1; (d) a real completion "
         "succeeds; (e) acceptance over greedy smoke prompts is at least --min-acceptance. Works "
         "on servers the tool did not start. With -i INVENTORY, --limit or several TARGETs: the "
-        "fleet form (parallel, table, --json, --prometheus). Exit 0 all passed, 24 a stage a-d "
-        "failed, 25 acceptance below the gate, 5 hosts not checked."
+        "fleet form (parallel, table, --json, --prometheus). A pass records its acceptance as "
+        "the reference a later check compares with (--max-regression, --no-reference). Exit 0 "
+        "all passed, 24 a stage a-d failed, 25 acceptance below the gate, 5 hosts not checked, "
+        "26 inconclusive (a restart, impossible counters, too few draft tokens)."
     ),
 )
 @fleet_options
@@ -55,6 +62,31 @@ if TYPE_CHECKING:
     is_flag=True,
     help="Skip stage b (the target's python, transformers and vLLM: seconds per host), e.g. "
     "for frequent acceptance alerting.",
+)
+@click.option(
+    "--min-draft-tokens",
+    type=click.IntRange(1, 1_000_000),
+    default=32,
+    show_default=True,
+    help="Fewer draft tokens than this during the smoke prompts decide nothing: stage e is "
+    "inconclusive (exit 26).",
+)
+@click.option(
+    "--max-regression",
+    metavar="FRACTION",
+    callback=lambda _ctx, _param, value: _fraction(value),
+    help="Fail stage e when the mean acceptance length is more than this below the acceptance "
+    "reference of an earlier pass (10% or 0.1); without it a drop is a warning.",
+)
+@click.option(
+    "--no-reference",
+    is_flag=True,
+    help="Neither compare with the acceptance reference nor record one.",
+)
+@click.option(
+    "--reset-reference",
+    is_flag=True,
+    help="Do not compare; record this check's figures as the new reference if it passes.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(
@@ -77,7 +109,7 @@ def command(
     ctx: click.Context,
     selection: FleetSelection,
     connection: Connector,
-    port: int,
+    port: int | None,
     min_acceptance: float,
     prompts: int,
     max_tokens: int,
@@ -85,14 +117,23 @@ def command(
     model: str | None,
     lock_repo: str | None,
     skip_loader: bool,
+    min_draft_tokens: int,
+    max_regression: float | None,
+    no_reference: bool,
+    reset_reference: bool,
     as_json: bool,
     prometheus: Path | None,
     host_deadline: float | None,
 ) -> None:
     from dflash_provision.runtime.check import CheckSettings
 
+    if no_reference and (reset_reference or max_regression is not None):
+        other = "--reset-reference" if reset_reference else "--max-regression"
+        raise click.UsageError(f"--no-reference and {other} contradict each other")
+
     settings = CheckSettings(
-        port=port,
+        port=port or 8000,
+        find_port=port is None,
         min_acceptance=min_acceptance,
         prompts=prompts,
         max_tokens=max_tokens,
@@ -100,11 +141,26 @@ def command(
         python=python,
         model=model,
         probe=not skip_loader,
+        min_draft_tokens=min_draft_tokens,
+        max_regression=max_regression,
+        references=not no_reference,
+        reset_reference=reset_reference,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:
         ctx.exit(_single(selection, connection, settings, as_json, lock_repo))
     ctx.exit(_fleet(selection, connection, settings, as_json, prometheus, host_deadline))
+
+
+def _fraction(value: str | None) -> float | None:
+    from dflash_provision.runtime.reference import parse_fraction
+
+    if value is None:
+        return None
+    try:
+        return parse_fraction(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--max-regression'") from None
 
 
 # -- one target --------------------------------------------------------------------------------
@@ -148,6 +204,7 @@ def _single(
 # The launching command's own options that mean the same here (its ctx.params, as parsed).
 _INHERITED_VALUES = {
     "repo": "--repo",
+    "revision": "--revision",
     "from_file": "--from",
     "lock": "--lock",
     "lock_repo": "--lock-repo",

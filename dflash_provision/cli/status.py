@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
-from dflash_provision.cli._runtime import port_option
+from dflash_provision.cli._runtime import server_port_option
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -19,14 +19,15 @@ if TYPE_CHECKING:
 @click.command(
     "status",
     help=(
-        "Show the vLLM server on --port of TARGET (push's grammar; the path part is not used): "
+        "Show the vLLM server of TARGET (push's grammar): the one launch started for TARGET's "
+        "drafter directory (whatever its port), or the one on --port: "
         "running or not, pid, its command line and speculative config, the launch record "
         "(model, drafter sha256, vLLM version, env var names) and /health. Exit 0 when a server "
         "runs, 21 when none does."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
-@port_option
+@server_port_option
 @click.option("--python", help="The target's Python for requests inside a container.")
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @runtime_connection_options
@@ -34,19 +35,22 @@ if TYPE_CHECKING:
 def command(
     ctx: click.Context,
     target_spec: str,
-    port: int,
+    port: int | None,
     python: str | None,
     as_json: bool,
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.locate import choose_port
     from dflash_provision.runtime.status import server_status
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
+    timeout = connection.ssh.command_timeout
     with connection.open(target) as transport:
+        choice = choose_port(transport, target, port, timeout=timeout)
         status = server_status(
-            transport, port, python=python, timeout=connection.ssh.command_timeout
+            transport, choice.port, python=python, timeout=timeout, port_from=choice.how
         )
     if as_json:
         click.echo(json.dumps(status.to_dict(), indent=2, ensure_ascii=False))
@@ -58,7 +62,8 @@ def command(
 
 def _render(status: ServerStatus) -> None:
     server, record = status.server, status.last_record
-    where = f"port {status.port} on {status.target}"
+    found = " (TARGET's launch record)" if status.port_from == "launch record" else ""
+    where = f"port {status.port}{found} on {status.target}"
     if server is None:
         click.echo(f"{where}: not running")
         if record is not None:
@@ -72,6 +77,14 @@ def _render(status: ServerStatus) -> None:
     click.echo(f"  command     {shlex.join(server.argv) if server.argv else '(not visible)'}")
     spec = server.speculative_config
     click.echo(f"  speculative {json.dumps(spec) if spec is not None else '(none on its argv)'}")
+    read = server.argv_spec
+    if read is not None and len(read.given) > 1:
+        click.echo(f"  warning     {len(read.given)} speculative options on its command line:")
+        for given in read.given:
+            click.echo(f"                {given[:300]}")
+        click.echo("              vLLM runs the one above (`vllm serve`'s rules: the last wins)")
+    if read is not None and read.unknown:
+        click.echo(f"  warning     {read.unknown}")
     if server.started_by_us and record is not None:
         click.echo(f"  started     {record.started_at}")
         click.echo(f"  model       {record.model}")

@@ -7,21 +7,22 @@ import json
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
-from dflash_provision.cli._runtime import port_option
+from dflash_provision.cli._runtime import server_port_option
 from dflash_provision.transport.factory import Connector
 
 
 @click.command(
     "stop",
     help=(
-        "Stop the vLLM server that launch started on --port of TARGET: SIGTERM to its process "
+        "Stop the vLLM server that launch started for TARGET's drafter directory (the port its "
+        "launch record names; --port to choose): SIGTERM to its process "
         "group, SIGKILL after --timeout seconds, then wait until none of its processes is "
         "left and remove the pidfile (the log and launch record stay). Only a server launch "
         "started is signalled. Exit 21 when none runs there."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
-@port_option
+@server_port_option
 @click.option(
     "--timeout",
     type=click.FloatRange(min=0),
@@ -35,17 +36,19 @@ from dflash_provision.transport.factory import Connector
 def command(
     ctx: click.Context,
     target_spec: str,
-    port: int,
+    port: int | None,
     timeout: float,
     as_json: bool,
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.locate import choose_port
     from dflash_provision.runtime.process import probe_port, stop_server
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:
+        port = choose_port(transport, target, port, timeout=connection.ssh.command_timeout).port
         outcome = stop_server(
             transport, port, timeout=timeout, command_timeout=connection.ssh.command_timeout
         )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
@@ -11,11 +12,21 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.findings import LAYERS, ValidationReport
 from dflash_provision.transport.factory import Connector
 
+if TYPE_CHECKING:
+    from dflash_provision.authority import Authority
+    from dflash_provision.weights_check import WeightsCheck
+
 _MARKS = {"passed": "✓", "failed": "✗", "skipped": "-"}
 
 
-def render_report(report: ValidationReport, *, against_label: str | None = None) -> list[str]:
-    """Human lines: a ✓/✗ header per layer, each finding indented below it, then the verdict."""
+def render_report(
+    report: ValidationReport,
+    *,
+    against_label: str | None = None,
+    notes: dict[str, list[str]] | None = None,
+) -> list[str]:
+    """Human lines: a ✓/✗ header per layer, each finding (and note) indented below it, then
+    the verdict."""
     lines = [report.source]
     for layer in LAYERS:
         status = report.layers.get(layer, "skipped")
@@ -26,6 +37,7 @@ def render_report(report: ValidationReport, *, against_label: str | None = None)
         for finding in report.findings_for(layer):
             prefix = "warning: " if finding.severity == "warning" else ""
             lines.append(f"    {prefix}{finding.message}")
+        lines += [f"    {note}" for note in (notes or {}).get(layer, [])]
     errors = len(report.errors)
     lines.append("valid" if report.ok else f"INVALID: {errors} error{'s' if errors != 1 else ''}")
     return lines
@@ -72,10 +84,12 @@ def command(
 ) -> None:
     """Check a config: JSON, schema, DFlash invariants, loader effects, target fit, drift.
 
-    SOURCE is a config.json file, a directory holding one, or a Hub repo id (owner/name[@rev]).
+    SOURCE is a config.json file, a directory holding one, a Hub repo id (owner/name[@rev]) or
+    a remote TARGET such as root@gpu1:/root/models/X (forms below). For a directory (local, or on
+    a target) the safetensors headers beside the config are checked against it too (layer counts,
+    sizes, fc width, vocabulary rows): only the headers are read.
     Exits 0 when every layer passes, 3 when any finding is an error.
     """
-    from dflash_provision.authority import Authority
     from dflash_provision.sources import load_source
     from dflash_provision.validate import validate_config
 
@@ -93,15 +107,48 @@ def command(
         effective=not no_effective,
         num_speculative_tokens=num_speculative_tokens,
     )
+    weights = _record_weights(report, source, loaded.data, target, connection)
     if as_json:
         payload = report.to_dict()
         if target is not None:
             payload["target_source"] = target.label
         if against is not None:
             payload["against_source"] = against.label
+        if weights is not None:
+            payload["weights"] = weights.to_dict()
         click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
     else:
-        for line in render_report(report, against_label=against.label if against else None):
+        notes = {"weights": _weights_notes(weights)} if weights is not None else None
+        label = against.label if against else None
+        for line in render_report(report, against_label=label, notes=notes):
             click.echo(line)
     if not report.ok:
         ctx.exit(int(ExitCode.INVALID))
+
+
+def _record_weights(
+    report: ValidationReport,
+    source: str,
+    data: bytes,
+    target: Authority | None,
+    connection: Connector,
+) -> WeightsCheck | None:
+    """The weights layer: recorded for a directory source (skipped for a file or a repo id)."""
+    from dflash_provision.findings import Finding
+    from dflash_provision.validate import parse_config
+    from dflash_provision.weights_check import check_source
+
+    doc = parse_config(data).doc
+    weights = None
+    if doc is not None:
+        target_bytes = target.data if target else None
+        weights = check_source(source, doc, target_config=target_bytes, connector=connection)
+    if weights is None or not weights.checked:
+        report.record("weights", None)
+        return weights
+    report.record("weights", [Finding("weights", "", line) for line in weights.mismatches])
+    return weights
+
+
+def _weights_notes(weights: WeightsCheck) -> list[str]:
+    return [weights.detail, *weights.notes] if weights.detail else list(weights.notes)

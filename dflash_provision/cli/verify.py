@@ -48,9 +48,9 @@ def command(
     if result.status is VerifyStatus.UNREADABLE:
         raise RemoteStepFailed(f"{result.target}: {result.message}", step="read")
     if result.status is VerifyStatus.MATCH:
-        click.echo(f"match: {result.target}: {result.message}")
+        click.echo(f"{result.word}: {result.target}: {result.message}")
         return
-    click.echo(f"drift: {result.target}: {result.message}")
+    click.echo(f"{result.word}: {result.target}: {result.message}")
     for line in result.diff.lines if result.diff else []:
         click.echo(f"  {line}")
     ctx.exit(int(ExitCode.DRIFT))

@@ -211,7 +211,12 @@ def record_audits(history: HistoryStore, audits: Sequence[HostAudit], op: str = 
     history.record_audits(
         [
             AuditRecord(
-                HostKey(a.name), a.path, a.status.value, a.sha256, a.detail, a.timings.total_s
+                HostKey.of_name(a.name),
+                a.path,
+                a.status.value,
+                a.sha256,
+                a.detail,
+                a.timings.total_s,
             )
             for a in audits
         ],

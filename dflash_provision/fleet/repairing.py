@@ -140,9 +140,9 @@ def _repair_steps(
     if not before.status.needs_write:
         return HostRepair(before, RepairAction.SKIPPED_NOT_AUDITED, before.detail)
     if dry_run:
-        return HostRepair(
-            before, RepairAction.WOULD_WRITE, f"would replace ({before.status.value})"
-        )
+        # The audit's own words for every host (the file missing, the parse error, what the
+        # loader changes), not only a diff for drifted ones.
+        return HostRepair(before, RepairAction.WOULD_WRITE, f"would write: {before.detail}")
     if run.stopping.is_set():  # Ctrl-C while this host was being audited
         return HostRepair(
             before, RepairAction.SKIPPED_INTERRUPTED, "not written: interrupted (Ctrl-C)"
@@ -177,7 +177,7 @@ def _write(
     repair = HostRepair(before, RepairAction.FAILED, sha256_before=before.sha256)
     readback: RemoteRead | None = None
     t0 = time.monotonic()
-    key = HostKey(member.name)
+    key = HostKey.of_name(member.name)
     path = member.target.config_path
     outcome_status: str | None = None
     with journal(history, "repair", key, path, sha256_before=before.sha256) as recording:

@@ -157,11 +157,6 @@ class _AnsibleModel:
                 f"{where(given[1])}: host {host.name!r}: {' and '.join(given)} both set;"
                 " give exactly one drafter source"
             ) from None
-        if repo and not revision and not self.overrides.source.is_set:
-            raise UsageError(
-                f"{where('dflash_repo')}: dflash_revision: missing for host {host.name!r};"
-                " pin dflash_repo to a commit sha"
-            )
         source = inventory_source(
             repo,
             revision if repo else None,

@@ -166,11 +166,6 @@ class OurYaml:
                 f" got {', '.join(given) or 'none'}"
             )
         values = {k: self._str(v, f"{label}.{k}") for k, v in fields.items()}
-        if "repo" in values and "revision" not in values:
-            raise UsageError(
-                f"{where}: {label}.revision: missing; pin the repo to a commit sha (or a tag) so"
-                " every host is compared with the same file"
-            )
         if "revision" in values and "repo" not in values:
             raise UsageError(f"{where}: {label}.revision: only meaningful with 'repo'")
         return inventory_source(

@@ -2,12 +2,16 @@
 
 Order and cost (exec = one remote command; request = one HTTP request through the transport):
 
-    a  file on disk        1 exec (read)
-    c  find the server     1 exec (state of the port) + 1 exec (its log's tail, when we know it)
+    (port)                 without --port: 1 exec (the launch records: which port runs
+                           TARGET's drafter, see locate.py)
+    a  file on disk        2 execs (read; the safetensors headers beside it)
+    c  find the server     1 exec (state of the port) + 1 exec (this launch's start-up part of
+                           its log, when we know the log)
     b  probe               1 exec (the target's python: transformers, and vLLM when importable;
                            the target model comes from the server found in c)
     d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt
-    e  acceptance          the other smoke prompts, GET /metrics (after)
+    e  acceptance          the other smoke prompts, GET /metrics (after); the acceptance
+                           reference from the local history store (no remote cost)
 
 c's lookup runs before b so that b can hand vLLM the model the server really serves and use the
 python that runs it. d's completion is also e's first smoke prompt.
@@ -19,15 +23,17 @@ import posixpath
 import shlex
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
 from dflash_provision.runtime.access import ReplyUnusable, too_large
+from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
 from dflash_provision.runtime.stage_traffic import (
     SMOKE_PROMPTS,
+    AcceptanceGate,
     Completion,
     complete,
     cut_short,
@@ -47,6 +53,10 @@ DEFAULT_PORT = 8000
 DEFAULT_MIN_ACCEPTANCE = 0.10
 DEFAULT_PROMPTS = 3
 DEFAULT_MAX_TOKENS = 32
+# Fewer draft tokens than this in the window decide nothing (inconclusive). The default smoke
+# prompts make far more: 3 x 32 tokens gave 84 draft tokens at 100 % acceptance with K=4 on the
+# tiny real vLLM model (one 40-token completion: 32 to 156), 180 on the stand-in (K=15).
+DEFAULT_MIN_DRAFT_TOKENS = 32
 LOG_LINES = 2000
 LOG_BYTES = 512 * 1024
 METRICS_BYTES = 4 * 1024 * 1024
@@ -57,6 +67,9 @@ class CheckSettings:
     """How to check: which port, the acceptance gate, the smoke prompts, where python lives."""
 
     port: int = DEFAULT_PORT
+    # True (no --port): the port launch started TARGET's drafter on (its launch record), else
+    # ``port``; resolved once per target by ``with_port``.
+    find_port: bool = False
     min_acceptance: float = DEFAULT_MIN_ACCEPTANCE
     prompts: int = DEFAULT_PROMPTS
     max_tokens: int = DEFAULT_MAX_TOKENS
@@ -66,6 +79,12 @@ class CheckSettings:
     # Stage b starts the target's python and imports transformers there (2-5 s per host on a
     # 2-core machine): frequent fleet checks for alerting may leave it to a slower schedule.
     probe: bool = True
+    min_draft_tokens: int = DEFAULT_MIN_DRAFT_TOKENS
+    max_regression: float | None = None  # gate on the drop vs the reference (None: warn only)
+    # Acceptance references in the history store (runtime/reference.py): compare with the
+    # newest one and record a pass; reset_reference records without comparing.
+    references: bool = False
+    reset_reference: bool = False
 
 
 @dataclass
@@ -94,8 +113,12 @@ class CheckReport:
 
     @property
     def acceptance(self) -> float | None:
+        """Stage e's rate, when it is evidence: an inconclusive stage's figures (too few draft
+        tokens) stay in its data but are no rate to show or alert on."""
         stage = self.stage("e")
-        rate = stage.data.get("acceptance_rate") if stage else None
+        if stage is None or stage.inconclusive:
+            return None
+        rate = stage.data.get("acceptance_rate")
         return rate if isinstance(rate, float) else None
 
     @property
@@ -164,6 +187,7 @@ def run_check(
     from dflash_provision.runtime.process import find_server
 
     started = time.monotonic()
+    settings = with_port(transport, target, settings)
     ctx = CheckContext(
         transport=transport,
         target=target,
@@ -181,7 +205,11 @@ def run_check(
     lookup_s = time.monotonic() - looked_up
     python = target_python(settings, ctx.server)
     model = settings.model or server_model(ctx.server)
-    num_spec = server_spec(ctx.server).get("num_speculative_tokens") if ctx.server else None
+    num_spec = (
+        served_spec(ctx, ctx.server, server_spec(ctx.server))[0].get("num_speculative_tokens")
+        if ctx.server
+        else None
+    )
     if settings.probe:
         stage_b = _timed(lambda: stage_loader(ctx, python, model, _int(num_spec)))
     else:
@@ -194,7 +222,21 @@ def run_check(
     else:
         report.stages += _serve_stages(ctx, settings, python, model, report, _int(num_spec))
     report.duration_s = time.monotonic() - started
+    _record_reference(ctx, settings, report, model)
     return report
+
+
+def with_port(transport: Transport, target: Target, settings: CheckSettings) -> CheckSettings:
+    """``settings`` with its port chosen: --port, else TARGET's launch record (one exec), else
+    8000; UsageError when TARGET's drafter runs on several ports."""
+    if not settings.find_port:
+        return settings
+    from dataclasses import replace
+
+    from dflash_provision.runtime.locate import choose_port
+
+    choice = choose_port(transport, target, None, timeout=settings.timeout)
+    return replace(settings, port=choice.port, find_port=False)
 
 
 def _authoritative_doc(authority: Authority) -> dict[str, Any]:
@@ -214,20 +256,19 @@ def _int(value: Any) -> int | None:
 
 
 def _read_log(ctx: CheckContext) -> Any:
-    """The server's start-up facts from its log (ours: the launch record names it)."""
-    from dflash_provision.runtime.process import read_log
-    from dflash_provision.runtime.vllm_log import parse_log
+    """The server's start-up facts from its log (ours: the launch record names it): this
+    launch's part of the log from its beginning, read with vllm_log's rules."""
+    from dflash_provision.runtime.process import read_startup_log
+    from dflash_provision.runtime.vllm_log import parse_startup
 
     server = ctx.server
     if server is None or server.record is None:
         return None
-    tail = read_log(
-        ctx.transport, server.record, LOG_LINES, max_bytes=LOG_BYTES, timeout=ctx.timeout
-    )
+    tail = read_startup_log(ctx.transport, server.record, max_bytes=LOG_BYTES, timeout=ctx.timeout)
     if not tail.present:
         return None
     ctx.log_size = tail.size
-    return parse_log(tail.lines)
+    return parse_startup(tail.text)
 
 
 def _serve_stages(
@@ -262,10 +303,11 @@ def _serve_stages(
             report.smoke_s = stage_d.duration_s
             return [stage_d, skipped("e", "no completion succeeded: nothing to measure")]
         started_e = time.monotonic()
-        tokens = first.tokens
+        tokens, own = first.tokens, 1
         for prompt in prompts[1:]:
             more = _complete(access, model_id, prompt, settings.max_tokens, timeout)
             tokens += more.tokens if more.ok else 0
+            own += 1 if more.ok else 0
         report.smoke_s = time.monotonic() - started
         try:
             after = spec_counters(_metrics_text(access, timeout))
@@ -275,19 +317,81 @@ def _serve_stages(
             why = f"the counters could not be read after the smoke prompts: {exc.message}"
             failed = StageResult("e", "acceptance", StageStatus.FAILED, why, [why])
             return [stage_d, failed]
-        result = acceptance(before, after, expected_max_drafts=tokens)
+        result = acceptance(before, after, expected_max_drafts=tokens, own_requests=own)
         earlier = {s.key: s for s in report.stages}
         stage_e = stage_acceptance(
             ctx,
             result,
             present=after.present,
-            min_acceptance=settings.min_acceptance,
+            gate=_gate(ctx, settings, prompts, result),
             prompts=len(prompts),
             earlier=earlier,
             num_spec=num_spec,
         )
         stage_e.duration_s = time.monotonic() - started_e
     return [stage_d, stage_e]
+
+
+def _gate(
+    ctx: CheckContext, settings: CheckSettings, prompts: list[str], result: Any
+) -> AcceptanceGate:
+    """Stage e's gate, with the newest acceptance reference for this host, drafter and prompts
+    (when references are on and the window is a clean measurement)."""
+    gate = AcceptanceGate(settings.min_acceptance, settings.min_draft_tokens)
+    if not settings.references or settings.reset_reference:
+        return gate
+    if result.foreign_requests or result.foreign_drafts:
+        note = (
+            "not compared with the acceptance reference: other clients' traffic is in the figures"
+        )
+        return replace(gate, notes=(note,))
+    from dflash_provision.history import default_store
+    from dflash_provision.runtime.reference import from_figures, reference_key
+
+    key = reference_key(ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens)
+    try:
+        found = default_store().latest_reference(key)
+    except DflashProvisionError as exc:  # a broken history store must not stop the check
+        note = f"the acceptance reference could not be read: {exc.message}"
+        return replace(gate, notes=(note,))
+    reference = from_figures(*found) if found is not None else None
+    return replace(gate, reference=reference, max_regression=settings.max_regression)
+
+
+def _record_reference(
+    ctx: CheckContext, settings: CheckSettings, report: CheckReport, model: str | None
+) -> None:
+    """Record a passing check's figures as the newest reference (runtime/reference.py): only a
+    clean window (no other traffic) that did not fall below its reference, unless reset."""
+    stage_e = report.stage("e")
+    if not settings.references or not report.ok or stage_e is None or not stage_e.passed:
+        return
+    data = stage_e.data
+    if data.get("foreign_requests") or data.get("foreign_drafts"):
+        return
+    drop = data.get("regression")
+    if isinstance(drop, float) and drop > 0 and not settings.reset_reference:
+        return
+    from dflash_provision.history import default_store
+    from dflash_provision.runtime import reference
+
+    prompts = _smoke_prompts(settings.prompts)
+    key = reference.reference_key(
+        ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens
+    )
+    figures = reference.figures(
+        data,
+        prompts=prompts,
+        max_tokens=settings.max_tokens,
+        vllm_version=reference.vllm_version(ctx),
+        target_model=model,
+    )
+    message = (
+        f"acceptance reference: rate {data['acceptance_rate']:.1%}, mean acceptance length "
+        f"{data['mean_acceptance_length']:.2f}, {len(prompts)} prompt(s) x "
+        f"{settings.max_tokens} tokens, port {settings.port}, vLLM {figures['vllm_version'] or '?'}"
+    )
+    default_store().record_reference(key, figures, message=message, duration_s=report.duration_s)
 
 
 def _smoke_prompts(count: int) -> list[str]:
@@ -297,8 +401,6 @@ def _smoke_prompts(count: int) -> list[str]:
 def _complete(access: Any, model_id: str | None, prompt: str, tokens: int, timeout: float) -> Any:
     try:
         return complete(access, model_id, prompt, tokens, timeout)
-    except ReplyUnusable as exc:  # dripped past the deadline: the endpoint, not the drafter
-        return Completion(False, error=exc.message, unusable=True)
     except DflashProvisionError as exc:
         return Completion(False, error=exc.message)
 

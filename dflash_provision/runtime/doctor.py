@@ -23,7 +23,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
+from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check, with_port
+from dflash_provision.runtime.diagnosis import first_fix
+from dflash_provision.runtime.link_fixes import (
+    file_fix,
+    inconclusive_fix,
+    loader_fix,
+    probe_fix,
+    validation_fix,
+    vllm_fix,
+    weights_only,
+)
 from dflash_provision.runtime.stage_disk import part
 from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import StageResult, StageStatus
@@ -51,6 +61,10 @@ class Link:
     def broken(self) -> bool:
         return self.status is StageStatus.FAILED
 
+    @property
+    def cannot_tell(self) -> bool:
+        return self.status is StageStatus.INCONCLUSIVE
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "link": self.name,
@@ -74,20 +88,36 @@ class DoctorReport:
         return next((link for link in self.links if link.broken), None)
 
     @property
+    def undecided(self) -> Link | None:
+        """The first link that could not tell (shown only when nothing is broken)."""
+        return next((link for link in self.links if link.cannot_tell), None)
+
+    @property
     def exit_code(self) -> ExitCode:
+        """The first broken link's code; INCONCLUSIVE when none is broken but one could not
+        tell (never OK then); OK when every link holds."""
         broken = self.first_broken
-        return broken.exit_code if broken else ExitCode.OK
+        if broken is not None:
+            return broken.exit_code
+        return ExitCode.INCONCLUSIVE if self.undecided is not None else ExitCode.OK
 
     def to_dict(self) -> dict[str, Any]:
         broken = self.first_broken
+        unknown = self.undecided
+        shown = broken or unknown
+        check = self.check.to_dict()
+        for stage in check["stages"]:
+            # The causes are the links' (printed once): the embedded check points there.
+            stage.pop("causes", None)
         return {
             "target": self.target,
-            "ok": broken is None,
+            "ok": shown is None,
             "first_broken_link": broken.name if broken else None,
-            "fix": broken.fix if broken else None,
+            "cannot_tell": [link.name for link in self.links if link.cannot_tell],
+            "fix": shown.fix if shown else None,
             "exit_code": int(self.exit_code),
             "links": [link.to_dict() for link in self.links],
-            "runtime_check": self.check.to_dict(),
+            "runtime_check": check,
         }
 
 
@@ -100,23 +130,45 @@ def diagnose(
     push_fix: str,
 ) -> DoctorReport:
     """Run the check, then read it as the pipeline's chain of links."""
+    settings = with_port(transport, target, settings)  # one lookup; the fix lines name the port
     check = run_check(transport, target, authority, settings, push_fix=push_fix)
+    c = check.stage("c")
+    assert c is not None
+    model_config = _target_model_config(transport, c, settings)
+    return trace(check, target, authority, settings, push_fix=push_fix, model_config=model_config)
+
+
+def trace(
+    check: CheckReport,
+    target: Target,
+    authority: Authority,
+    settings: CheckSettings,
+    *,
+    push_fix: str,
+    model_config: bytes | None,
+) -> DoctorReport:
+    """The links read from a finished check (no remote command): each with the fix that
+    belongs to what broke it."""
     a, b, c, d, e = (check.stage(k) for k in "abcde")
     assert a is not None and b is not None and c is not None
     restart = _restart_fix(target, c, settings)
+    model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
     links = [
         _authoritative_link(authority),
-        _from_stage("file on disk", a, ExitCode.DRIFT, fix=f"{push_fix}, then {restart}"),
-        _validation_link(check, push_fix, _target_model_config(transport, c, settings)),
+        _file_link(a, push_fix, restart),
+        _validation_link(check, authority, push_fix, model_config, model),
         _loader_link(b, check),
-        _vllm_link(b, c),
+        _vllm_link(b, c, restart),
         _server_link(c, d, restart),
-        _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW) if e else _missing("acceptance"),
+        _acceptance_link(e, target, restart) if e else _missing("acceptance"),
     ]
     return DoctorReport(target.display(), links, check)
 
 
 def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None = None) -> Link:
+    """A link that is one stage; a stage that could not tell gets a fix about measuring again."""
+    if stage.inconclusive:
+        fix = fix or inconclusive_fix(stage)
     return Link(
         name,
         stage.status,
@@ -127,6 +179,26 @@ def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None =
         list(stage.causes),
         list(stage.warnings),
     )
+
+
+def _file_link(a: StageResult, push_fix: str, restart: str) -> Link:
+    """Stage a: the fix by what failed (the config, its absence, its weights, its reading)."""
+    if not a.failed:
+        return _from_stage("file on disk", a, ExitCode.DRIFT)
+    code = ExitCode.INVALID if weights_only(a) else ExitCode.DRIFT
+    return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart))
+
+
+def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
+    """Stage e: the fix of the first cause still open (the causes are ranked by evidence); a
+    server that drafts nothing at all has no ranked causes: its log says why."""
+    fix = None
+    if e.failed:
+        fix = first_fix(e.causes) or (
+            f"the server does not draft: its log says why (dflash-provision logs "
+            f"{shlex.quote(target.display())}), then {restart}"
+        )
+    return _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW, fix=fix)
 
 
 def _missing(name: str) -> Link:
@@ -190,9 +262,16 @@ def _target_model_config(
     return read.data if read.present else None
 
 
-def _validation_link(check: CheckReport, push_fix: str, target: bytes | None) -> Link:
+def _validation_link(
+    check: CheckReport,
+    authority: Authority,
+    push_fix: str,
+    target: bytes | None,
+    model: str | None,
+) -> Link:
     """The file on disk through every validate layer (it may be wrong AND invalid), with the
-    target model's config when it could be read."""
+    target model's config when it could be read. A push fixes it only when the authoritative
+    config passes the same layers."""
     from dflash_provision.validate import validate_config
 
     if check.disk_bytes is None:
@@ -207,15 +286,27 @@ def _validation_link(check: CheckReport, push_fix: str, target: bytes | None) ->
         StageStatus.FAILED,
         f"the file on disk fails {len(errors)} check(s): {errors[0]}",
         [f"layers: {layers}", *errors],
-        push_fix,
+        validation_fix(
+            push_fix,
+            validate_config(authority.data, label=authority.label, target=target).ok,
+            model,
+        ),
         ExitCode.INVALID,
     )
+
+
+def _fits(authority: Authority, target: bytes | None) -> bool:
+    """The authoritative config passes every layer with this target model's config."""
+    from dflash_provision.validate import validate_config
+
+    return validate_config(authority.data, label=authority.label, target=target).ok
 
 
 def _loader_link(b: StageResult, check: CheckReport) -> Link:
     problems = b.data.get("loader_problems")
     if problems is None:  # the probe did not run: the whole stage says why
-        return _from_stage("loader on the target", b, ExitCode.RUNTIME_CHECK_FAILED)
+        fix = probe_fix(b.summary) if b.failed else None
+        return _from_stage("loader on the target", b, ExitCode.RUNTIME_CHECK_FAILED, fix=fix)
     probe = b.data.get("probe") or {}
     evidence = [f"python {probe.get('python')}, transformers {probe.get('transformers')}"]
     if not problems:
@@ -230,12 +321,11 @@ def _loader_link(b: StageResult, check: CheckReport) -> Link:
         StageStatus.FAILED,
         problems[0],
         evidence + problems,
-        "make the config survive the loader: e.g. use_sliding_window: true with sliding layers, "
-        "layer_types written out (`dflash-provision validate FILE` names each field)",
+        loader_fix(b),
     )
 
 
-def _vllm_link(b: StageResult, c: StageResult) -> Link:
+def _vllm_link(b: StageResult, c: StageResult, restart: str) -> Link:
     probe = b.data.get("probe") or {}
     vllm = part(probe, "vllm")
     engine = (c.data.get("log") or {}).get("engine_version")
@@ -248,8 +338,7 @@ def _vllm_link(b: StageResult, c: StageResult) -> Link:
             StageStatus.FAILED,
             problems[0],
             evidence + problems,
-            "use a vLLM build that keeps the DFlash draft fields (PR #40898: layer_types, "
-            "sliding_window, use_sliding_window, max_window_layers) and ids + 1 (PR #40727)",
+            vllm_fix(str(problems[0]), restart),
         )
     if not vllm.get("importable"):
         why = vllm.get("error") or "not probed"

@@ -7,6 +7,7 @@ Prometheus metrics (one series per host unless said otherwise)::
     dflash_runtime_check_up{host,group,path}                1 checked, 0 could not be checked
                                                             (unreachable, its deadline, an error)
     dflash_runtime_check_passed{host,group,path}            1 when every stage a-e passed
+    dflash_runtime_check_inconclusive{host,group,path}      1 when no stage failed, one undecided
     dflash_runtime_stage_passed{host,group,path,stage}      1 passed, 0 failed or skipped
     dflash_runtime_acceptance_rate{host,group,path}         accepted / draft tokens (when measured)
     dflash_runtime_mean_acceptance_length{host,group,path}  1 + accepted / drafts (when measured)
@@ -52,6 +53,7 @@ class HostVerdict(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"  # a stage a-d failed
     ACCEPTANCE_LOW = "acceptance_low"  # only the acceptance gate failed
+    INCONCLUSIVE = "inconclusive"  # no stage failed, one could not tell (never a pass)
     NOT_CHECKED = "not_checked"  # the host could not be reached or read (detail says why)
 
 
@@ -186,6 +188,9 @@ def _check_host(
 
 def _verdict(report: CheckReport) -> tuple[HostVerdict, str]:
     failure = report.first_failure
+    undecided = next((s for s in report.stages if s.inconclusive), None)
+    if failure is None and undecided is not None:
+        return HostVerdict.INCONCLUSIVE, f"{undecided.key}: {undecided.summary}"
     if failure is None:
         rate = report.acceptance
         return HostVerdict.PASSED, f"acceptance {rate:.1%}" if rate is not None else "passed"
@@ -223,7 +228,7 @@ def default_host_deadline(command_timeout: float) -> float:
 
 def fleet_exit_code(rows: Sequence[HostCheck]) -> ExitCode:
     """24 when any host fails a stage a-d, else 25 when any is below the acceptance gate, else 5
-    when any could not be checked, else 0."""
+    when any could not be checked, else 26 when any was inconclusive, else 0."""
     verdicts = {r.verdict for r in rows}
     if HostVerdict.FAILED in verdicts:
         return ExitCode.RUNTIME_CHECK_FAILED
@@ -231,6 +236,8 @@ def fleet_exit_code(rows: Sequence[HostCheck]) -> ExitCode:
         return ExitCode.ACCEPTANCE_LOW
     if HostVerdict.NOT_CHECKED in verdicts:
         return ExitCode.UNREACHABLE
+    if HostVerdict.INCONCLUSIVE in verdicts:
+        return ExitCode.INCONCLUSIVE
     return ExitCode.OK
 
 
@@ -241,8 +248,9 @@ _STYLE = {
     HostVerdict.FAILED: "bold red",
     HostVerdict.ACCEPTANCE_LOW: "bold magenta",
     HostVerdict.NOT_CHECKED: "yellow",
+    HostVerdict.INCONCLUSIVE: "bold yellow",
 }
-_MARK = {"passed": "ok", "failed": "FAIL", "skipped": "-"}
+_MARK = {"passed": "ok", "failed": "FAIL", "skipped": "-", "inconclusive": "??"}
 
 
 def fleet_table(rows: Sequence[HostCheck]) -> Table:
@@ -319,6 +327,10 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     for row in rows:
         passed = int(row.verdict is HostVerdict.PASSED)
         lines.append(f"dflash_runtime_check_passed{host_labels(row)} {passed}")
+    metric("dflash_runtime_check_inconclusive", "1 when no stage failed but one could not tell.")
+    for row in rows:
+        undecided = int(row.verdict is HostVerdict.INCONCLUSIVE)
+        lines.append(f"dflash_runtime_check_inconclusive{host_labels(row)} {undecided}")
     metric("dflash_runtime_stage_passed", "1 when the runtime-check stage passed, else 0.")
     for row in rows:
         for key in STAGE_KEYS:
@@ -333,7 +345,9 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     metric("dflash_runtime_mean_acceptance_length", "1 + accepted tokens / drafts.")
     for row in rows:
         stage = row.report.stage("e") if row.report else None
-        mean = stage.data.get("mean_acceptance_length") if stage else None
+        mean = (
+            stage.data.get("mean_acceptance_length") if stage and not stage.inconclusive else None
+        )
         if isinstance(mean, float):
             lines.append(f"dflash_runtime_mean_acceptance_length{host_labels(row)} {mean:.6f}")
     metric("dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host.")

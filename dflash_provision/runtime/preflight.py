@@ -63,6 +63,7 @@ class Preflight:
     target_config: str | None  # the target model's config.json used for validation
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    weights: dict[str, Any] = field(default_factory=dict)  # weights_check.WeightsCheck.to_dict
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -77,6 +78,7 @@ class Preflight:
             "target_config": self.target_config,
             "notes": self.notes,
             "warnings": self.warnings,
+            "weights": self.weights,
         }
 
 
@@ -92,11 +94,14 @@ def preflight(
 
     block_size, block_path = block_size_of(doc)
     n, warnings = _speculative_tokens(request, block_size, block_path)
+    n = _speculators_default(doc, request, n)
     target_bytes, target_path, notes = _target_config(transport, request.model, timeout)
     from dflash_provision.validate import validate_config
 
     report = validate_config(authority.data, label=authority.label, target=target_bytes)
     warnings += _judge_validation(report, authority.label, force=request.force)
+    weights = _check_weights(transport, target, doc, target_bytes, request)
+    warnings += weights.warnings
     version = vllm_version(transport, request.vllm_cmd, timeout=timeout)
     check_access(transport, request.port, python=request.python, timeout=timeout)
     env, added = _runtime_env(doc, dict(request.env))
@@ -110,8 +115,9 @@ def preflight(
         env_added=added,
         validation=report,
         target_config=target_path,
-        notes=notes,
+        notes=notes + weights.notes,
         warnings=warnings,
+        weights=weights.check.to_dict(),
     )
 
 
@@ -179,6 +185,18 @@ def _speculative_tokens(
     return n, [f"--force: {message}"]
 
 
+def _speculators_default(doc: dict[str, Any], request: LaunchRequest, n: int) -> int:
+    """A speculators-layout drafter names its own N (``proposal_methods[0].speculative_tokens``,
+    what `vllm serve <drafter dir>` would use): launch's default for it. Validation has already
+    bounded it by block_size."""
+    from dflash_provision.speculators_layout import is_speculators, speculative_tokens
+
+    file_n = speculative_tokens(doc) if is_speculators(doc) else None
+    if request.num_speculative_tokens is None and file_n is not None and file_n >= 1:
+        return file_n
+    return n
+
+
 def _target_config(
     transport: Transport, model: str, timeout: float
 ) -> tuple[bytes | None, str | None, list[str]]:
@@ -204,6 +222,45 @@ def _judge_validation(report: ValidationReport, label: str, *, force: bool) -> l
             "(--force starts vLLM anyway, and its start-up decides)"
         )
     return [f"--force: starting although {label} FAILS validation: {summary}{more}"]
+
+
+@dataclass
+class _Weights:
+    check: Any  # weights_check.WeightsCheck
+    notes: list[str]
+    warnings: list[str]
+
+
+def _check_weights(
+    transport: Transport,
+    target: Target,
+    doc: dict[str, Any],
+    target_bytes: bytes | None,
+    request: LaunchRequest,
+) -> _Weights:
+    """The drafter's safetensors headers against its config (one exec): a config of one revision
+    beside the weights of another is refused before anything starts (--force: a warning)."""
+    from dflash_provision.weights_check import check_remote, target_hidden_of, weights_fix
+
+    check = check_remote(
+        transport,
+        target.model_dir,
+        doc,
+        target_hidden=target_hidden_of(target_bytes),
+        timeout=request.command_timeout,
+    )
+    notes = [f"weights: {check.detail}", *(f"weights: {n}" for n in check.notes)]
+    if not check.failed:
+        return _Weights(check, notes, [])
+    shown = "; ".join(check.mismatches[:6])
+    more = f" (+{len(check.mismatches) - 6} more)" if len(check.mismatches) > 6 else ""
+    message = f"the drafter's weights do not fit its config: {shown}{more}"
+    if not request.force:
+        raise ConfigInvalid(
+            f"pre-flight: {message}; {weights_fix(target.model_dir)} "
+            "(--force starts vLLM anyway, and its weight loading decides)"
+        )
+    return _Weights(check, notes, [f"--force: starting although {message}"])
 
 
 def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: float) -> str:
@@ -235,7 +292,9 @@ def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: fl
 
 
 def _runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    layer_types = doc.get("layer_types")
+    from dflash_provision.speculators_layout import runtime_view
+
+    layer_types = runtime_view(doc).get("layer_types")  # either published layout
     kinds = set(layer_types) if isinstance(layer_types, list) else set()
     if not {"sliding_attention", "full_attention"} <= kinds:
         return env, []

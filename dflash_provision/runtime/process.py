@@ -8,7 +8,6 @@ its own: the script text is a constant, every variable part is a positional argu
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -22,12 +21,12 @@ from dflash_provision.remote.ops import (  # the shared script protocol, not a c
     _without_comments,
 )
 from dflash_provision.runtime.records import LaunchRecord
+from dflash_provision.runtime.vllm_argv import ArgvSpec, read_speculative
 from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
 
 #: What ``read_log`` returns at most unless told otherwise.
 DEFAULT_LOG_BYTES = 256 * 1024
 MAX_LOG_LINES = 100_000
-_SPEC_FLAGS = ("--speculative-config", "--speculative_config")
 
 
 @cache
@@ -162,6 +161,7 @@ class RunningServer:
     record: LaunchRecord | None  # ours when we started it (and its argv still matches)
     listening: bool
     state: PortState
+    argv_spec: ArgvSpec | None = None  # how argv was read: repeated options, unknowns
 
     @property
     def started_by_us(self) -> bool:
@@ -184,35 +184,23 @@ def server_from_state(state: PortState) -> RunningServer | None:
     if pid is None:
         return None
     record = state.record if state.ours and not state.foreign_listener else None
+    read = read_speculative(state.argv)
     return RunningServer(
         port=state.port,
         pid=pid,
         argv=state.argv,
-        speculative_config=speculative_config_of(state.argv),
+        speculative_config=read.config,
         record=record,
         listening=state.listening,
         state=state,
+        argv_spec=read,
     )
 
 
 def speculative_config_of(argv: list[str]) -> dict[str, Any] | None:
-    """The ``--speculative-config`` JSON of a vLLM command line (``--flag VALUE`` or
-    ``--flag=VALUE``), or None."""
-    for i, arg in enumerate(argv):
-        value: str | None = None
-        if arg in _SPEC_FLAGS and i + 1 < len(argv):
-            value = argv[i + 1]
-        else:
-            name, eq, rest = arg.partition("=")
-            if eq and name in _SPEC_FLAGS:
-                value = rest
-        if value is not None:
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                return None
-            return parsed if isinstance(parsed, dict) else None
-    return None
+    """The speculative config a ``vllm serve`` command line runs with, read with vLLM's rules
+    (the last option wins; see ``vllm_argv``), or None."""
+    return read_speculative(argv).config
 
 
 # --------------------------------------------------------------------------------------------
@@ -345,4 +333,29 @@ def read_log(
         text=body.decode("utf-8", errors="replace"),
         size=_opt_int(fields.get("size")),
         alive=None if "alive" not in fields else fields["alive"] == "1",
+    )
+
+
+def read_startup_log(
+    transport: Transport,
+    record: LaunchRecord,
+    *,
+    max_bytes: int = DEFAULT_LOG_BYTES,
+    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+) -> LogTail:
+    """This launch's part of the record's server log from its beginning (its start-up records
+    come first), at most ``max_bytes`` bytes; one exec. ``size`` is the whole log's."""
+    where = record.log_path
+    if not where.startswith("/"):
+        raise UsageError(f"log path {where!r} must be absolute")
+    fields, _, data = run_script(
+        transport, "startlog", [where, str(max(1, max_bytes))], timeout=timeout
+    )
+    body = (data or b"")[:max_bytes]
+    return LogTail(
+        path=fields.get("log", where),
+        present=fields.get("status") == "present",
+        text=body.decode("utf-8", errors="replace"),
+        size=_opt_int(fields.get("size")),
+        alive=None,
     )

@@ -20,6 +20,15 @@ each part carries its own error:
   (``mixed_layout_error``) and still resolves each layer as the V2 runner would, so a mixed
   drafter is checked without serving it.
 
+A drafter in the speculators library's layout (a ``speculators_config`` in its config.json,
+``"layout": "speculators"`` in the answer) cannot be loaded by transformers without remote code:
+``effective`` is then vLLM's own conversion (``SpeculatorsConfig``, ``"loader": "vllm"``), or a
+``note`` saying that no loader on this python reads it; ``vllm`` resolves it as ``vllm serve
+<drafter dir>`` does (``maybe_override_with_speculators``: method and N from the file, N
+overridden only by ``--num-speculative-tokens``, the verifier as the target unless ``--model``
+names another). ``target_layers`` is the target's ``num_hidden_layers`` read from its
+config.json there (for the tap-spacing hint), or null.
+
 Importing vLLM and building its config costs seconds (tens on a loaded machine), so the answer
 is cached on the target (``~/.cache/dflash-provision/probe/``, or ``$DFLASH_PROBE_CACHE``; ``off``
 or ``--no-cache`` disables it), keyed by everything the answer depends on: the probe's cache
@@ -50,7 +59,7 @@ from typing import Any
 
 PROBE_VERSION = 1
 #: Bump when the answer's content changes for the same inputs (invalidates cached answers).
-CACHE_FORMAT = "2"
+CACHE_FORMAT = "3"
 CACHE_ENV = "DFLASH_PROBE_CACHE"
 #: Config files larger than this are not hashed (nor cached): a drafter config is a few KB.
 MAX_KEYED_FILE = 1024 * 1024
@@ -123,12 +132,14 @@ def _quiet_environment() -> None:
 # transformers: the loader-effective config
 
 
-def probe_effective(drafter: str) -> tuple[str | None, dict[str, Any]]:
+def probe_effective(drafter: str, speculators: bool = False) -> tuple[str | None, dict[str, Any]]:
     """(transformers version or None, {"error", "config"}) for the drafter directory."""
     try:
         import transformers
     except Exception as exc:  # not installed, or broken: the answer says which
         return None, {"error": _error(exc), "config": None}
+    if speculators:
+        return transformers.__version__, probe_speculators_effective(drafter)
     try:
         config = transformers.AutoConfig.from_pretrained(drafter, trust_remote_code=False)
         return transformers.__version__, {"error": None, "config": _jsonable(config.to_dict())}
@@ -137,10 +148,91 @@ def probe_effective(drafter: str) -> tuple[str | None, dict[str, Any]]:
 
 
 # --------------------------------------------------------------------------------------------
+# the speculators layout: transformers cannot load it without remote code; vLLM converts it
+
+
+def speculators_doc(drafter: str) -> dict[str, Any] | None:
+    """The drafter's config when it is in the speculators layout (vLLM's own test: a
+    ``speculators_config`` that is not null), else None."""
+    path = Path(drafter, "config.json")
+    try:
+        if path.stat().st_size > MAX_KEYED_FILE:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if isinstance(doc, dict) and doc.get("speculators_config") is not None:
+        return doc
+    return None
+
+
+def speculators_verifier(doc: dict[str, Any]) -> str | None:
+    verifier = (doc.get("speculators_config") or {}).get("verifier")
+    path = verifier.get("name_or_path") if isinstance(verifier, dict) else None
+    return path if isinstance(path, str) and path else None
+
+
+def probe_speculators_effective(drafter: str) -> dict[str, Any]:
+    """The config a runtime sees for a speculators-layout drafter: vLLM's own conversion
+    (``SpeculatorsConfig``), or a note that no loader on this python can read it."""
+    try:
+        from vllm.transformers_utils.configs.speculators import SpeculatorsConfig
+    except Exception as exc:
+        return {
+            "error": None,
+            "config": None,
+            "loader": None,
+            "note": "transformers cannot load the speculators layout without remote code and "
+            f"vLLM, which converts it, is not importable here ({_error(exc)})",
+        }
+    try:
+        config = SpeculatorsConfig.from_pretrained(drafter)
+        return {"error": None, "config": _jsonable(config.to_dict()), "loader": "vllm"}
+    except ProbeTimeout:
+        raise
+    except Exception as exc:  # vLLM refusing the layout is the finding
+        return {"error": _error(exc), "config": None, "loader": "vllm"}
+
+
+def speculators_override(drafter: str, num_tokens: int | None) -> tuple[str, dict[str, Any]]:
+    """(verifier model, speculative config) the way ``vllm serve <drafter dir>`` builds them:
+    method and N from the drafter's speculators_config, N overridable, model locked."""
+    from vllm.transformers_utils.config import maybe_override_with_speculators
+
+    override = {"num_speculative_tokens": num_tokens} if num_tokens is not None else None
+    model, _, spec = maybe_override_with_speculators(
+        model=drafter, tokenizer=None, trust_remote_code=False, vllm_speculative_config=override
+    )
+    if not isinstance(spec, dict):
+        raise RuntimeError("vLLM does not read this drafter as a speculators model")
+    return model, spec
+
+
+def target_layers(model: str | None) -> int | None:
+    """num_hidden_layers of the target model's config.json (or its text_config), if local."""
+    if not model:
+        return None
+    path = Path(model, "config.json")
+    try:
+        if path.stat().st_size > MAX_KEYED_FILE:
+            return None
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(doc, dict):
+        return None
+    value = doc.get("num_hidden_layers")
+    text = doc.get("text_config")
+    if value is None and isinstance(text, dict):
+        value = text.get("num_hidden_layers")
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# --------------------------------------------------------------------------------------------
 # vLLM: its own resolution of the draft config
 
 
-def probe_vllm(drafter: str, model: str | None, num_tokens: int) -> dict[str, Any]:
+def probe_vllm(drafter: str, model: str | None, num_tokens: int | None) -> dict[str, Any]:
     """{"importable", "version", "error", "draft"} (see module docstring)."""
     try:
         import vllm
@@ -152,7 +244,7 @@ def probe_vllm(drafter: str, model: str | None, num_tokens: int) -> dict[str, An
         "error": None,
         "draft": None,
     }
-    if not model:
+    if not model and speculators_doc(drafter) is None:
         answer["error"] = "no --model given: vLLM resolves a draft only against its target"
         return answer
     try:
@@ -164,19 +256,27 @@ def probe_vllm(drafter: str, model: str | None, num_tokens: int) -> dict[str, An
     return answer
 
 
-def resolve_draft(drafter: str, model: str, num_tokens: int) -> dict[str, Any]:
-    """Build the speculative config exactly as ``vllm serve`` would, without loading weights."""
+def resolve_draft(drafter: str, model: str | None, num_tokens: int | None) -> dict[str, Any]:
+    """Build the speculative config exactly as ``vllm serve`` would, without loading weights.
+
+    A speculators-layout drafter is resolved as ``vllm serve <drafter dir>`` does it (method and
+    N from its speculators_config; its verifier is the target unless MODEL names another)."""
     from vllm.config import ParallelConfig
     from vllm.engine.arg_utils import EngineArgs
 
+    spec_config: dict[str, Any] = {
+        "method": "dflash",
+        "model": drafter,
+        "num_speculative_tokens": num_tokens or 1,
+    }
+    if speculators_doc(drafter) is not None:
+        verifier, spec_config = speculators_override(drafter, num_tokens)
+        same = model and os.path.abspath(model) == os.path.abspath(drafter)
+        model = verifier if not model or same else model
     args = EngineArgs(
         model=model,
         max_model_len=256,  # the probe never serves; a small length skips KV-cache sizing checks
-        speculative_config={
-            "method": "dflash",
-            "model": drafter,
-            "num_speculative_tokens": num_tokens,
-        },
+        speculative_config=spec_config,
     )
     spec = args.create_speculative_config(args.create_model_config(), ParallelConfig())
     if spec is None or spec.draft_model_config is None:
@@ -371,7 +471,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="remote_probe", add_help=False)
     parser.add_argument("--drafter", required=True)
     parser.add_argument("--model")
-    parser.add_argument("--num-speculative-tokens", type=int, default=1)
+    # None: not given (a speculators-layout drafter then takes N from its own config)
+    parser.add_argument("--num-speculative-tokens", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
     parser.add_argument("--no-cache", action="store_true")
     return parser.parse_args(argv)
@@ -414,11 +515,18 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         answer["vllm"]["error"] = message
         return answer
     _quiet_environment()
+    spec_doc = speculators_doc(args.drafter)
+    answer["layout"] = "speculators" if spec_doc is not None else "reference"
+    same = args.model and os.path.abspath(args.model) == os.path.abspath(args.drafter)
+    target = speculators_verifier(spec_doc) if spec_doc and (same or not args.model) else args.model
+    answer["target_layers"] = target_layers(target)
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.setitimer(signal.ITIMER_REAL, max(args.timeout, 1.0))
     try:
         with _stdout_to_stderr():
-            answer["transformers"], answer["effective"] = probe_effective(args.drafter)
+            answer["transformers"], answer["effective"] = probe_effective(
+                args.drafter, spec_doc is not None
+            )
             answer["vllm"] = probe_vllm(args.drafter, args.model, args.num_speculative_tokens)
     except ProbeTimeout:
         where = "vllm" if answer["effective"]["error"] != "not reached" else "effective"

@@ -16,7 +16,41 @@ _SLIDING = "sliding_attention"
 
 
 def stage_file(ctx: CheckContext) -> StageResult:
-    """a: the bytes at the target's config path are the authoritative bytes."""
+    """a: the bytes at the target's config path are the authoritative bytes, and the weights
+    beside them (their safetensors headers) fit the authoritative config."""
+    return _judge_weights(ctx, _stage_file_bytes(ctx))
+
+
+def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
+    """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
+    that could not be read are a warning (not a pass of that check); no weights, a note."""
+    from dflash_provision.weights_check import check_remote, weights_fix
+
+    weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
+    result.data["weights"] = weights.to_dict()
+    evidence = [f"weights: {weights.detail}", *(f"weights: {n}" for n in weights.notes)]
+    if weights.failed:
+        evidence += [f"weights: {line}" for line in weights.mismatches]
+    result.evidence += evidence
+    if not weights.checked and weights.detail.startswith("weights not checked"):
+        result.warnings.append(weights.detail)
+    if not weights.failed:
+        return result
+    first = f"the weights do not fit the authoritative config: {weights.mismatches[0]}"
+    if result.passed:
+        result.status = StageStatus.FAILED
+        result.summary = first + (
+            f" (+{len(weights.mismatches) - 1} more)" if len(weights.mismatches) > 1 else ""
+        )
+        result.fix = weights_fix(ctx.target.model_dir)
+        result.data["failed_by"] = "weights"  # the bytes are right: pushing them fixes nothing
+    else:
+        result.summary += f"; and {first}"
+    return result
+
+
+def _stage_file_bytes(ctx: CheckContext) -> StageResult:
+    """a's first half: the bytes at the target's config path are the authoritative bytes."""
     from dflash_provision.push import config_diff
     from dflash_provision.remote.ops import read_remote_config
 
@@ -155,8 +189,10 @@ def compare_effective(auth_doc: dict[str, Any], loaded: dict[str, Any]) -> list[
 
 def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
     """vLLM's own view of the draft vs the authoritative config: aux ids, windows, hf_config."""
+    from dflash_provision.speculators_layout import runtime_view
+
     problems: list[str] = []
-    auth = ctx.auth_doc
+    auth = runtime_view(ctx.auth_doc)  # the speculators layout as vLLM converts it
     aux = draft.get("aux_layer_ids")
     if ctx.expected_aux is not None and aux is None:
         why = f" ({draft['aux_error']})" if draft.get("aux_error") else ""
@@ -244,12 +280,25 @@ def stage_loader(
         authoritative_problems=vs_authoritative,
         vllm_problems=vllm,
     )
+    warnings = tap_spacing_warnings(ctx, probe)
     if problems:
         summary = f"{len(problems)} problem(s) on the target; first: {problems[0]}"
-        return StageResult("b", name, StageStatus.FAILED, summary, evidence + problems, data)
-    return StageResult(
-        "b", name, StageStatus.PASSED, "the target loads the authoritative values", evidence, data
-    )
+        return StageResult(
+            "b", name, StageStatus.FAILED, summary, evidence + problems, data, warnings=warnings
+        )
+    summary = "the target loads the authoritative values"
+    return StageResult("b", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings)
+
+
+def tap_spacing_warnings(ctx: CheckContext, probe: dict[str, Any]) -> list[str]:
+    """The reference tap-spacing hint, with the target's layer count the probe read there."""
+    from dflash_provision.speculators_layout import tap_spacing_hint
+
+    layers = probe.get("target_layers")
+    if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
+        return []
+    hint = tap_spacing_hint(ctx.auth_doc, layers)
+    return [hint[1]] if hint is not None else []
 
 
 def _loader_part(
@@ -259,6 +308,8 @@ def _loader_part(
     the authoritative one). They differ only when the file on disk is not authoritative (stage
     a): then the second list also holds the file's own differences, marked as such."""
     eff = part(probe, "effective")
+    if probe.get("layout") == "speculators" and probe.get("transformers"):
+        return speculators_loader_part(ctx, eff, evidence)
     if not probe.get("transformers"):
         refused = (
             f"{python} on the target cannot import transformers: give --python with the python "
@@ -283,6 +334,45 @@ def _loader_part(
     return by_loader, marked
 
 
+def speculators_loader_part(
+    ctx: CheckContext, eff: dict[str, Any], evidence: list[str]
+) -> tuple[list[str], list[str]]:
+    """The loader part for a speculators-layout drafter: what a runtime sees is vLLM's own
+    conversion of the file (transformers cannot load the layout without remote code). Its
+    critical fields are compared with the authoritative config as vLLM would convert it, each
+    line naming the field the file keeps it in."""
+    from dflash_provision.diff import Change, render_changes, semantic_diff
+    from dflash_provision.effective import CRITICAL_FIELDS
+    from dflash_provision.speculators_layout import file_field, runtime_view
+
+    if eff.get("error"):
+        refused = (
+            f"vLLM on the target cannot convert the speculators-layout drafter: {eff['error']}"
+        )
+        return [refused], [refused]
+    loaded = eff.get("config")
+    if not isinstance(loaded, dict):
+        evidence.append(str(eff.get("note") or "no loader on the target reads this layout"))
+        return [], []
+
+    def differences(doc: dict[str, Any]) -> list[str]:
+        view = runtime_view(doc, keep_block_size=False)
+        wanted = {name: view[name] for name in CRITICAL_FIELDS if name in view}
+        got = {name: loaded[name] for name in wanted if name in loaded}
+        changes = [
+            Change(file_field(doc, c.path), c.kind, c.old, c.new)
+            for c in semantic_diff(got, wanted)
+        ]
+        return render_changes(changes)
+
+    evidence.append("the target's vLLM converts the speculators layout (SpeculatorsConfig)")
+    vs_auth = differences(ctx.auth_doc)
+    disk_doc = _disk_doc(ctx)
+    by_loader = differences(disk_doc) if disk_doc is not None else vs_auth
+    evidence += [f"vLLM's conversion changes the file: {line}" for line in by_loader]
+    return by_loader, [f"converted on the target: {line}" for line in vs_auth]
+
+
 def _disk_doc(ctx: CheckContext) -> dict[str, Any] | None:
     if ctx.disk is None or ctx.disk.data is None:
         return None
@@ -302,7 +392,11 @@ def _vllm_part(
     evidence.append(f"vLLM {vllm.get('version')} importable")
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
-        if model is None:
+        from dflash_provision.speculators_layout import is_speculators
+
+        # A speculators-layout drafter names its own target (the verifier): the probe resolved
+        # it without --model, so no draft here is vLLM's refusal (or a timeout), not a skip.
+        if model is None and not is_speculators(ctx.auth_doc):
             evidence.append("vLLM's resolution skipped: the target model is not known (--model)")
             return []
         return [f"vLLM cannot resolve the draft config: {vllm.get('error')}"]

@@ -1,5 +1,10 @@
 """runtime-check stage c: the process on the port (method dflash, this drafter, N, engine version,
-aux layers == target_layer_ids + 1 from its start-up log)."""
+aux layers == target_layer_ids + 1 from its start-up log).
+
+The server is read the way vLLM reads itself: its command line with ``vllm serve``'s rules
+(vllm_argv: the last of repeated options wins), cross-checked with the engine's own start-up
+record (vllm_log: only vLLM's records of this launch, before ready). A disagreement between the
+two, or with the provisioned drafter, fails the stage naming both values."""
 
 from __future__ import annotations
 
@@ -8,6 +13,7 @@ import shlex
 from typing import Any
 
 from dflash_provision.invariants import block_size_of
+from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- c: the running server ---------------------------------------------------------------------
@@ -42,13 +48,22 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
             {"port": port},
             fix="dflash-provision launch " + shlex.quote(ctx.target.display()) + " --model MODEL",
         )
-    spec = server_spec(server)
+    # `vllm serve <speculators drafter dir>`: the spec comes from its speculators_config.
+    spec, problems = served_spec(ctx, server, server_spec(server))
     argv = list(getattr(server, "argv", []) or [])
     evidence = [f"pid {getattr(server, 'pid', '?')}: {shlex.join(argv)[:400]}"]
-    problems = _argv_problems(ctx, spec)
+    read = getattr(server, "argv_spec", None)
+    evidence += _argv_evidence(read)
+    engine = ctx.log.engine if ctx.log is not None else None
+    unknown = getattr(read, "unknown", None) if not spec else None
+    if unknown and engine is not None:
+        spec = _engine_spec(engine)  # vLLM's own record stands in for the unreadable argv
+        evidence.append(f"{unknown}: judged by the engine's start-up record")
+    problems += list(getattr(read, "problems", []) or [])
+    problems += [] if unknown and not spec else _argv_problems(ctx, spec, read)
     problems += _log_problems(ctx, spec, evidence)
     data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}
-    warnings = []
+    warnings = _repeat_warnings(read, problems)
     if ctx.log is None:
         data["log"] = None
         warnings.append(
@@ -62,20 +77,57 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
         return StageResult(
             "c", name, StageStatus.FAILED, problems[0], evidence + problems, data, fix, [], warnings
         )
+    if unknown and not spec:
+        why = f"{unknown}, and no engine start-up record says it: the drafter it runs is unknown"
+        return StageResult(
+            "c", name, StageStatus.INCONCLUSIVE, why, [*evidence, why], data, None, [], warnings
+        )
     n = spec.get("num_speculative_tokens")
     summary = f"dflash with {ctx.target.model_dir}, {n} speculative tokens, aux {ctx.expected_aux}"
     return StageResult("c", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings)
 
 
-def _argv_problems(ctx: CheckContext, spec: dict[str, Any]) -> list[str]:
+def _argv_evidence(read: Any) -> list[str]:
+    """How the command line's speculative options were read (vLLM's rules: the last wins)."""
+    given = list(getattr(read, "given", []) or [])
+    if len(given) < 2:
+        return []
+    dotted = any("." in g.split(" ", 1)[0].split("=", 1)[0] for g in given)
+    rule = "the dotted ones, merged, replace the rest" if dotted else "vLLM uses the last"
+    lines = [f"{len(given)} speculative options on the command line; {rule}:"]
+    return lines + [f"  {i}. {g[:300]}" for i, g in enumerate(given, 1)]
+
+
+def _repeat_warnings(read: Any, problems: list[str]) -> list[str]:
+    if read is None or not getattr(read, "repeated", False) or problems:
+        return []
+    return [
+        "the command line carries --speculative-config more than once (vLLM uses the last): "
+        "pass it once so that every reader sees the same drafter"
+    ]
+
+
+def _engine_spec(engine: Any) -> dict[str, Any]:
+    return {
+        "method": engine.spec_method,
+        "model": engine.spec_model,
+        "num_speculative_tokens": engine.num_spec_tokens,
+    }
+
+
+def _argv_problems(ctx: CheckContext, spec: dict[str, Any], read: Any = None) -> list[str]:
     if not spec:
         return ["the server's command line has no --speculative-config: it is not speculating"]
     problems = []
+    many = len(getattr(read, "given", []) or [])
+    which = f" (of {many} speculative options, the one vLLM uses)" if many > 1 else ""
+    if many > 1 and getattr(read, "repeated", False):
+        which = f" (the last of {many} speculative options: the one vLLM uses)"
     if spec.get("method") != "dflash":
-        problems.append(f"speculative method {spec.get('method')!r}, expected 'dflash'")
+        problems.append(f"speculative method {spec.get('method')!r}{which}, expected 'dflash'")
     if not same_path(spec.get("model"), ctx.target.model_dir):
         problems.append(
-            f"the server runs drafter {spec.get('model')!r}, not {ctx.target.model_dir!r}"
+            f"the server runs drafter {spec.get('model')!r}{which}, not {ctx.target.model_dir!r}"
         )
     n = spec.get("num_speculative_tokens")
     size, where = block_size_of(ctx.auth_doc)
@@ -95,20 +147,21 @@ def _log_problems(ctx: CheckContext, spec: dict[str, Any], evidence: list[str]) 
         return []
     problems = []
     engine = facts.engine
+    where = "this launch's start-up records" + ("" if facts.launch else " (no launch line)")
+    if facts.ready is None:
+        evidence.append(f"{where}: no line where the server reports ready")
+    if facts.not_records:
+        evidence.append(
+            f"{facts.not_records} start-up phrase(s) outside vLLM's own records: not evidence"
+        )
     if engine is None:
-        evidence.append(f"no engine start-up line in the last {facts.lines_read} log lines")
+        evidence.append(f"no engine start-up record in {where} ({facts.lines_read} lines)")
     else:
         evidence.append(
             f"engine v{engine.version}: speculative method {engine.spec_method}, drafter "
             f"{engine.spec_model}, num_spec_tokens {engine.num_spec_tokens}"
         )
-        if engine.num_spec_tokens is not None and engine.num_spec_tokens != spec.get(
-            "num_speculative_tokens"
-        ):
-            problems.append(
-                f"the engine runs {engine.num_spec_tokens} speculative tokens, the command line "
-                f"says {spec.get('num_speculative_tokens')}"
-            )
+        problems += _engine_disagrees(ctx, engine, spec)
     aux = facts.aux
     if aux is None:
         problems.append("the log never says which auxiliary layers the drafter reads")
@@ -127,6 +180,41 @@ def _log_problems(ctx: CheckContext, spec: dict[str, Any], evidence: list[str]) 
     for line in facts.fatal[-3:]:
         evidence.append(f"log: {line[:300]}")
     return problems
+
+
+def _engine_disagrees(ctx: CheckContext, engine: Any, spec: dict[str, Any]) -> list[str]:
+    """The engine's own start-up record against the command line and the provisioned drafter:
+    any difference means one of them does not say what runs."""
+    out = []
+    if engine.spec_method is None:
+        out.append(
+            "the engine's start-up record has no speculative config, the command line says "
+            f"method {spec.get('method')!r} with drafter {spec.get('model')!r}"
+        )
+        return out
+    if engine.spec_method != spec.get("method"):
+        out.append(
+            f"the engine's start-up record says speculative method {engine.spec_method!r}, the "
+            f"command line says {spec.get('method')!r}"
+        )
+    if not same_path(engine.spec_model, str(spec.get("model"))):
+        out.append(
+            f"the engine's start-up record says drafter {engine.spec_model!r}, the command line "
+            f"says {spec.get('model')!r}"
+        )
+    if not same_path(engine.spec_model, ctx.target.model_dir) and same_path(
+        spec.get("model"), ctx.target.model_dir
+    ):
+        out.append(
+            f"the engine runs drafter {engine.spec_model!r}, not the provisioned "
+            f"{ctx.target.model_dir!r}"
+        )
+    if engine.num_spec_tokens != spec.get("num_speculative_tokens"):
+        out.append(
+            f"the engine runs {engine.num_spec_tokens} speculative tokens, the command line "
+            f"says {spec.get('num_speculative_tokens')}"
+        )
+    return out
 
 
 def _server_fix(ctx: CheckContext, problems: list[str], port: int) -> str:

@@ -1,5 +1,5 @@
 """runtime-check stages d (one real completion) and e (spec-decode acceptance over greedy smoke
-prompts), and the likely causes named when acceptance fails."""
+prompts); the causes named when acceptance fails come from runtime/diagnosis.py."""
 
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.invariants import block_size_of
+from dflash_provision.runtime.diagnosis import acceptance_causes
+from dflash_provision.runtime.link_fixes import completion_fix
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
@@ -31,7 +32,6 @@ class Completion:
     text: str = ""
     error: str = ""
     status: int | None = None
-    unusable: bool = False  # the answer dripped past its deadline (access.ReplyUnusable)
 
 
 def served_model_id(access: Any, fallback: str | None, timeout: float) -> str | None:
@@ -114,14 +114,14 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
     if fatal_after and fatal_after[0][:200] not in first.error:
         summary += f"; the server logged: {fatal_after[0][:300]}"
     evidence = [summary, *[f"log: {line[:300]}" for line in fatal_after[:3]]]
-    fix = (
-        "the drafter does not fit this target (layer ids, hidden size): "
-        f"dflash-provision validate {shlex.quote(ctx.target.display())} --target-config MODEL"
-    )
-    if first.unusable:
-        fix = _endpoint_fix(ctx, "/v1/completions")
     return StageResult(
-        "d", name, StageStatus.FAILED, summary, evidence, {"status": first.status}, fix=fix
+        "d",
+        name,
+        StageStatus.FAILED,
+        summary,
+        evidence,
+        {"status": first.status},
+        fix=completion_fix(ctx.target.display(), first.status, first.error),
     )
 
 
@@ -153,37 +153,16 @@ def endpoint_failed(ctx: CheckContext, key: str, error: Any) -> StageResult:
     )
 
 
-def likely_causes(ctx: CheckContext, earlier: dict[str, StageResult], n: int | None) -> list[str]:
-    """Why acceptance collapses, in the order an engineer should check, each with what the
-    earlier stages already saw about it."""
-    auth = ctx.auth_doc
-    target = shlex.quote(ctx.target.display())
-    size, where = block_size_of(auth)
+@dataclass(frozen=True)
+class AcceptanceGate:
+    """What stage e judges against: the rate gate, the least evidence it takes, the reference
+    of an earlier pass and how far below it the mean acceptance length may fall."""
 
-    def seen(key: str) -> str:
-        stage = earlier.get(key)
-        return f"stage {key} {stage.status.value}: {stage.summary}" if stage else "not checked"
-
-    inner = auth.get("dflash_config")
-    mask = (inner if isinstance(inner, dict) else {}).get(
-        "mask_token_id", auth.get("mask_token_id")
-    )
-    causes = [
-        f"the file on disk is not the authoritative config ({seen('a')}); "
-        f"fix: dflash-provision push {target} ...",
-        "the loader normalised critical fields (use_sliding_window false nulls sliding_window, "
-        f"layer_types rebuilt) ({seen('b')})",
-        f"target_layer_ids / their +1 offset: expected aux layers {ctx.expected_aux} ({seen('c')})",
-        f"mask_token_id {mask}: it must be the token the drafter was trained with "
-        "(the incident had 248064 instead of 248070)",
-        f"num_speculative_tokens {n} vs {where} {size}: more than {where} - 1 drafts are all "
-        "rejected",
-        "RoPE settings or a different target model than the drafter was trained for "
-        f"(dflash-provision validate {target} --target-config MODEL)",
-        "a vLLM build that drops the sliding-window fields of the draft config (stage b's vLLM "
-        "resolution; speculators conversion without PR #40898)",
-    ]
-    return [f"{i}. {cause}" for i, cause in enumerate(causes, 1)]
+    min_acceptance: float
+    min_draft_tokens: int = 0
+    reference: Any = None  # reference.Reference | None
+    max_regression: float | None = None  # None: a drop is a warning only
+    notes: tuple[str, ...] = ()  # e.g. why no reference was compared
 
 
 def stage_acceptance(
@@ -191,28 +170,38 @@ def stage_acceptance(
     acceptance: Any,  # metrics.Acceptance
     *,
     present: bool,
-    min_acceptance: float,
+    gate: AcceptanceGate,
     prompts: int,
     earlier: dict[str, StageResult],
     num_spec: int | None,
 ) -> StageResult:
-    """e: acceptance over the smoke prompts' counter difference, against ``min_acceptance``."""
+    """e: acceptance over the smoke prompts' counter difference: inconclusive when the counters
+    are no evidence (a restart, impossible figures, too few draft tokens), else against
+    ``gate.min_acceptance`` and the reference (see runtime/reference.py)."""
     name = STAGE_NAMES["e"]
-    data = acceptance.to_dict() | {"min_acceptance": min_acceptance, "prompts": prompts}
+    min_acceptance = gate.min_acceptance
+    data = acceptance.to_dict() | {
+        "min_acceptance": min_acceptance,
+        "min_draft_tokens": gate.min_draft_tokens,
+        "prompts": prompts,
+        "reference": gate.reference.to_dict() if gate.reference is not None else None,
+        "regression": None,
+    }
     delta = acceptance.delta
     evidence = [
         f"{prompts} greedy prompt(s), {acceptance.expected_max_drafts} tokens: "
         f"{delta.drafts:g} drafts, {delta.draft_tokens:g} draft tokens, {delta.accepted:g} accepted"
     ]
-    warnings = []
-    if acceptance.foreign_drafts:
-        warnings.append(
-            f"other traffic mixed into the counters: {acceptance.foreign_drafts} drafts more than "
-            "the smoke prompts can explain; the rate includes other clients' requests"
-        )
+    warnings = _traffic_warnings(acceptance) + list(gate.notes)
     if not present:
         why = "the server exports no spec-decode metrics: it is not speculating"
         return StageResult("e", name, StageStatus.FAILED, why, [why], data, warnings=warnings)
+    undecided = _no_evidence(acceptance, gate.min_draft_tokens)
+    if undecided is not None:
+        evidence.append(undecided)
+        return StageResult(
+            "e", name, StageStatus.INCONCLUSIVE, undecided, evidence, data, warnings=warnings
+        )
     if acceptance.rate is None:
         why = "no drafts were counted during the smoke prompts: the drafter is not drafting"
         return StageResult("e", name, StageStatus.FAILED, why, evidence, data, warnings=warnings)
@@ -221,12 +210,16 @@ def stage_acceptance(
         f"acceptance rate {acceptance.rate:.1%}, mean acceptance length "
         f"{acceptance.mean_length:.2f}, per position {per_pos or '-'}"
     )
-    if acceptance.rate >= min_acceptance:
+    summary = f"acceptance {acceptance.rate:.1%} is below --min-acceptance {min_acceptance:.1%}"
+    low = acceptance.rate < min_acceptance
+    regressed = _against_reference(acceptance, gate, data, evidence, warnings)
+    if not low and regressed is None:
         summary = f"acceptance {acceptance.rate:.1%} (>= {min_acceptance:.1%})"
         return StageResult(
             "e", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings
         )
-    summary = f"acceptance {acceptance.rate:.1%} is below --min-acceptance {min_acceptance:.1%}"
+    if not low and regressed is not None:
+        summary = regressed
     return StageResult(
         "e",
         name,
@@ -234,6 +227,85 @@ def stage_acceptance(
         summary,
         evidence,
         data,
-        causes=likely_causes(ctx, earlier, num_spec),
+        causes=acceptance_causes(ctx, earlier, data, num_spec),
         warnings=warnings,
     )
+
+
+def _traffic_warnings(acceptance: Any) -> list[str]:
+    """Other clients' traffic in the window. It does not change the verdict: their drafts come
+    from the same server and drafter, so a collapse still shows (and a busy production server
+    must stay checkable); but the window is no clean measurement, so no reference is compared
+    or recorded from it (check.py)."""
+    warnings = []
+    if acceptance.foreign_requests:
+        warnings.append(
+            f"other traffic mixed into the counters: the server finished "
+            f"{acceptance.foreign_requests} request(s) from other clients during the check "
+            f"({acceptance.delta.requests:g} finished, {acceptance.own_requests} were the "
+            "check's own); the figures include theirs"
+        )
+    if acceptance.foreign_drafts:
+        warnings.append(
+            f"other traffic mixed into the counters: {acceptance.foreign_drafts} drafts more than "
+            "the smoke prompts can explain; the rate includes other clients' requests"
+        )
+    return warnings
+
+
+def _no_evidence(acceptance: Any, min_draft_tokens: int) -> str | None:
+    """Why the counter difference cannot decide (inconclusive), else None."""
+    if acceptance.decreased:
+        return (
+            "the server restarted during the check (its counters began again: "
+            f"{'; '.join(acceptance.decreased[:4])}): no acceptance rate can be computed; "
+            "run the check again"
+        )
+    if acceptance.impossible:
+        return (
+            "the server's counters are impossible, so they are no evidence: "
+            f"{'; '.join(acceptance.impossible[:4])}"
+        )
+    tokens = acceptance.delta.draft_tokens
+    if 0 < tokens < min_draft_tokens:
+        return (
+            f"only {tokens:g} draft tokens during the check, fewer than --min-draft-tokens "
+            f"{min_draft_tokens}: too few to judge (raise --prompts or --max-tokens)"
+        )
+    return None
+
+
+def _against_reference(
+    acceptance: Any,
+    gate: AcceptanceGate,
+    data: dict[str, Any],
+    evidence: list[str],
+    warnings: list[str],
+) -> str | None:
+    """Compare the mean acceptance length with the reference; the failure summary when the drop
+    exceeds ``gate.max_regression``, else None (a smaller drop is a warning)."""
+    from dflash_provision.runtime.reference import regression
+
+    reference = gate.reference
+    if reference is None or acceptance.mean_length is None:
+        return None
+    drop = regression(reference, acceptance.mean_length)
+    data["regression"] = drop
+    versus = (
+        f"mean acceptance length {acceptance.mean_length:.2f} vs "
+        f"{reference.mean_acceptance_length:.2f} in the reference of {reference.recorded_at} "
+        f"(vLLM {reference.vllm_version or '?'})"
+    )
+    evidence.append(f"{versus}: {_change(drop)}")
+    if drop <= 0:
+        return None
+    if gate.max_regression is not None and drop > gate.max_regression:
+        return f"{versus}: {drop:.1%} lower, more than --max-regression {gate.max_regression:.1%}"
+    warnings.append(f"acceptance regressed: {versus}: {drop:.1%} lower")
+    return None
+
+
+def _change(drop: float) -> str:
+    if drop > 0:
+        return f"{drop:.1%} lower"
+    return f"{-drop:.1%} higher" if drop < 0 else "the same"

@@ -1,7 +1,8 @@
 """The five stages of ``runtime-check``, each a function from what is known so far to a
 :class:`StageResult` (status, one-line summary, evidence lines, data for JSON, the fix).
 
-    a  file on disk        the target's config.json equals the authoritative config
+    a  file on disk        the target's config.json equals the authoritative config, and the
+                           weights beside it (their safetensors headers) fit it
     b  loader and vLLM     the config as the target's own transformers loads it, and (where vLLM
                            is importable there) vLLM's own resolution of the draft: aux layer ids,
                            per-layer windows, draft hf_config, field by field vs authoritative
@@ -114,7 +115,10 @@ class CheckContext:
 
     @property
     def target_layer_ids(self) -> list[int] | None:
-        inner = self.auth_doc.get("dflash_config")
+        from dflash_provision.speculators_layout import runtime_view
+
+        # The speculators layout as vLLM converts it: its aux ids - 1.
+        inner = runtime_view(self.auth_doc).get("dflash_config")
         ids = inner.get("target_layer_ids") if isinstance(inner, dict) else None
         ids = ids if ids is not None else self.auth_doc.get("target_layer_ids")
         if isinstance(ids, list) and all(isinstance(i, int) for i in ids):

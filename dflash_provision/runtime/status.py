@@ -27,6 +27,7 @@ class ServerStatus:
     health_status: int | None  # /health's HTTP status; None when nothing answered
     last_record: LaunchRecord | None  # the port's launch record, even when nothing runs
     state_dir: str
+    port_from: str = "--port"  # how the port was chosen: "--port", "launch record", "default"
 
     @property
     def running(self) -> bool:
@@ -43,9 +44,14 @@ class ServerStatus:
             "pid": server.pid if server else None,
             "argv": server.argv if server else [],
             "speculative_config": server.speculative_config if server else None,
+            # each speculative option as written (vLLM uses the last; dotted ones merge last)
+            "speculative_options": list(server.argv_spec.given)
+            if server and server.argv_spec
+            else [],
             "health_status": self.health_status,
             "record": self.last_record.to_dict() if self.last_record else None,
             "state_dir": self.state_dir,
+            "port_from": self.port_from,
         }
 
 
@@ -56,6 +62,7 @@ def server_status(
     python: str | None = None,
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
     health_timeout: float = 5.0,
+    port_from: str = "--port",
 ) -> ServerStatus:
     """What runs on ``port`` and whether /health answers 200 (two round trips at most)."""
     state = probe_port(transport, port, timeout=timeout)
@@ -77,4 +84,5 @@ def server_status(
         health_status=health,
         last_record=record,
         state_dir=state.state_dir,
+        port_from=port_from,
     )

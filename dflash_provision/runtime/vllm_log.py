@@ -15,13 +15,23 @@ the transport and hands the lines here. Formats follow vLLM's own log calls (v0.
 
 Everything here is untrusted text from a remote process: lines are length-capped, numbers are
 parsed with anchored patterns, and nothing is evaluated.
+
+Which lines count (a client can put text into the log: with ``--enable-log-requests`` vLLM logs
+each request, at DEBUG with its prompt): only vLLM's own log RECORDS, in its logger's format at
+the start of a line (``[(PROC pid=N) ]LEVEL MM-DD HH:MM:SS [file.py:N] message``, ANSI colours
+ignored), whose MESSAGE starts with the phrase; never a continuation line of a multi-line message
+(vLLM's NewLineFormatter ends the line before it with ``\r``); and only the start-up records of
+THIS launch: after the last ``==== dflash-provision launch`` line that ``launch`` writes before
+it starts the server, and before the server reports ready (vLLM's ``Starting vLLM server on``,
+or uvicorn's ``Application startup complete.``), when no client request can have been served.
+A log prefix set with VLLM_LOGGING_PREFIX is not understood (nothing would count).
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 MAX_LINE = 8192  # a longer line is cut before matching (a hostile log cannot make regexes slow)
@@ -35,6 +45,16 @@ _AUX = re.compile(
     r"(?P<ids>.*)$"
 )
 _INTS = re.compile(r"-?\d+")
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PROC = r"(?:\([A-Za-z_][\w.-]*(?: [\w.-]+)? pid=\d+\) )?"
+_RECORD = re.compile(
+    _PROC + r"(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d "
+    r"\[(?P<where>[^\]\s]+):\d+\] (?P<message>.*)"
+)
+_UVICORN_READY = re.compile(_PROC + r"INFO:\s+Application startup complete\.\s*")
+_READY_MESSAGES = ("Starting vLLM server on ", "Starting vLLM API server ")
+#: What ``runtime/scripts/start.sh`` writes before each start (a client cannot begin a line).
+LAUNCH_MARKER = re.compile(r"==== dflash-provision launch on port \d+ at \S+\s*")
 _SPEC_METRICS = re.compile(
     r"SpecDecoding metrics: Mean acceptance length: (?P<mean>[\d.]+), .*?"
     r"Accepted: (?P<accepted>\d+) tokens, Drafted: (?P<drafted>\d+) tokens"
@@ -90,14 +110,18 @@ class SpecDecodingLine:
 
 @dataclass
 class LogFacts:
-    """Everything recognised in a stretch of log. The LAST engine start wins (a restarted server
-    appends to the same log); aux layers and metrics are those seen after it."""
+    """Everything recognised in a stretch of log (see the module docstring for which lines
+    count). A launch line starts afresh (the log is appended across launches); of several engine
+    starts before ready the LAST wins; aux layers are those seen after it."""
 
     engine: EngineStart | None = None
     aux: AuxLayers | None = None
     spec_lines: list[SpecDecodingLine] = field(default_factory=list)
     fatal: list[str] = field(default_factory=list)
     lines_read: int = 0
+    launch: str | None = None  # the launch line this launch's start-up begins after
+    ready: str | None = None  # the line where the server reported ready (start-up ends)
+    not_records: int = 0  # start-up phrases seen outside a vLLM record (a client's text...)
 
     def to_dict(self) -> dict[str, Any]:
         engine = self.engine
@@ -112,6 +136,9 @@ class LogFacts:
             "spec_decoding_lines": len(self.spec_lines),
             "fatal": list(self.fatal),
             "lines_read": self.lines_read,
+            "launch_line": self.launch,
+            "ready_line": self.ready,
+            "phrases_outside_records": self.not_records,
         }
 
 
@@ -179,25 +206,85 @@ def is_fatal(line: str) -> bool:
     return _FATAL.search(line[:MAX_LINE]) is not None
 
 
-def parse_log(lines: Iterable[str]) -> LogFacts:
-    """Collect the facts of a log (see LogFacts for which occurrence wins)."""
+def record_of(line: str) -> tuple[str, str] | None:
+    """(level, message) of one of vLLM's own log records, or None for any other line."""
+    match = _RECORD.fullmatch(_ANSI.sub("", line[:MAX_LINE]).rstrip())
+    return (match.group("level"), match.group("message")) if match else None
+
+
+def is_ready_line(line: str) -> bool:
+    """The line where the API server reports that it serves (start-up is over)."""
+    plain = _ANSI.sub("", line[:MAX_LINE]).rstrip()
+    if _UVICORN_READY.fullmatch(plain):
+        return True
+    record = record_of(plain)
+    return record is not None and record[1].startswith(_READY_MESSAGES)
+
+
+_PHRASES = ("Initializing a V", "Using auxiliary layers", "Using Eagle3 auxiliary layers")
+
+
+def log_lines(text: str) -> list[tuple[str, bool]]:
+    """The log's lines, each with True when it continues the line before it (vLLM's
+    NewLineFormatter writes a message's inner line breaks as ``\\r\\n`` + its prefix, so such a
+    line looks like a record of its own: the ``\\r`` before it tells)."""
+    out: list[tuple[str, bool]] = []
+    continued = False
+    for raw in text.split("\n"):
+        out.append((raw.rstrip("\r"), continued))
+        continued = raw.endswith("\r")
+    if out and out[-1][0] == "":
+        out.pop()
+    return out
+
+
+def parse_startup(text: str) -> LogFacts:
+    """The facts of a server log's text (bytes as read, not split on ``\\r``)."""
+    return parse_log(log_lines(text))
+
+
+def parse_log(lines: Iterable[str | tuple[str, bool]]) -> LogFacts:
+    """Collect the facts of a log (see LogFacts for which occurrence wins). ``lines``: text
+    lines, or (line, continues-the-previous-line) pairs from ``log_lines``."""
     facts = LogFacts()
-    for raw in lines:
+    for item in lines:
+        raw, continued = item if isinstance(item, tuple) else (item, False)
         facts.lines_read += 1
         line = raw.rstrip("\r\n")[:MAX_LINE]
-        engine = parse_engine_start(line)
-        if engine is not None:
-            # A new start: what an earlier run logged no longer describes this server.
-            facts.engine, facts.aux, facts.spec_lines, facts.fatal = engine, None, [], []
+        if LAUNCH_MARKER.fullmatch(line) and not continued:
+            # A new launch: what an earlier run logged no longer describes this server.
+            facts = LogFacts(lines_read=facts.lines_read, launch=line.strip())
             continue
-        aux = parse_aux_layers(line)
-        if aux is not None:
-            facts.aux = aux
+        record = None if continued else record_of(line)
+        message = record[1] if record else None
+        if message is not None and message.startswith("SpecDecoding metrics: "):
+            spec = parse_spec_decoding(message)
+            if spec is not None:
+                facts.spec_lines.append(spec)
             continue
-        spec = parse_spec_decoding(line)
-        if spec is not None:
-            facts.spec_lines.append(spec)
+        if facts.ready is not None:
+            continue  # served requests since: nothing after this line is start-up evidence
+        if not continued and is_ready_line(line):
+            facts.ready = line.strip()
             continue
-        if is_fatal(line):
-            facts.fatal.append(line.strip())
+        _startup_line(facts, line, message, record)
     return facts
+
+
+def _startup_line(
+    facts: LogFacts, line: str, message: str | None, record: tuple[str, str] | None
+) -> None:
+    if message is not None and message.startswith("Initializing a V"):
+        engine = parse_engine_start(message)
+        if engine is not None:
+            facts.engine, facts.aux, facts.fatal = replace(engine, line=line), None, []
+            return
+    if message is not None and message.startswith(("Using auxiliary", "Using Eagle3 auxiliary")):
+        aux = parse_aux_layers(message)
+        if aux is not None:
+            facts.aux = replace(aux, line=line)
+            return
+    if message is None and any(phrase in line for phrase in _PHRASES):
+        facts.not_records += 1
+    if (record is not None and record[0] in ("ERROR", "CRITICAL")) or is_fatal(line):
+        facts.fatal.append(line.strip())

@@ -14,6 +14,8 @@ REFERENCE_TARGET = DATA_DIR / "qwen3.6-27b-target.config.json"
 QWEN3_8B_DRAFTER = DATA_DIR / "qwen3-8b-dflash-b16.config.json"
 QWEN36_35B_A3B_DRAFTER = DATA_DIR / "qwen3.6-35b-a3b-dflash.config.json"
 DFLASH2_DRAFTER = DATA_DIR / "qwen3.8-27b-dflash2.config.json"
+# The reference drafter in the speculators library's layout (vLLM serves it from its directory).
+SPECULATORS_DRAFTER = DATA_DIR / "qwen3.6-27b-speculators-dflash.config.json"
 
 REFERENCE_REPO = "z-lab/Qwen3.6-27B-DFlash"
 REFERENCE_TARGET_REPO = "Qwen/Qwen3.6-27B"

@@ -16,6 +16,11 @@ It behaves like ``vllm serve`` for what dflash-provision observes, and nothing m
   (``use_sliding_window: false`` makes transformers null ``sliding_window``) fails start-up with
   vLLM's ValueError line and exit status 1; ``num_speculative_tokens > block_size - 1`` serves
   but every draft is rejected.
+- ``vllm serve <speculators drafter dir>`` (the speculators library's layout) is read as vLLM
+  reads it: method and N from its ``speculators_config`` (``--speculative-config`` may override
+  N), its verifier served as the target, the drafter converted as vLLM's ``SpeculatorsConfig``
+  does (aux ids as given, ``target_layer_ids`` = aux - 1); such a drafter named in
+  ``--speculative-config`` is converted the same way.
 - HTTP (stdlib, threaded): ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
   ``GET /metrics`` (Prometheus text with vLLM's spec-decode counters).
 
@@ -24,8 +29,18 @@ keys at start-up). All keys optional: ``acceptance`` (0..1, default 0.6: fractio
 tokens accepted), ``fail_completions`` (bool: /health stays 200, completions return 500 with a
 DFlash error), ``startup_delay_s`` (float), ``die_at_start`` (str: logged as the fatal start-up
 error, exit 1), ``extra_traffic`` (int: drafts added on every /metrics read, as if other clients
-used the server). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how
-often the SpecDecoding line is logged.
+used the server), ``per_position_acceptance`` (a non-increasing list of 0..1, e.g. ``[0.9, 0.8,
+0, 0]``: the share of drafts accepted at each position, overriding ``acceptance``; positions past
+the list accept nothing), ``foreign_requests`` (int: whole requests of another client, 8 tokens
+each, finished on every /metrics read: they show in ``vllm:request_success_total``),
+``impossible_counters`` (bool: /metrics reports more accepted tokens than were drafted),
+``reset_counters`` (str: each new value makes the next completion find every counter back at 0,
+as after a restart of the server). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable,
+default 10) sets how often the SpecDecoding line is logged. ``--enable-log-requests`` logs each
+completion request as vLLM 0.32 does (its prompt at DEBUG with ``VLLM_LOGGING_LEVEL=DEBUG``; a
+client's ``request_id`` as sent, inner line breaks the way vLLM's NewLineFormatter writes them).
+``VLLM_STANDIN_ENGINE_SPEC`` (JSON) makes the engine's start-up line show other speculative
+values than the command line.
 
 Hostile modes (the same control file; see ``Hostile``): ``metrics_drip_s``, ``completion_drip_s``,
 ``health_drip_s`` (float: that endpoint's whole answer, status line and headers included, is sent
@@ -51,8 +66,9 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +77,7 @@ STANDIN_NOTE = "dflash-provision vLLM STAND-IN (a test double, not vLLM)"
 CONTROL_ENV = "VLLM_STANDIN_CONTROL"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
+ENGINE_SPEC_ENV = "VLLM_STANDIN_ENGINE_SPEC"
 
 MAX_BODY_BYTES = 1024 * 1024  # a completion request larger than this is refused (413)
 MAX_CONTROL_BYTES = 64 * 1024
@@ -92,7 +109,9 @@ class VllmLog:
 
     def line(self, level: str, where: str, message: str, *, proc: str = "APIServer") -> None:
         stamp = time.strftime("%m-%d %H:%M:%S")
-        text = f"({proc} pid={self.pid}) {level} {stamp} [{where}] {message}\n"
+        prefix = f"({proc} pid={self.pid}) {level} {stamp} [{where}] "
+        # vLLM's NewLineFormatter: a message's inner line breaks become "\r\n" + the prefix.
+        text = prefix + message.replace("\n", "\r\n" + prefix) + "\n"
         self._write(sys.stdout, text)
 
     def info(self, where: str, message: str, *, proc: str = "APIServer") -> None:
@@ -136,6 +155,10 @@ class Control:
     startup_delay_s: float = 0.0
     die_at_start: str | None = None
     extra_traffic: int = 0
+    per_position_acceptance: tuple[float, ...] | None = None
+    foreign_requests: int = 0
+    impossible_counters: bool = False
+    reset_counters: str | None = None
     hostile: Hostile = field(default_factory=lambda: Hostile())
 
 
@@ -242,9 +265,12 @@ def parse_control(data: Any) -> Control:
     """A Control from the parsed JSON object; wrong types raise ValueError/TypeError."""
     if not isinstance(data, dict):
         raise ValueError("the control file must hold a JSON object")
-    known = {"acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic"}
+    known = {
+        "acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic",
+        "foreign_requests", "impossible_counters", "reset_counters",
+    }  # fmt: skip
     known |= HOSTILE_KEYS
-    unknown = sorted(set(data) - known)
+    unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
         raise ValueError(f"unknown keys {unknown}")
     acceptance = float(data.get("acceptance", DEFAULT_ACCEPTANCE))
@@ -262,7 +288,35 @@ def parse_control(data: Any) -> Control:
     fail = data.get("fail_completions", False)
     if not isinstance(fail, bool):
         raise ValueError("fail_completions must be true or false")
-    return Control(acceptance, fail, delay, die or None, extra, parse_hostile(data))
+    foreign = data.get("foreign_requests", 0)
+    if not isinstance(foreign, int) or isinstance(foreign, bool) or not 0 <= foreign <= 10_000:
+        raise ValueError(f"foreign_requests must be an int within 0..10000, not {foreign!r}")
+    impossible = data.get("impossible_counters", False)
+    if not isinstance(impossible, bool):
+        raise ValueError("impossible_counters must be true or false")
+    reset = data.get("reset_counters")
+    if reset is not None and not isinstance(reset, str):
+        raise ValueError("reset_counters must be a string")
+    control = Control(
+        acceptance, fail, delay, die or None, extra, None, foreign, impossible, reset or None,
+        parse_hostile(data),
+    )  # fmt: skip
+    return _with_curve(control, data.get("per_position_acceptance"))
+
+
+def _with_curve(control: Control, curve: Any) -> Control:
+    """``per_position_acceptance``: a curve vLLM's counters could show (0..1, non-increasing:
+    a draft is accepted as a prefix)."""
+    if curve is None:
+        return control
+    if not isinstance(curve, list) or not 0 < len(curve) <= 1024:
+        raise ValueError("per_position_acceptance must be a list of 1..1024 numbers")
+    if any(isinstance(p, bool) or not isinstance(p, int | float) for p in curve):
+        raise ValueError("per_position_acceptance must hold numbers")
+    rates = tuple(float(p) for p in curve)
+    if any(not 0.0 <= p <= 1.0 for p in rates) or any(b > a for a, b in pairwise(rates)):
+        raise ValueError("per_position_acceptance must be non-increasing values within 0..1")
+    return replace(control, per_position_acceptance=rates)
 
 
 # --------------------------------------------------------------------------------------------
@@ -313,6 +367,7 @@ _SWITCHES = {
     "--no-enable-chunked-prefill",
     "--disable-frontend-multiprocessing",
     "--headless",
+    "--enable-log-requests",
 }
 
 
@@ -517,7 +572,7 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
             "num_speculative_tokens must be provided with speculative model unless the draft "
             "model config contains a n_predict parameter.",
         )
-    config = load_config(path)
+    config = speculators_draft_config(path) or load_config(path)
     ids = _dflash(config).get("target_layer_ids")
     if ids is not None and not (
         isinstance(ids, list) and all(isinstance(i, int) and not isinstance(i, bool) for i in ids)
@@ -543,6 +598,93 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
 
 
 # --------------------------------------------------------------------------------------------
+# the speculators layout (vLLM's maybe_override_with_speculators and SpeculatorsConfig)
+
+#: speculators_model_type -> the vLLM method it is served with
+SPECULATORS_METHODS = {"dflash": "dflash", "dflash2": "dflash"}
+
+
+def _json_config(path: str) -> dict[str, Any] | None:
+    """``path``/config.json parsed, or None (absent, too large, not a JSON object)."""
+    config_file = Path(path) / "config.json"
+    try:
+        if config_file.stat().st_size > MAX_CONFIG_BYTES:
+            return None
+        doc = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _speculators_doc(path: str) -> dict[str, Any] | None:
+    doc = _json_config(path)
+    return doc if doc is not None and doc.get("speculators_config") is not None else None
+
+
+def apply_speculators(args: ServeArgs) -> None:
+    """``vllm serve <speculators drafter dir>``: as vLLM does before it builds the model config,
+    the speculative config comes from the drafter's speculators_config (a --speculative-config
+    may override N, never the method or the drafter) and the verifier becomes the model."""
+    doc = _speculators_doc(args.model)
+    if doc is None:
+        return
+    spec = doc["speculators_config"]
+    try:
+        tokens = spec["proposal_methods"][0]["speculative_tokens"]
+        verifier = spec["verifier"]["name_or_path"]
+        kind = doc["speculators_model_type"]
+    except (KeyError, IndexError, TypeError):
+        raise StartupFailure("ValueError", "Invalid speculators config structure") from None
+    if kind not in SPECULATORS_METHODS:
+        raise StartupFailure("ValueError", f"Expected one of: {sorted(SPECULATORS_METHODS)}.")
+    merged: dict[str, Any] = {"method": kind, "num_speculative_tokens": tokens}
+    merged.update(args.speculative_config or {})
+    merged["method"] = SPECULATORS_METHODS[kind]
+    merged["model"] = args.model
+    args.model = str(verifier)
+    args.speculative_config = merged
+
+
+class _LoadedConfig:
+    """A drafter config as attributes (what vLLM's SpeculatorsConfig hands the model)."""
+
+    def __init__(self, values: dict[str, Any]) -> None:
+        self.__dict__.update(values)
+
+
+def speculators_draft_config(path: str) -> Any | None:
+    """vLLM's conversion of a speculators-layout drafter directory, or None for the other
+    layout: transformer_layer_config as written, plus eagle aux ids = the aux ids and
+    dflash_config {mask_token_id, target_layer_ids = aux - 1, sample_from_anchor, causal}."""
+    doc = _speculators_doc(path)
+    if doc is None:
+        return None
+    layer = doc.get("transformer_layer_config")
+    if not isinstance(layer, dict):
+        raise StartupFailure("ValueError", "Must provide transformer_layer_config")
+    aux = doc.get("aux_hidden_state_layer_ids")
+    if not isinstance(aux, list) or not all(isinstance(i, int) for i in aux):
+        raise StartupFailure("KeyError", "'aux_hidden_state_layer_ids'")
+    values = dict(layer)
+    values["architectures"] = [
+        "DFlash2DraftModel"
+        if doc.get("speculators_model_type") == "dflash2"
+        else "DFlashDraftModel"
+    ]
+    values["draft_vocab_size"] = doc.get("draft_vocab_size")
+    # vLLM drops block_size; the stand-in keeps it only to reject drafts past the trained block.
+    values["block_size"] = doc.get("block_size")
+    values["eagle_aux_hidden_state_layer_ids"] = aux
+    values["dflash_config"] = {
+        "mask_token_id": doc.get("mask_token_id"),
+        "target_layer_ids": [i - 1 for i in aux],
+        "sample_from_anchor": doc.get("sample_from_anchor", False),
+        "causal": not doc.get("sliding_window_non_causal", True),
+    }
+    return _LoadedConfig(values)
+
+
+# --------------------------------------------------------------------------------------------
 # the "engine": counters advanced by completions
 
 
@@ -553,20 +695,37 @@ class Counters:
         self.k = num_spec_tokens
         self._lock = threading.Lock()
         self._carry = 0.0
+        self._curve_drafts = 0
+        self._curve_counts = [0] * num_spec_tokens
         self.created = time.time()
         self.total = _Totals(num_spec_tokens)
         self.interval = _Totals(num_spec_tokens)
         self.interval_started = time.monotonic()
         self.requests = 0
 
-    def _accept_count(self, acceptance: float) -> int:
+    def _curve_count(self, curve: tuple[float, ...]) -> int:
+        # Position i is accepted when i - 1 was and its count is behind curve[i] x drafts: each
+        # position's share stays within one draft of the curve.
+        self._curve_drafts += 1
+        accepted = 0
+        while accepted < min(self.k, len(curve)):
+            due = math.floor(curve[accepted] * self._curve_drafts + 1e-9)
+            if self._curve_counts[accepted] >= due:
+                break
+            self._curve_counts[accepted] += 1
+            accepted += 1
+        return accepted
+
+    def _accept_count(self, acceptance: float | tuple[float, ...]) -> int:
+        if isinstance(acceptance, tuple):
+            return self._curve_count(acceptance)
         # Error diffusion: accepted/drafted stays within one token of ``acceptance`` overall.
         self._carry += acceptance * self.k
         accepted = min(self.k, math.floor(self._carry + 1e-9))
         self._carry -= accepted
         return accepted
 
-    def draft(self, acceptance: float) -> int:
+    def draft(self, acceptance: float | tuple[float, ...]) -> int:
         """One draft step: returns how many of its K tokens were accepted."""
         with self._lock:
             accepted = self._accept_count(acceptance)
@@ -574,7 +733,9 @@ class Counters:
             self.interval.add(accepted)
             return accepted
 
-    def generate(self, max_tokens: int, prompt_tokens: int, acceptance: float | None) -> None:
+    def generate(
+        self, max_tokens: int, prompt_tokens: int, acceptance: float | tuple[float, ...] | None
+    ) -> None:
         """Advance the counters as a completion of ``max_tokens`` tokens would.
 
         ``acceptance`` None: no speculative decoding (no drafts at all).
@@ -592,6 +753,15 @@ class Counters:
     def snapshot(self) -> _Totals:
         with self._lock:
             return self.total.copy()
+
+    def reset(self) -> None:
+        """Every counter back at 0, as a restarted server's."""
+        with self._lock:
+            self._carry = 0.0
+            self.created = time.time()
+            self.total = _Totals(self.k)
+            self.interval = _Totals(self.k)
+            self.requests = 0
 
     def take_interval(self) -> tuple[_Totals, float]:
         with self._lock:
@@ -643,8 +813,14 @@ def _label(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def metrics_text(counters: Counters, model_name: str, *, speculative: bool) -> str:
-    """Prometheus exposition text the way prometheus_client renders vLLM's counters."""
+FINISH_REASONS = ("stop", "length", "abort", "error", "repetition")  # vLLM's FinishReason
+
+
+def metrics_text(
+    counters: Counters, model_name: str, *, speculative: bool, impossible: bool = False
+) -> str:
+    """Prometheus exposition text the way prometheus_client renders vLLM's counters
+    (``impossible``: more accepted tokens than drafted, as a broken exporter might say)."""
     labels = f'engine="0",model_name="{_label(model_name)}"'
     out = [f"# {STANDIN_NOTE}"]
 
@@ -664,15 +840,20 @@ def metrics_text(counters: Counters, model_name: str, *, speculative: bool) -> s
     counter(
         "vllm:request_success",
         "Count of successfully processed requests.",
-        [(',finished_reason="length"', counters.requests)],
+        # vLLM labels a series for every finish reason up front; completions here end by length.
+        [
+            (f',finished_reason="{reason}"', counters.requests if reason == "length" else 0)
+            for reason in FINISH_REASONS
+        ],
     )
+    accepted = t.accepted + 2 * t.draft_tokens if impossible else t.accepted
     if speculative:
         counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", [("", t.drafts)])
         counter(
             "vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", [("", t.draft_tokens)]
         )
         counter(
-            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [("", t.accepted)]
+            "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", [("", accepted)]
         )
         counter(
             "vllm:spec_decode_num_accepted_tokens_per_pos",
@@ -697,12 +878,16 @@ class Engine:
     log: VllmLog
     max_model_len: int
     stop: threading.Event
+    reset_seen: str | None = None  # the last reset_counters value acted on
 
-    def acceptance(self, control: Control) -> float | None:
-        """The acceptance a completion runs with now (None: no speculative decoding)."""
+    def acceptance(self, control: Control) -> float | tuple[float, ...] | None:
+        """The acceptance a completion runs with now (None: no speculative decoding; a tuple:
+        per position)."""
         if self.draft is None:
             return None
-        return 0.0 if self.draft.drafts_always_rejected else control.acceptance
+        if self.draft.drafts_always_rejected:
+            return 0.0
+        return control.per_position_acceptance or control.acceptance
 
 
 class ApiError(Exception):
@@ -757,6 +942,10 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         # drafter whose target_layer_ids count does not match its fc weights).
         engine.log.error("serving_completion.py:398", f"RuntimeError: {COMPLETION_FAILURE}")
         raise ApiError(500, "InternalServerError", COMPLETION_FAILURE)
+    if control.reset_counters and control.reset_counters != engine.reset_seen:
+        engine.reset_seen = control.reset_counters
+        engine.counters.reset()
+    _log_request(engine, request)
     choices = []
     for index, prompt_tokens in enumerate(prompts):
         engine.counters.generate(max_tokens, prompt_tokens, engine.acceptance(control))
@@ -787,6 +976,29 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         "system_fingerprint": None,
         "kv_transfer_params": None,
     }
+
+
+def _log_request(engine: Engine, request: dict[str, Any]) -> None:
+    """With --enable-log-requests, what vLLM 0.32's RequestLogger.log_inputs logs: the prompt
+    (repr) at DEBUG (VLLM_LOGGING_LEVEL=DEBUG), then "Received request" at INFO. The request id
+    is the client's own ``request_id`` when it sends one, logged as it came (%s)."""
+    if not engine.args.other.get("--enable-log-requests"):
+        return
+    given = request.get("request_id")
+    rid = f"cmpl-{given if isinstance(given, str) else secrets.token_hex(16)}-0"
+    if os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper() == "DEBUG":
+        engine.log.line(
+            "DEBUG",
+            "request_logger.py:55",
+            f"Request {rid} details: prompt: {request.get('prompt')!r}, "
+            "prompt_token_ids: None, prompt_embeds shape: None.",
+        )
+    engine.log.info(
+        "request_logger.py:65",
+        f"Received request {rid}: params: SamplingParams(n=1, temperature="
+        f"{request.get('temperature', 1.0)}, max_tokens={request.get('max_tokens', 16)}), "
+        "lora_request: None.",
+    )
 
 
 def models_reply(engine: Engine) -> dict[str, Any]:
@@ -877,8 +1089,13 @@ class Handler(BaseHTTPRequestHandler):
         if acceptance is not None:
             for _ in range(control.extra_traffic):
                 engine.counters.draft(acceptance)
+        for _ in range(control.foreign_requests):
+            engine.counters.generate(8, 4, acceptance)
         text = metrics_text(
-            engine.counters, engine.args.served_name, speculative=acceptance is not None
+            engine.counters,
+            engine.args.served_name,
+            speculative=acceptance is not None,
+            impossible=control.impossible_counters,
         )
         text = padded(text, control.hostile.metrics_bytes)
         self._reply(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
@@ -954,9 +1171,15 @@ class Server(ThreadingHTTPServer):
 def _engine_config_text(args: ServeArgs, draft: Draft | None, max_model_len: int) -> str:
     spec = "None"
     if draft is not None:
+        shown = {
+            "method": draft.method,
+            "model": draft.path,
+            "num_spec_tokens": draft.num_spec_tokens,
+        }
+        shown.update(_engine_spec_override())
         spec = (
-            f"SpeculativeConfig(method='{draft.method}', model={draft.path!r}, "
-            f"num_spec_tokens={draft.num_spec_tokens})"
+            f"SpeculativeConfig(method={shown['method']!r}, model={shown['model']!r}, "
+            f"num_spec_tokens={shown['num_spec_tokens']})"
         )
     return (
         f"model={args.model!r}, speculative_config={spec}, tokenizer={args.model!r}, "
@@ -967,6 +1190,18 @@ def _engine_config_text(args: ServeArgs, draft: Draft | None, max_model_len: int
         f"device_config=cpu, seed=0, served_model_name={args.served_name}, "
         "enable_prefix_caching=True, enable_chunked_prefill=True"
     )
+
+
+def _engine_spec_override() -> dict[str, Any]:
+    """``VLLM_STANDIN_ENGINE_SPEC`` (JSON: method / model / num_spec_tokens): what the engine's
+    start-up record shows instead of the command line's values, as for a server whose arguments
+    were rewritten on the way (a wrapper, a --config file): a test of the cross-check."""
+    try:
+        value = json.loads(os.environ.get(ENGINE_SPEC_ENV, "") or "{}")
+    except ValueError:
+        return {}
+    keys = ("method", "model", "num_spec_tokens")
+    return {k: v for k, v in value.items() if k in keys} if isinstance(value, dict) else {}
 
 
 class Stopped(Exception):
@@ -1006,6 +1241,7 @@ def _resolve_configs(args: ServeArgs, log: VllmLog) -> tuple[Draft | None, int]:
     log.info("api_server.py:1839", f"vLLM API server version {VERSION}")
     log.warning("vllm_standin.py:1", f"This is the {STANDIN_NOTE}.")
     log.info("utils.py:328", f"non-default args: {_non_default_args(args)}")
+    apply_speculators(args)
     target = _target_config(args.model)
     if target is not None:
         arch = (getattr(target, "architectures", None) or ["?"])[0]
@@ -1112,7 +1348,8 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
                    [--dtype X] [--served-model-name NAME] [--enforce-eager] [other --flag [value]]
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
-acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic; hostile modes
+acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic,
+per_position_acceptance, foreign_requests, impossible_counters, reset_counters; hostile modes
 metrics_drip_s, completion_drip_s, health_drip_s, metrics_bytes, version_sleep_s),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
