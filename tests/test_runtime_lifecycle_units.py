@@ -15,6 +15,8 @@ from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
 from dflash_provision.runtime.launch import describe_differences, launch
 from dflash_provision.runtime.preflight import LaunchRequest, _runtime_env
 from dflash_provision.runtime.process import (
+    PortState,
+    argv_matches,
     find_server,
     read_log,
     speculative_config_of,
@@ -194,7 +196,9 @@ def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     port = _free_port()
     lock = tmp_path / "state" / "dflash-provision" / "vllm" / str(port) / "starting"
-    lock.mkdir(parents=True)
+    for directory in reversed(lock.parents[:4]):  # the state dir's own parts are 0700
+        directory.mkdir(mode=0o700)
+    lock.mkdir()
     starter = subprocess.Popen(["sleep", "60"])  # another launch, mid-start
     (lock / "pid").write_text(f"{starter.pid}\n")
     transport = LocalTransport()
@@ -213,3 +217,133 @@ def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
         assert started.status == "started" and not lock.exists()
     finally:
         assert stop_server(transport, port, timeout=5).status == "stopped"
+
+
+# --------------------------------------------------------------------------------------------
+# which pidfile process may be signalled (the sh side is tested on real hosts in
+# test_runtime_lifecycle_safety.py)
+
+
+def _state(**changes: object) -> PortState:
+    record = _record(argv=["/v/vllm", "serve", "/m", "--port", "8000"])
+    base: dict[str, object] = {
+        "port": 8000,
+        "state_dir": "/s",
+        "pid": 42,
+        "alive": True,
+        "listening": True,
+        "listener_pid": 42,
+        "listener_pgid": 42,
+        "log_path": None,
+        "record": record,
+        "record_error": None,
+        "pid_stime": "100",
+        "pid_argv": ["/usr/bin/python3", "/v/vllm", "serve", "/m", "--port", "8000"],
+    }
+    base.update(changes)
+    return PortState(**base)  # type: ignore[arg-type]
+
+
+def test_a_script_servers_argv_matches_its_record_and_another_process_does_not() -> None:
+    recorded = ["/v/vllm", "serve", "/m", "--port", "8000"]
+    assert argv_matches(recorded, recorded)
+    assert argv_matches(recorded, ["/usr/bin/python3", *recorded])  # a #! script
+    assert not argv_matches(recorded, ["sleep", "600"])
+    assert not argv_matches(recorded, ["/v/vllm", "serve", "/m", "--port", "8001"])
+    assert not argv_matches(recorded, ["serve", "/m", "--port", "8000"])  # nothing before it
+    assert not argv_matches(recorded, [])
+
+
+@pytest.mark.parametrize(
+    ("changes", "words"),
+    [
+        ({"pid_problem": "low", "pid": 0, "alive": False}, "pid 0, never a server's"),
+        ({"pid_problem": "no-start-time", "alive": False}, "no start time"),
+        ({"pid_problem": "start-time", "pid_stime_now": "7", "alive": False}, "another process"),
+        ({"pid_argv": ["sleep", "600"]}, "not the command line"),
+        ({"record": None}, "no readable launch record"),
+    ],
+)
+def test_a_pidfile_that_does_not_name_the_launchs_server_is_not_ours(
+    changes: dict[str, object], words: str
+) -> None:
+    state = _state(**changes)
+    assert state.untrusted_pid is not None and words in state.untrusted_pid
+    assert not state.ours
+    assert _state().untrusted_pid is None and _state().ours
+    gone = _state(pid_problem="gone", alive=False)
+    assert gone.untrusted_pid is None and not gone.ours  # exited: what it left may be ended
+
+
+def _helpers() -> str:
+    from importlib import resources
+
+    common = resources.files("dflash_provision.remote") / "scripts" / "common.sh"
+    runtime = resources.files("dflash_provision.runtime") / "scripts" / "runtime.sh"
+    return common.read_text(encoding="utf-8") + "\n" + runtime.read_text(encoding="utf-8")
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("shell", [["dash"], ["busybox", "sh"]])
+@pytest.mark.parametrize("grep_z", ["", "no"])  # "": detected; "no": the tr fallback
+def test_the_start_marker_finds_a_process_that_left_the_session_in_dash_and_busybox(
+    shell: list[str], grep_z: str
+) -> None:
+    import shutil
+    import subprocess
+    import uuid
+
+    if shutil.which(shell[0]) is None:
+        pytest.skip(f"{shell[0]} is not installed")
+    marker = str(uuid.uuid4())
+    # The marker is not the first entry of its environ: busybox grep without -z stops at NUL.
+    env = {"A_FIRST": "1", "PATH": "/usr/bin:/bin", "DFLASH_PROVISION_SERVER": marker}
+    child = subprocess.Popen(["sleep", "60"], env=env, start_new_session=True)
+    try:
+        body = 'grep_z=$1; found=; collect "" "$2"; pids_of; echo "$pids|$how"'
+        out = subprocess.run(
+            [*shell, "-c", _helpers() + "\n" + body, "sh", grep_z, marker],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        ).stdout
+    finally:
+        child.kill()
+        child.wait()
+    pids, how = out.strip().split("|")
+    assert pids.split() == [str(child.pid)] and "marker 1" in how
+
+
+@pytest.mark.integration
+def test_stop_after_the_server_exited_ends_what_it_left_by_its_marker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import contextlib
+    import os
+    import time
+
+    from dflash_provision.runtime.process import start_server
+
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+    port = _free_port()
+    left = tmp_path / "left.pid"
+    # A "server" that starts a setsid() child and exits at once: only the marker finds it.
+    script = 'setsid sleep 600 </dev/null >/dev/null 2>&1 & echo "$!" > "$0"; exit 0'
+    record = _record(port=port, argv=["sh", "-c", script, str(left)])
+    transport = LocalTransport()
+    start_server(transport, record, {})
+    deadline = time.monotonic() + 30  # bounded wait for the file, no timing asserted
+    while not left.exists() or not left.read_text().strip():
+        assert time.monotonic() < deadline, "the stand-in server never started its child"
+        time.sleep(0.05)
+    child = int(left.read_text())
+    try:
+        stopped = stop_server(transport, port, timeout=5)
+        assert stopped.status == "stopped" and stopped.server_had_exited
+        assert stopped.ended == [child] and stopped.found_by == {"marker": 1}
+        stat = Path(f"/proc/{child}/stat")
+        assert not stat.exists() or stat.read_text().rsplit(") ", 1)[1].startswith("Z")
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, 9)

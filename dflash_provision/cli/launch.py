@@ -116,7 +116,8 @@ def command(
     connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
-    from dflash_provision.runtime.launch import launch
+    from dflash_provision.cli.entry import INTERRUPTED_EXIT
+    from dflash_provision.runtime.launch import ReadinessInterrupted, launch
     from dflash_provision.runtime.preflight import LaunchRequest
     from dflash_provision.target import parse_target
 
@@ -138,7 +139,11 @@ def command(
         fix_command=fix_command(target_spec, authority_spec),
     )
     with connection.open(target) as transport:
-        result = launch(transport, target, authority, request, progress=_Progress())
+        try:
+            result = launch(transport, target, authority, request, progress=_Progress())
+        except ReadinessInterrupted as stopped_waiting:
+            click.echo(stopped_waiting.message, err=True)
+            ctx.exit(INTERRUPTED_EXIT)
         for warning in result.preflight.warnings:
             click.echo(f"warning: {warning}", err=True)
         check = None

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
         "drafter directory (whatever its port), or the one on --port: "
         "running or not, pid, its command line and speculative config, the launch record "
         "(model, drafter sha256, vLLM version, env var names) and /health. Exit 0 when a server "
-        "runs, 21 when none does."
+        "runs, 21 when none does, 22 when the port is held by a process this login cannot see."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
@@ -56,6 +56,8 @@ def command(
         click.echo(json.dumps(status.to_dict(), indent=2, ensure_ascii=False))
     else:
         _render(status)
+    if status.held_by_hidden_process:
+        ctx.exit(int(ExitCode.PORT_TAKEN))
     if not status.running:
         ctx.exit(int(ExitCode.NOT_RUNNING))
 
@@ -64,14 +66,22 @@ def _render(status: ServerStatus) -> None:
     server, record = status.server, status.last_record
     found = " (TARGET's launch record)" if status.port_from == "launch record" else ""
     where = f"port {status.port}{found} on {status.target}"
-    if server is None:
+    if server is None and status.held_by_hidden_process:
+        click.echo(
+            f"{where}: held by a process this login cannot see (another user's, or outside "
+            "this PID namespace: the socket listens, no visible process holds it)"
+        )
+    elif server is None:
         click.echo(f"{where}: not running")
+    if server is None:
+        _pidfile_line(status)
         if record is not None:
             click.echo(f"  last launch {record.started_at}: {shlex.join(record.argv)}")
         click.echo(f"  state dir   {status.state_dir}")
         return
     health = "no answer" if status.health_status is None else f"HTTP {status.health_status}"
     click.echo(f"{where}: {status.state} (GET /health: {health})")
+    _pidfile_line(status)
     ours = "started by dflash-provision" if server.started_by_us else "NOT started by us"
     click.echo(f"  pid         {server.pid} ({ours})")
     click.echo(f"  command     {shlex.join(server.argv) if server.argv else '(not visible)'}")
@@ -93,3 +103,8 @@ def _render(status: ServerStatus) -> None:
         click.echo(f"  env names   {', '.join(record.env_names) or '(none)'}")
         click.echo(f"  log         {record.log_path}")
     click.echo(f"  state dir   {status.state_dir}")
+
+
+def _pidfile_line(status: ServerStatus) -> None:
+    if status.pidfile_refused:
+        click.echo(f"  pidfile     not trusted, never signalled: {status.pidfile_refused}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
@@ -10,15 +11,21 @@ from dflash_provision.cli._connect import runtime_connection_options
 from dflash_provision.cli._runtime import server_port_option
 from dflash_provision.transport.factory import Connector
 
+if TYPE_CHECKING:
+    from dflash_provision.runtime.process import StopOutcome
+
 
 @click.command(
     "stop",
     help=(
         "Stop the vLLM server that launch started for TARGET's drafter directory (the port its "
-        "launch record names; --port to choose): SIGTERM to its process "
-        "group, SIGKILL after --timeout seconds, then wait until none of its processes is "
-        "left and remove the pidfile (the log and launch record stay). Only a server launch "
-        "started is signalled. Exit 21 when none runs there."
+        "launch record names; --port to choose) and every process it started (its process "
+        "group and session, their children, and every process carrying its start marker, e.g. "
+        "a child that called setsid): SIGTERM, SIGKILL after --timeout seconds, then wait until "
+        "none is left and remove the pidfile (the log and launch record stay). Says which "
+        "processes it ended. A pidfile whose process is not the launch's server (no start time, "
+        "pid <= 1, another start time or command line) is never signalled. Exit 21 when none "
+        "runs there."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
@@ -43,7 +50,7 @@ def command(
 ) -> None:
     from dflash_provision.errors import ExitCode
     from dflash_provision.runtime.locate import choose_port
-    from dflash_provision.runtime.process import probe_port, stop_server
+    from dflash_provision.runtime.process import stop_server
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
@@ -52,22 +59,44 @@ def command(
         outcome = stop_server(
             transport, port, timeout=timeout, command_timeout=connection.ssh.command_timeout
         )
-        foreign, listening = None, False
-        if outcome.status == "not-running":
-            state = probe_port(transport, port, timeout=connection.ssh.command_timeout)
-            foreign = state.listener_pid if state.listening else None
-            listening = state.listening
         where = f"port {port} on {transport.description}"
     if as_json:
-        data = {"target": where, "port": port, **outcome.__dict__}
+        data = {"target": where, "port": port, **outcome.to_dict()}
         click.echo(json.dumps(data, indent=2))
-    elif outcome.status == "stopped":
-        how = "SIGTERM" if outcome.signal == "TERM" else "SIGKILL (SIGTERM was not enough)"
-        click.echo(f"stopped: {where}: pid {outcome.pid} and its process group, by {how}")
     else:
-        click.echo(f"not running: no server of dflash-provision on {where}")
-        if outcome.status == "not-running" and listening:
-            who = f"pid {foreign}" if foreign else "a process this login cannot see"
-            click.echo(f"  (the port is held by {who}, which launch did not start: left alone)")
-    if outcome.status == "not-running":
+        for line in _render(outcome, where):
+            click.echo(line)
+    if outcome.status != "stopped":
         ctx.exit(int(ExitCode.NOT_RUNNING))
+
+
+_HOW = {"group": "process group", "session": "session", "marker": "marker", "descendant": "child"}
+
+
+def _render(outcome: StopOutcome, where: str) -> list[str]:
+    """What stop did, in words: which processes it ended and how it found them."""
+    state = outcome.state
+    lines: list[str] = []
+    if outcome.status == "stopped":
+        how = "SIGTERM" if outcome.signal == "TERM" else "SIGKILL (SIGTERM was not enough)"
+        found = ", ".join(f"{_HOW.get(k, k)} {n}" for k, n in outcome.found_by.items())
+        pids = " ".join(str(p) for p in outcome.ended)
+        count = len(outcome.ended)
+        if outcome.server_had_exited:
+            head = f"stopped: {where}: the server (pid {outcome.pid}) had exited; what it left"
+        else:
+            head = f"stopped: {where}: the server (pid {outcome.pid})"
+        lines.append(f"{head}, {count} process{'es' if count != 1 else ''}, by {how}")
+        lines.append(f"  ended       {pids} (found by {found or '?'})")
+        return lines
+    if outcome.status == "refused":
+        lines.append(f"not stopped: {where}: {outcome.refused}; nothing was signalled")
+    else:
+        lines.append(f"not running: no server of dflash-provision on {where}")
+    if state is not None and state.listening:
+        if state.listener_pid is not None:
+            who = f"pid {state.listener_pid}"
+        else:
+            who = "a process this login cannot see (another user's, or outside this PID namespace)"
+        lines.append(f"  (the port is held by {who}, which launch did not start: left alone)")
+    return lines

@@ -23,16 +23,18 @@ start holding the port → always refused. Start (process.start_server), wait (r
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
 from dflash_provision.authority import Authority
-from dflash_provision.errors import ExitCode, RuntimeFailure
+from dflash_provision.errors import DflashProvisionError, ExitCode, RuntimeFailure
 from dflash_provision.runtime.access import open_server
 from dflash_provision.runtime.preflight import LaunchRequest, Preflight, preflight
 from dflash_provision.runtime.process import (
     PortState,
+    check_env,
     probe_port,
     read_log,
     start_server,
@@ -46,6 +48,16 @@ from dflash_provision.transport.base import Transport
 SERVER_HOST = "127.0.0.1"
 
 LaunchStatus = Literal["started", "restarted", "already-running", "failed"]
+
+
+class ReadinessInterrupted(KeyboardInterrupt):
+    """Ctrl-C during the readiness wait: the server was left starting (``message`` says how
+    to stop it). A KeyboardInterrupt, so whatever does not catch it still exits 130."""
+
+    def __init__(self, message: str, *, pid: int | None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.pid = pid
 
 
 @dataclass
@@ -127,14 +139,35 @@ def launch(
     *,
     progress: Progress | None = None,
 ) -> LaunchResult:
-    """Pre-flight, then start (or find already running) and wait for readiness."""
-    pre = preflight(transport, target, authority, request)
+    """Pre-flight, then start (or find already running) and wait for readiness.
+
+    Everything that can refuse this launch runs before ``--restart`` stops the old server:
+    the env values, the whole pre-flight (drafter file, validation, vLLM version, the way to
+    the port) and the port's state; a refusal then says that the old server keeps running."""
     timeout = request.command_timeout
-    state = probe_port(transport, request.port, timeout=timeout)
-    record = build_record(transport, request, pre, state.state_dir)
+    try:
+        check_env(request.env)
+        pre = preflight(transport, target, authority, request)
+        state = probe_port(transport, request.port, timeout=timeout)
+        record = build_record(transport, request, pre, state.state_dir)
+        check_env(pre.env)  # with what pre-flight added
+        if state.listener_hidden and not state.ours:
+            raise _hidden(state, transport)
+        if state.foreign_listener:
+            raise _foreign(state, transport)
+        if state.untrusted_pid is not None and state.pid_problem is None:
+            # That pid runs since the pidfile says, but not the recorded command line: start.sh
+            # would take it for ours; no launch can tell what it is.
+            raise RuntimeFailure(
+                f"port {state.port} on {transport.description}: {state.untrusted_pid}; "
+                f"remove {state.state_dir}/pid if that process is not a server of this port",
+                exit_code=ExitCode.PORT_TAKEN,
+            )
+    except DflashProvisionError as exc:
+        if request.restart:
+            exc.message += _left_running(transport, request.port, timeout)
+        raise
     status: LaunchStatus = "started"
-    if state.foreign_listener:
-        raise _foreign(state, transport)
     if state.ours:
         if state.record is not None and state.record.same_launch(record):
             return _await(
@@ -142,9 +175,20 @@ def launch(
             )
         if not request.restart:
             raise _different(state, record, transport)
-        stop_server(transport, request.port, timeout=request.stop_timeout, command_timeout=timeout)
+        stop_server(
+            transport,
+            request.port,
+            timeout=request.stop_timeout,
+            command_timeout=timeout,
+            state=state,
+        )
         status = "restarted"
-    outcome = start_server(transport, record, pre.env, timeout=timeout)
+    try:
+        outcome = start_server(transport, record, pre.env, timeout=timeout)
+    except DflashProvisionError as exc:
+        if status == "restarted":
+            exc.message += f" (--restart had already stopped the previous server, pid {state.pid})"
+        raise
     record = record.with_pid(outcome.pid)
     if outcome.status == "running":  # another launch won the race: judge it as ours above
         return _await(transport, target, request, pre, record, "already-running", None, progress)
@@ -163,16 +207,29 @@ def _await(
 ) -> LaunchResult:
     if log_offset is None:  # a server already there: only lines from now on are news
         log_offset = read_log(transport, request.port, 1, max_bytes=1).size or 0
-    with open_server(transport, request.port, python=request.python) as access:
-        ready = wait_ready(
-            transport,
-            access,
-            request.port,
-            log_offset=log_offset,
-            timeout=request.ready_timeout,
-            progress=progress,
-            command_timeout=request.command_timeout,
-        )
+    try:
+        with open_server(transport, request.port, python=request.python) as access:
+            ready = wait_ready(
+                transport,
+                access,
+                request.port,
+                log_offset=log_offset,
+                timeout=request.ready_timeout,
+                progress=progress,
+                command_timeout=request.command_timeout,
+            )
+    except KeyboardInterrupt:
+        # Ctrl-C ends the wait, not the server: stopping it would need the connection that
+        # may be what hangs, and a server that is starting is often what was wanted. The
+        # message names the exact command that ends it.
+        raise ReadinessInterrupted(
+            f"interrupted while waiting for the server: it keeps starting (pid {record.pid}, "
+            f"port {request.port} on {transport.description}); "
+            f"`dflash-provision status {shlex.quote(str(target))} --port {request.port}` shows "
+            f"it, `dflash-provision stop {shlex.quote(str(target))} --port {request.port}` "
+            "ends it",
+            pid=record.pid,
+        ) from None
     result = LaunchResult(status, str(target), request.port, record, pre, ready)
     where = f"{SERVER_HOST}:{request.port} on {transport.description}"
     if ready.ready:
@@ -198,6 +255,26 @@ def _await(
     verb = "exited during start-up" if ready.outcome == "exited" else "failed during start-up"
     result.message = f"vLLM {verb} on {where}: {why}"
     return result
+
+
+def _left_running(transport: Transport, port: int, timeout: float) -> str:
+    """What a refused ``--restart`` left: the message's tail (one more look at the port)."""
+    try:
+        state = probe_port(transport, port, timeout=timeout)
+    except DflashProvisionError:
+        return "; --restart stopped nothing"
+    if state.ours:
+        return f"; --restart stopped nothing: the running server (pid {state.pid}) keeps running"
+    return "; --restart stopped nothing"
+
+
+def _hidden(state: PortState, transport: Transport) -> RuntimeFailure:
+    return RuntimeFailure(
+        f"port {state.port} on {transport.description} is held by a process this login cannot "
+        "see (another user's, or outside this PID namespace: the socket listens, but no "
+        "process visible here holds it): stop it there or use another --port",
+        exit_code=ExitCode.PORT_TAKEN,
+    )
 
 
 def _foreign(state: PortState, transport: Transport) -> RuntimeFailure:

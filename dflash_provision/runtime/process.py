@@ -8,6 +8,8 @@ its own: the script text is a constant, every variable part is a positional argu
 
 from __future__ import annotations
 
+import shlex
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cache
 from importlib import resources
@@ -97,11 +99,49 @@ class PortState:
     record_error: str | None
     argv: list[str] = field(default_factory=list)  # of ``argv_pid``
     argv_pid: int | None = None
+    pid_problem: str | None = None  # state.sh's check_pid (None: that very process runs)
+    pid_stime: str | None = None  # the start time the pidfile records
+    pid_stime_now: str | None = None  # the pidfile pid's start time, when it differs
+    pid_argv: list[str] = field(default_factory=list)  # the pidfile's process's own argv
+    listener_hidden: bool = False  # the port is held by a process this login cannot see
 
     @property
     def ours(self) -> bool:
-        """Our pidfile's server is alive (whether or not it listens yet)."""
-        return self.alive and self.pid is not None
+        """Our pidfile's server is alive (whether or not it listens yet): the pidfile's pid
+        started when the pidfile says and runs the launch record's command line."""
+        return self.alive and self.pid is not None and self.untrusted_pid is None
+
+    @property
+    def untrusted_pid(self) -> str | None:
+        """Why the pidfile's process must never be signalled, or None (no pidfile, the
+        server exited, or it is our server)."""
+        pid = self.pid
+        problem = self.pid_problem
+        if pid is None and problem is None:
+            return None  # no pidfile
+        if problem == "malformed":
+            return "the pidfile does not hold a pid"
+        if problem == "low":
+            return (
+                f"the pidfile names pid {pid}, never a server's (0 would signal the stopping "
+                "command's own process group, 1 is init)"
+            )
+        if problem == "no-start-time":
+            return f"the pidfile records no start time: pid {pid} cannot be told from a reused pid"
+        if problem == "start-time":
+            return (
+                f"pid {pid} started at tick {self.pid_stime_now}, not at {self.pid_stime} as "
+                "the pidfile says: another process has that pid now"
+            )
+        if problem is not None:
+            return None  # "gone": the server exited
+        if self.record is None:
+            why = f" ({self.record_error})" if self.record_error else ""
+            return f"no readable launch record{why} to check pid {pid}'s command line against"
+        if not argv_matches(self.record.argv, self.pid_argv):
+            shown = shlex.join(self.pid_argv)[:200] if self.pid_argv else "(not visible)"
+            return f"pid {pid} runs {shown}, not the command line its launch record holds"
+        return None
 
     @property
     def foreign_listener(self) -> bool:
@@ -130,6 +170,7 @@ def probe_port(
     pid = _opt_int(fields.get("pid"))
     if record is not None and pid is not None and record.pid is None:
         record = record.with_pid(pid)
+    raise_unsafe_dir(fields, transport)
     return PortState(
         port=port,
         state_dir=fields.get("dir", ""),
@@ -143,7 +184,35 @@ def probe_port(
         record_error=record_error,
         argv=[line[4:] for line in lines if line.startswith("arg ")],
         argv_pid=_opt_int(fields.get("cmdpid")),
+        pid_problem=fields.get("pid_problem"),
+        pid_stime=fields.get("pid_stime"),
+        pid_stime_now=fields.get("pid_stime_now"),
+        pid_argv=[line[5:] for line in lines if line.startswith("parg ")],
+        listener_hidden=fields.get("listener_hidden") == "1",
     )
+
+
+def argv_matches(recorded: list[str], running: list[str]) -> bool:
+    """The running process's argv ends with the recorded arguments (all after the command):
+    a ``#!`` script shows its interpreter first (``python3 /venv/bin/vllm serve ...``), and a
+    wrapper may exec another program with the same arguments; the exact arguments (model,
+    speculative config JSON, host, port, extras) are what make it this launch's server."""
+    if not recorded or not running:
+        return False
+    tail = recorded[1:]
+    if not tail:
+        return running == recorded
+    return len(running) > len(tail) and running[-len(tail) :] == tail
+
+
+def raise_unsafe_dir(fields: dict[str, str], transport: Transport) -> None:
+    """A script refused the state directory (see runtime.sh trust_state_dir): exit 7, as push
+    refuses an unsafe ``.dflash-backups``."""
+    if fields.get("status") == "unsafe-dir":
+        raise RemoteStepFailed(
+            f"{transport.description}: {fields.get('error', 'unsafe state directory')}",
+            step="state-dir",
+        )
 
 
 def _opt_int(text: str | None) -> int | None:
@@ -207,6 +276,16 @@ def speculative_config_of(argv: list[str]) -> dict[str, Any] | None:
 # Start / stop
 
 
+def check_env(env: Mapping[str, str]) -> None:
+    """UsageError for an env entry start.sh cannot pass (one NAME=VALUE per line on stdin).
+    launch calls this before anything else, so a refused value never costs a running server."""
+    for name, value in env.items():
+        if not name or "=" in name or any(c in name for c in "\n\r\x00"):
+            raise UsageError(f"--env {name!r}: not a variable name")
+        if "\n" in value or "\r" in value or "\x00" in value:
+            raise UsageError(f"--env {name}: the value holds a line break or NUL byte")
+
+
 @dataclass(frozen=True)
 class StartOutcome:
     status: str  # "started" | "running" (ours was already there)
@@ -224,13 +303,12 @@ def start_server(
     timeout: float = DEFAULT_COMMAND_TIMEOUT,
 ) -> StartOutcome:
     """Start ``record.argv`` detached for ``record.port`` with ``env`` added (one exec)."""
-    for name, value in env.items():
-        if "\n" in value or "\r" in value or "\x00" in value:
-            raise UsageError(f"--env {name}: the value holds a line break or NUL byte")
+    check_env(env)
     stdin = (record.to_json() + "\n" + "".join(f"{k}={v}\n" for k, v in env.items())).encode()
     fields, _, _ = run_script(
         transport, "start", [str(record.port), *record.argv], stdin=stdin, timeout=timeout
     )
+    raise_unsafe_dir(fields, transport)
     status = fields.get("status")
     if status == "busy":
         raise RuntimeFailure(
@@ -255,9 +333,25 @@ def start_server(
 
 @dataclass(frozen=True)
 class StopOutcome:
-    status: str  # "stopped" | "not-running"
-    pid: int | None
-    signal: str | None  # "TERM" or "KILL" (the group outlived the timeout)
+    status: str  # "stopped" | "not-running" | "refused" (the pidfile's process is not ours)
+    pid: int | None  # the pidfile's
+    signal: str | None  # "TERM" or "KILL" (something outlived the timeout)
+    ended: list[int] = field(default_factory=list)  # every process that was signalled
+    found_by: dict[str, int] = field(default_factory=dict)  # group/session/marker/descendant
+    server_had_exited: bool = False  # only what the exited server left was ended
+    refused: str | None = None  # why nothing was signalled
+    state: PortState | None = field(default=None, repr=False, compare=False)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "status": self.status,
+            "pid": self.pid,
+            "signal": self.signal,
+            "ended": self.ended,
+            "found_by": self.found_by,
+            "server_had_exited": self.server_had_exited,
+            "refused": self.refused,
+        }
 
 
 def stop_server(
@@ -266,13 +360,32 @@ def stop_server(
     *,
     timeout: float = 30.0,
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    state: PortState | None = None,
 ) -> StopOutcome:
-    """TERM our server's process group, KILL it after ``timeout`` s, remove the pidfile."""
+    """End every process of our server on ``port``: TERM, KILL after ``timeout`` s; remove the
+    pidfile. A pidfile whose process is not the launch's server (``PortState.untrusted_pid``) is
+    never signalled: the outcome is "refused" with the reason. ``state``: a fresh probe_port."""
+    if state is None:
+        state = probe_port(transport, port, timeout=command_timeout)
+    if state.pid is None and state.pid_problem is None:
+        return StopOutcome("not-running", None, None, state=state)
+    why = state.untrusted_pid
+    if why is not None:
+        return StopOutcome("refused", state.pid, None, refused=why, state=state)
+    expect = f"{state.pid}:{state.pid_stime}" if state.ours else "gone"
     limit = max(command_timeout, timeout + 15.0)  # TERM wait + KILL wait + the exec itself
     fields, _, _ = run_script(
-        transport, "stop", [str(check_port(port)), str(max(0, int(timeout)))], timeout=limit
+        transport,
+        "stop",
+        [str(check_port(port)), str(max(0, int(timeout))), expect],
+        timeout=limit,
     )
+    raise_unsafe_dir(fields, transport)
     status = fields.get("status")
+    pid = _opt_int(fields.get("pid"))
+    if status == "refused":
+        why = f"the pidfile changed while stopping ({fields.get('why', '?')})"
+        return StopOutcome("refused", pid, None, refused=why, state=state)
     if status not in ("stopped", "not-running"):
         left = fields.get("left", "").strip()
         raise RemoteStepFailed(
@@ -280,7 +393,21 @@ def stop_server(
             f"did not go away after SIGKILL: still there: {left or '?'}",
             step="stop",
         )
-    return StopOutcome(status=status, pid=_opt_int(fields.get("pid")), signal=fields.get("signal"))
+    counts = fields.get("how", "").split()
+    found_by = {
+        name: int(count)
+        for name, count in zip(counts[::2], counts[1::2], strict=False)
+        if count.isdigit() and int(count)
+    }
+    return StopOutcome(
+        status=status,
+        pid=pid,
+        signal=fields.get("signal"),
+        ended=[int(p) for p in fields.get("ended", "").split() if p.isdigit()],
+        found_by=found_by,
+        server_had_exited=fields.get("leader") == "gone",
+        state=state,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -326,6 +453,7 @@ def read_log(
         [where, str(lines), str(max(1, max_bytes)), str(max(0, offset))],
         timeout=timeout,
     )
+    raise_unsafe_dir(fields, transport)
     body = (data or b"")[-max_bytes:]
     return LogTail(
         path=fields.get("log", where),

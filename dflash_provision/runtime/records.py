@@ -3,16 +3,23 @@
 Per port, on the machine (or in the container) that runs vLLM::
 
     ${XDG_STATE_HOME:-$HOME/.local/state}/dflash-provision/vllm/<port>/     (mode 0700)
-        pid           "PID START_TIME": the server's pid (= its process group: it is started
-                      with setsid) and its start time (/proc/PID/stat field 22), so a pid
-                      reused after a reboot is never taken for ours
+        pid           "PID START_TIME MARKER": the server's pid (= its process group and
+                      session: it is started with setsid), its start time (/proc/PID/stat
+                      field 22), so a pid reused after a reboot is never taken for ours, and
+                      the random marker the server and all it starts carry in their
+                      environment (DFLASH_PROVISION_SERVER), by which stop finds processes
+                      that left its session. A pidfile without a start time, with a pid <= 1,
+                      or whose process has another start time or command line than the record
+                      is never signalled (process.PortState.untrusted_pid).
         server.log    vLLM's stdout and stderr, appended across launches (past 64 MiB a
                       launch moves it to server.log.1)
         launch.json   this record (one JSON object)
 
 Without HOME (``lxc-attach --clear-env`` sets only PATH) root uses /root and others
 /tmp/dflash-provision-<uid>. The directory is deliberately NOT inside the model directory: its
-owner may be hostile and could plant a pidfile that makes ``stop`` kill something else.
+owner may be hostile and could plant a pidfile that makes ``stop`` kill something else. For the
+same reason the directory must be the login user's own (runtime.sh ``trust_state_dir``: no
+symlink, owned by the login user, mode 0700), else every runtime command refuses (exit 7).
 
 The record keeps env var NAMES only: values may be tokens, and the file outlives the launch.
 """

@@ -28,6 +28,10 @@ class ServerStatus:
     last_record: LaunchRecord | None  # the port's launch record, even when nothing runs
     state_dir: str
     port_from: str = "--port"  # how the port was chosen: "--port", "launch record", "default"
+    # lifecycle: the port is held by a process this login cannot see (exit 22), and why the
+    # pidfile's process is not taken for the server (never signalled)
+    held_by_hidden_process: bool = False
+    pidfile_refused: str | None = None
 
     @property
     def running(self) -> bool:
@@ -52,6 +56,8 @@ class ServerStatus:
             "record": self.last_record.to_dict() if self.last_record else None,
             "state_dir": self.state_dir,
             "port_from": self.port_from,
+            "held_by_hidden_process": self.held_by_hidden_process,
+            "pidfile_refused": self.pidfile_refused,
         }
 
 
@@ -85,4 +91,6 @@ def server_status(
         last_record=record,
         state_dir=state.state_dir,
         port_from=port_from,
+        held_by_hidden_process=state.listener_hidden and not state.ours,
+        pidfile_refused=state.untrusted_pid,
     )

@@ -40,7 +40,7 @@ default 10) sets how often the SpecDecoding line is logged. ``--enable-log-reque
 completion request as vLLM 0.32 does (its prompt at DEBUG with ``VLLM_LOGGING_LEVEL=DEBUG``; a
 client's ``request_id`` as sent, inner line breaks the way vLLM's NewLineFormatter writes them).
 ``VLLM_STANDIN_ENGINE_SPEC`` (JSON) makes the engine's start-up line show other speculative
-values than the command line.
+values than the command line. ``lifecycle`` (hostile process modes: see ``Lifecycle``).
 
 Hostile modes (the same control file; see ``Hostile``): ``metrics_drip_s``, ``completion_drip_s``,
 ``health_drip_s`` (float: that endpoint's whole answer, status line and headers included, is sent
@@ -159,6 +159,7 @@ class Control:
     foreign_requests: int = 0
     impossible_counters: bool = False
     reset_counters: str | None = None
+    lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     hostile: Hostile = field(default_factory=lambda: Hostile())
 
 
@@ -269,6 +270,7 @@ def parse_control(data: Any) -> Control:
         "acceptance", "fail_completions", "startup_delay_s", "die_at_start", "extra_traffic",
         "foreign_requests", "impossible_counters", "reset_counters",
     }  # fmt: skip
+    known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
     known |= HOSTILE_KEYS
     unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
@@ -298,9 +300,9 @@ def parse_control(data: Any) -> Control:
     if reset is not None and not isinstance(reset, str):
         raise ValueError("reset_counters must be a string")
     control = Control(
-        acceptance, fail, delay, die or None, extra, None, foreign, impossible, reset or None,
-        parse_hostile(data),
-    )  # fmt: skip
+        acceptance, fail, delay, die or None, extra, None, foreign, impossible, reset or None
+    )
+    control = replace(control, lifecycle=parse_lifecycle(data), hostile=parse_hostile(data))
     return _with_curve(control, data.get("per_position_acceptance"))
 
 
@@ -317,6 +319,74 @@ def _with_curve(control: Control, curve: Any) -> Control:
     if any(not 0.0 <= p <= 1.0 for p in rates) or any(b > a for a, b in pairwise(rates)):
         raise ValueError("per_position_acceptance must be non-increasing values within 0..1")
     return replace(control, per_position_acceptance=rates)
+
+
+# --------------------------------------------------------------------------------------------
+# hostile process modes (control key "lifecycle", applied once at start-up), for stop's tests
+
+
+@dataclass(frozen=True)
+class Lifecycle:
+    """``{"lifecycle": {"ignore_sigterm": true, "setsid_child": PATH, "daemon_child": PATH}}``:
+    the server ignores SIGTERM (only SIGKILL ends it); it starts a child that calls setsid()
+    (leaves its process group and session) and/or a double-forked daemon (setsid, then its
+    parent exits: reparented to init). Both children sleep until killed and write their pid to
+    PATH; they keep the server's environment, as real children do."""
+
+    ignore_sigterm: bool = False
+    setsid_child: str | None = None
+    daemon_child: str | None = None
+
+
+def parse_lifecycle(data: dict[str, Any]) -> Lifecycle:
+    modes = data.get("lifecycle", {})
+    if not isinstance(modes, dict):
+        raise ValueError("lifecycle must be a JSON object")
+    unknown = sorted(set(modes) - {"ignore_sigterm", "setsid_child", "daemon_child"})
+    if unknown:
+        raise ValueError(f"unknown lifecycle keys {unknown}")
+    ignore = modes.get("ignore_sigterm", False)
+    if not isinstance(ignore, bool):
+        raise ValueError("lifecycle.ignore_sigterm must be true or false")
+    paths = [modes.get(k) for k in ("setsid_child", "daemon_child")]
+    if any(p is not None and (not isinstance(p, str) or not p.startswith("/")) for p in paths):
+        raise ValueError("lifecycle.setsid_child / daemon_child must be absolute paths")
+    return Lifecycle(ignore, paths[0], paths[1])
+
+
+_SLEEPER = "import time\nwhile True: time.sleep(1)\n"
+_DAEMON = (
+    "import os, sys, time\n"
+    "if os.fork(): os._exit(0)\n"
+    "os.setsid()\n"
+    "if os.fork(): os._exit(0)\n"
+    "open(sys.argv[1] + '.tmp', 'w').write(str(os.getpid()))\n"
+    "os.replace(sys.argv[1] + '.tmp', sys.argv[1])\n"
+    "while True: time.sleep(1)\n"
+)
+
+
+def apply_lifecycle(modes: Lifecycle, log: VllmLog) -> None:
+    """Make this server as hard to stop as ``modes`` says (see Lifecycle)."""
+    import subprocess
+
+    quiet: dict[str, Any] = {
+        "stdin": subprocess.DEVNULL,
+        "stdout": subprocess.DEVNULL,
+        "stderr": subprocess.DEVNULL,
+        "start_new_session": True,  # setsid() in the child
+    }
+    if modes.ignore_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        log.warning("vllm_standin.py:1", "stand-in: ignoring SIGTERM (lifecycle control)")
+    if modes.setsid_child:
+        child = subprocess.Popen([sys.executable, "-c", _SLEEPER], **quiet)
+        Path(modes.setsid_child).write_text(str(child.pid))
+        log.info("vllm_standin.py:1", f"stand-in: setsid child pid {child.pid}")
+    if modes.daemon_child:
+        first = subprocess.Popen([sys.executable, "-c", _DAEMON, modes.daemon_child], **quiet)
+        first.wait()  # it exits at once; its grandchild, the daemon, lives on
+        log.info("vllm_standin.py:1", "stand-in: double-forked daemon started")
 
 
 # --------------------------------------------------------------------------------------------
@@ -1349,8 +1419,8 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
 acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic,
-per_position_acceptance, foreign_requests, impossible_counters, reset_counters; hostile modes
-metrics_drip_s, completion_drip_s, health_drip_s, metrics_bytes, version_sleep_s),
+per_position_acceptance, foreign_requests, impossible_counters, reset_counters, lifecycle;
+hostile modes metrics_drip_s, completion_drip_s, health_drip_s, metrics_bytes, version_sleep_s),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
 
@@ -1362,6 +1432,7 @@ def serve(args: ServeArgs) -> int:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     control = ControlFile(os.environ.get(CONTROL_ENV), log)
+    apply_lifecycle(control.read().lifecycle, log)
     try:
         engine = start_engine(args, log, control, stop)
         if stop.is_set():

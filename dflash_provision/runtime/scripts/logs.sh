@@ -14,6 +14,10 @@ case $where in
 /*) log=$where ;;
 *)
 	state_dir "$where"
+	if ! trust_state_dir look; then
+		refuse_state_dir
+		exit 0
+	fi
 	log=$sdir/server.log
 	alive=0
 	read_pid && server_alive && alive=1

@@ -3,8 +3,10 @@
 # travel on stdin, never on a command line that `ps` shows.
 #   dflash-start 1
 #   dir DIR
-#   status started|running|busy|error
-#   pid N                 (started: the new server, its own session and process group)
+#   status started|running|busy|error|unsafe-dir
+#   pid N                 (started: the new server, its own session and process group; the
+#                         pidfile says "PID START_TIME MARKER", DFLASH_PROVISION_SERVER=MARKER
+#                         is in the environment of the server and all it starts)
 #   log PATH              offset N: the log's size before this start (its lines come after)
 #   error MESSAGE
 # The server: setsid (new session and process group, no controlling terminal, so it outlives
@@ -15,9 +17,9 @@ state_dir "$port"
 say "dflash-start 1"
 say "dir $sdir"
 umask 077
-if ! err=$(mkdir -p "$sdir" 2>&1 && chmod 700 "$sdir" 2>&1); then
-	say "status error"
-	say "error cannot create $(oneline "$sdir"): $(oneline "$err")"
+# The state directory is created (mode 0700) or refused when it is not the login user's own.
+if ! trust_state_dir create; then
+	refuse_state_dir
 	exit 0
 fi
 # One start at a time per port: a lock directory holding the starting shell's pid. A lock whose
@@ -64,14 +66,19 @@ printf '==== dflash-provision launch on port %s at %s\n' "$port" "$(date -u +%Y-
 offset=$(wc -c <"$log")
 # nohup when there is one (busybox containers may lack it): setsid alone already leaves no
 # controlling terminal that could send SIGHUP.
+# The marker: every process the server starts inherits it in its environment, also one that
+# leaves the server's session (setsid) or is double-forked away from it; stop finds them by it.
+marker=
+IFS= read -r marker </proc/sys/kernel/random/uuid 2>/dev/null || marker=
+[ "${#marker}" -ge 32 ] || marker=$(od -An -N16 -tx1 /dev/urandom 2>/dev/null | tr -d ' \n')
 if command -v nohup >/dev/null 2>&1; then
-	setsid nohup "$@" </dev/null >>"$log" 2>&1 &
+	DFLASH_PROVISION_SERVER=$marker setsid nohup "$@" </dev/null >>"$log" 2>&1 &
 else
-	setsid "$@" </dev/null >>"$log" 2>&1 &
+	DFLASH_PROVISION_SERVER=$marker setsid "$@" </dev/null >>"$log" 2>&1 &
 fi
 pid=$!
 start_time "$pid" || stime=
-printf '%s %s\n' "$pid" "$stime" >"$sdir/pid.tmp" && mv -f "$sdir/pid.tmp" "$sdir/pid"
+printf '%s %s %s\n' "$pid" "$stime" "$marker" >"$sdir/pid.tmp" && mv -f "$sdir/pid.tmp" "$sdir/pid"
 say "status started"
 say "pid $pid"
 say "log $log"
