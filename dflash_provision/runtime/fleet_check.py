@@ -4,6 +4,8 @@ node_exporter textfile with per-host acceptance gauges.
 
 Prometheus metrics (one series per host unless said otherwise)::
 
+    dflash_runtime_check_up{host,group,path}                1 checked, 0 could not be checked
+                                                            (unreachable, its deadline, an error)
     dflash_runtime_check_passed{host,group,path}            1 when every stage a-e passed
     dflash_runtime_check_inconclusive{host,group,path}      1 when no stage failed, one undecided
     dflash_runtime_stage_passed{host,group,path,stage}      1 passed, 0 failed or skipped
@@ -17,23 +19,29 @@ Prometheus metrics (one series per host unless said otherwise)::
 
 An alert on ``dflash_runtime_acceptance_rate < 0.1`` catches an acceptance collapse the way
 ``dflash_config_in_sync == 0`` catches drift; ``dflash_runtime_check_passed == 0`` catches the
-rest (a host that could not be reached has no acceptance series and check_passed 0).
+rest (a host that could not be reached has no acceptance series and check_passed 0), and
+``dflash_runtime_check_up == 0`` names every host the run could not check, so that an alert
+on its last acceptance cannot go silently stale.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import shlex
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.fleet.auditing import for_each_host, internal_error, resolve_authorities
 from dflash_provision.fleet.classify import classify_exception
+from dflash_provision.fleet.run import CountingTransport
 from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
+from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -78,12 +86,72 @@ class HostCheck:
         }
 
 
-def check_host(run: FleetRun, member: FleetMember, settings: CheckSettings) -> HostCheck:
-    """Check one member on its own connection; errors become a NOT_CHECKED row, never raise."""
-    from dflash_provision.runtime.check import push_fix_command
+def check_host(
+    run: FleetRun,
+    member: FleetMember,
+    settings: CheckSettings,
+    host_deadline: float | None = None,
+) -> HostCheck:
+    """Check one member on its own connection; errors become a NOT_CHECKED row, never raise.
+    ``host_deadline``: the most seconds the host may take (then NOT_CHECKED, status
+    "deadline", its connection closed; see ``_within``)."""
+    if host_deadline is None:
+        return _check_host(run, member, settings, run.open(member))
+    return _within(run, member, settings, host_deadline)
 
+
+def _within(
+    run: FleetRun, member: FleetMember, settings: CheckSettings, host_deadline: float
+) -> HostCheck:
+    """The check in a daemon thread of its own, waited for at most ``host_deadline`` s. At the
+    deadline the host's transport refuses every further command and is closed (which ends a read
+    in flight), and the row says so: the run goes on without it, and a thread still finishing
+    one bounded step does not hold the process at exit."""
     started = time.monotonic()
-    row = HostCheck(
+    guard = _Guard(run.open(member))
+    rows: list[HostCheck] = []
+    worker = threading.Thread(
+        target=lambda: rows.append(_check_host(run, member, settings, guard)),
+        name=f"runtime-check {member.name}",
+        daemon=True,
+    )
+    worker.start()
+    worker.join(host_deadline)
+    if rows:
+        return rows[0]
+    guard.expire()
+    row = _row(member)
+    row.unreachable_status = "deadline"
+    row.detail = (
+        f"not checked: the host did not finish within its {host_deadline:g} s deadline "
+        "(--deadline); its connection was closed"
+    )
+    row.duration_s = time.monotonic() - started
+    return row
+
+
+class _Guard(CountingTransport):
+    """The host's transport until its deadline; then every command is refused at once."""
+
+    def __init__(self, inner: Transport) -> None:
+        super().__init__(inner)
+        self.expired = threading.Event()
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        if self.expired.is_set():
+            raise RemoteStepFailed(f"{self.description}: deadline reached", step="timeout")
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+    def expire(self) -> None:
+        self.expired.set()
+        with contextlib.suppress(Exception):  # closing a connection that is already gone
+            self.inner.close()
+
+
+def _row(member: FleetMember) -> HostCheck:
+    return HostCheck(
         member.name,
         member.group,
         member.target.display(),
@@ -91,9 +159,17 @@ def check_host(run: FleetRun, member: FleetMember, settings: CheckSettings) -> H
         HostVerdict.NOT_CHECKED,
         "",
     )
+
+
+def _check_host(
+    run: FleetRun, member: FleetMember, settings: CheckSettings, transport: Transport
+) -> HostCheck:
+    from dflash_provision.runtime.check import push_fix_command
+
+    started = time.monotonic()
+    row = _row(member)
     authority = run.authority(member)
     fix = push_fix_command(member.target, shlex.join(member.source.push_options()))
-    transport = run.open(member)
     try:
         report = run_check(transport, member.target, authority, settings, push_fix=fix)
     except DflashProvisionError as exc:
@@ -132,12 +208,25 @@ def check_fleet(
     *,
     workers: int,
     progress: Callable[[HostCheck], None] | None = None,
+    host_deadline: float | None = None,
 ) -> list[HostCheck]:
-    """Check every member in parallel (bounded pool); rows in the members' order."""
+    """Check every member in parallel (bounded pool); rows in the members' order. With
+    ``host_deadline`` no host takes longer than that (see ``check_host``), so the run ends
+    within ceil(hosts / workers) host deadlines."""
     resolve_authorities(run, members)  # a Hub error stops the run before any host is touched
     return for_each_host(
-        members, lambda m: check_host(run, m, settings), workers, "runtime-check", progress
+        members,
+        lambda m: check_host(run, m, settings, host_deadline),
+        workers,
+        "runtime-check",
+        progress,
     )
+
+
+def default_host_deadline(command_timeout: float) -> float:
+    """A host's deadline when --deadline is not given: three command timeouts (a healthy check
+    takes a few seconds; each of its steps is bounded by one command timeout)."""
+    return 3.0 * command_timeout
 
 
 def fleet_exit_code(rows: Sequence[HostCheck]) -> ExitCode:

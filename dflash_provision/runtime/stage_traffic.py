@@ -4,6 +4,7 @@ prompts); the causes named when acceptance fails come from runtime/diagnosis.py.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -130,6 +131,34 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
         evidence,
         {"status": first.status},
         fix=completion_fix(ctx.target.display(), first.status, first.error),
+    )
+
+
+def _endpoint_fix(ctx: CheckContext, path: str) -> str:
+    target = shlex.quote(ctx.target.display())
+    return (
+        f"the server's {path} endpoint misbehaves (it did not answer within the deadline, or "
+        "answered too much): this says nothing about the drafter; look at the server "
+        f"(dflash-provision logs {target}) and at whatever answers on its port (a proxy?)"
+    )
+
+
+def endpoint_failed(ctx: CheckContext, key: str, error: Any) -> StageResult:
+    """Stage ``key`` failed because an endpoint's answer was unusable (``access.ReplyUnusable``:
+    dripped past its deadline, larger than its bound, cut short): the message names the request,
+    and the fix is about that endpoint, never the drafter."""
+    message = str(getattr(error, "message", error))
+    path = message.split(":", 1)[0].split(" ", 1)[-1] if ":" in message else "/metrics"
+    what = "the counters" if path == "/metrics" else f"{path}"
+    summary = f"{what} could not be read: {message}"
+    return StageResult(
+        key,
+        STAGE_NAMES[key],
+        StageStatus.FAILED,
+        summary,
+        [summary],
+        {"endpoint": path, "error": message},
+        fix=_endpoint_fix(ctx, path),
     )
 
 
