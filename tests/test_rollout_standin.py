@@ -245,6 +245,48 @@ def test_healthy_rollout_completes_and_reports_timings(bed: Bed) -> None:
     assert all(p.config() == GOOD for p in bed.places)
     totals = {k: sum(h["timings"].get(k, 0.0) for h in hosts.values())
               for k in ("write_s", "restart_s", "check_s")}  # fmt: skip
-    print(f"6-host rollout: {totals}")  # the README's figures (pytest -s)
+    print(f"6-host rollout: per-host sums {totals}, walls {doc['walls']}")  # for the README
     table = bed.rollout("--status", doc["id"])
     assert "h06-ct  3      passed   60.0% → 60.0% → -" in table.stdout
+
+
+def test_controller_killed_mid_batch_resumes_from_the_record(bed: Bed) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    new = bed.config_file(_variant(max_position_embeddings=65536), "next")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", str(bed.inventory),
+            "--from", new, "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh]  # fmt: skip
+    environ = cli_env(home=bed.cli.workdir / "home")
+    proc = subprocess.Popen(
+        argv, cwd=bed.cli.workdir, env=environ, stderr=subprocess.PIPE, text=True
+    )
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    rollout_id = ""
+    try:
+        assert proc.stderr is not None
+        in_batch_3 = False
+        for line in proc.stderr:
+            rollout_id = rollout_id or line.split()[1].rstrip(":")
+            in_batch_3 = in_batch_3 or "batch 3/3" in line
+            if in_batch_3 and line.endswith(": restarting\n"):  # a server is being restarted
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait()
+    finally:
+        guard.cancel()
+    assert proc.returncode == -signal.SIGKILL
+    status = bed.rollout("--status", rollout_id)
+    assert f"rollout {rollout_id}: batch: batch 3/3" in status.stdout, status.stdout
+    assert "  restarting  " in status.stdout  # killed in the middle of a host's step
+    resumed, doc = bed.rollout_json("--resume", rollout_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert doc["state"] == "completed"
+    assert all(h["phase"] == "passed" for h in doc["hosts"])
+    assert all(p.config() == Path(new).read_bytes() for p in bed.places)

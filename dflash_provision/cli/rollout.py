@@ -10,7 +10,9 @@ record in the history database, saved before each step (``--status``, ``--resume
 
 from __future__ import annotations
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -120,7 +122,8 @@ def command(
     if opts["resume_id"] or opts["abort_id"]:
         rollout = store.load(opts["resume_id"] or opts["abort_id"])
         engine = _engine(rollout, _members_of(rollout), connection, store, opts)
-        engine.abort() if opts["abort_id"] else _resume(engine)
+        with _interruptible(ctx, engine.rollout):
+            engine.abort() if opts["abort_id"] else _resume(engine)
         _finish(ctx, engine.rollout, opts["as_json"])
         return
     new = _new_config(selection)
@@ -130,8 +133,24 @@ def command(
         return
     rollout = _new_rollout(selection, members, new, opts)
     engine = _engine(rollout, members, connection, store, opts)
-    engine.start()
+    with _interruptible(ctx, engine.rollout):
+        engine.start()
     _finish(ctx, engine.rollout, opts["as_json"])
+
+
+@contextlib.contextmanager
+def _interruptible(ctx: click.Context, rollout: Rollout) -> Iterator[None]:
+    """Ctrl-C: the steps in flight finish (each is journaled), then the way on is printed."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        click.echo(
+            f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
+            f"with `{rollout.command('--resume')}{rollout.env_hint()}` or undo it with "
+            f"`{rollout.command('--abort')}{rollout.env_hint()}`",
+            err=True,
+        )
+        ctx.exit(130)
 
 
 def _resume(engine: Any) -> Any:

@@ -17,7 +17,7 @@ import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
 from dflash_provision.rollout import host_ops
@@ -82,6 +82,17 @@ class Engine:
             if line:
                 self.progress(f"rollout {self.rollout.id}: {line}")
 
+    def _journal(self, op: str, host: HostState, what: str) -> Any:
+        """A history row for one step (write, restart, check, restore) of one host, "started"
+        before the step runs, as push and repair journal theirs."""
+        from dflash_provision.history import HostKey, default_store, journal
+
+        recording = journal(
+            default_store(), op, HostKey.of_name(host.name), host.path,
+            sha256_before=host.old_sha256,
+        )  # fmt: skip
+        return _Labelled(recording, f"rollout {self.rollout.id}: {what}")
+
     def _set(self, host: HostState, phase: str, detail: str | None = None) -> None:
         host.phase = phase
         if detail is not None:
@@ -91,9 +102,16 @@ class Engine:
     def _each(self, hosts: Sequence[HostState], work: Callable[[HostState], None]) -> None:
         if not hosts:
             return
-        with ThreadPoolExecutor(max_workers=max(1, min(self.options.workers, len(hosts)))) as pool:
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.options.workers, len(hosts))))
+        try:
             for future in [pool.submit(work, h) for h in hosts]:
                 future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C: no queued host starts; the steps in flight finish and are saved, so
+            # the record says where each host stands for --resume / --abort.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
 
     def _state(self, state: State, message: str = "") -> None:
         self.rollout.state = state
@@ -105,7 +123,9 @@ class Engine:
     def start(self) -> State:
         self.store.refuse_held(self.rollout)
         self._state(State.PREFLIGHT)
+        started = time.monotonic()
         self._each(self.rollout.hosts, self._preflight_host)
+        self.rollout.add_wall("preflight_s", time.monotonic() - started)
         bad = [h for h in self.rollout.hosts if h.phase == "preflight_failed"]
         if bad and not self.options.skip_failed_hosts:
             names = ", ".join(h.name for h in bad)
@@ -114,7 +134,9 @@ class Engine:
         for host in bad:
             host.phase = "excluded"
         self._state(State.BASELINE)
+        started = time.monotonic()
         self._each([h for h in self.rollout.hosts if h.phase == "pending"], self._baseline_host)
+        self.rollout.add_wall("baseline_s", time.monotonic() - started)
         bad = [h for h in self.rollout.hosts if h.phase == "preflight_failed"]
         if bad and not self.options.skip_failed_hosts:
             names = ", ".join(h.name for h in bad)
@@ -153,6 +175,14 @@ class Engine:
 
         current = Authority(label="the current config", data=self.old[host.name])
         verdict = self._measure(host, current, None, "baseline")
+        if verdict is not None and verdict.outcome == "inconclusive":
+            recorded = host_ops.recorded_reference(
+                self.members[host.name], host, current, self.options.check
+            )
+            if recorded is not None:  # the figures of the last passing check, same prompts
+                host.baseline = recorded
+                self.save(f"{host.name}: baseline from its acceptance reference {recorded.show()}")
+                return
         if verdict is None or verdict.outcome != "passed":
             why = verdict.detail if verdict is not None else host.detail
             self._set(host, "preflight_failed", f"baseline: {why}")
@@ -190,7 +220,9 @@ class Engine:
         for number in range(first, r.batch_count + 1):
             r.batch = number
             self._state(State.BATCH, f"batch {number}/{r.batch_count}")
+            started = time.monotonic()
             outcome = self._run_batch(number)
+            r.add_wall(f"batch{number}_s", time.monotonic() - started)
             if outcome != "passed":
                 return r.state
         self._state(State.COMPLETED, f"{r.batch_count} batch(es) passed")
@@ -232,7 +264,11 @@ class Engine:
                 if host.phase == "pending":
                     self._set(host, "writing")
                     started = time.monotonic()
-                    host.backup = host_ops.write(transport, member, new, self.options.keep_backups)
+                    with self._journal("rollout", host, "write") as rec:
+                        host.backup = host_ops.write(
+                            transport, member, new, self.options.keep_backups
+                        )
+                        rec.sha256_after = new.sha256
                     host_ops.timed(host, "write_s", started)
                     self._set(
                         host, "written", f"proved by read-back; old file kept as {host.backup}"
@@ -245,10 +281,11 @@ class Engine:
                         return
                     self._set(host, "restarting")
                     started = time.monotonic()
-                    host_ops.restart(
-                        transport, host, new.document, self.options.env,
-                        self.options.ready_timeout, sha256=new.sha256,
-                    )  # fmt: skip
+                    with self._journal("rollout", host, "restart with the recorded launch"):
+                        host_ops.restart(
+                            transport, host, new.document, self.options.env,
+                            self.options.ready_timeout, sha256=new.sha256,
+                        )  # fmt: skip
                     host_ops.timed(host, "restart_s", started)
                     self._set(host, "restarted")
         except DflashProvisionError as exc:
@@ -292,7 +329,9 @@ class Engine:
         try:
             with self.run.open(member) as transport:
                 started = time.monotonic()
-                host_ops.restore(transport, member, host, self.options.keep_backups)
+                with self._journal("rollback", host, "restore the old bytes") as rec:
+                    host_ops.restore(transport, member, host, self.options.keep_backups)
+                    rec.sha256_after = host.old_sha256
                 host_ops.timed(host, "write_s", started)
                 current = host_ops.current_sha(transport, member, transport.command_timeout)
                 if current != host.old_sha256:
@@ -340,6 +379,25 @@ class Engine:
         else:
             self._state(State.ABORTED, f"{len(hosts)} host(s) put back, proved")
         return r.state
+
+
+class _Labelled:
+    """A journal block whose row says which rollout step it is; a step that raises is
+    recorded as failed with its message (the exception still propagates)."""
+
+    def __init__(self, block: Any, message: str) -> None:
+        self.block, self.message = block, message
+
+    def __enter__(self) -> Any:
+        self.recording = self.block.__enter__()
+        self.recording.message = self.message
+        return self.recording
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> Any:
+        if exc is not None:
+            self.recording.status = "failed"
+            self.recording.message = f"{self.message}: {getattr(exc, 'message', exc)}"
+        return self.block.__exit__(kind, exc, tb)
 
 
 def _old_doc(transport: object, member: FleetMember) -> dict[str, object]:

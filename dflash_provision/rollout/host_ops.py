@@ -111,6 +111,28 @@ def _validate_there(
         raise StepFailed("the weights there do not fit the new config: " + weights.mismatches[0])
 
 
+def recorded_reference(
+    member: FleetMember, host: HostState, authority: Authority, settings: CheckSettings
+) -> Figures | None:
+    """The host's acceptance reference in the history store (runtime-check --max-regression's:
+    same host, port, drafter bytes and smoke prompts), or None."""
+    from dflash_provision.history import default_store
+    from dflash_provision.runtime.check import _smoke_prompts
+    from dflash_provision.runtime.reference import from_figures, reference_key
+
+    prompts = _smoke_prompts(settings.prompts)
+    port = host.port or settings.port
+    key = reference_key(member.target, port, authority, prompts, settings.max_tokens)
+    try:
+        found = default_store().latest_reference(key)
+    except DflashProvisionError:
+        return None
+    reference = from_figures(*found) if found is not None else None
+    if reference is None:
+        return None
+    return Figures(reference.acceptance_rate, reference.mean_acceptance_length, "reference")
+
+
 def settings_for(host: HostState, base: CheckSettings) -> CheckSettings:
     return replace(base, port=host.port or base.port, find_port=False)
 

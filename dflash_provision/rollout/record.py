@@ -138,6 +138,7 @@ class Rollout:
     check: dict[str, Any] = field(default_factory=dict)  # runtime-check settings (prompts...)
     connection_args: list[str] = field(default_factory=list)  # for the printed commands
     message: str = ""
+    walls: dict[str, float] = field(default_factory=dict)  # seconds per step: preflight_s...
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
@@ -151,6 +152,9 @@ class Rollout:
         values["gate"] = Gate(**values["gate"])
         values["hosts"] = [HostState.from_dict(h) for h in values["hosts"]]
         return cls(**values)
+
+    def add_wall(self, key: str, seconds: float) -> None:
+        self.walls[key] = round(self.walls.get(key, 0.0) + seconds, 3)
 
     def in_batch(self, batch: int) -> list[HostState]:
         return [h for h in self.hosts if h.batch == batch]
@@ -166,5 +170,10 @@ class Rollout:
         return shlex.join(["dflash-provision", "rollout", verb, self.id, *self.connection_args])
 
     def env_hint(self) -> str:
+        """``--env NAME=...`` for every env name the restarted servers were launched with
+        (launch's own VLLM_USE_V2_MODEL_RUNNER aside: the rollout sets it as launch does)."""
+        from dflash_provision.runtime.preflight import V2_RUNNER_ENV
+
         names = sorted({n for h in self.hosts if h.launch for n in h.launch.get("env_names", [])})
+        names = [n for n in names if n != V2_RUNNER_ENV]
         return "".join(f" --env {n}=..." for n in names)
