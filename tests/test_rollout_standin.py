@@ -290,3 +290,56 @@ def test_controller_killed_mid_batch_resumes_from_the_record(bed: Bed) -> None:
     assert doc["state"] == "completed"
     assert all(h["phase"] == "passed" for h in doc["hosts"])
     assert all(p.config() == Path(new).read_bytes() for p in bed.places)
+
+
+def test_a_host_that_dies_mid_batch_stops_the_rollout_and_abort_finishes_the_way_back(
+    bed: Bed,
+) -> None:
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    before = bed.places[0].config()  # what every host holds now (the previous test's config)
+    assert all(p.config() == before for p in bed.places)
+    new = bed.config_file(_variant(max_position_embeddings=32768), "last")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", str(bed.inventory),
+            "--from", new, "--max-fail-percentage", "20", "--env", f"{CONTROL_ENV}={CONTROL}",
+            *bed.ssh]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=bed.cli.workdir, env=cli_env(home=bed.cli.workdir / "home"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    h04 = bed.places[3].where
+    assert isinstance(h04, Host)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "batch 3/3" in line:
+                h04.stop()  # the host dies (its sshd and its server) as batch 3 starts
+                break
+        rest_out, rest_err = proc.communicate()
+    finally:
+        guard.cancel()
+    stderr = "".join(lines) + rest_err
+    # 1 of 4 hosts failed: 25 % > 20 %: batch 3 is rolled back; h04 cannot be proved back.
+    assert proc.returncode == ExitCode.ROLLBACK_FAILED, rest_out + stderr
+    rollout_id = lines[0].split()[1].rstrip(":")
+    assert "ROLLBACK NOT PROVED: the rollback of h04 is NOT proved" in stderr
+    assert f"dflash-provision rollout --abort {rollout_id}" in stderr
+    new_bytes = Path(new).read_bytes()
+    assert [p.config() for p in bed.places[:2]] == [new_bytes, new_bytes]  # batches 1-2 stay
+    assert [p.config() for p in bed.places[4:]] == [before, before]  # batch 3 restored
+    assert bed.places[2].config() == before
+
+    h04.start()  # the host is back (its server is not: --abort restarts it)
+    aborted, doc = bed.rollout_json("--abort", rollout_id)
+    assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+    assert all(p.config() == before for p in bed.places)
+    after = {h["name"]: h["after"]["rate"] for h in doc["hosts"]}
+    assert after == {p.name: pytest.approx(0.6, abs=0.02) for p in bed.places}

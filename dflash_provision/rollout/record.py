@@ -31,8 +31,10 @@ class State(enum.StrEnum):
 
     @property
     def open(self) -> bool:
-        """Still holds its hosts: it can be resumed or aborted."""
-        return self in (State.PLANNED, State.PREFLIGHT, State.BASELINE, State.BATCH, State.PAUSED)
+        """Still holds its hosts: it can be resumed or aborted (rollback_failed: aborted)."""
+        open_states = (State.PLANNED, State.PREFLIGHT, State.BASELINE, State.BATCH, State.PAUSED)
+        # A rollback not proved keeps its hosts too: only --abort knows what they hold.
+        return self in (*open_states, State.ROLLBACK_FAILED)
 
 
 #: Host phases in which this rollout may have changed the host's file or server.
