@@ -343,3 +343,36 @@ def test_a_host_that_dies_mid_batch_stops_the_rollout_and_abort_finishes_the_way
     assert all(p.config() == before for p in bed.places)
     after = {h["name"]: h["after"]["rate"] for h in doc["hosts"]}
     assert after == {p.name: pytest.approx(0.6, abs=0.02) for p in bed.places}
+
+
+def test_a_host_without_a_launched_server_only_gets_the_file(bed: Bed) -> None:
+    spare_dir = "/root/models/spare-DFlash"
+    h01 = bed.places[0]
+    h01.put(f"{spare_dir}/config.json", REFERENCE)
+    inventory = bed.tmp / "spare.yaml"
+    inventory.write_text(
+        f"defaults:\n  path: {DRAFTER_DIR}\nhosts:\n  - h01\n"
+        f"  - {{name: h01-spare, address: h01, path: {spare_dir}}}\n"
+    )
+    new = bed.config_file(GOOD, "good-spare")
+    plan = bed.rollout("-i", str(inventory), "--from", new, "--batches", "1", "--dry-run")
+    assert "h01-spare: max_position_embeddings: 262144 → 131072; file only" in plan.stdout
+    done, doc = bed.rollout_json("-i", str(inventory), "--from", new, "--batches", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    spare = _hosts(doc)["h01-spare"]
+    assert (spare["batch"], spare["phase"], spare["restart"]) == (2, "passed", False)
+    assert "no server started by launch" in spare["detail"]
+    assert h01.run(["cat", f"{spare_dir}/config.json"]).encode() == GOOD
+    rows = json.loads(bed.cli.run("history", "--op", "rollout", "--json").stdout)
+    mine = sorted(
+        (r["host"], r["message"].split(": ")[1], r["status"])
+        for r in rows
+        if r["message"].startswith(f"rollout {doc['id']}: ")
+    )
+    assert mine == [
+        ("h01", "baseline", "ok"),
+        ("h01", "check", "ok"),
+        ("h01", "restart with the recorded launch", "ok"),
+        ("h01", "write", "ok"),
+        ("h01-spare", "write", "ok"),
+    ]

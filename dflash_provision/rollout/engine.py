@@ -196,7 +196,7 @@ class Engine:
         member = self.members[host.name]
         started = time.monotonic()
         try:
-            with self.run.open(member) as transport:
+            with self.run.open(member) as transport, self._journal("rollout", host, what) as rec:
                 verdict, _ = host_ops.measure(
                     transport,
                     member,
@@ -205,6 +205,8 @@ class Engine:
                     self.rollout.gate,
                     baseline,
                 )
+                rec.status = "ok" if verdict.outcome == "passed" else verdict.outcome
+                rec.message = f"rollout {self.rollout.id}: {what}: {verdict.detail}"
         except DflashProvisionError as exc:
             host.detail = f"{what}: {exc.message}"
             return None
