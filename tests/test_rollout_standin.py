@@ -172,8 +172,19 @@ def test_dry_run_prints_the_plan_and_touches_nothing(bed: Bed) -> None:
 
 def test_bad_config_fails_the_canary_and_every_host_ends_on_the_old_bytes(bed: Bed) -> None:
     new = bed.config_file(BAD, "bad")
-    done, doc = bed.rollout_json("-i", str(bed.inventory), "--from", new)
+    prom = bed.tmp / "rollout.prom"
+    done, doc = bed.rollout_json("-i", str(bed.inventory), "--from", new, "--prometheus", str(prom))
     assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+    text, rid = prom.read_text(), doc["id"]
+    assert f'dflash_rollout_state{{rollout="{rid}",state="rolled_back"}} 1' in text
+    gauges = {
+        line.split('when="')[1].split('"')[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(f'dflash_rollout_acceptance_rate{{rollout="{rid}",host="h01",')
+    }
+    assert gauges == {"baseline": pytest.approx(0.6, abs=0.02),
+                      "new": pytest.approx(0.01, abs=0.02),
+                      "after_rollback": pytest.approx(0.6, abs=0.02)}  # fmt: skip
     hosts = _hosts(doc)
     canary = hosts["h01"]
     assert canary["phase"] == "rolled_back", canary

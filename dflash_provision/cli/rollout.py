@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -107,6 +108,11 @@ _CONNECTION_FLAGS = {
     "--abort", "abort_id", metavar="ID", help="Put back every host the rollout changed, proved."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rollout as JSON.")
+@click.option(
+    "--prometheus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a node_exporter textfile (state, batch, per-host acceptance) when it stops.",
+)
 @click.pass_context
 def command(
     ctx: click.Context, /, selection: FleetSelection, connection: Connector, **opts: Any
@@ -122,7 +128,7 @@ def command(
     if opts["resume_id"] or opts["abort_id"]:
         rollout = store.load(opts["resume_id"] or opts["abort_id"])
         engine = _engine(rollout, _members_of(rollout), connection, store, opts)
-        with _interruptible(ctx, engine.rollout):
+        with _interruptible(ctx, engine.rollout, opts["prometheus"]):
             engine.abort() if opts["abort_id"] else _resume(engine)
         _finish(ctx, engine.rollout, opts["as_json"])
         return
@@ -133,17 +139,19 @@ def command(
         return
     rollout = _new_rollout(selection, members, new, opts)
     engine = _engine(rollout, members, connection, store, opts)
-    with _interruptible(ctx, engine.rollout):
+    with _interruptible(ctx, engine.rollout, opts["prometheus"]):
         engine.start()
     _finish(ctx, engine.rollout, opts["as_json"])
 
 
 @contextlib.contextmanager
-def _interruptible(ctx: click.Context, rollout: Rollout) -> Iterator[None]:
-    """Ctrl-C: the steps in flight finish (each is journaled), then the way on is printed."""
+def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> Iterator[None]:
+    """Ctrl-C: the steps in flight finish (each is journaled), then the way on is printed.
+    Either way the --prometheus file says where the rollout stands."""
     try:
         yield
     except KeyboardInterrupt:
+        _write_prometheus(rollout, prom)
         click.echo(
             f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
             f"with `{rollout.command('--resume')}{rollout.env_hint()}` or undo it with "
@@ -151,6 +159,23 @@ def _interruptible(ctx: click.Context, rollout: Rollout) -> Iterator[None]:
             err=True,
         )
         ctx.exit(130)
+    _write_prometheus(rollout, prom)
+
+
+def _write_prometheus(rollout: Rollout, path: Path | None) -> None:
+    if path is None:
+        return
+    import time
+
+    from dflash_provision.report import write_textfile
+    from dflash_provision.rollout.prometheus import prometheus_text
+
+    try:
+        write_textfile(path, prometheus_text(rollout, timestamp=time.time()))
+    except OSError as exc:
+        from dflash_provision.errors import LocalWriteFailed
+
+        raise LocalWriteFailed(f"--prometheus {path}: {exc.strerror or exc}") from None
 
 
 def _resume(engine: Any) -> Any:
