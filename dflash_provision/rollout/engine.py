@@ -33,6 +33,12 @@ if TYPE_CHECKING:
 
 Progress = Callable[[str], None]
 
+#: Phases a batch still has to take forward (a resumed one included), and failed ones.
+_UNDECIDED = frozenset(
+    {"pending", "writing", "written", "restarting", "restarted", "checking", "inconclusive"}
+)
+_FAILED = frozenset({"failed", "rolled_back", "rollback_failed"})
+
 EXIT_CODES = {
     State.COMPLETED: ExitCode.OK,
     State.ROLLED_BACK: ExitCode.ROLLED_BACK,
@@ -235,11 +241,12 @@ class Engine:
         hosts = r.in_batch(number)
         if any(h.phase in ("rolling_back", "rollback_failed") for h in hosts):
             return self._fail_batch(number, "resuming its rollback")  # a rollback was cut off
-        self._each([h for h in hosts if h.phase not in ("passed", "failed")], self._advance)
+        self._each([h for h in hosts if h.phase in _UNDECIDED], self._advance)
         failed = [h for h in hosts if h.phase == "failed"]
-        share = 100.0 * len(failed) / len(hosts)
-        if failed and share > r.gate.max_fail_percentage:
-            names = ", ".join(h.name for h in failed)
+        # Hosts that failed within the tolerance and were restored alone still count.
+        share = 100.0 * sum(h.phase in _FAILED for h in hosts) / len(hosts)
+        if share > r.gate.max_fail_percentage:
+            names = ", ".join(h.name for h in hosts if h.phase in _FAILED)
             return self._fail_batch(number, f"{names} failed ({share:.0f}% of the batch)")
         undecided = [h for h in hosts if h.phase == "inconclusive"]
         if undecided:
