@@ -387,3 +387,46 @@ def test_a_host_without_a_launched_server_only_gets_the_file(bed: Bed) -> None:
         ("h01", "write", "ok"),
         ("h01-spare", "write", "ok"),
     ]
+
+
+def test_ctrl_c_mid_batch_lets_the_step_finish_and_prints_the_way_on(bed: Bed) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    new = bed.config_file(_variant(max_position_embeddings=16384), "ctrl-c")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", str(bed.inventory),
+            "--from", new, "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=bed.cli.workdir, env=cli_env(home=bed.cli.workdir / "home"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.endswith("h02: restarting\n"):  # batch 2's server is being restarted
+                os.kill(proc.pid, signal.SIGINT)
+                break
+        _, rest = proc.communicate()
+    finally:
+        guard.cancel()
+    assert proc.returncode == 130, "".join(lines) + rest
+    rollout_id = lines[0].split()[1].rstrip(":")
+    assert f"interrupted: rollout {rollout_id} is recorded at batch; continue with " in rest
+    assert f"`dflash-provision rollout --resume {rollout_id} --ssh-config" in rest
+    status = bed.rollout("--status", rollout_id)
+    row = next(line for line in status.stdout.splitlines() if line.startswith("h02 "))
+    assert row.split()[2] == "passed"  # the step in flight was finished, not cut off
+    assert all(p.config() != Path(new).read_bytes() for p in bed.places[2:])  # batch 3 not begun
+    resumed, doc = bed.rollout_json("--resume", rollout_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert doc["state"] == "completed"
+    assert all(p.config() == Path(new).read_bytes() for p in bed.places)
