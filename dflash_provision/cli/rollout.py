@@ -295,6 +295,7 @@ def _engine(
         keep_backups=opts["keep_backups"],
         ready_timeout=opts["ready_timeout"],
         skip_failed_hosts=opts["skip_failed_hosts"],
+        workers=int((rollout.check.get("selection") or {}).get("workers") or 16),
     )
     return Engine(rollout, members, make_run(connection), store, options, _progress)
 
@@ -395,4 +396,6 @@ def _dry_run(
         if isinstance(why, str):
             click.echo(f"pre-flight failed: {name}: {why}")
     click.echo(f"gate: {_gate(opts).describe()}")
-    ctx.exit(0 if len(good) == len(planned) else 31)
+    from dflash_provision.errors import ExitCode
+
+    ctx.exit(0 if len(good) == len(planned) else int(ExitCode.ROLLOUT_REFUSED))
