@@ -430,3 +430,23 @@ def test_ctrl_c_mid_batch_lets_the_step_finish_and_prints_the_way_on(bed: Bed) -
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
     assert doc["state"] == "completed"
     assert all(p.config() == Path(new).read_bytes() for p in bed.places)
+
+
+def test_a_host_failing_within_the_tolerance_is_restored_alone(bed: Bed) -> None:
+    before = bed.places[0].config()
+    odd = _variant(mask_token_id=248065)
+    h04 = bed.places[3]
+    write_control(h04.where, CONTROL, {"by_mask_token": {"248065": {"acceptance": 0.01}}})
+    try:
+        done, doc = bed.rollout_json(
+            "-i", str(bed.inventory), "--from", bed.config_file(odd, "odd"),
+            "--max-fail-percentage", "30",
+        )  # fmt: skip
+    finally:
+        write_control(h04.where, CONTROL, RULES)
+    assert done.returncode == 0, done.stdout + done.stderr  # 1 of 4 = 25 % <= 30 %
+    assert "restored alone (failed within the tolerance): h04" in doc["message"]
+    phases = {h["name"]: h["phase"] for h in doc["hosts"]}
+    assert phases == {p.name: ("rolled_back" if p.name == "h04" else "passed") for p in bed.places}
+    assert h04.config() == before
+    assert all(p.config() == odd for p in bed.places if p.name != "h04")

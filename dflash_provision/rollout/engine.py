@@ -233,7 +233,11 @@ class Engine:
             r.add_wall(f"batch{number}_s", time.monotonic() - started)
             if outcome != "passed":
                 return r.state
-        self._state(State.COMPLETED, f"{r.batch_count} batch(es) passed")
+        alone = [h.name for h in r.hosts if h.phase == "rolled_back"]
+        within = f"; restored alone (failed within the tolerance): {', '.join(alone)}"
+        self._state(
+            State.COMPLETED, f"{r.batch_count} batch(es) passed" + (within if alone else "")
+        )
         return r.state
 
     def _run_batch(self, number: int) -> str:
