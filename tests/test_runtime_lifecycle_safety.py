@@ -19,9 +19,7 @@ import subprocess
 import sys
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -31,12 +29,12 @@ from dflash_provision.testbed.hosts import Host
 from dflash_provision.testbed.lxc import Container
 from dflash_provision.testbed.vllm_standin_install import (
     CONTROL_ENV,
-    StandinInstall,
     install_standin,
     standin_container,
     write_control,
 )
 from tests.fixtures.cli import Cli, cli_env
+from tests.fixtures.lifecycle_bed import READY_TIMEOUT, STATE, Bed, error_line, make_bed
 from tests.fixtures.login_users import (
     LoginUser,
     add_private_login_users,
@@ -48,98 +46,12 @@ from tests.fixtures.runtime import DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
 CONTROL = "/root/standin/control.json"
-STATE = "/root/.local/state/dflash-provision/vllm"
-READY_TIMEOUT = "300"  # generous: a loaded 2-core machine; the stand-in is ready in seconds
-
-
-# Bed and _error_line as in test_runtime_lifecycle (no test module imports another).
-@dataclass
-class Bed:
-    """One host with the stand-in, a drafter and a target model config, and a CLI."""
-
-    host: Host
-    standin: StandinInstall
-    cli: Cli
-    authority: Path  # the authoritative config.json on the controller (--from)
-    port: int
-
-    @property
-    def target(self) -> str:
-        return f"{self.host.alias}:{DRAFTER_DIR}"
-
-    def ssh(self) -> list[str]:
-        assert self.host.client is not None
-        return ["--ssh-config", str(self.host.client.ssh_config), "--no-agent"]
-
-    def launch(
-        self,
-        *extra: str,
-        target: str | None = None,
-        env: dict[str, str] | None = None,
-        check: bool = False,
-    ):
-        env_args = [a for k, v in (env or {}).items() for a in ("--env", f"{k}={v}")]
-        if not check:
-            env_args.append("--no-check")
-        return self.cli.run(
-            "launch",
-            target or self.target,
-            "--model",
-            TARGET_DIR,
-            "--from",
-            str(self.authority),
-            "--vllm",
-            self.standin.vllm,
-            "--port",
-            str(self.port),
-            "--ready-timeout",
-            READY_TIMEOUT,
-            *env_args,
-            *self.ssh(),
-            *extra,
-        )
-
-    def run(self, command: str, *extra: str, target: str | None = None):
-        return self.cli.run(
-            command, target or self.target, "--port", str(self.port), *self.ssh(), *extra
-        )
-
-    def sh(self, script: str, *args: str) -> str:
-        proc = self.host.exec(["sh", "-c", script, "sh", *args], timeout=60)
-        return str(proc.stdout)
-
-    def pid(self) -> int | None:
-        text = self.sh('cat "$1" 2>/dev/null || true', f"{STATE}/{self.port}/pid").split()
-        return int(text[0]) if text and text[0].isdigit() else None  # "PID START_TIME"
-
-    def group(self, pgid: int) -> list[int]:
-        """Live (non-zombie) processes of process group ``pgid`` inside the host."""
-        out = self.sh("ps -e -o pid=,pgid=,stat= 2>/dev/null || true")
-        members = []
-        for line in out.splitlines():
-            pid, group, stat = line.split()[:3]
-            if int(group) == pgid and not stat.startswith("Z"):
-                members.append(int(pid))
-        return members
-
-
-def _error_line(proc: Any, code: ExitCode) -> str:
-    assert proc.returncode == code, proc.stdout + proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
-    assert len(errors) == 1, proc.stderr
-    return errors[0]
 
 
 @pytest.fixture
 def bed(ssh_host: Host, tmp_path: Path) -> Iterator[Bed]:
-    """test_runtime_lifecycle's Bed: one host, the stand-in, the drafter, a CLI."""
-    standin = install_standin(ssh_host, "/root/standin", verify=False)
-    put(ssh_host, f"{DRAFTER_DIR}/config.json", REFERENCE)
-    put(ssh_host, f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
-    authority = tmp_path / "authoritative.json"
-    authority.write_bytes(REFERENCE)
-    (tmp_path / "work").mkdir()
-    yield Bed(ssh_host, standin, Cli(tmp_path / "work"), authority, free_port())
+    """One host, the stand-in, the drafter, a CLI (tests/fixtures/lifecycle_bed.py)."""
+    yield make_bed(ssh_host, tmp_path)
 
 
 @pytest.fixture
@@ -204,7 +116,7 @@ def test_restart_with_a_bad_env_value_leaves_the_old_server_running(bed: Bed) ->
 
     refused = bed.launch("--restart", "--num-speculative-tokens", "4", env={"BAD": "one\ntwo"})
     assert bed.pid() == first and alive(bed, first), "the refused restart stopped the server"
-    line = _error_line(refused, ExitCode.USAGE)
+    line = error_line(refused, ExitCode.USAGE)
     assert "--env BAD" in line and "line break" in line
     assert "keeps running" in line and f"pid {first}" in line
     status = bed.run("status")
@@ -311,13 +223,13 @@ def test_an_unsafe_state_directory_is_refused(bed: Bed, case: str) -> None:
         bed.sh('umask 077 && mkdir -p "$1" && chmod 755 "$1"', sdir)
         why = "mode 755, not 0700"
     refused = bed.launch()
-    line = _error_line(refused, ExitCode.REMOTE_FAILED)
+    line = error_line(refused, ExitCode.REMOTE_FAILED)
     assert "refusing the state directory" in line and why in line
     assert "pid" not in bed.sh('ls "$1"/ 2>/dev/null || true', sdir).split()
     if case == "symlink":
         assert bed.sh("ls -A /root/elsewhere").split() == []  # nothing written through it
     for command in ("status", "stop", "logs"):
-        _error_line(bed.run(command), ExitCode.REMOTE_FAILED)
+        error_line(bed.run(command), ExitCode.REMOTE_FAILED)
 
 
 # --------------------------------------------------------------------------------------------
@@ -461,7 +373,7 @@ def test_a_port_held_by_a_process_the_login_cannot_see_is_reported_as_such(
             "--no-check",
             *ssh,
         )
-        line = _error_line(launch, ExitCode.PORT_TAKEN)
+        line = error_line(launch, ExitCode.PORT_TAKEN)
         assert "held by a process this login cannot see" in line
         stop = cli.run("stop", spec, "--port", str(port), *ssh)
         assert stop.returncode == ExitCode.NOT_RUNNING
@@ -493,7 +405,7 @@ def test_inside_an_lxc_container_restart_refuses_first_and_stop_ends_every_proce
     refused = bed.launch(*python, "--restart", target=target, env={**env, "BAD": "a\nb"})
     assert alive(bed, server, container), "the refused restart stopped the server"
     assert int(pidfile(bed, container)[0]) == server
-    line = _error_line(refused, ExitCode.USAGE)
+    line = error_line(refused, ExitCode.USAGE)
     assert f"pid {server}" in line and "keeps running" in line
 
     stopped = bed.run("stop", target=target)
@@ -508,5 +420,5 @@ def test_inside_an_lxc_container_restart_refuses_first_and_stop_ends_every_proce
     zero = bed.run("stop", target=target)
     assert zero.returncode == ExitCode.NOT_RUNNING and "pid 0" in zero.stdout
     container.attach(["sh", "-c", 'chmod 755 "$1"', "sh", sdir])
-    line = _error_line(bed.run("status", target=target), ExitCode.REMOTE_FAILED)
+    line = error_line(bed.run("status", target=target), ExitCode.REMOTE_FAILED)
     assert "refusing the state directory" in line and "mode 755" in line

@@ -580,6 +580,16 @@ def test_the_runtime_demo_behaves_as_documented(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "acceptance 100.0%" in done.stdout  # the agreeing drafter's runtime-check
     assert "is below --min-acceptance" in done.stdout  # the rejected drafts caught
+    # Every step a `$` line: the models copied to gpu01 (not the fleet's h01), the drafter's
+    # config fetched into runtime/dflash.lock, which launch, runtime-check and doctor use.
+    commands = [line for line in done.stdout.splitlines() if line.startswith("$ ")]
+    assert sum(line.startswith("$ tar -C ../tiny-models/") for line in commands) == 3
+    assert "$ dflash-provision fetch demo/tiny-qwen3-dflash" in commands
+    assert not any("--from" in line or " h01:" in line for line in commands), commands
+    assert "$ dflash-provision launch gpu01:/root/models/tiny-qwen3-dflash --model \\" in commands
+    # stage d says why the tiny model's completion text is empty
+    assert "an empty text is expected from a synthetic model" in " ".join(done.stdout.split())
+    assert all(len(line) <= 80 for line in done.stdout.splitlines())
     assert done.stdout.rstrip().endswith("Runtime demo finished: every step behaved as documented.")
 
 

@@ -87,14 +87,14 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
     "history": ((), (*_BASE, 9)),
     "launch": (
         (TARGET_FORM, AUTHORITY_FORM),
-        (*_BASE, 3, 4, *_CONNECT, *_HUB, 20, 22, 23, 24, 25, 26),
+        (*_BASE, 3, 4, *_CONNECT, *_HUB, 20, 22, 23, 24, 25, 26, 130),
     ),
-    "status": ((TARGET_FORM,), (*_BASE, *_CONNECT, 21)),
+    "status": ((TARGET_FORM,), (*_BASE, *_CONNECT, 21, 22)),
     "stop": ((TARGET_FORM,), (*_BASE, *_CONNECT, 21)),
     "logs": ((TARGET_FORM,), (*_BASE, *_CONNECT, 21)),
     "runtime-check": (
         (TARGET_FORM, FLEET_FORM, AUTHORITY_FORM),
-        (*_BASE, 3, *_CONNECT, *_HUB, 24, 25, 26),
+        (*_BASE, 3, *_CONNECT, 9, *_HUB, 24, 25, 26),
     ),
     "doctor": ((TARGET_FORM, AUTHORITY_FORM), (*_BASE, 3, 4, *_CONNECT, *_HUB, 24, 25, 26)),
     "rollout": (
@@ -112,6 +112,9 @@ _SPECIFIC: dict[tuple[str, int], str] = {
     ("verify", 4): "the file differs or is missing (the diff is printed)",
     ("runtime-check", 5): "unreachable (the fleet form: some hosts not checked)",
     ("doctor", 4): "the file on disk differs from the authoritative config",
+    ("status", 22): "the port is held by a process this login cannot see",
+    ("launch", 130): "Ctrl-C during the readiness wait: the server keeps starting (stop named)",
+    ("runtime-check", 9): "checked, but the acceptance reference could not be recorded",
 }
 
 

@@ -24,7 +24,8 @@ if TYPE_CHECKING:
     from dflash_provision.authority import Authority
     from dflash_provision.runtime.check import CheckReport
     from dflash_provision.runtime.launch import LaunchResult
-    from dflash_provision.runtime.preflight import LaunchRequest
+    from dflash_provision.runtime.preflight import LaunchRequest, Preflight
+    from dflash_provision.runtime.records import LaunchRecord
     from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
@@ -140,7 +141,14 @@ def command(
     )
     with connection.open(target) as transport:
         try:
-            result = launch(transport, target, authority, request, progress=_Progress())
+            result = launch(
+                transport,
+                target,
+                authority,
+                request,
+                progress=_Progress(),
+                preflight_passed=None if as_json else _render_preflight(str(target), port),
+            )
         except ReadinessInterrupted as stopped_waiting:
             click.echo(stopped_waiting.message, err=True)
             ctx.exit(INTERRUPTED_EXIT)
@@ -202,9 +210,19 @@ class _Progress:
         sys.stderr.flush()
 
 
-def _render(result: LaunchResult) -> None:
-    pre, record = result.preflight, result.record
-    click.echo(f"launch {result.target} port {result.port}")
+def _render_preflight(target: str, port: int) -> Callable[[Preflight, LaunchRecord], None]:
+    """The pre-flight summary, printed as soon as it passed: before the server starts and the
+    wait for readiness (minutes for a real vLLM) begins."""
+
+    def show(pre: Preflight, record: LaunchRecord) -> None:
+        click.echo(f"launch {target} port {port}")
+        _render_summary(pre, record)
+        sys.stdout.flush()
+
+    return show
+
+
+def _render_summary(pre: Preflight, record: LaunchRecord) -> None:
     click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {pre.drafter_sha256[:12]} matches")
     layers = ", ".join(f"{k} {v}" for k, v in pre.validation.layers.items())
     click.echo(f"  validation  {'ok' if pre.validation.ok else 'FAILED'} ({layers})")
@@ -217,6 +235,10 @@ def _render(result: LaunchResult) -> None:
         click.echo(f"  note        {note}")
     click.echo(f"  command     {shlex.join(record.argv)}")
     click.echo(f"  log         {record.log_path}")
+
+
+def _render(result: LaunchResult) -> None:
+    """What the launch came to (the pre-flight summary was shown before the wait)."""
     ready = result.ready
     if result.ok:
         took = f" in {ready.elapsed_s:.1f} s" if ready else ""

@@ -95,6 +95,15 @@ if TYPE_CHECKING:
     metavar="FILE",
     help="Also write per-host acceptance gauges to a node_exporter textfile.",
 )
+@click.option(
+    "--deadline",
+    "host_deadline",
+    type=click.FloatRange(1, 86400),
+    metavar="SECONDS",
+    help="Fleet form: the most time one host's check may take (default: 3 x --command-timeout); "
+    "a host still running then is reported not checked (dflash_runtime_check_up 0) and the run "
+    "goes on, so it ends within ceil(hosts / --workers) deadlines.",
+)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -114,6 +123,7 @@ def command(
     reset_reference: bool,
     as_json: bool,
     prometheus: Path | None,
+    host_deadline: float | None,
 ) -> None:
     from dflash_provision.runtime.check import CheckSettings
 
@@ -139,7 +149,7 @@ def command(
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:
         ctx.exit(_single(selection, connection, settings, as_json, lock_repo))
-    ctx.exit(_fleet(selection, connection, settings, as_json, prometheus))
+    ctx.exit(_fleet(selection, connection, settings, as_json, prometheus, host_deadline))
 
 
 def _fraction(value: str | None) -> float | None:
@@ -253,6 +263,7 @@ def _fleet(
     settings: CheckSettings,
     as_json: bool,
     prometheus: Path | None,
+    host_deadline: float | None = None,
 ) -> int:
     from dflash_provision.cli._fleet import ProgressDisplay, make_run
     from dflash_provision.cli._render import echo_rich
@@ -269,6 +280,7 @@ def _fleet(
             settings,
             workers=selection.workers,
             progress=lambda r: display.advance(r.name, r.verdict.value),
+            host_deadline=host_deadline or fleet_check.default_host_deadline(settings.timeout),
         )
     elapsed = time.monotonic() - started
     code = fleet_check.fleet_exit_code(rows)

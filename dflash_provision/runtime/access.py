@@ -11,13 +11,22 @@
 ``open_server(transport, port)`` picks the way; ``request`` raises UnreachableError with
 reason "refused" when nothing accepts on the port yet (readiness polls on that), and returns
 every HTTP status, 5xx included, as an HttpReply.
+
+Every request has ONE deadline, ``timeout`` seconds for the connection, the request, the headers
+and the body together (a server that answers a byte every 2 s costs the deadline, not forever):
+DeadlineReached says how many bytes had come. Inside a container the program ends itself at that
+deadline too, and the transport's own timeout bounds the command. The body is read up to
+``max_bytes`` + 1 bytes on the side that talks to the server (``HttpReply.truncated``).
 """
 
 from __future__ import annotations
 
 import abc
 import http.client
+import io
 import json
+import socket
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -94,9 +103,12 @@ def check_access(transport: Transport, port: int, *, python: str | None, timeout
     """Make sure the port can be reached before anything starts: for a container, that its
     python runs (else RemoteStepFailed(step="access") naming --python). Nothing to check for
     SSH and local access."""
+    from dflash_provision.runtime.bounded import run_bounded
+
     access = open_server(transport, port, python=python)
     if isinstance(access, ContainerAccess):
-        result = transport.run([access.python, "-c", "import urllib.request"], timeout=timeout)
+        argv = [access.python, "-c", "import http.client, signal"]
+        result = run_bounded(transport, argv, timeout=timeout)  # a hung python is ended there
         if result.exit_status != 0:
             raise access._no_python(result.exit_status, result.stderr)
 
@@ -116,17 +128,123 @@ def _headers(body: bytes | None, extra: dict[str, str] | None) -> dict[str, str]
     return headers
 
 
+class ReplyUnusable(RemoteStepFailed):
+    """An endpoint's answer that cannot be used as evidence: it did not finish by the deadline,
+    it was larger than the bound, or it was cut short. The message names the request."""
+
+
+class DeadlineReached(ReplyUnusable):
+    """A request's one deadline (headers and body together) passed before its answer was whole:
+    a server that drips bytes costs the deadline, never more (step "timeout")."""
+
+    def __init__(self, message: str, *, received: int) -> None:
+        super().__init__(message, step="timeout")
+        self.received = received
+
+
+def too_large(method: str, path: str, max_bytes: int) -> ReplyUnusable:
+    """``GET /metrics: answer larger than 4 MiB: refused``."""
+    return ReplyUnusable(
+        f"{method} {path}: answer larger than {size_text(max_bytes)}: refused", step="http"
+    )
+
+
+def size_text(size: int) -> str:
+    if size >= 1024 * 1024 and size % (1024 * 1024) == 0:
+        return f"{size // (1024 * 1024)} MiB"
+    if size >= 1024 and size % 1024 == 0:
+        return f"{size // 1024} KiB"
+    return f"{size} bytes"
+
+
+def deadline_text(method: str, path: str, received: int, timeout: float) -> str:
+    """``GET /metrics: the server sent 37 bytes in 30 s and did not finish: deadline reached``."""
+    if received <= 0:
+        return f"{method} {path}: no answer within {timeout:g} s: deadline reached"
+    return (
+        f"{method} {path}: the server sent {received} bytes in {timeout:g} s and did not "
+        "finish: deadline reached"
+    )
+
+
+class _Expired(Exception):
+    """Raised inside http.client's reads when the request's deadline has passed."""
+
+
+class _DeadlineStream(io.RawIOBase):
+    """The connection as http.client reads it: every recv waits at most until the request's one
+    deadline (not a fresh timeout per read), and the bytes received are counted for the
+    message. ``link`` is a socket or a paramiko channel (both have recv, sendall, settimeout)."""
+
+    def __init__(self, link: Any, deadline: float) -> None:
+        super().__init__()
+        self.link = link
+        self.deadline = deadline
+        self.received = 0
+
+    def remaining(self) -> float:
+        left = self.deadline - time.monotonic()
+        if left <= 0:
+            raise _Expired
+        return left
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        self.link.settimeout(self.remaining())
+        try:
+            chunk = self.link.recv(len(buffer))
+        except TimeoutError:
+            raise _Expired from None
+        buffer[: len(chunk)] = chunk
+        self.received += len(chunk)
+        return len(chunk)
+
+    # what http.client needs of its "socket"
+    def sendall(self, data: bytes) -> None:
+        self.link.settimeout(self.remaining())
+        try:
+            self.link.sendall(data)
+        except TimeoutError:
+            raise _Expired from None
+
+    def makefile(self, *args: Any, **kwargs: Any) -> Any:
+        return io.BufferedReader(self, _CHUNK)
+
+    def close(self) -> None:
+        # http.client closes its "socket" before the body of a "Connection: close" reply is read
+        # (a real socket survives that through makefile's reference; a channel would not): the
+        # request closes the link itself once the body is read.
+        pass
+
+
+_CHUNK = 64 * 1024
+
+
 def _exchange(
-    conn: http.client.HTTPConnection,
+    link: Any,
     method: str,
     path: str,
     body: bytes | None,
     headers: dict[str, str],
     max_bytes: int,
+    deadline: float,
+    timeout: float,
 ) -> HttpReply:
-    conn.request(method, path, body=body, headers=headers)
-    response = conn.getresponse()
-    data = response.read(max_bytes + 1)
+    """One request over ``link`` within ``deadline`` (time.monotonic()); at most ``max_bytes``
+    + 1 bytes of body are read (``truncated`` then says the answer was longer)."""
+    stream = _DeadlineStream(link, deadline)
+    conn = http.client.HTTPConnection(SERVER_HOST, timeout=timeout)
+    conn.sock = stream
+    try:
+        conn.request(method, path, body=body, headers=headers)
+        response = conn.getresponse()
+        data = response.read(max_bytes + 1)
+    except _Expired:
+        raise DeadlineReached(
+            deadline_text(method, path, stream.received, timeout), received=stream.received
+        ) from None
     return HttpReply(
         status=response.status,
         headers={k.lower(): v for k, v in response.getheaders()},
@@ -150,24 +268,27 @@ class LocalAccess(ServerAccess):
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: dict[str, str] | None = None,
     ) -> HttpReply:
-        conn = http.client.HTTPConnection(SERVER_HOST, self.port, timeout=timeout)
+        deadline = time.monotonic() + timeout
         try:
-            return _exchange(conn, method, path, body, _headers(body, headers), max_bytes)
+            sock = socket.create_connection((SERVER_HOST, self.port), timeout=timeout)
         except ConnectionRefusedError:
             raise UnreachableError(
                 f"nothing accepts connections on {self.description}", reason="refused"
             ) from None
-        except TimeoutError:
+        except OSError as exc:
             raise RemoteStepFailed(
-                f"{method} {path} on {self.description}: no reply within {timeout:g} s",
-                step="timeout",
+                f"{method} {path} on {self.description}: {exc}", step="http"
             ) from None
+        try:
+            return _exchange(
+                sock, method, path, body, _headers(body, headers), max_bytes, deadline, timeout
+            )
         except (OSError, http.client.HTTPException) as exc:
             raise RemoteStepFailed(
                 f"{method} {path} on {self.description}: {exc}", step="http"
             ) from None
         finally:
-            conn.close()
+            sock.close()
 
 
 class SshForwardAccess(ServerAccess):
@@ -188,17 +309,12 @@ class SshForwardAccess(ServerAccess):
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: dict[str, str] | None = None,
     ) -> HttpReply:
+        deadline = time.monotonic() + timeout
         channel = self.ssh.open_direct_tcpip(SERVER_HOST, self.port, timeout)
-        channel.settimeout(timeout)
-        conn = http.client.HTTPConnection(SERVER_HOST, self.port, timeout=timeout)
-        conn.sock = _HeldChannel(channel)
         try:
-            return _exchange(conn, method, path, body, _headers(body, headers), max_bytes)
-        except TimeoutError:
-            raise RemoteStepFailed(
-                f"{method} {path} on {self.description}: no reply within {timeout:g} s",
-                step="timeout",
-            ) from None
+            return _exchange(
+                channel, method, path, body, _headers(body, headers), max_bytes, deadline, timeout
+            )
         except (OSError, EOFError, http.client.HTTPException) as exc:
             # The server closing a forwarded connection before answering is how a port that
             # listens but is not serving yet looks from here.
@@ -207,57 +323,53 @@ class SshForwardAccess(ServerAccess):
                 step="http",
             ) from None
         finally:
-            conn.close()
             channel.close()
 
 
-class _HeldChannel:
-    """The channel as http.client sees it (sendall, makefile), except that its close() does
-    nothing: on a "Connection: close" reply getresponse() closes its socket before the body is
-    read, which a real socket survives (makefile holds it open) but a paramiko channel does
-    not: the rest of the body was lost (seen with real vLLM's ~60 KB /metrics; found by the
-    real-vLLM tier). The request closes the channel itself once the body is read."""
-
-    def __init__(self, channel: Any) -> None:
-        self._channel = channel
-
-    def sendall(self, data: bytes) -> None:
-        self._channel.sendall(data)
-
-    def makefile(self, *args: Any) -> Any:
-        return self._channel.makefile(*args)
-
-    def close(self) -> None:
-        pass
-
-
-# Runs inside the container: argv METHOD URL TIMEOUT MAX_BYTES, body on stdin (may be empty).
-# Prints one JSON line (status, headers, or error), then the body bytes (at most MAX_BYTES+1).
+# Runs inside the container: argv METHOD PORT PATH TIMEOUT MAX_BYTES, body on stdin (may be
+# empty). Prints one JSON line (status, headers, or error), then the body bytes (at most
+# MAX_BYTES+1). One deadline for the whole request (an interval timer: a read that drips a byte
+# at a time is cut there, not given a fresh timeout per read), plus the socket's own timeout.
 CONTAINER_PROGRAM = r"""
-import json, sys, urllib.request, urllib.error
-method, url, timeout, limit = sys.argv[1], sys.argv[2], float(sys.argv[3]), int(sys.argv[4])
+import http.client, json, signal, sys
+method, port, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+timeout, limit = float(sys.argv[4]), int(sys.argv[5])
 body = sys.stdin.buffer.read(16 * 1024 * 1024) or None
-req = urllib.request.Request(url, data=body, method=method)
-req.add_header("Connection", "close")
+class Deadline(Exception):
+    pass
+def expire(*_):
+    raise Deadline
+signal.signal(signal.SIGALRM, expire)
+signal.setitimer(signal.ITIMER_REAL, timeout)
+headers = {"Connection": "close", "Accept": "*/*"}
 if body is not None:
-    req.add_header("Content-Type", "application/json")
+    headers["Content-Type"] = "application/json"
 out = sys.stdout.buffer
+data = b""
 try:
-    try:
-        resp = urllib.request.urlopen(req, timeout=timeout)
-    except urllib.error.HTTPError as err:
-        resp = err
-    data = resp.read(limit + 1)
-    head = {"status": resp.status, "headers": {k.lower(): v for k, v in resp.headers.items()}}
-except urllib.error.URLError as err:
-    reason = err.reason
-    refused = isinstance(reason, ConnectionRefusedError)
-    head, data = {"error": "refused" if refused else "error", "detail": str(reason)}, b""
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
+    conn.request(method, path, body=body, headers=headers)
+    resp = conn.getresponse()
+    while len(data) <= limit:
+        chunk = resp.read1(65536)
+        if not chunk:
+            break
+        data += chunk
+    signal.setitimer(signal.ITIMER_REAL, 0)
+    head = {"status": resp.status, "headers": {k.lower(): v for k, v in resp.getheaders()}}
+except Deadline:
+    head, data = {"error": "deadline", "received": len(data)}, b""
+except ConnectionRefusedError as err:
+    head, data = {"error": "refused", "detail": str(err)}, b""
 except Exception as err:
+    signal.setitimer(signal.ITIMER_REAL, 0)
     kind = "timeout" if "timed out" in str(err) else "error"
     head, data = {"error": kind, "detail": f"{type(err).__name__}: {err}"}, b""
-out.write(json.dumps(head).encode() + b"\n" + data)
+out.write(json.dumps(head).encode() + b"\n" + data[: limit + 1])
 """
+#: The container's program ends itself at the request's deadline; the transport waits this much
+#: longer (lxc-attach and the python's start-up) before it ends the command itself.
+CONTAINER_MARGIN_S = 15.0
 
 
 @dataclass
@@ -282,9 +394,17 @@ class ContainerAccess(ServerAccess):
         max_bytes: int = DEFAULT_MAX_BYTES,
         headers: dict[str, str] | None = None,
     ) -> HttpReply:
-        url = f"http://{SERVER_HOST}:{self.port}{path}"
-        argv = [self.python, "-c", CONTAINER_PROGRAM, method, url, f"{timeout:g}", str(max_bytes)]
-        result = self.transport.run(argv, stdin=body or b"", timeout=timeout + 30.0)
+        argv = [
+            self.python,
+            "-c",
+            CONTAINER_PROGRAM,
+            method,
+            str(self.port),
+            path,
+            f"{timeout:g}",
+            str(max_bytes),
+        ]
+        result = self.transport.run(argv, stdin=body or b"", timeout=timeout + CONTAINER_MARGIN_S)
         head_line, sep, data = result.stdout.partition(b"\n")
         try:
             head = json.loads(head_line) if sep else None
@@ -296,6 +416,13 @@ class ContainerAccess(ServerAccess):
         if error == "refused":
             raise UnreachableError(
                 f"nothing accepts connections on {self.description}", reason="refused"
+            )
+        if error == "deadline":
+            received = head.get("received")
+            received = received if isinstance(received, int) else 0
+            raise DeadlineReached(
+                deadline_text(method, path, received, timeout),
+                received=received,
             )
         if error is not None:
             step = "timeout" if error == "timeout" else "http"

@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
+from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.runtime.access import ReplyUnusable, too_large
 from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
@@ -36,6 +37,7 @@ from dflash_provision.runtime.stage_traffic import (
     Completion,
     complete,
     cut_short,
+    endpoint_failed,
     served_model_id,
     stage_acceptance,
     stage_completion,
@@ -289,6 +291,10 @@ def _serve_stages(
             before = spec_counters(_metrics_text(access, timeout))
             prompts = _smoke_prompts(settings.prompts)
             first = _complete(access, model_id, prompts[0], settings.max_tokens, timeout)
+        except ReplyUnusable as exc:  # /v1/models or /metrics dripped, too large, cut short
+            stage_d = endpoint_failed(ctx, "d", exc)
+            stage_d.duration_s = report.smoke_s = time.monotonic() - started
+            return [stage_d, skipped("e", "no completion succeeded: nothing to measure")]
         except DflashProvisionError as exc:
             first, before, prompts = Completion(False, error=exc.message), None, []
         stage_d = stage_completion(ctx, first, _fatal_since(ctx))
@@ -305,6 +311,8 @@ def _serve_stages(
         report.smoke_s = time.monotonic() - started
         try:
             after = spec_counters(_metrics_text(access, timeout))
+        except ReplyUnusable as exc:
+            return [stage_d, endpoint_failed(ctx, "e", exc)]
         except DflashProvisionError as exc:
             why = f"the counters could not be read after the smoke prompts: {exc.message}"
             failed = StageResult("e", "acceptance", StageStatus.FAILED, why, [why])
@@ -398,10 +406,14 @@ def _complete(access: Any, model_id: str | None, prompt: str, tokens: int, timeo
 
 
 def _metrics_text(access: Any, timeout: float) -> str:
+    """/metrics' text (bounded: METRICS_BYTES, one deadline); ReplyUnusable when it dripped past
+    the deadline, was larger than the bound or was cut short."""
     reply = access.request("GET", "/metrics", timeout=timeout, max_bytes=METRICS_BYTES)
+    if reply.truncated:
+        raise too_large("GET", "/metrics", METRICS_BYTES)
     short = cut_short(reply)
     if short:
-        raise RemoteStepFailed(f"GET /metrics: {short}", step="http")
+        raise ReplyUnusable(f"GET /metrics: {short}", step="http")
     if reply.status != 200:
         return ""
     return str(reply.body.decode("utf-8", "replace"))

@@ -4,33 +4,44 @@ node_exporter textfile with per-host acceptance gauges.
 
 Prometheus metrics (one series per host unless said otherwise)::
 
+    dflash_runtime_check_up{host,group,path}                1 checked, 0 could not be checked
+                                                            (unreachable, its deadline, an error)
     dflash_runtime_check_passed{host,group,path}            1 when every stage a-e passed
     dflash_runtime_check_inconclusive{host,group,path}      1 when no stage failed, one undecided
     dflash_runtime_stage_passed{host,group,path,stage}      1 passed, 0 failed or skipped
     dflash_runtime_acceptance_rate{host,group,path}         accepted / draft tokens (when measured)
     dflash_runtime_mean_acceptance_length{host,group,path}  1 + accepted / drafts (when measured)
+    dflash_runtime_acceptance_regression{host,group,path}   drop of the mean acceptance length
+                                                            vs the host's reference (0.12 = 12 %
+                                                            lower; only when compared)
     dflash_runtime_check_duration_seconds{host,group,path}  time spent on the host
     dflash_runtime_check_timestamp_seconds                  when the run finished (Unix time)
 
 An alert on ``dflash_runtime_acceptance_rate < 0.1`` catches an acceptance collapse the way
 ``dflash_config_in_sync == 0`` catches drift; ``dflash_runtime_check_passed == 0`` catches the
-rest (a host that could not be reached has no acceptance series and check_passed 0).
+rest (a host that could not be reached has no acceptance series and check_passed 0), and
+``dflash_runtime_check_up == 0`` names every host the run could not check, so that an alert
+on its last acceptance cannot go silently stale.
 """
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import shlex
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.fleet.auditing import for_each_host, internal_error, resolve_authorities
 from dflash_provision.fleet.classify import classify_exception
+from dflash_provision.fleet.run import CountingTransport
 from dflash_provision.runtime.check import CheckReport, CheckSettings, run_check
+from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -75,12 +86,72 @@ class HostCheck:
         }
 
 
-def check_host(run: FleetRun, member: FleetMember, settings: CheckSettings) -> HostCheck:
-    """Check one member on its own connection; errors become a NOT_CHECKED row, never raise."""
-    from dflash_provision.runtime.check import push_fix_command
+def check_host(
+    run: FleetRun,
+    member: FleetMember,
+    settings: CheckSettings,
+    host_deadline: float | None = None,
+) -> HostCheck:
+    """Check one member on its own connection; errors become a NOT_CHECKED row, never raise.
+    ``host_deadline``: the most seconds the host may take (then NOT_CHECKED, status
+    "deadline", its connection closed; see ``_within``)."""
+    if host_deadline is None:
+        return _check_host(run, member, settings, run.open(member))
+    return _within(run, member, settings, host_deadline)
 
+
+def _within(
+    run: FleetRun, member: FleetMember, settings: CheckSettings, host_deadline: float
+) -> HostCheck:
+    """The check in a daemon thread of its own, waited for at most ``host_deadline`` s. At the
+    deadline the host's transport refuses every further command and is closed (which ends a read
+    in flight), and the row says so: the run goes on without it, and a thread still finishing
+    one bounded step does not hold the process at exit."""
     started = time.monotonic()
-    row = HostCheck(
+    guard = _Guard(run.open(member))
+    rows: list[HostCheck] = []
+    worker = threading.Thread(
+        target=lambda: rows.append(_check_host(run, member, settings, guard)),
+        name=f"runtime-check {member.name}",
+        daemon=True,
+    )
+    worker.start()
+    worker.join(host_deadline)
+    if rows:
+        return rows[0]
+    guard.expire()
+    row = _row(member)
+    row.unreachable_status = "deadline"
+    row.detail = (
+        f"not checked: the host did not finish within its {host_deadline:g} s deadline "
+        "(--deadline); its connection was closed"
+    )
+    row.duration_s = time.monotonic() - started
+    return row
+
+
+class _Guard(CountingTransport):
+    """The host's transport until its deadline; then every command is refused at once."""
+
+    def __init__(self, inner: Transport) -> None:
+        super().__init__(inner)
+        self.expired = threading.Event()
+
+    def run(
+        self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
+    ) -> CommandResult:
+        if self.expired.is_set():
+            raise RemoteStepFailed(f"{self.description}: deadline reached", step="timeout")
+        return super().run(argv, stdin=stdin, timeout=timeout)
+
+    def expire(self) -> None:
+        self.expired.set()
+        with contextlib.suppress(Exception):  # closing a connection that is already gone
+            self.inner.close()
+
+
+def _row(member: FleetMember) -> HostCheck:
+    return HostCheck(
         member.name,
         member.group,
         member.target.display(),
@@ -88,9 +159,17 @@ def check_host(run: FleetRun, member: FleetMember, settings: CheckSettings) -> H
         HostVerdict.NOT_CHECKED,
         "",
     )
+
+
+def _check_host(
+    run: FleetRun, member: FleetMember, settings: CheckSettings, transport: Transport
+) -> HostCheck:
+    from dflash_provision.runtime.check import push_fix_command
+
+    started = time.monotonic()
+    row = _row(member)
     authority = run.authority(member)
     fix = push_fix_command(member.target, shlex.join(member.source.push_options()))
-    transport = run.open(member)
     try:
         report = run_check(transport, member.target, authority, settings, push_fix=fix)
     except DflashProvisionError as exc:
@@ -129,12 +208,25 @@ def check_fleet(
     *,
     workers: int,
     progress: Callable[[HostCheck], None] | None = None,
+    host_deadline: float | None = None,
 ) -> list[HostCheck]:
-    """Check every member in parallel (bounded pool); rows in the members' order."""
+    """Check every member in parallel (bounded pool); rows in the members' order. With
+    ``host_deadline`` no host takes longer than that (see ``check_host``), so the run ends
+    within ceil(hosts / workers) host deadlines."""
     resolve_authorities(run, members)  # a Hub error stops the run before any host is touched
     return for_each_host(
-        members, lambda m: check_host(run, m, settings), workers, "runtime-check", progress
+        members,
+        lambda m: check_host(run, m, settings, host_deadline),
+        workers,
+        "runtime-check",
+        progress,
     )
+
+
+def default_host_deadline(command_timeout: float) -> float:
+    """A host's deadline when --deadline is not given: three command timeouts (a healthy check
+    takes a few seconds; each of its steps is bounded by one command timeout)."""
+    return 3.0 * command_timeout
 
 
 def fleet_exit_code(rows: Sequence[HostCheck]) -> ExitCode:
@@ -228,6 +320,12 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     def host_labels(row: HostCheck, **extra: str) -> str:
         return _labels(host=row.name, group=row.group, path=row.path, **extra)
 
+    metric(
+        "dflash_runtime_check_up",
+        "1 when the host was checked, 0 when it could not be (unreachable, deadline, error).",
+    )
+    for row in rows:
+        lines.append(f"dflash_runtime_check_up{host_labels(row)} {int(row.report is not None)}")
     metric("dflash_runtime_check_passed", "1 when every runtime-check stage passed, else 0.")
     for row in rows:
         passed = int(row.verdict is HostVerdict.PASSED)
@@ -255,6 +353,7 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
         )
         if isinstance(mean, float):
             lines.append(f"dflash_runtime_mean_acceptance_length{host_labels(row)} {mean:.6f}")
+    _regression_gauge(rows, metric, host_labels, lines)
     metric("dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host.")
     for row in rows:
         lines.append(
@@ -263,3 +362,20 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     metric("dflash_runtime_check_timestamp_seconds", "Unix time when the runtime check finished.")
     lines.append(f"dflash_runtime_check_timestamp_seconds {timestamp:.3f}")
     return "\n".join(lines) + "\n"
+
+
+def _regression_gauge(
+    rows: Sequence[HostCheck],
+    metric: Callable[[str, str], None],
+    host_labels: Callable[[HostCheck], str],
+    lines: list[str],
+) -> None:
+    """Stage e's ``regression`` against the acceptance reference, for an alert on a drop that
+    stays above the gate (no series when there was no reference to compare with)."""
+    name = "dflash_runtime_acceptance_regression"
+    metric(name, "Relative drop of the mean acceptance length vs the reference (0.12 = 12 %).")
+    for row in rows:
+        stage = row.report.stage("e") if row.report else None
+        drop = stage.data.get("regression") if stage and not stage.inconclusive else None
+        if isinstance(drop, (int, float)) and not isinstance(drop, bool):
+            lines.append(f"{name}{host_labels(row)} {float(drop):.6f}")

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
@@ -138,8 +139,11 @@ def launch(
     request: LaunchRequest,
     *,
     progress: Progress | None = None,
+    preflight_passed: Callable[[Preflight, LaunchRecord], None] | None = None,
 ) -> LaunchResult:
     """Pre-flight, then start (or find already running) and wait for readiness.
+    ``preflight_passed`` is told what pre-flight found before anything starts or is waited for
+    (the CLI shows its summary then, not after a wait of minutes).
 
     Everything that can refuse this launch runs before ``--restart`` stops the old server:
     the env values, the whole pre-flight (drafter file, validation, vLLM version, the way to
@@ -167,6 +171,8 @@ def launch(
         if request.restart:
             exc.message += _left_running(transport, request.port, timeout)
         raise
+    if preflight_passed is not None:
+        preflight_passed(pre, record)
     status: LaunchStatus = "started"
     if state.ours:
         if state.record is not None and state.record.same_launch(record):

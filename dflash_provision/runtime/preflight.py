@@ -264,11 +264,22 @@ def _check_weights(
 
 
 def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: float) -> str:
-    """``CMD --version`` on the target: the first word of its last output line."""
-    result = transport.run([*vllm_cmd, "--version"], timeout=timeout)
+    """``CMD --version`` on the target: the first word of its last output line. It is ended on
+    the target at its deadline (and on Ctrl-C): a hung one is VLLM_UNUSABLE, not left running."""
+    from dflash_provision.runtime.bounded import EndedAtDeadline, run_bounded
+
+    command = " ".join(vllm_cmd)
+    try:
+        result = run_bounded(transport, [*vllm_cmd, "--version"], timeout=timeout)
+    except EndedAtDeadline as exc:
+        raise RuntimeFailure(
+            f"pre-flight: `{command} --version` did not answer within {exc.deadline} s on "
+            f"{transport.description} and was ended there: vLLM cannot start there as it is "
+            "(a hung import, a GPU driver call?); try it by hand on the target",
+            exit_code=ExitCode.VLLM_UNUSABLE,
+        ) from None
     out = result.stdout.decode("utf-8", "replace").strip().splitlines()
     err = result.stderr.decode("utf-8", "replace").strip().splitlines()
-    command = " ".join(vllm_cmd)
     if result.exit_status != 0 or not out:
         why = err[-1] if err else f"exit status {result.exit_status}"
         hint = "install vLLM there or name it with --vllm" if result.exit_status == 127 else ""

@@ -59,8 +59,11 @@ def run_script(
     """Run a runtime script; its fields, all its lines and its data (None without a data line).
 
     RemoteProtocolError when the answer is not the script's protocol (no shell, killed, ...).
+    The script is ended on the target at its deadline (runtime/bounded.py).
     """
-    result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
+    from dflash_provision.runtime.bounded import run_bounded
+
+    result = run_bounded(transport, script_argv(name, *args), stdin=stdin, timeout=timeout)
     parsed = _parse(result.stdout, name)
     if not parsed.lines and parsed.data is None:
         raise RemoteProtocolError(

@@ -146,7 +146,12 @@ def run_probe(
         source = probe_source()
     except ImportError:
         return "the target-side probe (dflash_provision.runtime.remote_probe) is not in this build"
-    result = ctx.transport.run(argv, stdin=source.encode(), timeout=budget + 15)
+    from dflash_provision.runtime.bounded import EndedAtDeadline, run_bounded
+
+    try:  # ended on the target at its deadline, not only abandoned here
+        result = run_bounded(ctx.transport, argv, stdin=source.encode(), timeout=budget + 15)
+    except EndedAtDeadline as exc:
+        return f"the probe did not finish: {exc.message}"
     out = result.stdout[:_MAX_PROBE_OUTPUT]
     try:
         parsed = json.loads(out.decode("utf-8", "replace"))

@@ -4,6 +4,7 @@ prompts); the causes named when acceptance fails come from runtime/diagnosis.py.
 from __future__ import annotations
 
 import json
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -108,7 +109,16 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
     name = STAGE_NAMES["d"]
     if first.ok:
         summary = f"completion of {first.tokens} tokens returned"
-        return StageResult("d", name, StageStatus.PASSED, summary, [f"text: {first.text!r}"])
+        evidence = [f"text: {first.text!r}"]
+        if not first.text.strip():
+            # A reader would take '' for a failure; it is what a synthetic model (the demo's
+            # tiny target) serves, and what this stage proves is that tokens came back.
+            evidence.append(
+                f"an empty text is expected from a synthetic model: its {first.tokens} tokens "
+                "decode to nothing visible (special tokens such as <|endoftext|> are left out "
+                "of the text); from a real model it would be worth a look"
+            )
+        return StageResult("d", name, StageStatus.PASSED, summary, evidence)
     summary = f"the completion failed (HTTP {first.status}): {first.error}"
     if fatal_after and fatal_after[0][:200] not in first.error:
         summary += f"; the server logged: {fatal_after[0][:300]}"
@@ -121,6 +131,34 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
         evidence,
         {"status": first.status},
         fix=completion_fix(ctx.target.display(), first.status, first.error),
+    )
+
+
+def _endpoint_fix(ctx: CheckContext, path: str) -> str:
+    target = shlex.quote(ctx.target.display())
+    return (
+        f"the server's {path} endpoint misbehaves (it did not answer within the deadline, or "
+        "answered too much): this says nothing about the drafter; look at the server "
+        f"(dflash-provision logs {target}) and at whatever answers on its port (a proxy?)"
+    )
+
+
+def endpoint_failed(ctx: CheckContext, key: str, error: Any) -> StageResult:
+    """Stage ``key`` failed because an endpoint's answer was unusable (``access.ReplyUnusable``:
+    dripped past its deadline, larger than its bound, cut short): the message names the request,
+    and the fix is about that endpoint, never the drafter."""
+    message = str(getattr(error, "message", error))
+    path = message.split(":", 1)[0].split(" ", 1)[-1] if ":" in message else "/metrics"
+    what = "the counters" if path == "/metrics" else f"{path}"
+    summary = f"{what} could not be read: {message}"
+    return StageResult(
+        key,
+        STAGE_NAMES[key],
+        StageStatus.FAILED,
+        summary,
+        [summary],
+        {"endpoint": path, "error": message},
+        fix=_endpoint_fix(ctx, path),
     )
 
 

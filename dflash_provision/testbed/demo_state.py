@@ -5,8 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dflash_provision.testbed.demo_transcript import Transcript
+
+if TYPE_CHECKING:
+    from dflash_provision.testbed.hub_standin import HubStandin
+    from dflash_provision.testbed.lxc import Container
 
 
 @dataclass(frozen=True)
@@ -35,6 +40,10 @@ class DemoHosts:
     members: list[DemoMember]
     model_var: str  # what $M is set to, as typed
     note: str
+    # The LXC step's busybox container, inside the last member's host and up as long as the
+    # hosts (so its lines can be pasted with --keep); None when containers cannot run inside
+    # the hosts (not root, or LXC missing).
+    container: Container | None = None
 
 
 @dataclass
@@ -44,3 +53,4 @@ class Demo:
     t: Transcript
     workdir: Path
     hosts: DemoHosts
+    hub: HubStandin | None = None  # the runtime part publishes the tiny drafter's config there

@@ -109,6 +109,11 @@ class Transcript:
         return done
 
     def _print_output(self, text: str, *, where: str) -> None:
+        if is_json(text):  # `--json`: shown as JSON that still parses (see wrap_json)
+            for line in text.rstrip("\n").splitlines():
+                for part in wrap_json(INDENT + line, WIDTH):
+                    print(part, flush=True)
+            return
         for line in self._summarised(text.rstrip("\n").splitlines(), where):
             for part in wrap(INDENT + line, WIDTH):
                 print(part, flush=True)
@@ -177,24 +182,42 @@ def command_lines(words: Sequence[str]) -> list[str]:
     return lines
 
 
+def is_json(text: str) -> bool:
+    """The whole output is one JSON document (an object or an array)."""
+    import json
+
+    if not text.lstrip().startswith(("{", "[")):
+        return False
+    try:
+        json.loads(text)
+    except ValueError:
+        return False
+    return True
+
+
+def wrap_json(line: str, width: int) -> list[str]:
+    """A JSON line too wide for ``width``: broken between a key and its value, which JSON
+    allows, never inside a string (a line that still does not fit stays whole)."""
+    if len(line) <= width:
+        return [line]
+    key_end = line.find('": ')
+    if key_end < 0 or not line.lstrip().startswith('"'):
+        return [line]
+    indent = len(line) - len(line.lstrip())
+    return [line[: key_end + 2], " " * (indent + 4) + line[key_end + 3 :]]
+
+
 def wrap(line: str, width: int) -> list[str]:
     """Fit ``line`` in ``width`` columns: break after the last "; " or ", " that leaves a
     reasonable first part, else at the last space; continuation lines are indented under the
-    text. A single word wider than the line (a long path) is shortened in its middle with "…"."""
+    text. A single word wider than the line (a long path, a JSON value, a metric with its
+    labels) is broken inside (see _break_in_word) and never shortened: a path or JSON shown is
+    the whole of it."""
     indent = len(line) - len(line.lstrip())
     hanging = " " * (indent + 4)
     parts: list[str] = []
     while len(line) > width:
-        cut = _break_at(line, width, indent)
-        if cut is None:  # one word wider than the line
-            head, _, tail = line[indent:].partition(" ")
-            short_tail = bool(tail) and len(tail) < (width - indent) // 2
-            room = width - indent - 1 - (len(tail) + 1 if short_tail else 0)
-            line = " " * indent + head[: room // 2] + "…" + head[-(room - room // 2) :]
-            line += f" {tail}" if tail else ""
-            if len(line) <= width:
-                break
-            cut = _break_at(line, width, indent) or width
+        cut = _break_at(line, width, indent) or _break_in_word(line, width, indent)
         parts.append(line[:cut].rstrip())
         line = hanging + line[cut:].lstrip()
         indent = len(hanging)
@@ -210,6 +233,18 @@ def _break_at(line: str, width: int, indent: int) -> int | None:
             return at + len(mark)
     at = window.rfind(" ", indent + 1, width + 1)
     return at + 1 if at > indent else None
+
+
+def _break_in_word(line: str, width: int, indent: int) -> int:
+    """Where to break a word wider than the line: after its last "," or "}" (between a JSON
+    value's or a metric's labels), else its last "/" (a path), that leaves a reasonable first
+    part; else at the width."""
+    window = line[:width]
+    for marks in ((",", "}"), ("/",)):
+        at = max(window.rfind(mark) for mark in marks)
+        if at > indent + (width - indent) // 3:
+            return at + 1
+    return width
 
 
 def relative_or_absolute(path: Path, base: Path) -> str:

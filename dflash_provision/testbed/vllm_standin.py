@@ -44,6 +44,13 @@ client's ``request_id`` as sent, inner line breaks the way vLLM's NewLineFormatt
 ``VLLM_STANDIN_ENGINE_SPEC`` (JSON) makes the engine's start-up line show other speculative
 values than the command line. ``lifecycle`` (hostile process modes: see ``Lifecycle``).
 
+Hostile modes (the same control file; see ``Hostile``): ``metrics_drip_s``, ``completion_drip_s``,
+``health_drip_s`` (float: that endpoint's whole answer, status line and headers included, is sent
+one byte every N seconds), ``metrics_bytes`` (int: /metrics padded with comment lines to this
+size, e.g. 6 MiB), ``version_sleep_s`` (float: ``vllm --version`` sleeps this long before
+answering; it reads the control file named by the environment, else ``control.json`` beside this
+file, since pre-flight runs ``--version`` without the server's environment).
+
 Drafting model (deterministic, so tests can assert counts): the prompt's prefill yields the first
 token; then each step drafts K = num_speculative_tokens tokens, accepts a prefix of ``a`` of them
 (an error-diffusion accumulator keeps accepted/drafted at ``acceptance``) and emits a + 1 tokens
@@ -158,6 +165,77 @@ class Control:
     # Control keys that apply when the loaded dflash_config.mask_token_id is the key (the id
     # as text), so what a test sees follows from the config the server loaded.
     by_mask_token: tuple[tuple[str, Control], ...] = ()
+    hostile: Hostile = field(default_factory=lambda: Hostile())
+
+
+# -- hostile modes (deadline and size-bound tests) --------------------------------------------
+
+HOSTILE_KEYS = {
+    "metrics_drip_s",
+    "completion_drip_s",
+    "health_drip_s",
+    "metrics_bytes",
+    "version_sleep_s",
+}
+MAX_METRICS_PAD = 64 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Hostile:
+    """Misbehaviour on purpose: answers that drip a byte every N s, an oversized /metrics, a
+    ``--version`` that hangs."""
+
+    metrics_drip_s: float = 0.0
+    completion_drip_s: float = 0.0
+    health_drip_s: float = 0.0
+    metrics_bytes: int = 0
+    version_sleep_s: float = 0.0
+
+    def drip_for(self, path: str) -> float:
+        return {
+            "/metrics": self.metrics_drip_s,
+            "/v1/completions": self.completion_drip_s,
+            "/health": self.health_drip_s,
+        }.get(path, 0.0)
+
+
+def parse_hostile(data: dict[str, Any]) -> Hostile:
+    def seconds(key: str) -> float:
+        value = float(data.get(key, 0.0))
+        if not 0.0 <= value <= 3600.0:
+            raise ValueError(f"{key} must be within 0..3600, not {value}")
+        return value
+
+    size = data.get("metrics_bytes", 0)
+    if not isinstance(size, int) or isinstance(size, bool) or not 0 <= size <= MAX_METRICS_PAD:
+        raise ValueError(f"metrics_bytes must be an int within 0..{MAX_METRICS_PAD}, not {size!r}")
+    return Hostile(
+        seconds("metrics_drip_s"),
+        seconds("completion_drip_s"),
+        seconds("health_drip_s"),
+        size,
+        seconds("version_sleep_s"),
+    )
+
+
+def padded(text: str, size: int) -> str:
+    """``text`` with Prometheus comment lines added until it is ``size`` bytes or more."""
+    missing = size - len(text.encode())
+    if missing <= 0:
+        return text
+    line = "# dflash stand-in padding " + "x" * 100 + "\n"
+    return text + line * (missing // len(line) + 1)
+
+
+def version_sleep(script: str) -> float:
+    """``version_sleep_s`` from the control file (the environment's, else beside ``script``)."""
+    path = os.environ.get(CONTROL_ENV) or os.path.join(os.path.dirname(script), "control.json")
+    try:
+        with open(path, "rb") as f:
+            data = json.loads(f.read(MAX_CONTROL_BYTES).decode("utf-8"))
+        return parse_hostile(data).version_sleep_s if isinstance(data, dict) else 0.0
+    except (OSError, ValueError, TypeError):
+        return 0.0
 
 
 class ControlFile:
@@ -199,6 +277,7 @@ def parse_control(data: Any) -> Control:
     }  # fmt: skip
     known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
     known |= {"by_mask_token"}
+    known |= HOSTILE_KEYS
     unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
         raise ValueError(f"unknown keys {unknown}")
@@ -229,7 +308,7 @@ def parse_control(data: Any) -> Control:
     control = Control(
         acceptance, fail, delay, die or None, extra, None, foreign, impossible, reset or None
     )
-    control = replace(control, lifecycle=parse_lifecycle(data))
+    control = replace(control, lifecycle=parse_lifecycle(data), hostile=parse_hostile(data))
     control = replace(control, by_mask_token=_by_mask(data))
     return _with_curve(control, data.get("per_position_acceptance"))
 
@@ -1052,18 +1131,39 @@ class Handler(BaseHTTPRequestHandler):
         pass  # access lines are written by _reply in uvicorn's format
 
     def _reply(self, status: int, body: bytes, content_type: str = "application/json") -> None:
+        drip = self.engine.control.read().hostile.drip_for(self.path.split("?", 1)[0])
+        if drip:
+            self._headers_buffer = []  # collect the status line and headers, send them dripping
         self.send_response(status)
         self.send_header("content-type", content_type)
         self.send_header("content-length", str(len(body)))
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(body)
+        if drip:
+            self._headers_buffer.append(b"\r\n")
+            head, self._headers_buffer = b"".join(self._headers_buffer), []
+            self._drip(head + (body if self.command != "HEAD" else b""), drip)
+        else:
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
         client = f"{self.client_address[0]}:{self.client_address[1]}"
         phrase = self.responses.get(status, ("",))[0]
         self.engine.log.access(client, self.requestline, status, phrase)
 
     def _json(self, status: int, data: Any) -> None:
         self._reply(status, json.dumps(data).encode())
+
+    def _drip(self, data: bytes, every_s: float) -> None:
+        """Hostile mode: one byte every ``every_s`` seconds until done, the client gone or the
+        server stopping."""
+        self.close_connection = True
+        for i in range(len(data)):
+            try:
+                self.wfile.write(data[i : i + 1])
+                self.wfile.flush()
+            except OSError:
+                return
+            if self.engine.stop.wait(every_s):
+                return
 
     def do_GET(self) -> None:
         path = self.path.split("?", 1)[0]
@@ -1091,6 +1191,7 @@ class Handler(BaseHTTPRequestHandler):
             speculative=acceptance is not None,
             impossible=control.impossible_counters,
         )
+        text = padded(text, control.hostile.metrics_bytes)
         self._reply(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def do_POST(self) -> None:
@@ -1342,7 +1443,8 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
 acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic,
-per_position_acceptance, foreign_requests, impossible_counters, reset_counters, lifecycle),
+per_position_acceptance, foreign_requests, impossible_counters, reset_counters, lifecycle;
+hostile modes metrics_drip_s, completion_drip_s, health_drip_s, metrics_bytes, version_sleep_s),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
 
@@ -1416,6 +1518,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.write(HELP)
         return 0 if argv else 2
     if argv[0] in ("-v", "--version"):
+        time.sleep(version_sleep(__file__))  # hostile mode: a hung `vllm --version`
         sys.stdout.write(VERSION + "\n")
         return 0
     if argv[0] != "serve":

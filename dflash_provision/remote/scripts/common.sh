@@ -111,20 +111,28 @@ start_watchdog() {
 			kill -0 $$ 2>/dev/null || exit 0
 			waited=$((waited + 1))
 		done
-		if [ -n "$group" ]; then
-			kill -TERM "-$group"
-			sleep 1
-			kill -KILL "-$group"
-		fi
-		kill -TERM $$
-		read -r me </proc/self/stat
-		me=${me%% *}
-		for s in /proc/[0-9]*/stat; do
-			read -r l <"$s" || continue
-			set -- ${l##*") "}
-			p=${s#/proc/}
-			p=${p%/stat}
-			[ "$2" != $$ ] || [ "$p" = "$me" ] || kill -TERM "$p"
-		done
+		end_script $$ "$group"
 	) </dev/null >/dev/null 2>&1 &
+}
+
+# end_script PID [GROUP]: what the watchdog does at the deadline (runtime/scripts/reap.sh does
+# the same on the caller's Ctrl-C): the process group GROUP when PID leads one (TERM, a second,
+# KILL), then PID itself and its children (TERM), the caller's own process excepted.
+end_script() {
+	target=$1
+	if [ -n "${2:-}" ]; then
+		kill -TERM "-$2"
+		sleep 1
+		kill -KILL "-$2"
+	fi
+	kill -TERM "$target"
+	read -r me </proc/self/stat
+	me=${me%% *}
+	for s in /proc/[0-9]*/stat; do
+		read -r l <"$s" || continue
+		set -- ${l##*") "}
+		p=${s#/proc/}
+		p=${p%/stat}
+		[ "$2" != "$target" ] || [ "$p" = "$me" ] || kill -TERM "$p"
+	done
 }
