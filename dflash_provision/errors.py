@@ -40,6 +40,12 @@ class ExitCode(IntEnum):
     RUNTIME_CHECK_FAILED = 24  # a stage a-d failed: the server does not run what was provisioned
     ACCEPTANCE_LOW = 25  # stages a-d passed, acceptance is below --min-acceptance
     INCONCLUSIVE = 26  # no stage failed, but one could not tell (too few drafts, a counter reset)
+    # rollout (a gated change across a fleet)
+    ROLLED_BACK = 27  # a batch failed its gate and was rolled back, proved
+    PAUSED = 28  # a check was inconclusive: the rollout waits for --resume
+    ABORTED = 29  # --abort put every host this rollout changed back, proved
+    ROLLBACK_FAILED = 30  # a rollback could not be proved: the hosts named need a hand
+    ROLLOUT_REFUSED = 31  # not started: pre-flight failed on a host, or an open rollout holds it
 
 
 class DflashProvisionError(Exception):

@@ -62,7 +62,7 @@ STARTED = "started"  # written before the remote change; stays so if the process
 OK = "ok"
 FAILED = "failed"
 
-OPERATIONS = ("push", "repair", "rollback", "audit", "verify", "runtime-check")
+OPERATIONS = ("push", "repair", "rollback", "audit", "verify", "runtime-check", "rollout")
 
 # 3: fleet rows of plain TARGETs keyed by machine (see HostKey.of_name), acceptance references
 _SCHEMA_VERSION = 3

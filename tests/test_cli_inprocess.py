@@ -102,6 +102,7 @@ BAD_VALUES = [
     ("launch", ["/m", "--port", "70000"], "'--port': 70000 is not in the range 1<=x<=65535."),
     ("status", ["/m", "--port", "0"], "'--port': 0 is not in the range 1<=x<=65535."),
     ("stop", ["/m", "--timeout", "-1"], "'--timeout': -1.0 is not in the range x>=0."),
+    ("rollout", ["/m", "--min-acceptance", "2"], "'--min-acceptance': 2.0 is not in the range"),
     ("logs", ["/m", "--last", "0"], "'--last' / '-n': 0 is not in the range 1<=x<=100000."),
     ("runtime-check", ["--min-acceptance", "2"], "2.0 is not in the range 0.0<=x<=1.0."),
     ("doctor", ["/m", "--prompts", "65"], "'--prompts': 65 is not in the range 1<=x<=64."),
@@ -215,6 +216,10 @@ ERROR_TABLE: list[tuple[DflashProvisionError, ExitCode]] = [
     *[
         (DflashProvisionError(code.name, exit_code=code), code)
         for code in (E.RUNTIME_CHECK_FAILED, E.ACCEPTANCE_LOW, E.INCONCLUSIVE)
+    ],
+    *[
+        (DflashProvisionError(code.name, exit_code=code), code)
+        for code in (E.ROLLED_BACK, E.PAUSED, E.ABORTED, E.ROLLBACK_FAILED, E.ROLLOUT_REFUSED)
     ],
     (DflashProvisionError("plain"), ExitCode.ERROR),
 ]

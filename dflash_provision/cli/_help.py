@@ -62,6 +62,11 @@ MEANING: dict[int, str] = {
     24: "a stage a-d failed: the server does not run what was provisioned",
     25: "stages a-d passed, acceptance is below --min-acceptance",
     26: "inconclusive: no stage failed, but one could not tell (never a pass)",
+    27: "rollout: a batch failed its gate and was rolled back, proved",
+    28: "rollout: paused on an inconclusive check (--resume ID continues)",
+    29: "rollout: aborted, every changed host put back, proved",
+    30: "rollout: a rollback could not be proved (the hosts and the command are printed)",
+    31: "rollout: not started: pre-flight failed, or an open rollout holds a host",
     130: "interrupted (Ctrl-C); what was done is printed and recorded",
 }
 
@@ -92,6 +97,10 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         (*_BASE, 3, *_CONNECT, 9, *_HUB, 24, 25, 26),
     ),
     "doctor": ((TARGET_FORM, AUTHORITY_FORM), (*_BASE, 3, 4, *_CONNECT, *_HUB, 24, 25, 26)),
+    "rollout": (
+        (FLEET_FORM, TARGET_FORM, AUTHORITY_FORM),
+        (*_BASE, 3, *_CONNECT, 9, *_HUB, 27, 28, 29, 30, 31, 130),
+    ),
 }
 
 # What a code means for one command, where it says more than MEANING (fleet roll-ups).

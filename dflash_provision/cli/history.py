@@ -21,7 +21,9 @@ from dflash_provision.cli._render import echo_rich
 )
 @click.option(
     "--op",
-    type=click.Choice(["push", "repair", "rollback", "audit", "verify", "runtime-check"]),
+    type=click.Choice(
+        ["push", "repair", "rollback", "audit", "verify", "runtime-check", "rollout"]
+    ),
     help="Only this kind of operation.",
 )
 @click.option(

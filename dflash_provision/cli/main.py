@@ -34,6 +34,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
         "Prove the server runs the provisioned drafter and its drafts are accepted (a-e).",
     ),
     "doctor": ("doctor", "Trace the config pipeline for one target; name the first broken link."),
+    "rollout": ("rollout", "Roll a new drafter config across a fleet in gated batches."),
 }
 
 DEBUG_ENV = "DFLASH_PROVISION_DEBUG"

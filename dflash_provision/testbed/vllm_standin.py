@@ -35,8 +35,10 @@ the list accept nothing), ``foreign_requests`` (int: whole requests of another c
 each, finished on every /metrics read: they show in ``vllm:request_success_total``),
 ``impossible_counters`` (bool: /metrics reports more accepted tokens than were drafted),
 ``reset_counters`` (str: each new value makes the next completion find every counter back at 0,
-as after a restart of the server). ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable,
-default 10) sets how often the SpecDecoding line is logged. ``--enable-log-requests`` logs each
+as after a restart of the server), ``by_mask_token`` (``{"248064": {"acceptance": 0.01}}``: keys
+that apply while the loaded config's ``dflash_config.mask_token_id`` is that id).
+``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how often the
+SpecDecoding line is logged. ``--enable-log-requests`` logs each
 completion request as vLLM 0.32 does (its prompt at DEBUG with ``VLLM_LOGGING_LEVEL=DEBUG``; a
 client's ``request_id`` as sent, inner line breaks the way vLLM's NewLineFormatter writes them).
 ``VLLM_STANDIN_ENGINE_SPEC`` (JSON) makes the engine's start-up line show other speculative
@@ -160,6 +162,9 @@ class Control:
     impossible_counters: bool = False
     reset_counters: str | None = None
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
+    # Control keys that apply when the loaded dflash_config.mask_token_id is the key (the id
+    # as text), so what a test sees follows from the config the server loaded.
+    by_mask_token: tuple[tuple[str, Control], ...] = ()
     hostile: Hostile = field(default_factory=lambda: Hostile())
 
 
@@ -271,6 +276,7 @@ def parse_control(data: Any) -> Control:
         "foreign_requests", "impossible_counters", "reset_counters",
     }  # fmt: skip
     known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
+    known |= {"by_mask_token"}
     known |= HOSTILE_KEYS
     unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
@@ -303,7 +309,17 @@ def parse_control(data: Any) -> Control:
         acceptance, fail, delay, die or None, extra, None, foreign, impossible, reset or None
     )
     control = replace(control, lifecycle=parse_lifecycle(data), hostile=parse_hostile(data))
+    control = replace(control, by_mask_token=_by_mask(data))
     return _with_curve(control, data.get("per_position_acceptance"))
+
+
+def _by_mask(data: dict[str, Any]) -> tuple[tuple[str, Control], ...]:
+    """``by_mask_token``: {id: {control keys}}, each merged over the other keys."""
+    table = data.get("by_mask_token", {})
+    if not isinstance(table, dict) or not all(isinstance(v, dict) for v in table.values()):
+        raise ValueError("by_mask_token must map mask token ids to objects of control keys")
+    base = {k: v for k, v in data.items() if k != "by_mask_token"}
+    return tuple((str(k), parse_control({**base, **v})) for k, v in table.items())
 
 
 def _with_curve(control: Control, curve: Any) -> Control:
@@ -959,6 +975,14 @@ class Engine:
             return 0.0
         return control.per_position_acceptance or control.acceptance
 
+    def control_now(self) -> Control:
+        """The control file's keys, with those for the loaded mask_token_id over them."""
+        control = self.control.read()
+        if self.draft is None or not control.by_mask_token:
+            return control
+        mask = str(_dflash(self.draft.config).get("mask_token_id"))
+        return dict(control.by_mask_token).get(mask, control)
+
 
 class ApiError(Exception):
     """An OpenAI-shaped error reply."""
@@ -1006,7 +1030,7 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
             "completion). Please reduce the length of the messages or completion.",
             "max_tokens",
         )
-    control = engine.control.read()
+    control = engine.control_now()
     if control.fail_completions:
         # The server stays up and healthy; only the request fails (what real vLLM did with a
         # drafter whose target_layer_ids count does not match its fc weights).
@@ -1154,7 +1178,7 @@ class Handler(BaseHTTPRequestHandler):
 
     def _metrics(self) -> None:
         engine = self.engine
-        control = engine.control.read()
+        control = engine.control_now()
         acceptance = engine.acceptance(control)
         if acceptance is not None:
             for _ in range(control.extra_traffic):

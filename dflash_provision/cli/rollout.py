@@ -1,0 +1,401 @@
+"""``dflash-provision rollout``: a new drafter config across a serving fleet in gated batches.
+
+Pre-flight on every host, a baseline acceptance per host, then batch by batch: write and prove
+the config, restart the server with its recorded launch, run every runtime-check stage, judge
+the gate; a failed batch is rolled back (proved), an inconclusive check pauses. The rollout is a
+record in the history database, saved before each step (``--status``, ``--resume``,
+``--abort``). Exit codes: 0 completed, 27 rolled back, 28 paused (inconclusive), 29 aborted,
+30 a rollback not proved, 31 not started (pre-flight failed, or an open rollout holds a host).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import click
+
+from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
+from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.rollout.record import HostState, Rollout
+
+# Connection options and whether they take a value: the printed --resume/--abort commands
+# repeat them (not the env values: those are never stored).
+_CONNECTION_FLAGS = {
+    "--connect-timeout": True, "--command-timeout": True, "--ssh-config": True, "-F": True,
+    "--known-hosts": True, "--identity": True, "--private-key": True, "--lxc-path": True,
+    "--no-agent": False, "--sudo": False, "--accept-new-host-key": False,
+}  # fmt: skip
+
+
+@click.command("rollout")
+@fleet_options
+@click.option(
+    "--batches",
+    default="1,25%,100%",
+    show_default=True,
+    metavar="LIST",
+    help="Cumulative batch ends: host counts or shares, as Ansible's serial.",
+)
+@click.option(
+    "--max-fail-percentage",
+    type=click.FloatRange(0, 100),
+    default=0.0,
+    show_default=True,
+    metavar="P",
+    help="A batch fails when more of its hosts fail.",
+)
+@click.option(
+    "--min-acceptance",
+    type=click.FloatRange(0, 1),
+    default=0.10,
+    show_default=True,
+    metavar="X",
+    help="A host passes only with acceptance >= X.",
+)
+@click.option(
+    "--max-regression",
+    metavar="R",
+    help="A host fails when its mean acceptance length is more than R (10% or 0.1) "
+    "below its baseline.",
+)
+@click.option(
+    "--env",
+    "env_items",
+    multiple=True,
+    metavar="NAME=VALUE",
+    help="Env values for restarted servers (the launch recorded only the NAMES).",
+)
+@click.option(
+    "--ready-timeout",
+    type=click.FloatRange(min=1),
+    default=300.0,
+    show_default=True,
+    help="Seconds a restarted server has to become ready.",
+)
+@click.option(
+    "--keep-backups",
+    type=click.IntRange(min=1),
+    default=5,
+    show_default=True,
+    help="Backups of the old file to keep (the rollback restores from them).",
+)
+@click.option(
+    "--skip-failed-hosts",
+    is_flag=True,
+    help="Leave hosts that fail pre-flight out instead of refusing to start.",
+)
+@click.option(
+    "--rollback-all", is_flag=True, help="A failed batch rolls back the earlier batches too."
+)
+@click.option("--dry-run", is_flag=True, help="Print the plan (pre-flight reads only).")
+@click.option(
+    "--status",
+    "status",
+    is_flag=False,
+    flag_value="",
+    default=None,
+    metavar="[ID]",
+    help="Show a rollout (no ID: the recent ones).",
+)
+@click.option("--resume", "resume_id", metavar="ID", help="Continue a rollout from its last step.")
+@click.option(
+    "--abort", "abort_id", metavar="ID", help="Put back every host the rollout changed, proved."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the rollout as JSON.")
+@click.option(
+    "--prometheus",
+    type=click.Path(dir_okay=False, path_type=Path),
+    help="Write a node_exporter textfile (state, batch, per-host acceptance) when it stops.",
+)
+@click.pass_context
+def command(
+    ctx: click.Context, /, selection: FleetSelection, connection: Connector, **opts: Any
+) -> None:
+    """Change the drafter config across a serving fleet in gated batches, with automatic,
+    proved rollback (see README "rollout")."""
+    from dflash_provision.rollout.store import RolloutStore
+
+    store = RolloutStore()
+    if opts["status"] is not None:
+        _status(store, opts["status"], opts["as_json"])
+        return
+    if opts["resume_id"] or opts["abort_id"]:
+        rollout = store.load(opts["resume_id"] or opts["abort_id"])
+        engine = _engine(rollout, _members_of(rollout), connection, store, opts)
+        with _interruptible(ctx, engine.rollout, opts["prometheus"]):
+            engine.abort() if opts["abort_id"] else _resume(engine)
+        _finish(ctx, engine.rollout, opts["as_json"])
+        return
+    new = _new_config(selection)
+    members = selection.members()
+    if opts["dry_run"]:
+        _dry_run(ctx, members, new, connection, opts)
+        return
+    rollout = _new_rollout(selection, members, new, opts)
+    engine = _engine(rollout, members, connection, store, opts)
+    with _interruptible(ctx, engine.rollout, opts["prometheus"]):
+        engine.start()
+    _finish(ctx, engine.rollout, opts["as_json"])
+
+
+@contextlib.contextmanager
+def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> Iterator[None]:
+    """Ctrl-C: the steps in flight finish (each is journaled), then the way on is printed.
+    Either way the --prometheus file says where the rollout stands."""
+    try:
+        yield
+    except KeyboardInterrupt:
+        _write_prometheus(rollout, prom)
+        click.echo(
+            f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
+            f"with `{rollout.command('--resume')}{rollout.env_hint()}` or undo it with "
+            f"`{rollout.command('--abort')}{rollout.env_hint()}`",
+            err=True,
+        )
+        ctx.exit(130)
+    _write_prometheus(rollout, prom)
+
+
+def _write_prometheus(rollout: Rollout, path: Path | None) -> None:
+    if path is None:
+        return
+    import time
+
+    from dflash_provision.report import write_textfile
+    from dflash_provision.rollout.prometheus import prometheus_text
+
+    try:
+        write_textfile(path, prometheus_text(rollout, timestamp=time.time()))
+    except OSError as exc:
+        from dflash_provision.errors import LocalWriteFailed
+
+        raise LocalWriteFailed(f"--prometheus {path}: {exc.strerror or exc}") from None
+
+
+def _resume(engine: Any) -> Any:
+    from dflash_provision.errors import UsageError
+    from dflash_provision.rollout.record import CHANGED, State
+
+    r = engine.rollout
+    if r.state in (State.BATCH, State.PAUSED):
+        return engine.run_batches()
+    if r.state in (State.PLANNED, State.PREFLIGHT, State.BASELINE) and not any(
+        h.phase in CHANGED for h in r.hosts
+    ):
+        for host in r.hosts:
+            host.phase = "pending"
+        return engine.start()
+    raise UsageError(f"rollout {r.id} is {r.state.value}: nothing to resume")
+
+
+def _new_config(selection: FleetSelection) -> Any:
+    from dflash_provision.errors import UsageError
+    from dflash_provision.push import check_authority
+
+    source = selection.source()
+    if not source.is_set:
+        raise UsageError(
+            "rollout needs the new config: --repo R --revision SHA, --lock FILE or --from FILE"
+        )
+    authority = source.load()
+    check_authority(authority, force=False, verb="roll out")
+    return authority
+
+
+def _settings(opts: dict[str, Any]) -> Any:
+    from dflash_provision.runtime.check import CheckSettings
+
+    return CheckSettings(min_acceptance=opts["min_acceptance"], probe=True)
+
+
+def _gate(opts: dict[str, Any]) -> Any:
+    from dflash_provision.errors import UsageError
+    from dflash_provision.rollout.record import Gate
+    from dflash_provision.runtime.reference import parse_fraction
+
+    regression = None
+    if opts["max_regression"] is not None:
+        try:
+            regression = parse_fraction(opts["max_regression"])
+        except ValueError as exc:
+            raise UsageError(f"--max-regression: {exc}") from None
+    return Gate(opts["max_fail_percentage"], opts["min_acceptance"], regression)
+
+
+def _new_rollout(
+    selection: FleetSelection, members: list[Any], new: Any, opts: dict[str, Any]
+) -> Rollout:
+    from dataclasses import asdict
+
+    from dflash_provision.history import utc_now
+    from dflash_provision.rollout.batches import parse_batches
+    from dflash_provision.rollout.record import HostState, Rollout
+    from dflash_provision.rollout.store import new_id
+
+    hosts = [HostState(m.name, m.target.display(), m.target.config_path) for m in members]
+    sel = asdict(selection)
+    sel["inventory"] = str(selection.inventory.absolute()) if selection.inventory else None
+    return Rollout(
+        id=new_id(),
+        created_at=utc_now(),
+        source=new.label,
+        new_config=new.data.decode("utf-8"),
+        new_sha256=new.sha256,
+        batches=parse_batches(opts["batches"]),
+        gate=_gate(opts),
+        hosts=hosts,
+        rollback_all=opts["rollback_all"],
+        check={"min_acceptance": opts["min_acceptance"], "selection": sel},
+        connection_args=_connection_args(sys.argv[1:]),
+    )
+
+
+def _connection_args(argv: list[str]) -> list[str]:
+    kept: list[str] = []
+    it = iter(argv)
+    for arg in it:
+        name = arg.split("=", 1)[0]
+        if name in _CONNECTION_FLAGS:
+            kept.append(arg)
+            if _CONNECTION_FLAGS[name] and "=" not in arg:
+                kept.append(next(it, ""))
+    return kept
+
+
+def _members_of(rollout: Rollout) -> list[Any]:
+    """The rollout's hosts again, from the selection it recorded (inventory, --limit, TARGETs)."""
+    from pathlib import Path
+
+    sel = dict(rollout.check.get("selection") or {})
+    sel["inventory"] = Path(sel["inventory"]) if sel.get("inventory") else None
+    sel["targets"] = tuple(sel.get("targets") or ())
+    members = FleetSelection(**sel).members()
+    wanted = {h.name for h in rollout.hosts}
+    return [m for m in members if m.name in wanted]
+
+
+def _engine(
+    rollout: Rollout, members: list[Any], connection: Connector, store: Any, opts: dict[str, Any]
+) -> Any:
+    from dataclasses import replace
+
+    from dflash_provision.cli.launch import _parse_env
+    from dflash_provision.rollout.engine import Engine, Options
+
+    settings = replace(_settings(opts), min_acceptance=rollout.gate.min_acceptance)
+    options = Options(
+        check=settings,
+        env=_parse_env(opts["env_items"]),
+        keep_backups=opts["keep_backups"],
+        ready_timeout=opts["ready_timeout"],
+        skip_failed_hosts=opts["skip_failed_hosts"],
+        workers=int((rollout.check.get("selection") or {}).get("workers") or 16),
+    )
+    return Engine(rollout, members, make_run(connection), store, options, _progress)
+
+
+def _progress(line: str) -> None:
+    click.echo(line, err=True)
+
+
+# -- output ------------------------------------------------------------------------------------
+
+
+def _finish(ctx: click.Context, rollout: Rollout, as_json: bool) -> None:
+    from dflash_provision.rollout.engine import EXIT_CODES
+
+    code = int(EXIT_CODES.get(rollout.state, 1))
+    _show(rollout, as_json, code)
+    if rollout.state.value == "paused":
+        click.echo(
+            f"paused: resume with: {rollout.command('--resume')}{rollout.env_hint()}", err=True
+        )
+    elif rollout.state.value == "rollback_failed":
+        click.echo(f"ROLLBACK NOT PROVED: {rollout.message}", err=True)
+    ctx.exit(code)
+
+
+def _show(rollout: Rollout, as_json: bool, code: int | None = None) -> None:
+    import json
+
+    if as_json:
+        doc = rollout.to_dict()
+        doc.pop("new_config", None)
+        doc["exit_code"] = code
+        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        return
+    rows = [("host", "batch", "outcome", "baseline → new → after rollback", "detail")]
+    rows += [_row(h) for h in rollout.hosts]
+    widths = [max(len(r[i]) for r in rows) for i in range(4)]
+    for row in rows:
+        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
+    click.echo(f"rollout {rollout.id}: {rollout.state.value}" + (
+        f": {rollout.message}" if rollout.message else ""))  # fmt: skip
+
+
+def _row(h: HostState) -> tuple[str, str, str, str, str]:
+    figures = f"{h.baseline.show()} → {h.new.show()} → {h.after.show()}"
+    return (h.name, str(h.batch or "-"), h.phase, figures, h.detail)
+
+
+def _status(store: Any, rollout_id: str, as_json: bool) -> None:
+    import json
+
+    if rollout_id:
+        _show(store.load(rollout_id), as_json)
+        return
+    rows = store.all()
+    if as_json:
+        keys = ("id", "created_at", "updated_at", "state")
+        click.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
+        return
+    for r in rows:
+        click.echo(f"{r[0]}  {r[3]:<16} started {r[1]}  updated {r[2]}")
+    if not rows:
+        click.echo("no rollouts recorded")
+
+
+def _dry_run(
+    ctx: click.Context, members: list[Any], new: Any, connection: Connector, opts: dict[str, Any]
+) -> None:
+    """The plan: batches, each host's change and whether its server restarts, the gate. Only
+    reads (pre-flight); writes nothing, restarts nothing, records nothing."""
+    from dflash_provision.cli.launch import _parse_env
+    from dflash_provision.errors import DflashProvisionError
+    from dflash_provision.rollout import host_ops
+    from dflash_provision.rollout.batches import parse_batches, split
+
+    run = make_run(connection)
+    env = _parse_env(opts["env_items"])
+    planned: list[tuple[str, Any]] = []
+    for member in members:
+        try:
+            with run.open(member) as transport:
+                host, _ = host_ops.inspect(transport, member, new, env, transport.command_timeout)
+            planned.append((member.name, host))
+        except DflashProvisionError as exc:
+            planned.append((member.name, exc.message))
+    good = [host for _, host in planned if not isinstance(host, str)]
+    click.echo(f"plan: {new.label} (sha256 {new.sha256[:12]}) to {len(good)} host(s)")
+    for number, batch in enumerate(split(good, parse_batches(opts["batches"])), start=1):
+        click.echo(f"batch {number}: {', '.join(h.name for h in batch)}")
+        for h in batch:
+            restart = f"server restarted (port {h.port})" if h.restart else (
+                "file only: no server started by launch")  # fmt: skip
+            change = "; ".join(h.diff[:3]) + (
+                f" (+{len(h.diff) - 3} more)" if len(h.diff) > 3 else ""
+            )
+            click.echo(f"  {h.name}: {change or 'no change'}; {restart}")
+    for name, why in planned:
+        if isinstance(why, str):
+            click.echo(f"pre-flight failed: {name}: {why}")
+    click.echo(f"gate: {_gate(opts).describe()}")
+    from dflash_provision.errors import ExitCode
+
+    ctx.exit(0 if len(good) == len(planned) else int(ExitCode.ROLLOUT_REFUSED))

@@ -1,0 +1,427 @@
+"""The rollout state machine (record.py has the states). Every transition is saved to the
+history database BEFORE the step it names is acted on, so that ``--resume`` and ``--abort``
+start from the last proved state after a Ctrl-C or a controller crash.
+
+    planned → preflight → baseline → batch k: write (proved) → restart → check →
+        passed → batch k+1 … → completed
+        failed → rollback of batch k (proved) → rolled_back   (rollback_failed when not proved)
+        inconclusive → paused (``--resume`` checks again; never a pass, never a rollback)
+
+A host that fails while its batch passes (within ``--max-fail-percentage``) is restored alone.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.rollout import host_ops
+from dflash_provision.rollout.batches import split
+from dflash_provision.rollout.record import CHANGED, Figures, HostState, Rollout, State
+
+if TYPE_CHECKING:
+    from dflash_provision.authority import Authority
+    from dflash_provision.fleet import FleetRun
+    from dflash_provision.inventory import FleetMember
+    from dflash_provision.rollout.store import RolloutStore
+    from dflash_provision.runtime.check import CheckSettings
+
+Progress = Callable[[str], None]
+
+#: Phases a batch still has to take forward (a resumed one included), and failed ones.
+_UNDECIDED = frozenset(
+    {"pending", "writing", "written", "restarting", "restarted", "checking", "inconclusive"}
+)
+_FAILED = frozenset({"failed", "rolled_back", "rollback_failed"})
+
+EXIT_CODES = {
+    State.COMPLETED: ExitCode.OK,
+    State.ROLLED_BACK: ExitCode.ROLLED_BACK,
+    State.PAUSED: ExitCode.PAUSED,
+    State.ABORTED: ExitCode.ABORTED,
+    State.ROLLBACK_FAILED: ExitCode.ROLLBACK_FAILED,
+    State.REFUSED: ExitCode.ROLLOUT_REFUSED,
+}
+
+
+@dataclass
+class Options:
+    check: CheckSettings
+    env: dict[str, str] = field(default_factory=dict)
+    keep_backups: int = 5
+    ready_timeout: float = 300.0
+    skip_failed_hosts: bool = False
+    workers: int = 16
+
+
+class Engine:
+    def __init__(
+        self,
+        rollout: Rollout,
+        members: Sequence[FleetMember],
+        run: FleetRun,
+        store: RolloutStore,
+        options: Options,
+        progress: Progress,
+    ) -> None:
+        self.rollout = rollout
+        self.members = {m.name: m for m in members}
+        self.run, self.store, self.options, self.progress = run, store, options, progress
+        self._lock = threading.Lock()
+        self.old: dict[str, bytes] = {}  # each host's old bytes (pre-flight; for the baseline)
+
+    @property
+    def new(self) -> Authority:
+        from dflash_provision.authority import Authority
+
+        r = self.rollout
+        return Authority(label=r.source, data=r.new_config.encode())
+
+    def save(self, line: str | None = None) -> None:
+        with self._lock:
+            self.store.save(self.rollout)
+            if line:
+                self.progress(f"rollout {self.rollout.id}: {line}")
+
+    def _journal(self, op: str, host: HostState, what: str) -> Any:
+        """A history row for one step (write, restart, check, restore) of one host, "started"
+        before the step runs, as push and repair journal theirs."""
+        from dflash_provision.history import HostKey, default_store, journal
+
+        recording = journal(
+            default_store(), op, HostKey.of_name(host.name), host.path,
+            sha256_before=host.old_sha256,
+        )  # fmt: skip
+        return _Labelled(recording, f"rollout {self.rollout.id}: {what}")
+
+    def _set(self, host: HostState, phase: str, detail: str | None = None) -> None:
+        host.phase = phase
+        if detail is not None:
+            host.detail = detail
+        self.save(f"{host.name}: {phase}" + (f" ({detail})" if detail else ""))
+
+    def _each(self, hosts: Sequence[HostState], work: Callable[[HostState], None]) -> None:
+        if not hosts:
+            return
+        pool = ThreadPoolExecutor(max_workers=max(1, min(self.options.workers, len(hosts))))
+        try:
+            for future in [pool.submit(work, h) for h in hosts]:
+                future.result()
+        except KeyboardInterrupt:
+            # Ctrl-C: no queued host starts; the steps in flight finish and are saved, so
+            # the record says where each host stands for --resume / --abort.
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    def _state(self, state: State, message: str = "") -> None:
+        self.rollout.state = state
+        self.rollout.message = message or self.rollout.message
+        self.save(state.value + (f": {message}" if message else ""))
+
+    # -- start: pre-flight and baseline -------------------------------------------------------
+
+    def start(self) -> State:
+        self.store.refuse_held(self.rollout)
+        self._state(State.PREFLIGHT)
+        started = time.monotonic()
+        self._each(self.rollout.hosts, self._preflight_host)
+        self.rollout.add_wall("preflight_s", time.monotonic() - started)
+        bad = [h for h in self.rollout.hosts if h.phase == "preflight_failed"]
+        if bad and not self.options.skip_failed_hosts:
+            names = ", ".join(h.name for h in bad)
+            self._state(State.REFUSED, f"pre-flight failed on {names}: nothing was written")
+            return self.rollout.state
+        for host in bad:
+            host.phase = "excluded"
+        self._state(State.BASELINE)
+        started = time.monotonic()
+        self._each([h for h in self.rollout.hosts if h.phase == "pending"], self._baseline_host)
+        self.rollout.add_wall("baseline_s", time.monotonic() - started)
+        bad = [h for h in self.rollout.hosts if h.phase == "preflight_failed"]
+        if bad and not self.options.skip_failed_hosts:
+            names = ", ".join(h.name for h in bad)
+            self._state(State.REFUSED, f"no baseline on {names}: nothing was written")
+            return self.rollout.state
+        for host in bad:
+            host.phase = "excluded"
+        included = [h for h in self.rollout.hosts if h.phase == "pending"]
+        for number, batch in enumerate(split(included, self.rollout.batches), start=1):
+            for host in batch:
+                host.batch = number
+        return self.run_batches()
+
+    def _preflight_host(self, host: HostState) -> None:
+        member = self.members[host.name]
+        try:
+            with self.run.open(member) as transport:
+                fresh, old = host_ops.inspect(
+                    transport, member, self.new, self.options.env, transport.command_timeout
+                )
+        except DflashProvisionError as exc:
+            self._set(host, "preflight_failed", exc.message)
+            return
+        fresh.phase = "pending"
+        self.old[host.name] = old or b""
+        with self._lock:
+            index = self.rollout.hosts.index(host)
+            self.rollout.hosts[index] = fresh
+        restart = f"restart on port {fresh.port}" if fresh.restart else "file only (no launch)"
+        self.save(f"{host.name}: pre-flight ok, {len(fresh.diff)} change(s), {restart}")
+
+    def _baseline_host(self, host: HostState) -> None:
+        if not host.restart:
+            return
+        from dflash_provision.authority import Authority
+
+        current = Authority(label="the current config", data=self.old[host.name])
+        verdict = self._measure(host, current, None, "baseline")
+        if verdict is not None and verdict.outcome == "inconclusive":
+            recorded = host_ops.recorded_reference(
+                self.members[host.name], host, current, self.options.check
+            )
+            if recorded is not None:  # the figures of the last passing check, same prompts
+                host.baseline = recorded
+                self.save(f"{host.name}: baseline from its acceptance reference {recorded.show()}")
+                return
+        if verdict is None or verdict.outcome != "passed":
+            why = verdict.detail if verdict is not None else host.detail
+            self._set(host, "preflight_failed", f"baseline: {why}")
+            return
+        host.baseline = verdict.figures
+        self.save(f"{host.name}: baseline acceptance {host.baseline.show()}")
+
+    def _measure(
+        self, host: HostState, authority: Authority, baseline: Figures | None, what: str
+    ) -> host_ops.Verdict | None:
+        member = self.members[host.name]
+        started = time.monotonic()
+        try:
+            with self.run.open(member) as transport, self._journal("rollout", host, what) as rec:
+                verdict, _ = host_ops.measure(
+                    transport,
+                    member,
+                    authority,
+                    host_ops.settings_for(host, self.options.check),
+                    self.rollout.gate,
+                    baseline,
+                )
+                rec.status = "ok" if verdict.outcome == "passed" else verdict.outcome
+                rec.message = f"rollout {self.rollout.id}: {what}: {verdict.detail}"
+        except DflashProvisionError as exc:
+            host.detail = f"{what}: {exc.message}"
+            return None
+        finally:
+            host_ops.timed(host, "check_s", started)
+        return verdict
+
+    # -- batches ------------------------------------------------------------------------------
+
+    def run_batches(self) -> State:
+        r = self.rollout
+        first = max(1, r.batch)
+        for number in range(first, r.batch_count + 1):
+            r.batch = number
+            self._state(State.BATCH, f"batch {number}/{r.batch_count}")
+            started = time.monotonic()
+            outcome = self._run_batch(number)
+            r.add_wall(f"batch{number}_s", time.monotonic() - started)
+            if outcome != "passed":
+                return r.state
+        alone = [h.name for h in r.hosts if h.phase == "rolled_back"]
+        within = f"; restored alone (failed within the tolerance): {', '.join(alone)}"
+        self._state(
+            State.COMPLETED, f"{r.batch_count} batch(es) passed" + (within if alone else "")
+        )
+        return r.state
+
+    def _run_batch(self, number: int) -> str:
+        r = self.rollout
+        hosts = r.in_batch(number)
+        if any(h.phase in ("rolling_back", "rollback_failed") for h in hosts):
+            return self._fail_batch(number, "resuming its rollback")  # a rollback was cut off
+        self._each([h for h in hosts if h.phase in _UNDECIDED], self._advance)
+        failed = [h for h in hosts if h.phase == "failed"]
+        # Hosts that failed within the tolerance and were restored alone still count.
+        share = 100.0 * sum(h.phase in _FAILED for h in hosts) / len(hosts)
+        if share > r.gate.max_fail_percentage:
+            names = ", ".join(h.name for h in hosts if h.phase in _FAILED)
+            return self._fail_batch(number, f"{names} failed ({share:.0f}% of the batch)")
+        undecided = [h for h in hosts if h.phase == "inconclusive"]
+        if undecided:
+            names = ", ".join(h.name for h in undecided)
+            self._state(
+                State.PAUSED,
+                f"batch {number}: inconclusive on {names}; resume: {r.command('--resume')}",
+            )
+            return "paused"
+        self._each(failed, self._roll_back_host)  # within the tolerance: restored alone
+        if any(h.phase == "rollback_failed" for h in failed):
+            return self._finish_rollback(number)
+        return "passed"
+
+    def _advance(self, host: HostState) -> None:
+        """Take one host from wherever it stands to passed / failed / inconclusive."""
+        member = self.members[host.name]
+        new = self.new
+        try:
+            with self.run.open(member) as transport:
+                if host.phase == "writing":  # cut off during the write: what does it hold?
+                    sha = host_ops.current_sha(transport, member, transport.command_timeout)
+                    host.phase = "written" if sha == new.sha256 else "pending"
+                if host.phase == "pending":
+                    self._set(host, "writing")
+                    started = time.monotonic()
+                    with self._journal("rollout", host, "write") as rec:
+                        host.backup = host_ops.write(
+                            transport, member, new, self.options.keep_backups
+                        )
+                        rec.sha256_after = new.sha256
+                    host_ops.timed(host, "write_s", started)
+                    self._set(
+                        host, "written", f"proved by read-back; old file kept as {host.backup}"
+                    )
+                if host.phase in ("written", "restarting"):
+                    if not host.restart:
+                        self._set(
+                            host, "passed", "file written and proved; no server started by launch"
+                        )
+                        return
+                    self._set(host, "restarting")
+                    started = time.monotonic()
+                    with self._journal("rollout", host, "restart with the recorded launch"):
+                        host_ops.restart(
+                            transport, host, new.document, self.options.env,
+                            self.options.ready_timeout, sha256=new.sha256,
+                        )  # fmt: skip
+                    host_ops.timed(host, "restart_s", started)
+                    self._set(host, "restarted")
+        except DflashProvisionError as exc:
+            self._set(host, "failed", exc.message)
+            return
+        self._set(host, "checking")
+        verdict = self._measure(host, new, host.baseline, "check")
+        if verdict is None:
+            self._set(host, "failed", host.detail)
+            return
+        host.new = verdict.figures
+        self._set(host, verdict.outcome, verdict.detail)
+
+    # -- rollback and abort -------------------------------------------------------------------
+
+    def _fail_batch(self, number: int, why: str) -> str:
+        r = self.rollout
+        self.save(f"batch {number} failed: {why}; rolling back")
+        hosts = [h for h in r.hosts if h.phase in CHANGED and h.phase != "rolled_back"]
+        if not r.rollback_all:
+            hosts = [h for h in hosts if h.batch == number]
+        self._each(hosts, self._roll_back_host)
+        return self._finish_rollback(number, why)
+
+    def _finish_rollback(self, number: int, why: str = "") -> str:
+        r = self.rollout
+        stuck = [h for h in r.hosts if h.phase == "rollback_failed"]
+        if stuck:
+            names = ", ".join(h.name for h in stuck)
+            self._state(
+                State.ROLLBACK_FAILED,
+                f"the rollback of {names} is NOT proved; finish it: {r.command('--abort')}",
+            )
+            return "rollback_failed"
+        self._state(State.ROLLED_BACK, f"batch {number} failed: {why}; rolled back, proved")
+        return "rolled_back"
+
+    def _roll_back_host(self, host: HostState) -> None:
+        member = self.members[host.name]
+        self._set(host, "rolling_back")
+        try:
+            with self.run.open(member) as transport:
+                started = time.monotonic()
+                with self._journal("rollback", host, "restore the old bytes") as rec:
+                    host_ops.restore(transport, member, host, self.options.keep_backups)
+                    rec.sha256_after = host.old_sha256
+                host_ops.timed(host, "write_s", started)
+                current = host_ops.current_sha(transport, member, transport.command_timeout)
+                if current != host.old_sha256:
+                    raise host_ops.StepFailed("the file does not hold the old bytes after restore")
+                if host.restart:
+                    started = time.monotonic()
+                    host_ops.restart(
+                        transport, host, _old_doc(transport, member), self.options.env,
+                        self.options.ready_timeout, sha256=current,
+                    )  # fmt: skip
+                    host_ops.timed(host, "restart_s", started)
+        except DflashProvisionError as exc:
+            fix = f"dflash-provision rollback {member.target.display()}"
+            self._set(host, "rollback_failed", f"{exc.message}; by hand: {fix}")
+            return
+        if host.restart:
+            self._measure_after(host)
+        self._set(
+            host, "rolled_back", f"old bytes restored, proved; acceptance {host.after.show()}"
+        )
+
+    def _measure_after(self, host: HostState) -> None:
+        from dflash_provision.authority import Authority
+        from dflash_provision.remote.ops import read_remote_config
+
+        member = self.members[host.name]
+        with self.run.open(member) as transport:
+            read = read_remote_config(transport, member.target.config_path)
+        old = Authority(label="the previous config", data=read.data or b"")
+        verdict = self._measure(host, old, host.baseline, "after rollback")
+        if verdict is not None:
+            host.after = verdict.figures
+
+    def abort(self) -> State:
+        r = self.rollout
+        self.save("abort: putting back every host this rollout changed")
+        hosts = [h for h in r.hosts if h.phase in CHANGED and h.phase != "rolled_back"]
+        self._each(hosts, self._roll_back_host)
+        stuck = [h.name for h in r.hosts if h.phase == "rollback_failed"]
+        if stuck:
+            self._state(
+                State.ROLLBACK_FAILED,
+                f"the rollback of {', '.join(stuck)} is NOT proved; retry: {r.command('--abort')}",
+            )
+        else:
+            self._state(State.ABORTED, f"{len(hosts)} host(s) put back, proved")
+        return r.state
+
+
+class _Labelled:
+    """A journal block whose row says which rollout step it is; a step that raises is
+    recorded as failed with its message (the exception still propagates)."""
+
+    def __init__(self, block: Any, message: str) -> None:
+        self.block, self.message = block, message
+
+    def __enter__(self) -> Any:
+        self.recording = self.block.__enter__()
+        self.recording.message = self.message
+        return self.recording
+
+    def __exit__(self, kind: Any, exc: Any, tb: Any) -> Any:
+        if exc is not None:
+            self.recording.status = "failed"
+            self.recording.message = f"{self.message}: {getattr(exc, 'message', exc)}"
+        return self.block.__exit__(kind, exc, tb)
+
+
+def _old_doc(transport: object, member: FleetMember) -> dict[str, object]:
+    """The restored file parsed (what launch would add env for); {} when it does not parse."""
+    import json
+
+    from dflash_provision.remote.ops import read_remote_config
+
+    read = read_remote_config(transport, member.target.config_path)  # type: ignore[arg-type]
+    try:
+        doc = json.loads(read.data or b"")
+    except ValueError:
+        return {}
+    return doc if isinstance(doc, dict) else {}

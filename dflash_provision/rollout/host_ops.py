@@ -1,0 +1,282 @@
+"""What a rollout does to one host, each step on an open connection: pre-flight, measure,
+write, restart with the recorded launch, restore the old bytes. Nothing here saves the record
+(engine.py journals each step before calling these)."""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, Any
+
+from dflash_provision.errors import DflashProvisionError
+from dflash_provision.rollout.record import Figures, Gate, HostState
+
+if TYPE_CHECKING:
+    from dflash_provision.authority import Authority
+    from dflash_provision.inventory import FleetMember
+    from dflash_provision.runtime.check import CheckReport, CheckSettings
+    from dflash_provision.transport.base import Transport
+
+
+class StepFailed(DflashProvisionError):
+    """One host's step failed; the message says what (the host is judged failed)."""
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: str  # "passed" | "failed" | "inconclusive"
+    figures: Figures
+    detail: str
+
+
+def inspect(
+    transport: Transport, member: FleetMember, new: Authority, env: dict[str, str], timeout: float
+) -> tuple[HostState, bytes | None]:
+    """Pre-flight of one host: its file read, the new config's diff against it, the new config
+    validated with the target model's config there and its weights, the server launch started
+    for this drafter dir. StepFailed says why the host cannot take part."""
+    from dflash_provision.diff import render_changes, semantic_diff
+    from dflash_provision.remote.ops import read_remote_config
+    from dflash_provision.runtime.locate import for_drafter, launched
+
+    target = member.target
+    host = HostState(member.name, target.display(), target.config_path)
+    current = read_remote_config(transport, target.config_path, timeout=timeout)
+    if not current.present or current.data is None:
+        raise StepFailed(f"cannot read {target.config_path}: {current.describe()}")
+    host.old_sha256, host.new_sha256 = current.sha256, new.sha256
+    try:
+        host.diff = render_changes(semantic_diff(json.loads(current.data), new.document))
+    except ValueError:
+        host.diff = ["the file on the host does not parse: replaced whole"]
+    live = [s for s in for_drafter(launched(transport, timeout=timeout), target.model_dir)]
+    live = [s for s in live if s.alive]
+    if len(live) > 1:
+        raise StepFailed(f"{target.model_dir} is served on several ports: {[s.port for s in live]}")
+    model: str | None = None
+    if live:
+        host.restart, host.port = True, live[0].port
+        host.launch = live[0].record.to_dict()
+        model = live[0].record.model
+        missing = sorted(set(live[0].record.env_names) - set(env) - _auto_env(new.document))
+        if missing:
+            raise StepFailed(
+                "its server was launched with env "
+                + ", ".join(missing)
+                + ": give the values again with "
+                + " ".join(f"--env {n}=..." for n in missing)
+                + " (values are never stored)"
+            )
+    _validate_there(transport, member, new, model, timeout)
+    return host, current.data
+
+
+def _auto_env(doc: dict[str, Any]) -> set[str]:
+    """Env names launch sets itself for this config (the V2 runner for mixed attention)."""
+    from dflash_provision.runtime.preflight import _runtime_env
+
+    return set(_runtime_env(doc, {})[1])
+
+
+def restart_env(doc: dict[str, Any], record: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
+    """The env a restart passes: the recorded NAMES, values from --env, plus what launch adds
+    for this config (as launch would for it)."""
+    from dflash_provision.runtime.preflight import _runtime_env
+
+    given = {n: env[n] for n in record.get("env_names", []) if n in env}
+    return _runtime_env(doc, given)[0]
+
+
+def _validate_there(
+    transport: Transport, member: FleetMember, new: Authority, model: str | None, timeout: float
+) -> None:
+    from dflash_provision.runtime.preflight import _target_config
+    from dflash_provision.validate import validate_config
+    from dflash_provision.weights_check import check_remote, target_hidden_of
+
+    target_bytes = _target_config(transport, model, timeout)[0] if model else None
+    report = validate_config(new.data, label=new.label, target=target_bytes)
+    if not report.ok:
+        first = report.errors[0]
+        raise StepFailed(f"the new config fails validation there: {first.layer}: {first.message}")
+    weights = check_remote(
+        transport,
+        member.target.model_dir,
+        new.document,
+        target_hidden=target_hidden_of(target_bytes),
+        timeout=timeout,
+    )
+    if weights.failed:
+        raise StepFailed("the weights there do not fit the new config: " + weights.mismatches[0])
+
+
+def recorded_reference(
+    member: FleetMember, host: HostState, authority: Authority, settings: CheckSettings
+) -> Figures | None:
+    """The host's acceptance reference in the history store (runtime-check --max-regression's:
+    same host, port, drafter bytes and smoke prompts), or None."""
+    from dflash_provision.history import default_store
+    from dflash_provision.runtime.check import _smoke_prompts
+    from dflash_provision.runtime.reference import from_figures, reference_key
+
+    prompts = _smoke_prompts(settings.prompts)
+    port = host.port or settings.port
+    key = reference_key(member.target, port, authority, prompts, settings.max_tokens)
+    try:
+        found = default_store().latest_reference(key)
+    except DflashProvisionError:
+        return None
+    reference = from_figures(*found) if found is not None else None
+    if reference is None:
+        return None
+    return Figures(reference.acceptance_rate, reference.mean_acceptance_length, "reference")
+
+
+def settings_for(host: HostState, base: CheckSettings) -> CheckSettings:
+    return replace(base, port=host.port or base.port, find_port=False)
+
+
+def measure(
+    transport: Transport,
+    member: FleetMember,
+    authority: Authority,
+    settings: CheckSettings,
+    gate: Gate,
+    baseline: Figures | None,
+) -> tuple[Verdict, CheckReport]:
+    """Every runtime-check stage, judged by the rollout's gate."""
+    import shlex
+
+    from dflash_provision.runtime.check import push_fix_command, run_check
+
+    fix = push_fix_command(member.target, shlex.join(member.source.push_options()))
+    report = run_check(transport, member.target, authority, settings, push_fix=fix)
+    return judge(report, gate, baseline), report
+
+
+def judge(report: CheckReport, gate: Gate, baseline: Figures | None) -> Verdict:
+    """passed: a-d pass, acceptance >= the minimum, mean length not down by more than
+    max_regression against the baseline; inconclusive: no stage failed but one could not tell."""
+    stage_e = report.stage("e")
+    data = stage_e.data if stage_e is not None else {}
+    rate, mean = data.get("acceptance_rate"), data.get("mean_acceptance_length")
+    figures = Figures(
+        rate if isinstance(rate, float) else None,
+        mean if isinstance(mean, float) else None,
+        "measured",
+    )
+    failed = [s for s in report.stages if s.failed and s.key != "e"]
+    if failed:
+        return Verdict("failed", figures, f"{failed[0].key}: {failed[0].summary}")
+    undecided = next((s for s in report.stages if s.inconclusive), None)
+    if undecided is not None:
+        return Verdict("inconclusive", Figures(), f"{undecided.key}: {undecided.summary}")
+    if figures.rate is None or figures.rate < gate.min_acceptance:
+        return Verdict(
+            "failed", figures, f"acceptance {figures.show()} < {gate.min_acceptance:.0%}"
+        )
+    if (
+        gate.max_regression is not None
+        and baseline
+        and baseline.mean_length
+        and figures.mean_length
+    ):
+        drop = (baseline.mean_length - figures.mean_length) / baseline.mean_length
+        if drop > gate.max_regression:
+            return Verdict(
+                "failed",
+                figures,
+                f"mean acceptance length {figures.mean_length:.2f} is {drop:.0%} below baseline "
+                f"{baseline.mean_length:.2f} (--max-regression {gate.max_regression:.0%})",
+            )
+    return Verdict("passed", figures, f"acceptance {figures.show()}")
+
+
+def write(transport: Transport, member: FleetMember, new: Authority, keep: int) -> str | None:
+    """Write and prove the new config (push); returns the name of the backup of the old bytes."""
+    from dflash_provision.push import push_config
+    from dflash_provision.remote.proof import WriteOptions
+
+    result = push_config(transport, member.target, new, write=WriteOptions(keep), validate=False)
+    if not result.ok:
+        raise StepFailed(f"write failed: {result.message or result.status.value}")
+    return result.write.backup if result.write else None
+
+
+def current_sha(transport: Transport, member: FleetMember, timeout: float) -> str | None:
+    from dflash_provision.remote.ops import read_remote_config
+
+    read = read_remote_config(transport, member.target.config_path, timeout=timeout)
+    if not read.present:
+        raise StepFailed(f"cannot read {member.target.config_path}: {read.describe()}")
+    return read.sha256
+
+
+def restore(transport: Transport, member: FleetMember, host: HostState, keep: int) -> None:
+    """Put the old bytes back from the backup push kept (the one whose sha256 is the old
+    file's), through the write protocol and its read-back; nothing to do when the file holds
+    them already. StepFailed when it cannot be proved."""
+    from dflash_provision.push import list_backups, rollback_config
+    from dflash_provision.remote.proof import WriteOptions
+
+    timeout = transport.command_timeout
+    if current_sha(transport, member, timeout) == host.old_sha256:
+        return
+    backups = list_backups(transport, member.target, timeout=timeout)
+    chosen = next((b for b in reversed(backups) if b.sha256 == host.old_sha256), None)
+    if chosen is None:
+        raise StepFailed(
+            f"no backup with the old bytes (sha256 {str(host.old_sha256)[:12]}) in "
+            f"{member.target.model_dir}/.dflash-backups"
+        )
+    result = rollback_config(
+        transport, member.target, to=chosen.name, write=WriteOptions(keep), force=True
+    )
+    proved = result.readback.sha256 if result.readback else None
+    if not result.ok or proved != host.old_sha256:
+        raise StepFailed(f"restore of {chosen.name} not proved: {result.message or result.status}")
+
+
+def restart(
+    transport: Transport,
+    host: HostState,
+    doc: dict[str, Any],
+    env: dict[str, str],
+    ready_s: float,
+    *,
+    sha256: str | None,
+) -> None:
+    """Stop the server and start it again with its recorded launch (same argv, env names),
+    then wait until it is ready; StepFailed with vLLM's own line when it is not."""
+    from dflash_provision.runtime.access import open_server
+    from dflash_provision.runtime.process import start_server, stop_server
+    from dflash_provision.runtime.readiness import wait_ready
+    from dflash_provision.runtime.records import LaunchRecord
+
+    assert host.launch is not None and host.port is not None
+    from datetime import UTC, datetime
+
+    # The same command line and env names; the record names the drafter bytes it now reads.
+    now = datetime.now(UTC).isoformat(timespec="seconds")
+    fields = {"pid": None, "drafter_sha256": sha256 or "", "started_at": now}
+    record = LaunchRecord.from_dict({**host.launch, **fields})
+    timeout = transport.command_timeout
+    stop_server(transport, host.port, command_timeout=timeout)
+    outcome = start_server(transport, record, restart_env(doc, host.launch, env), timeout=timeout)
+    with open_server(transport, host.port, python=record.python) as access:
+        ready = wait_ready(
+            transport,
+            access,
+            host.port,
+            log_offset=outcome.log_offset,
+            timeout=ready_s,
+            command_timeout=timeout,
+        )
+    if not ready.ready:
+        why = ready.fatal_lines[0] if ready.fatal_lines else ready.outcome
+        raise StepFailed(f"the server did not come back ready: {why}")
+
+
+def timed(host: HostState, key: str, started: float) -> None:
+    host.add_time(key, time.monotonic() - started)

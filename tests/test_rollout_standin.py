@@ -1,0 +1,452 @@
+"""``rollout`` on six real sshd "hosts" (five serve on the host itself, the sixth inside an LXC
+container behind a host), each running the vLLM STAND-IN (a test double) started by
+``launch``. The stand-in's acceptance follows from the config it LOADED: its control file says
+which ``dflash_config.mask_token_id`` gets which behaviour (``by_mask_token``), so the
+incident's wrong mask_token_id serves ~1 % and nothing else in the test tells the server what
+to report.
+
+One fleet for the module; the tests run in order and each leaves the hosts as its assertions
+say (the old bytes after a rollback or an abort; the new ones after a completed rollout)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dflash_provision.errors import ExitCode
+from dflash_provision.testbed import samples
+from dflash_provision.testbed.hosts import Host
+from dflash_provision.testbed.lxc import Container
+from dflash_provision.testbed.vllm_standin_install import (
+    CONTROL_ENV,
+    install_standin,
+    standin_container,
+    write_control,
+)
+from tests.fixtures.cli import Cli, Done
+from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port
+
+pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.lxc]
+
+CONFIG = f"{DRAFTER_DIR}/config.json"
+GOOD_MASK, BAD_MASK, UNSURE_MASK = 248070, 248064, 248071
+
+
+def _variant(**changes: Any) -> bytes:
+    doc = json.loads(REFERENCE)
+    mask = changes.pop("mask_token_id", None)
+    if mask is not None:
+        doc["dflash_config"] = {**doc["dflash_config"], "mask_token_id": mask}
+    doc.update(changes)
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+BAD = _variant(mask_token_id=BAD_MASK)  # the incident's wrong mask_token_id
+UNSURE = _variant(mask_token_id=UNSURE_MASK)  # a server whose counters decide nothing
+GOOD = _variant(max_position_embeddings=131072)
+#: What the stand-ins do per loaded mask token; every other id serves the default 60 %.
+RULES = {"by_mask_token": {str(BAD_MASK): {"acceptance": 0.01},
+                           str(UNSURE_MASK): {"impossible_counters": True}}}  # fmt: skip
+
+
+@dataclass
+class Place:
+    name: str
+    where: Host | Container
+    target: str
+
+    def run(self, argv: list[str], data: bytes | None = None) -> str:
+        if isinstance(self.where, Host):
+            return str(self.where.exec(argv, data, check=True).stdout)
+        return str(self.where.attach(argv, data).stdout)
+
+    def put(self, path: str, data: bytes) -> None:
+        self.run(["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh", path], data)
+
+    def config(self) -> bytes:
+        return self.run(["cat", CONFIG]).encode()
+
+
+@dataclass
+class Bed:
+    places: list[Place]
+    cli: Cli
+    tmp: Path
+    ssh: list[str]
+    inventory: Path
+
+    def config_file(self, data: bytes, name: str) -> str:
+        path = self.tmp / f"{name}.json"
+        path.write_bytes(data)
+        return str(path)
+
+    def control(self, rules: dict[str, Any]) -> None:
+        for place in self.places:
+            write_control(place.where, CONTROL, rules)
+
+    def rollout(self, *args: str) -> Done:
+        """The servers were launched with the stand-in's control env: its value is given again
+        (the launch record keeps only the name)."""
+        return self.cli.run("rollout", *args, "--env", f"{CONTROL_ENV}={CONTROL}", *self.ssh)
+
+    def rollout_json(self, *args: str) -> tuple[Done, dict[str, Any]]:
+        done = self.rollout(*args, "--json")
+        assert done.stdout.strip(), done.stderr
+        return done, json.loads(done.stdout)
+
+
+def _launch(cli: Cli, place: Place, standin: Any, ssh: list[str], authority: str) -> None:
+    done = cli.run(
+        "launch", place.target, "--model", TARGET_DIR, "--from", authority,
+        "--vllm", standin.vllm, "--python", standin.python, "--port", str(free_port()),
+        "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", "300", "--no-check", *ssh,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.fixture(scope="module")
+def bed(make_fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    fleet = make_fleet(6)
+    tmp = tmp_path_factory.mktemp("rollout")
+    container = standin_container(fleet.hosts[5])
+    try:
+        places = [Place(h.alias, h, f"{h.alias}:{DRAFTER_DIR}") for h in fleet.hosts[:5]]
+        target = f"{fleet.hosts[5].alias}/lxc:{container.name}:{DRAFTER_DIR}"
+        places.append(Place("h06-ct", container, target))
+        assert fleet.hosts[0].client is not None
+        ssh = ["--ssh-config", str(fleet.hosts[0].client.ssh_config), "--no-agent"]
+        (tmp / "work").mkdir()
+        cli = Cli(tmp / "work")
+        authority = tmp / "old.json"
+        authority.write_bytes(REFERENCE)
+
+        def prepare(place: Place) -> None:
+            standin = install_standin(place.where, "/root/standin")
+            place.put(CONFIG, REFERENCE)
+            place.put(f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
+            write_control(place.where, CONTROL, RULES)
+            _launch(cli, place, standin, ssh, str(authority))
+
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(prepare, places))
+        inventory = tmp / "fleet.yaml"
+        lines = [f"      - {p.name}" for p in places[:5]]
+        lines.append(
+            f"      - {{name: h06-ct, address: {fleet.hosts[5].alias}, "
+            f"container: 'lxc:{container.name}'}}"
+        )
+        inventory.write_text(
+            f"defaults:\n  path: {DRAFTER_DIR}\ngroups:\n  serving:\n    hosts:\n"
+            + "\n".join(lines)
+            + "\n"
+        )
+        yield Bed(places, cli, tmp, ssh, inventory)
+    finally:
+        container.destroy()
+
+
+def _hosts(document: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {h["name"]: h for h in document["hosts"]}
+
+
+def test_dry_run_prints_the_plan_and_touches_nothing(bed: Bed) -> None:
+    new = bed.config_file(BAD, "bad-dry")
+    done = bed.rollout("-i", str(bed.inventory), "--from", new, "--dry-run")
+    assert done.returncode == 0, done.stdout + done.stderr
+    out = done.stdout
+    assert "batch 1: h01\n" in out and "batch 2: h02\n" in out
+    assert "batch 3: h03, h04, h05, h06-ct" in out
+    assert f"dflash_config.mask_token_id: {GOOD_MASK} → {BAD_MASK}" in out
+    assert out.count("server restarted (port") == 6
+    assert "gate: a host passes when stages a-d pass, acceptance >= 10%" in out
+    assert all(p.config() == REFERENCE for p in bed.places)
+    status = bed.rollout("--status")
+    assert "no rollouts recorded" in status.stdout  # a dry run records nothing
+
+
+def test_bad_config_fails_the_canary_and_every_host_ends_on_the_old_bytes(bed: Bed) -> None:
+    new = bed.config_file(BAD, "bad")
+    prom = bed.tmp / "rollout.prom"
+    done, doc = bed.rollout_json("-i", str(bed.inventory), "--from", new, "--prometheus", str(prom))
+    assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+    text, rid = prom.read_text(), doc["id"]
+    assert f'dflash_rollout_state{{rollout="{rid}",state="rolled_back"}} 1' in text
+    gauges = {
+        line.split('when="')[1].split('"')[0]: float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith(f'dflash_rollout_acceptance_rate{{rollout="{rid}",host="h01",')
+    }
+    assert gauges == {"baseline": pytest.approx(0.6, abs=0.02),
+                      "new": pytest.approx(0.01, abs=0.02),
+                      "after_rollback": pytest.approx(0.6, abs=0.02)}  # fmt: skip
+    hosts = _hosts(doc)
+    canary = hosts["h01"]
+    assert canary["phase"] == "rolled_back", canary
+    assert canary["baseline"]["rate"] == pytest.approx(0.6, abs=0.02)
+    assert canary["new"]["rate"] == pytest.approx(0.01, abs=0.02)
+    assert canary["after"]["rate"] == pytest.approx(canary["baseline"]["rate"], abs=0.02)
+    assert all(h["phase"] == "pending" for n, h in hosts.items() if n != "h01")
+    assert all(p.config() == REFERENCE for p in bed.places)  # on the hosts themselves
+    check = bed.cli.run(
+        "runtime-check", "-i", str(bed.inventory), "--from", bed.config_file(REFERENCE, "old"),
+        "--json", *bed.ssh,
+    )  # fmt: skip
+    assert check.returncode == 0, check.stdout + check.stderr
+    rates = {h["name"]: h["check"]["acceptance_rate"] for h in json.loads(check.stdout)["hosts"]}
+    assert rates == {p.name: pytest.approx(0.6, abs=0.02) for p in bed.places}
+
+
+def test_inconclusive_pauses_a_second_rollout_is_refused_and_abort_restores(bed: Bed) -> None:
+    new = bed.config_file(UNSURE, "unsure")
+    done = bed.rollout("-i", str(bed.inventory), "--from", new)
+    assert done.returncode == ExitCode.PAUSED, done.stdout + done.stderr
+    resume = next(line for line in done.stderr.splitlines() if "resume with:" in line)
+    rollout_id = resume.split("--resume ")[1].split()[0]
+    assert f"dflash-provision rollout --resume {rollout_id} --ssh-config" in resume
+    assert bed.places[0].config() == UNSURE  # the canary holds the new bytes, not rolled back
+
+    other = bed.rollout("-i", str(bed.inventory), "--from", bed.config_file(GOOD, "good0"))
+    assert other.returncode == ExitCode.ROLLOUT_REFUSED, other.stdout + other.stderr
+    assert f"rollout {rollout_id} (paused) still holds h01" in other.stderr
+
+    aborted, doc = bed.rollout_json("--abort", rollout_id)
+    assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+    assert _hosts(doc)["h01"]["phase"] == "rolled_back"
+    assert _hosts(doc)["h01"]["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+    assert all(p.config() == REFERENCE for p in bed.places)
+
+
+def test_paused_rollout_resumes_and_completes_in_three_batches(bed: Bed) -> None:
+    new = bed.config_file(UNSURE, "unsure2")
+    done = bed.rollout("-i", str(bed.inventory), "--from", new)
+    assert done.returncode == ExitCode.PAUSED, done.stdout + done.stderr
+    rollout_id = done.stderr.split("--resume ")[1].split()[0]
+    bed.control({})  # whatever made the counters undecidable is gone
+    try:
+        resumed, doc = bed.rollout_json("--resume", rollout_id)
+    finally:
+        bed.control(RULES)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert doc["state"] == "completed"
+    hosts = _hosts(doc)
+    assert {n: h["batch"] for n, h in hosts.items()} == {
+        "h01": 1, "h02": 2, "h03": 3, "h04": 3, "h05": 3, "h06-ct": 3,
+    }  # fmt: skip
+    assert all(h["phase"] == "passed" for h in hosts.values())
+    assert all(p.config() == UNSURE for p in bed.places)
+
+
+def test_healthy_rollout_completes_and_reports_timings(bed: Bed) -> None:
+    new = bed.config_file(GOOD, "good")
+    bed.control({})  # the hosts serve UNSURE now: let its counters be evidence for the baseline
+    try:
+        done, doc = bed.rollout_json("-i", str(bed.inventory), "--from", new)
+    finally:
+        bed.control(RULES)
+    assert done.returncode == 0, done.stdout + done.stderr
+    hosts = _hosts(doc)
+    assert all(h["phase"] == "passed" for h in hosts.values())
+    assert all(h["new"]["rate"] == pytest.approx(0.6, abs=0.02) for h in hosts.values())
+    assert all(p.config() == GOOD for p in bed.places)
+    totals = {k: sum(h["timings"].get(k, 0.0) for h in hosts.values())
+              for k in ("write_s", "restart_s", "check_s")}  # fmt: skip
+    print(f"6-host rollout: per-host sums {totals}, walls {doc['walls']}")  # for the README
+    table = bed.rollout("--status", doc["id"])
+    assert "h06-ct  3      passed   60.0% → 60.0% → -" in table.stdout
+
+
+def test_controller_killed_mid_batch_resumes_from_the_record(bed: Bed) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    new = bed.config_file(_variant(max_position_embeddings=65536), "next")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", str(bed.inventory),
+            "--from", new, "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh]  # fmt: skip
+    environ = cli_env(home=bed.cli.workdir / "home")
+    proc = subprocess.Popen(
+        argv, cwd=bed.cli.workdir, env=environ, stderr=subprocess.PIPE, text=True
+    )
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    rollout_id = ""
+    try:
+        assert proc.stderr is not None
+        in_batch_3 = False
+        for line in proc.stderr:
+            rollout_id = rollout_id or line.split()[1].rstrip(":")
+            in_batch_3 = in_batch_3 or "batch 3/3" in line
+            if in_batch_3 and line.endswith(": restarting\n"):  # a server is being restarted
+                os.kill(proc.pid, signal.SIGKILL)
+                break
+        proc.wait()
+    finally:
+        guard.cancel()
+    assert proc.returncode == -signal.SIGKILL
+    status = bed.rollout("--status", rollout_id)
+    assert f"rollout {rollout_id}: batch: batch 3/3" in status.stdout, status.stdout
+    assert "  restarting  " in status.stdout  # killed in the middle of a host's step
+    resumed, doc = bed.rollout_json("--resume", rollout_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert doc["state"] == "completed"
+    assert all(h["phase"] == "passed" for h in doc["hosts"])
+    assert all(p.config() == Path(new).read_bytes() for p in bed.places)
+
+
+def test_a_host_that_dies_mid_batch_stops_the_rollout_and_abort_finishes_the_way_back(
+    bed: Bed,
+) -> None:
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    before = bed.places[0].config()  # what every host holds now (the previous test's config)
+    assert all(p.config() == before for p in bed.places)
+    new = bed.config_file(_variant(max_position_embeddings=32768), "last")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", str(bed.inventory),
+            "--from", new, "--max-fail-percentage", "20", "--env", f"{CONTROL_ENV}={CONTROL}",
+            *bed.ssh]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=bed.cli.workdir, env=cli_env(home=bed.cli.workdir / "home"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    h04 = bed.places[3].where
+    assert isinstance(h04, Host)
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "batch 3/3" in line:
+                h04.stop()  # the host dies (its sshd and its server) as batch 3 starts
+                break
+        rest_out, rest_err = proc.communicate()
+    finally:
+        guard.cancel()
+    stderr = "".join(lines) + rest_err
+    # 1 of 4 hosts failed: 25 % > 20 %: batch 3 is rolled back; h04 cannot be proved back.
+    assert proc.returncode == ExitCode.ROLLBACK_FAILED, rest_out + stderr
+    rollout_id = lines[0].split()[1].rstrip(":")
+    assert "ROLLBACK NOT PROVED: the rollback of h04 is NOT proved" in stderr
+    assert f"dflash-provision rollout --abort {rollout_id}" in stderr
+    new_bytes = Path(new).read_bytes()
+    assert [p.config() for p in bed.places[:2]] == [new_bytes, new_bytes]  # batches 1-2 stay
+    assert [p.config() for p in bed.places[4:]] == [before, before]  # batch 3 restored
+    assert bed.places[2].config() == before
+
+    h04.start()  # the host is back (its server is not: --abort restarts it)
+    aborted, doc = bed.rollout_json("--abort", rollout_id)
+    assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+    assert all(p.config() == before for p in bed.places)
+    after = {h["name"]: h["after"]["rate"] for h in doc["hosts"]}
+    assert after == {p.name: pytest.approx(0.6, abs=0.02) for p in bed.places}
+
+
+def test_a_host_without_a_launched_server_only_gets_the_file(bed: Bed) -> None:
+    spare_dir = "/root/models/spare-DFlash"
+    h01 = bed.places[0]
+    h01.put(f"{spare_dir}/config.json", REFERENCE)
+    inventory = bed.tmp / "spare.yaml"
+    inventory.write_text(
+        f"defaults:\n  path: {DRAFTER_DIR}\nhosts:\n  - h01\n"
+        f"  - {{name: h01-spare, address: h01, path: {spare_dir}}}\n"
+    )
+    new = bed.config_file(GOOD, "good-spare")
+    plan = bed.rollout("-i", str(inventory), "--from", new, "--batches", "1", "--dry-run")
+    assert "h01-spare: max_position_embeddings: 262144 → 131072; file only" in plan.stdout
+    done, doc = bed.rollout_json("-i", str(inventory), "--from", new, "--batches", "1")
+    assert done.returncode == 0, done.stdout + done.stderr
+    spare = _hosts(doc)["h01-spare"]
+    assert (spare["batch"], spare["phase"], spare["restart"]) == (2, "passed", False)
+    assert "no server started by launch" in spare["detail"]
+    assert h01.run(["cat", f"{spare_dir}/config.json"]).encode() == GOOD
+    rows = json.loads(bed.cli.run("history", "--op", "rollout", "--json").stdout)
+    mine = sorted(
+        (r["host"], r["message"].split(": ")[1], r["status"])
+        for r in rows
+        if r["message"].startswith(f"rollout {doc['id']}: ")
+    )
+    assert mine == [
+        ("h01", "baseline", "ok"),
+        ("h01", "check", "ok"),
+        ("h01", "restart with the recorded launch", "ok"),
+        ("h01", "write", "ok"),
+        ("h01-spare", "write", "ok"),
+    ]
+
+
+def test_ctrl_c_mid_batch_lets_the_step_finish_and_prints_the_way_on(bed: Bed) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    new = bed.config_file(_variant(max_position_embeddings=16384), "ctrl-c")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", str(bed.inventory),
+            "--from", new, "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh]  # fmt: skip
+    proc = subprocess.Popen(
+        argv, cwd=bed.cli.workdir, env=cli_env(home=bed.cli.workdir / "home"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.endswith("h02: restarting\n"):  # batch 2's server is being restarted
+                os.kill(proc.pid, signal.SIGINT)
+                break
+        _, rest = proc.communicate()
+    finally:
+        guard.cancel()
+    assert proc.returncode == 130, "".join(lines) + rest
+    rollout_id = lines[0].split()[1].rstrip(":")
+    assert f"interrupted: rollout {rollout_id} is recorded at batch; continue with " in rest
+    assert f"`dflash-provision rollout --resume {rollout_id} --ssh-config" in rest
+    status = bed.rollout("--status", rollout_id)
+    row = next(line for line in status.stdout.splitlines() if line.startswith("h02 "))
+    assert row.split()[2] == "passed"  # the step in flight was finished, not cut off
+    assert all(p.config() != Path(new).read_bytes() for p in bed.places[2:])  # batch 3 not begun
+    resumed, doc = bed.rollout_json("--resume", rollout_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert doc["state"] == "completed"
+    assert all(p.config() == Path(new).read_bytes() for p in bed.places)
+
+
+def test_a_host_failing_within_the_tolerance_is_restored_alone(bed: Bed) -> None:
+    before = bed.places[0].config()
+    odd = _variant(mask_token_id=248065)
+    h04 = bed.places[3]
+    write_control(h04.where, CONTROL, {"by_mask_token": {"248065": {"acceptance": 0.01}}})
+    try:
+        done, doc = bed.rollout_json(
+            "-i", str(bed.inventory), "--from", bed.config_file(odd, "odd"),
+            "--max-fail-percentage", "30",
+        )  # fmt: skip
+    finally:
+        write_control(h04.where, CONTROL, RULES)
+    assert done.returncode == 0, done.stdout + done.stderr  # 1 of 4 = 25 % <= 30 %
+    assert "restored alone (failed within the tolerance): h04" in doc["message"]
+    phases = {h["name"]: h["phase"] for h in doc["hosts"]}
+    assert phases == {p.name: ("rolled_back" if p.name == "h04" else "passed") for p in bed.places}
+    assert h04.config() == before
+    assert all(p.config() == odd for p in bed.places if p.name != "h04")

@@ -1,0 +1,82 @@
+"""rollout's pure parts: the batches ``--batches`` makes, the gate's verdict on a runtime-check
+report, and the hold an open rollout has on its hosts (a real SQLite history database)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dflash_provision.errors import ExitCode, UsageError
+from dflash_provision.rollout.batches import parse_batches, split
+from dflash_provision.rollout.host_ops import judge
+from dflash_provision.rollout.record import Figures, Gate, HostState, Rollout, State
+from dflash_provision.rollout.store import RolloutHeld, RolloutStore
+from dflash_provision.runtime.check import CheckReport
+from dflash_provision.runtime.stages import StageResult, StageStatus
+
+
+@pytest.mark.parametrize(
+    ("spec", "hosts", "sizes"),
+    [
+        ("1,25%,100%", 6, [1, 1, 4]),
+        ("1,25%,100%", 1, [1]),
+        ("1,25%,100%", 40, [1, 9, 30]),
+        ("2", 5, [2, 3]),  # beyond the last end: one more batch
+        ("50%,50%,100%", 4, [2, 2]),  # an end that does not move makes no empty batch
+    ],
+)
+def test_batches_are_cumulative_ends_like_ansible_serial(
+    spec: str, hosts: int, sizes: list[int]
+) -> None:
+    assert [len(b) for b in split(list(range(hosts)), parse_batches(spec))] == sizes
+
+
+@pytest.mark.parametrize("spec", ["", "0", "1,,2", "150%", "x"])
+def test_bad_batches_are_a_usage_error(spec: str) -> None:
+    with pytest.raises(UsageError):
+        parse_batches(spec)
+
+
+def _report(*statuses: str, rate: float = 0.6, mean: float = 5.0) -> CheckReport:
+    report = CheckReport("t", 8000, "x")
+    for key, status in zip("abcde", statuses, strict=True):
+        data = {"acceptance_rate": rate, "mean_acceptance_length": mean} if key == "e" else {}
+        report.stages.append(
+            StageResult(key, key, StageStatus(status), f"{key} {status}", data=data)
+        )
+    return report
+
+
+def test_the_gate_passes_fails_or_leaves_undecided() -> None:
+    gate = Gate(0.0, 0.10, 0.10)
+    base = Figures(0.6, 5.0, "measured")
+    ok = ["passed"] * 5
+    assert judge(_report(*ok), gate, base).outcome == "passed"
+    assert judge(_report(*ok, rate=0.01), gate, base).outcome == "failed"
+    low = judge(_report(*ok, mean=4.0), gate, base)  # 20 % below the baseline's 5.0
+    assert low.outcome == "failed" and "20% below baseline 5.00" in low.detail
+    assert judge(_report(*ok, mean=4.6), gate, base).outcome == "passed"  # 8 %: within 10 %
+    broken = judge(_report("passed", "passed", "failed", "skipped", "skipped"), gate, base)
+    assert broken.outcome == "failed" and broken.detail.startswith("c:")
+    undecided = ["passed"] * 4 + ["inconclusive"]
+    assert judge(_report(*undecided), gate, base).outcome == "inconclusive"
+
+
+def _rollout(rollout_id: str, state: State, *names: str) -> Rollout:
+    hosts = [HostState(n, f"{n}:/m", "/m/config.json") for n in names]
+    return Rollout(rollout_id, "2026-01-01T00:00:00Z", "x", "{}", "0" * 64, ["1"], Gate(), hosts,
+                   state=state)  # fmt: skip
+
+
+def test_an_open_rollout_holds_its_hosts_until_it_ends(tmp_path: Path) -> None:
+    store = RolloutStore(tmp_path / "history.sqlite")
+    store.save(_rollout("r1", State.PAUSED, "h01", "h02"))
+    with pytest.raises(RolloutHeld) as refused:
+        store.refuse_held(_rollout("r2", State.PLANNED, "h02", "h03"))
+    assert refused.value.exit_code == ExitCode.ROLLOUT_REFUSED
+    assert "rollout r1 (paused) still holds h02" in refused.value.message
+    store.refuse_held(_rollout("r3", State.PLANNED, "h03"))  # another host: free
+    store.save(_rollout("r1", State.ABORTED, "h01", "h02"))
+    store.refuse_held(_rollout("r2", State.PLANNED, "h02"))  # ended: the hold is gone
+    assert store.load("r1").state is State.ABORTED
