@@ -10,7 +10,7 @@ from enum import IntEnum
 
 
 class ExitCode(IntEnum):
-    """Documented process exit codes (README "Exit codes" table mirrors this)."""
+    """Documented process exit codes (the docs/exit-codes.md table mirrors this)."""
 
     OK = 0
     ERROR = 1  # unexpected failure, or some hosts failed in a fleet run

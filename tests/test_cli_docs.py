@@ -66,11 +66,11 @@ def test_every_command_that_reaches_a_target_names_the_target_forms(name: str) -
     assert "TARGET:" in text and "/KIND:NAME:/PATH" in text, text
 
 
-def test_help_codes_are_documented_in_the_readme_table() -> None:
+def test_help_codes_are_documented_in_the_exit_code_table() -> None:
     from dflash_provision.cli._help import COMMAND_HELP
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", readme, flags=re.MULTILINE)}
+    table = (ROOT / "docs" / "exit-codes.md").read_text(encoding="utf-8")
+    documented = {int(code) for code in re.findall(r"^\| (\d+) \|", table, flags=re.MULTILINE)}
     listed = {code for _, codes in COMMAND_HELP.values() for code in codes}
     assert listed - {130} <= documented
     assert set(COMMAND_HELP) == set(COMMANDS)

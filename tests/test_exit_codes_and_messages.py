@@ -1,4 +1,4 @@
-"""Exit codes and messages as the README promises them, for the cases that used to break it:
+"""Exit codes and messages as docs/exit-codes.md promises them, for the cases that used to break it:
 a rollback with nothing to restore, a file that cannot be read (the same code from diff, verify
 and audit), a key file that is not a key, internal status tokens, and JSON errors cut mid-phrase.
 

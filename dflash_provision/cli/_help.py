@@ -1,9 +1,9 @@
 """What every command's ``--help`` ends with: the SOURCE / TARGET forms it takes and every exit
-code it can return, from one table (so help, docs/cli.md and the README say the same).
+code it can return, from one table (so help, docs/cli.md and docs/exit-codes.md say the same).
 
 ``main.LazyGroup`` attaches ``epilog(name)`` to each command as it loads it; the command modules
 keep their own description and options. An exit code listed here must be one the command can
-return (errors.ExitCode; README "Exit codes" has the long meanings).
+return (errors.ExitCode; docs/exit-codes.md has the long meanings).
 """
 
 from __future__ import annotations

@@ -41,7 +41,7 @@ def render() -> str:
         f"     {REGENERATE} -->",
         "",
         "Each section is the command's own `--help`. Exit codes are explained in full in the",
-        'README\'s "Exit codes" table.',
+        "[docs/exit-codes.md](exit-codes.md).",
         "",
     ]
     lines += [f"- [`{name}`](#{name}): {summary}" for name, (_, summary) in COMMANDS.items()]
