@@ -90,13 +90,34 @@ class Bed:
         for place in self.places:
             write_control(place.where, CONTROL, rules)
 
-    def rollout(self, *args: str) -> Done:
+    def inventory_of(self, name: str, places: list[Place]) -> str:
+        """An inventory of some of the sshd hosts (in this order)."""
+        path = self.tmp / f"{name}.yaml"
+        hosts = "".join(f"  - {p.name}\n" for p in places)
+        path.write_text(f"defaults:\n  path: {DRAFTER_DIR}\nhosts:\n{hosts}")
+        return str(path)
+
+    def rates(self, inventory: str, config: bytes) -> dict[str, float]:
+        """What a fresh runtime-check measures on each host against ``config``."""
+        check = self.cli.run(
+            "runtime-check", "-i", inventory, "--from", self.config_file(config, "now"),
+            "--json", *self.ssh,
+        )  # fmt: skip
+        assert check.returncode == 0, check.stdout + check.stderr
+        hosts = json.loads(check.stdout)["hosts"]
+        return {h["name"]: h["check"]["acceptance_rate"] for h in hosts}
+
+    def rollout(self, *args: str, env: dict[str, str] | None = None) -> Done:
         """The servers were launched with the stand-in's control env: its value is given again
         (the launch record keeps only the name)."""
-        return self.cli.run("rollout", *args, "--env", f"{CONTROL_ENV}={CONTROL}", *self.ssh)
+        return self.cli.run(
+            "rollout", *args, "--env", f"{CONTROL_ENV}={CONTROL}", *self.ssh, env=env
+        )
 
-    def rollout_json(self, *args: str) -> tuple[Done, dict[str, Any]]:
-        done = self.rollout(*args, "--json")
+    def rollout_json(
+        self, *args: str, env: dict[str, str] | None = None
+    ) -> tuple[Done, dict[str, Any]]:
+        done = self.rollout(*args, "--json", env=env)
         assert done.stdout.strip(), done.stderr
         return done, json.loads(done.stdout)
 
@@ -450,3 +471,231 @@ def test_a_host_failing_within_the_tolerance_is_restored_alone(bed: Bed) -> None
     assert phases == {p.name: ("rolled_back" if p.name == "h04" else "passed") for p in bed.places}
     assert h04.config() == before
     assert all(p.config() == odd for p in bed.places if p.name != "h04")
+
+
+def _mask_of(data: bytes) -> str:
+    return str(json.loads(data)["dflash_config"]["mask_token_id"])
+
+
+def _interrupt_at(bed: Bed, argv: list[str], marker: str) -> tuple[int, str]:
+    """Run a rollout and send it SIGINT when a stderr line ends with ``marker``: the exit
+    code and the whole stderr."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import threading
+
+    from tests.fixtures.cli import cli_env
+
+    full = [sys.executable, "-m", "dflash_provision", "rollout", *argv,
+            "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh]  # fmt: skip
+    proc = subprocess.Popen(
+        full, cwd=bed.cli.workdir, env=cli_env(home=bed.cli.workdir / "home"),
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    guard = threading.Timer(600, proc.kill)  # one overall deadline for the whole wait
+    guard.start()
+    lines: list[str] = []
+    try:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if line.endswith(marker + "\n"):
+                os.kill(proc.pid, signal.SIGINT)
+                break
+        _, rest = proc.communicate()
+    finally:
+        guard.cancel()
+    return proc.returncode, "".join(lines) + rest
+
+
+def test_rollback_all_puts_back_the_passed_batch_too(bed: Bed) -> None:
+    three = bed.places[:3]
+    before = three[0].config()
+    assert all(p.config() == before for p in three)
+    new = _variant(mask_token_id=248066)
+    h02 = bed.places[1]
+    write_control(h02.where, CONTROL, {"by_mask_token": {"248066": {"acceptance": 0.01}}})
+    inventory = bed.inventory_of("rollback-all", three)
+    try:
+        done, doc = bed.rollout_json(
+            "-i", inventory, "--from", bed.config_file(new, "rollback-all"),
+            "--batches", "1,2", "--rollback-all",
+        )  # fmt: skip
+    finally:
+        write_control(h02.where, CONTROL, RULES)
+    assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+    hosts = _hosts(doc)
+    assert {n: (h["batch"], h["phase"]) for n, h in hosts.items()} == {
+        "h01": (1, "rolled_back"), "h02": (2, "rolled_back"), "h03": (3, "pending"),
+    }  # fmt: skip
+    assert hosts["h01"]["new"]["rate"] == pytest.approx(0.6, abs=0.02)  # batch 1 had passed
+    assert hosts["h02"]["new"]["rate"] == pytest.approx(0.01, abs=0.02)
+    for name in ("h01", "h02"):
+        assert hosts[name]["after"]["rate"] == pytest.approx(hosts[name]["baseline"]["rate"])
+    assert [p.config() for p in three] == [before] * 3  # on the hosts themselves
+    assert bed.rates(inventory, before) == {p.name: pytest.approx(0.6, abs=0.02) for p in three}
+
+
+def _break_target(place: Place) -> bytes:
+    """Give the host's target model another vocab_size (the new config no longer fits it);
+    returns the target config's old bytes."""
+    path = f"{TARGET_DIR}/config.json"
+    old = place.run(["cat", path]).encode()
+    doc = json.loads(old)
+    doc.get("text_config", doc)["vocab_size"] = 1234
+    place.put(path, json.dumps(doc).encode())
+    return old
+
+
+def test_a_host_failing_preflight_stops_the_rollout_or_is_left_out(bed: Bed) -> None:
+    three = bed.places[:3]
+    before = [p.config() for p in three]
+    new = bed.config_file(_variant(mask_token_id=248068), "skip")
+    inventory = bed.inventory_of("skip", three)
+    h03 = bed.places[2]
+    target = _break_target(h03)
+    try:
+        refused, doc = bed.rollout_json("-i", inventory, "--from", new)
+        assert refused.returncode == ExitCode.ROLLOUT_REFUSED, refused.stdout + refused.stderr
+        assert doc["state"] == "refused"
+        assert "pre-flight failed on h03: nothing was written" in doc["message"]
+        assert [p.config() for p in three] == before
+
+        done, doc = bed.rollout_json("-i", inventory, "--from", new, "--skip-failed-hosts")
+    finally:
+        h03.put(f"{TARGET_DIR}/config.json", target)
+    assert done.returncode == 0, done.stdout + done.stderr
+    hosts = _hosts(doc)
+    assert {n: h["phase"] for n, h in hosts.items()} == {
+        "h01": "passed", "h02": "passed", "h03": "excluded",
+    }  # fmt: skip
+    assert "vocab_size" in hosts["h03"]["detail"]  # reported: why it was left out
+    assert ": h03: excluded\n" in done.stderr
+    assert "left out (failed pre-flight or baseline, untouched): h03" in doc["message"]
+    assert [p.config() for p in three[:2]] == [Path(new).read_bytes()] * 2
+    assert h03.config() == before[2]  # untouched
+    rates = bed.rates(bed.inventory_of("h03", [h03]), before[2])
+    assert rates == {"h03": pytest.approx(0.6, abs=0.02)}
+
+
+def test_a_lock_written_by_fetch_is_the_source(
+    bed: Bed, hub_standin: Any, hub_env: dict[str, str]
+) -> None:
+    from tests.fixtures.cli import run_cli
+
+    new = _variant(mask_token_id=248069)
+    sha = hub_standin.add_repo("z-lab/rollout-drafter", {"config.json": new})
+    work = bed.tmp / "lock-work"
+    work.mkdir()
+    fetched = run_cli("fetch", "z-lab/rollout-drafter", "-o", "config.json", cwd=work,
+                      base_env=hub_env)  # fmt: skip
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    lock = work / "dflash.lock"
+    assert sha in lock.read_text()
+    h01 = bed.places[0]
+    hf = {k: hub_env[k] for k in ("HF_ENDPOINT", "HF_HOME")}
+    done, doc = bed.rollout_json(
+        "-i", bed.inventory_of("lock", [h01]), "--lock", str(lock), "--batches", "1", env=hf
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert doc["source"].startswith(f"z-lab/rollout-drafter@{sha[:12]}")
+    assert _hosts(doc)["h01"]["phase"] == "passed"
+    assert h01.config() == new
+
+
+def test_an_inconclusive_baseline_takes_the_recorded_acceptance_reference(bed: Bed) -> None:
+    h01 = bed.places[0]
+    current = h01.config()
+    mask = _mask_of(current)
+    inventory = bed.inventory_of("reference", [h01])
+    write_control(h01.where, CONTROL, {"by_mask_token": {mask: {"acceptance": 0.45}}})
+    try:
+        recorded = bed.cli.run(
+            "runtime-check", "-i", inventory, "--from", bed.config_file(current, "ref"),
+            "--reset-reference", *bed.ssh,
+        )  # fmt: skip
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        # Now the live counters of the current config decide nothing; the new config's do.
+        write_control(h01.where, CONTROL, {"by_mask_token": {mask: {"impossible_counters": True}}})
+        new = _variant(mask_token_id=248072)
+        done, doc = bed.rollout_json(
+            "-i", inventory, "--from", bed.config_file(new, "after-ref"), "--batches", "1"
+        )
+    finally:
+        write_control(h01.where, CONTROL, RULES)
+    assert done.returncode == 0, done.stdout + done.stderr
+    host = _hosts(doc)["h01"]
+    assert host["baseline"] == {"rate": pytest.approx(0.45, abs=0.02),
+                                "mean_length": pytest.approx(host["baseline"]["mean_length"]),
+                                "source": "reference"}  # fmt: skip
+    assert "baseline from its acceptance reference 45." in done.stderr
+    assert host["new"]["rate"] == pytest.approx(0.6, abs=0.02)
+    assert h01.config() == new
+
+
+def test_an_inconclusive_baseline_without_a_reference_refuses(bed: Bed) -> None:
+    h02 = bed.places[1]
+    current = h02.config()
+    mask = _mask_of(current)
+    write_control(h02.where, CONTROL, {"by_mask_token": {mask: {"impossible_counters": True}}})
+    try:
+        done, doc = bed.rollout_json(
+            "-i", bed.inventory_of("noref", [h02]),
+            "--from", bed.config_file(_variant(mask_token_id=248073), "noref"),
+        )  # fmt: skip
+    finally:
+        write_control(h02.where, CONTROL, RULES)
+    assert done.returncode == ExitCode.ROLLOUT_REFUSED, done.stdout + done.stderr
+    assert "no baseline on h02: nothing was written" in doc["message"]
+    assert h02.config() == current
+
+
+def test_ctrl_c_during_baseline_writes_nothing_and_resume_completes(bed: Bed) -> None:
+    three = bed.places[:3]
+    before = [p.config() for p in three]
+    inventory = bed.inventory_of("ctrl-c-baseline", three)
+    new = bed.config_file(_variant(mask_token_id=248074), "ctrl-c-baseline")
+    code, stderr = _interrupt_at(bed, ["-i", inventory, "--from", new], ": baseline")
+    assert code == 130, stderr
+    rollout_id = stderr.split()[1].rstrip(":")
+    assert (
+        f"interrupted: rollout {rollout_id}: Ctrl-C during baseline, before any write: nothing "
+        f"was written; start it again with `dflash-provision rollout --resume {rollout_id} --ssh"
+    ) in stderr
+    assert [p.config() for p in three] == before  # nothing written
+    _, doc = bed.rollout_json("--status", rollout_id)
+    assert doc["state"] == "interrupted"
+    assert doc["message"] == "Ctrl-C during baseline, before any write: nothing was written"
+    assert all(h["phase"] in ("pending", "excluded") for h in doc["hosts"]), doc["hosts"]
+    rows = json.loads(bed.cli.run("history", "--op", "rollout", "--json").stdout)
+    writes = [r for r in rows if r["message"].startswith(f"rollout {rollout_id}: write")]
+    assert writes == []
+    resumed, doc = bed.rollout_json("--resume", rollout_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert doc["state"] == "completed"
+    assert [p.config() for p in three] == [Path(new).read_bytes()] * 3
+
+
+def test_ctrl_c_during_preflight_writes_nothing_and_a_new_rollout_runs(bed: Bed) -> None:
+    three = bed.places[:3]
+    before = [p.config() for p in three]
+    inventory = bed.inventory_of("ctrl-c-preflight", three)
+    new = bed.config_file(_variant(mask_token_id=248075), "ctrl-c-preflight")
+    code, stderr = _interrupt_at(bed, ["-i", inventory, "--from", new], ": preflight")
+    assert code == 130, stderr
+    rollout_id = stderr.split()[1].rstrip(":")
+    assert (
+        f"interrupted: rollout {rollout_id}: Ctrl-C during preflight, before any write: nothing "
+        f"was written; start it again with `dflash-provision rollout --resume {rollout_id} --ssh"
+    ) in stderr
+    assert [p.config() for p in three] == before
+    _, doc = bed.rollout_json("--status", rollout_id)
+    assert (doc["state"], doc["message"]) == (
+        "interrupted",
+        "Ctrl-C during preflight, before any write: nothing was written",
+    )
+    done, doc = bed.rollout_json("-i", inventory, "--from", new)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert [p.config() for p in three] == [Path(new).read_bytes()] * 3

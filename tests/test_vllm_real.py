@@ -868,3 +868,62 @@ def test_real_vllm_serving_a_speculators_directory_passes_stage_c_without_specul
         assert stage(report, "d")["status"] == "passed"
     finally:
         bed.host.exec(["sh", "-c", 'kill -TERM -- "-$1" 2>/dev/null || true', "sh", pid])
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+@pytest.mark.timeout(2400)  # ~6 vLLM starts (2 launches, 2 failing, 2 restores) on a loaded box
+def test_a_rollout_that_breaks_two_real_servers_is_rolled_back_and_they_serve_as_before(
+    bed: RealBed, tmp_path: Path
+) -> None:
+    """Two real vLLM servers (two drafter directories with the agreeing drafter, two ports);
+    the new config passes every pre-flight check but names an activation vLLM's DFlash MLP
+    refuses ("Unsupported activation: gelu"), so both restarts fail and both are rolled back:
+    the old bytes on disk, the old server serving ~100 % acceptance again."""
+    names = ("agreeing", "agreeing-b")
+    models = bed.host.root_dir / "models"
+    shutil.copytree(models / "drafter-agreeing", models / "drafter-agreeing-b", dirs_exist_ok=True)
+    old = Path(bed.authority("agreeing")).read_bytes()
+    doc = json.loads(old)
+    doc["hidden_act"] = "gelu"
+    new = tmp_path / "gelu.json"
+    new.write_text(json.dumps(doc, indent=2) + "\n")
+    ports = [free_port(), free_port()]
+    env_args = [a for item in SERVER_ENV for a in ("--env", item)]
+    try:
+        for name, port in zip(names, ports, strict=True):
+            launched = bed.cli(
+                "launch", bed.target(name), "--model", TARGET_DIR,
+                "--from", bed.authority("agreeing"), "--vllm", str(bed.env.vllm),
+                "--num-speculative-tokens", str(NUM_SPEC), "--port", str(port),
+                "--ready-timeout", READY_TIMEOUT_S, "--no-check", *env_args,
+                *bed.ssh_options(), "--", *SERVE_ARGS,
+            )  # fmt: skip
+            assert launched.returncode == 0, launched.output
+        targets = [bed.target(n) for n in names]
+        rollout = bed.cli(
+            "rollout", *targets, "--from", str(new), "--batches", "100%",
+            "--ready-timeout", READY_TIMEOUT_S, *env_args, "--json", *bed.ssh_options(),
+        )  # fmt: skip
+        assert rollout.returncode == ExitCode.ROLLED_BACK, rollout.output
+        record = rollout.json()
+        print(f"rollout walls: {record['walls']}")
+        for host in record["hosts"]:
+            assert host["phase"] == "rolled_back", host
+            assert host["baseline"]["rate"] >= 0.9, host
+            assert host["after"]["rate"] == pytest.approx(host["baseline"]["rate"], abs=0.05)
+        assert "Unsupported activation: gelu" in rollout.output  # vLLM's own reason
+        for name in names:
+            on_disk = bed.host.exec(["cat", f"{bed.drafter_dir(name)}/config.json"], timeout=30)
+            assert on_disk.stdout.encode() == old
+        for name, port in zip(names, ports, strict=True):
+            check = bed.cli(
+                "runtime-check", bed.target(name), "--port", str(port),
+                "--from", bed.authority("agreeing"), "--json", *bed.ssh_options(),
+            )  # fmt: skip
+            assert check.returncode == 0, check.output
+            assert check.json()["acceptance_rate"] >= 0.9
+    finally:
+        for name, port in zip(names, ports, strict=True):
+            bed.cli("stop", bed.target(name), "--port", str(port), *bed.ssh_options())

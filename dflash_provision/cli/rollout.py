@@ -152,6 +152,13 @@ def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> I
         yield
     except KeyboardInterrupt:
         _write_prometheus(rollout, prom)
+        if rollout.state.value == "interrupted":  # before any write: holds no host
+            click.echo(
+                f"interrupted: rollout {rollout.id}: {rollout.message}; start it again with "
+                f"`{rollout.command('--resume')}{rollout.env_hint()}` or run a new rollout",
+                err=True,
+            )
+            ctx.exit(130)
         click.echo(
             f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
             f"with `{rollout.command('--resume')}{rollout.env_hint()}` or undo it with "
@@ -185,9 +192,8 @@ def _resume(engine: Any) -> Any:
     r = engine.rollout
     if r.state in (State.BATCH, State.PAUSED):
         return engine.run_batches()
-    if r.state in (State.PLANNED, State.PREFLIGHT, State.BASELINE) and not any(
-        h.phase in CHANGED for h in r.hosts
-    ):
+    before_writes = (State.PLANNED, State.PREFLIGHT, State.BASELINE, State.INTERRUPTED)
+    if r.state in before_writes and not any(h.phase in CHANGED for h in r.hosts):
         for host in r.hosts:
             host.phase = "pending"
         return engine.start()

@@ -128,6 +128,26 @@ class Engine:
 
     def start(self) -> State:
         self.store.refuse_held(self.rollout)
+        try:
+            if self._measure_fleet() is not None:
+                return self.rollout.state
+        except KeyboardInterrupt:
+            # Nothing was written: the record lets go of its hosts (a new rollout may start)
+            # and stays resumable (--resume starts again from pre-flight).
+            stage = self.rollout.state.value
+            self._state(
+                State.INTERRUPTED, f"Ctrl-C during {stage}, before any write: nothing was written"
+            )
+            raise
+        included = [h for h in self.rollout.hosts if h.phase == "pending"]
+        for number, batch in enumerate(split(included, self.rollout.batches), start=1):
+            for host in batch:
+                host.batch = number
+        return self.run_batches()
+
+    def _measure_fleet(self) -> State | None:
+        """Pre-flight and baseline of every host; REFUSED when one fails (unless
+        --skip-failed-hosts), else None."""
         self._state(State.PREFLIGHT)
         started = time.monotonic()
         self._each(self.rollout.hosts, self._preflight_host)
@@ -137,8 +157,8 @@ class Engine:
             names = ", ".join(h.name for h in bad)
             self._state(State.REFUSED, f"pre-flight failed on {names}: nothing was written")
             return self.rollout.state
-        for host in bad:
-            host.phase = "excluded"
+        for host in bad:  # --skip-failed-hosts: left out, named (the detail says why)
+            self._set(host, "excluded")
         self._state(State.BASELINE)
         started = time.monotonic()
         self._each([h for h in self.rollout.hosts if h.phase == "pending"], self._baseline_host)
@@ -148,13 +168,9 @@ class Engine:
             names = ", ".join(h.name for h in bad)
             self._state(State.REFUSED, f"no baseline on {names}: nothing was written")
             return self.rollout.state
-        for host in bad:
-            host.phase = "excluded"
-        included = [h for h in self.rollout.hosts if h.phase == "pending"]
-        for number, batch in enumerate(split(included, self.rollout.batches), start=1):
-            for host in batch:
-                host.batch = number
-        return self.run_batches()
+        for host in bad:  # --skip-failed-hosts: left out, named (the detail says why)
+            self._set(host, "excluded")
+        return None
 
     def _preflight_host(self, host: HostState) -> None:
         member = self.members[host.name]
@@ -234,9 +250,12 @@ class Engine:
             if outcome != "passed":
                 return r.state
         alone = [h.name for h in r.hosts if h.phase == "rolled_back"]
+        left = [h.name for h in r.hosts if h.phase == "excluded"]
         within = f"; restored alone (failed within the tolerance): {', '.join(alone)}"
+        out = f"; left out (failed pre-flight or baseline, untouched): {', '.join(left)}"
         self._state(
-            State.COMPLETED, f"{r.batch_count} batch(es) passed" + (within if alone else "")
+            State.COMPLETED,
+            f"{r.batch_count} batch(es) passed" + (within if alone else "") + (out if left else ""),
         )
         return r.state
 

@@ -28,6 +28,7 @@ class State(enum.StrEnum):
     ROLLBACK_FAILED = "rollback_failed"
     ABORTED = "aborted"
     REFUSED = "refused"  # pre-flight failed: nothing was written
+    INTERRUPTED = "interrupted"  # Ctrl-C in pre-flight or baseline: nothing was written
 
     @property
     def open(self) -> bool:
