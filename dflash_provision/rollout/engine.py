@@ -152,25 +152,27 @@ class Engine:
         started = time.monotonic()
         self._each(self.rollout.hosts, self._preflight_host)
         self.rollout.add_wall("preflight_s", time.monotonic() - started)
-        bad = [h for h in self.rollout.hosts if h.phase == "preflight_failed"]
-        if bad and not self.options.skip_failed_hosts:
-            names = ", ".join(h.name for h in bad)
-            self._state(State.REFUSED, f"pre-flight failed on {names}: nothing was written")
+        if self._refuse_or_exclude_failed("pre-flight failed on"):
             return self.rollout.state
-        for host in bad:  # --skip-failed-hosts: left out, named (the detail says why)
-            self._set(host, "excluded")
         self._state(State.BASELINE)
         started = time.monotonic()
         self._each([h for h in self.rollout.hosts if h.phase == "pending"], self._baseline_host)
         self.rollout.add_wall("baseline_s", time.monotonic() - started)
+        if self._refuse_or_exclude_failed("no baseline on"):
+            return self.rollout.state
+        return None
+
+    def _refuse_or_exclude_failed(self, what: str) -> bool:
+        """Hosts that failed pre-flight or baseline: the rollout is REFUSED (True), or with
+        --skip-failed-hosts they are left out, named (the detail says why), and it goes on."""
         bad = [h for h in self.rollout.hosts if h.phase == "preflight_failed"]
         if bad and not self.options.skip_failed_hosts:
             names = ", ".join(h.name for h in bad)
-            self._state(State.REFUSED, f"no baseline on {names}: nothing was written")
-            return self.rollout.state
-        for host in bad:  # --skip-failed-hosts: left out, named (the detail says why)
+            self._state(State.REFUSED, f"{what} {names}: nothing was written")
+            return True
+        for host in bad:
             self._set(host, "excluded")
-        return None
+        return False
 
     def _preflight_host(self, host: HostState) -> None:
         member = self.members[host.name]
