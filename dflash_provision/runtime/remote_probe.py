@@ -154,16 +154,22 @@ def probe_effective(drafter: str, speculators: bool = False) -> tuple[str | None
 def speculators_doc(drafter: str) -> dict[str, Any] | None:
     """The drafter's config when it is in the speculators layout (vLLM's own test: a
     ``speculators_config`` that is not null), else None."""
-    path = Path(drafter, "config.json")
+    doc = _config_doc(drafter)
+    if doc is not None and doc.get("speculators_config") is not None:
+        return doc
+    return None
+
+
+def _config_doc(directory: str) -> dict[str, Any] | None:
+    """``directory``/config.json as a JSON object, when it is small enough and parses."""
+    path = Path(directory, "config.json")
     try:
         if path.stat().st_size > MAX_KEYED_FILE:
             return None
         doc = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return None
-    if isinstance(doc, dict) and doc.get("speculators_config") is not None:
-        return doc
-    return None
+    return doc if isinstance(doc, dict) else None
 
 
 def speculators_verifier(doc: dict[str, Any]) -> str | None:
@@ -210,16 +216,8 @@ def speculators_override(drafter: str, num_tokens: int | None) -> tuple[str, dic
 
 def target_layers(model: str | None) -> int | None:
     """num_hidden_layers of the target model's config.json (or its text_config), if local."""
-    if not model:
-        return None
-    path = Path(model, "config.json")
-    try:
-        if path.stat().st_size > MAX_KEYED_FILE:
-            return None
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-    if not isinstance(doc, dict):
+    doc = _config_doc(model) if model else None
+    if doc is None:
         return None
     value = doc.get("num_hidden_layers")
     text = doc.get("text_config")
