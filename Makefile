@@ -44,7 +44,7 @@ test: install system-deps
 	$(VENV)/bin/pytest -m "not slow and not vllm" -ra
 
 # The long-running tier: the quick stress runs (bench/stress/ --quick) and the bounded-read test
-# of 200 MB configs (~10 min here). Not the vllm tier (`make test-vllm`). Collecting nothing is a
+# of 200 MB configs (30 s here). Not the vllm tier (`make test-vllm`). Collecting nothing is a
 # failure (pytest's exit 5): a tier that silently runs no test is how it went unnoticed before.
 # --timeout bounds each test (the stress runs bound their own subprocess at 900 s).
 SLOW_TIMEOUT ?= 1200
