@@ -82,6 +82,11 @@ docs: install
 bench: install system-deps
 	$(PY) bench/bench_fleet.py
 
+# Audit and repair of 64 hosts at 50 ms round trip (a delaying relay per host) against the minimal
+# paramiko script, whole processes; prints round trips per host (bench/README.md). Root, ~2 min.
+bench-latency: install system-deps
+	$(PY) bench/bench_latency.py $(BENCH_ARGS)
+
 # Issue 11 items 9-11 as stress runs that print figures (root; ~20 min on 2 busy cores; not part
 # of `make test`). STRESS_ARGS=--quick for a short pass.
 stress: install system-deps

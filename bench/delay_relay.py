@@ -81,6 +81,12 @@ class Relay:
         return taken
 
     async def handle(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A handler cancelled at close must not end cancelled: Python 3.11's stream callback
+        # then logs a CancelledError traceback for every open connection.
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._relay(reader, writer)
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         stats = ConnectionStats()
         with self.lock:
             self.connections.append(stats)
