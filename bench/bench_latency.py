@@ -20,7 +20,10 @@ Whole processes, side by side in one run, each contender right after its baselin
                         (the row the fleet bench compares with the minimal write)
 
 Columns: wall time (median of ``--repeat``), the ratio to the baseline (median of the paired
-ratios), and per host: SSH connections, round trips and exec requests.
+ratios), per host: SSH connections, round trips and exec requests, the contender's CPU (its
+whole process, user + system, per host, start-up included), and the relays' CPU (this process's thread): the
+relays share the 2 cores with everything else, so a relay that became the bottleneck would show
+here.
 
 How the round trips are counted: the relay counts, per connection, the *turns* of the traffic:
 each time it reads data from the server after the last data it read came from the client. A
@@ -38,6 +41,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -67,6 +71,8 @@ class Run:
     connections: float  # per host
     round_trips: float  # per host
     execs: float  # per host
+    cpu_ms: float  # the contender's process (user + system), per host
+    relay_cpu_s: float  # this process: the relays' thread
 
 
 @dataclass
@@ -78,6 +84,11 @@ class Row:
 
     def median(self, pick: Callable[[Run], float]) -> float:
         return statistics.median(pick(r) for r in self.runs)
+
+
+def _cpu(who: int) -> float:
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
 
 
 class LatencyBench:
@@ -119,9 +130,11 @@ class LatencyBench:
         """One run of ``fn`` (returns execs per host), with the relays' counts of it."""
         for relay in self.relays:
             relay.take()
+        child0, self0 = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
         started = time.monotonic()
         execs = fn()
         wall = time.monotonic() - started
+        child1, self1 = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
         time.sleep(self.rtt_s)  # the last closes travel through the delay line
         per_host = [relay.take() for relay in self.relays]
         hosts = len(per_host)
@@ -130,6 +143,8 @@ class LatencyBench:
             sum(len(c) for c in per_host) / hosts,
             sum(s.turns for c in per_host for s in c) / hosts,
             execs,
+            1000 * (child1 - child0) / hosts,
+            self1 - self0,
         )
 
     def minimal(self, write: bool, read_back: bool = False) -> float:
@@ -218,7 +233,8 @@ def main() -> None:
     )
     print(
         f"{'what':<22} {'wall s':>7} {'vs baseline':>18} {'conns/host':>10} "
-        f"{'round trips/host':>16} {'x RTT s':>8} {'execs/host':>10}"
+        f"{'round trips/host':>16} {'x RTT s':>8} {'execs/host':>10} {'CPU ms/host':>11} "
+        f"{'relay CPU s':>11}"
     )
     for row in rows:
         ratio = ""
@@ -229,7 +245,8 @@ def main() -> None:
         print(
             f"{row.what:<22} {row.median(lambda r: r.wall_s):7.2f} {ratio:>18} "
             f"{row.median(lambda r: r.connections):10.1f} {trips:16.1f} "
-            f"{trips * rtt_s:8.2f} {row.median(lambda r: r.execs):10.1f}"
+            f"{trips * rtt_s:8.2f} {row.median(lambda r: r.execs):10.1f} "
+            f"{row.median(lambda r: r.cpu_ms):11.1f} {row.median(lambda r: r.relay_cpu_s):11.2f}"
         )
     print("baselines: audit rows vs the minimal read just before; minimal write+read and repair "
           "vs the minimal write just before")  # fmt: skip
