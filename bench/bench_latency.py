@@ -21,9 +21,9 @@ Whole processes, side by side in one run, each contender right after its baselin
 
 Columns: wall time (median of ``--repeat``), the ratio to the baseline (median of the paired
 ratios), per host: SSH connections, round trips and exec requests, the contender's CPU (its
-whole process, user + system, per host, start-up included), and the relays' CPU (this process's thread): the
-relays share the 2 cores with everything else, so a relay that became the bottleneck would show
-here.
+whole process, user + system, start-up included, divided by the hosts), and the relays' CPU
+(this process's thread): the relays share the 2 cores with everything else, so a relay that
+became the bottleneck would show here.
 
 How the round trips are counted: the relay counts, per connection, the *turns* of the traffic:
 each time it reads data from the server after the last data it read came from the client. A
