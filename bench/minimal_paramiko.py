@@ -6,7 +6,7 @@ parsed once; the private key loaded once and shared), one exec (``cat FILE`` to 
 is the point.
 
     python bench/minimal_paramiko.py --key ID --known-hosts KH --path /root/m/config.json \\
-        [--write FILE] [--workers 64] 127.0.1.1 127.0.1.2 ...
+        [--write FILE [--read-back]] [--port 22] [--workers 64] 127.0.1.1 127.0.1.2 ...
 
 Prints one JSON object: wall seconds, controller CPU seconds, hosts ok/failed.
 """
@@ -143,13 +143,24 @@ def main() -> None:
     parser.add_argument("--known-hosts", required=True)
     parser.add_argument("--path", required=True)
     parser.add_argument("--write", help="file whose bytes to write (default: read)")
+    parser.add_argument(
+        "--read-back", action="store_true", help="with --write: then `cat FILE` (2 execs)"
+    )
+    parser.add_argument("--port", type=int, default=22)
     parser.add_argument("--workers", type=int, default=64)
     args = parser.parse_args()
     cpu0 = resource.getrusage(resource.RUSAGE_SELF)
     started = time.monotonic()
-    shared = load_shared(args.key, args.known_hosts)
+    shared = load_shared(args.key, args.known_hosts, port=args.port)
     data = open(args.write, "rb").read() if args.write else None  # noqa: SIM115
-    results = run(shared, args.addresses, args.path, data=data, workers=args.workers)
+    results = run(
+        shared,
+        args.addresses,
+        args.path,
+        data=data,
+        workers=args.workers,
+        read_back=args.read_back,
+    )
     wall = time.monotonic() - started
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
