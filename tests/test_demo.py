@@ -135,7 +135,7 @@ def test_demo_commands_are_typed_as_a_user_types_them(demo) -> None:  # type: ig
     out, _, _ = demo
     commands = [text for text, _ in shell_lines(out)]
     programs = {text.split()[0].split("=")[0] for text in commands}
-    assert programs <= {"export", "cd", "M", "C", "dflash-provision", "ssh", "cat", "head"}
+    assert programs <= {"export", "cd", "M", "C", "P1", "dflash-provision", "ssh", "cat", "head"}
     # The ssh_config is given once, through the environment, not on every line.
     assert not any("--ssh-config" in text for text in commands)
     assert sum(text.startswith("export DFLASH_PROVISION_SSH_CONFIG=") for text in commands) == 1
@@ -175,6 +175,44 @@ def test_demo_pushes_verifies_and_audits_an_lxc_container_behind_a_host(demo) ->
         found = step.find(text, position)
         assert found >= 0, f"{text!r} missing (or out of order) in the LXC step:\n{step[:3000]}"
         position = found
+
+
+def test_demo_shows_a_rollout_caught_at_the_canary_and_rolled_back(demo) -> None:  # type: ignore[no-untyped-def]
+    """The rollout step: three servers (the vLLM stand-in, whose acceptance follows the config it
+    loaded) and a config every file check passes; the canary fails the gate, is restored and
+    serves its baseline again; the other hosts never see the new bytes."""
+    out, _, _ = demo
+    if os.geteuid() != 0:
+        assert "skipped: the servers' hosts need root" in out
+        pytest.skip("the demo's rollout step needs root (servers on namespaced hosts)")
+    step = out[out.index("A rollout: a config change caught at the canary") :]
+    steps = [
+        '$ dflash-provision launch "h01:$M"',
+        "started: vLLM 0.32.0+dflash-standin ready",
+        "--dry-run",
+        "batch 1: h01\n",
+        "batch 2: h02, h03\n",
+        "dflash_config.mask_token_id: 248070 → 248064",
+        "h01: baseline acceptance 60.0%",
+        "h01: written (proved by read-back",
+        "h01: failed (acceptance 1.0% < 10%)",
+        "h01: rolled_back (old bytes restored, proved;",
+        "h01   1      rolled_back  60.0% → 1.0% → 60.0%",
+        "h02   2      pending",
+        "[exit 27]",
+        "$ dflash-provision rollout --status",
+        "rolled_back",
+        "$ dflash-provision audit -i serving.yaml",
+        "3 hosts: 3 in sync",
+        '$ dflash-provision stop "h03:$M"',
+        "stopped: port",
+    ]
+    position = 0
+    for text in steps:
+        found = step.find(text, position)
+        assert found >= 0, f"{text!r} missing (or out of order) in the rollout step:\n{step[:4000]}"
+        position = found
+    assert "PyTorch was not found" not in out
 
 
 def test_demo_shows_a_long_diff_once_then_summarises_it(demo) -> None:  # type: ignore[no-untyped-def]

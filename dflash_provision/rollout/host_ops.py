@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -59,7 +60,7 @@ def inspect(
         host.restart, host.port = True, live[0].port
         host.launch = live[0].record.to_dict()
         model = live[0].record.model
-        missing = sorted(set(live[0].record.env_names) - set(env) - _auto_env(new.document))
+        missing = missing_env(live[0].record.env_names, env, new.document)
         if missing:
             raise StepFailed(
                 "its server was launched with env "
@@ -70,6 +71,18 @@ def inspect(
             )
     _validate_there(transport, member, new, model, timeout)
     return host, current.data
+
+
+def missing_env(recorded: Iterable[str], given: Iterable[str], doc: dict[str, Any]) -> list[str]:
+    """The env names a restart needs values for that the user did not give again.
+
+    Launch sets the V2 runner's env itself (for mixed attention), so a record that names it
+    needs no value from the user whatever the new config's layout: ``restart_env`` adds it
+    again when the new config needs it (a mixed old config and an all-full new one asked for
+    ``--env VLLM_USE_V2_MODEL_RUNNER=...`` before)."""
+    from dflash_provision.runtime.preflight import V2_RUNNER_ENV
+
+    return sorted(set(recorded) - {V2_RUNNER_ENV} - set(given) - _auto_env(doc))
 
 
 def _auto_env(doc: dict[str, Any]) -> set[str]:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dflash_provision.testbed import samples
+from dflash_provision.testbed.demo_rollout import rollout_step
 from dflash_provision.testbed.demo_state import Demo, DemoHosts, DemoMember
 from dflash_provision.testbed.demo_transcript import (
     Transcript,
@@ -67,6 +68,7 @@ def demo_steps(*, runtime: bool = True) -> list[Step]:
         repair_step,
         clean_audit_step,
         container_step,
+        rollout_step,
         # Later steps go here, after the fleet is clean: append a module's own list.
         *(runtime_demo_steps() if runtime else []),
     ]
@@ -165,6 +167,7 @@ def throwaway_hosts(base_dir: Path, count: int = 6) -> Iterator[DemoHosts]:
                     f"{count} real sshd hosts, each in its own namespaces with a private /root, "
                     f"on {fleet.hosts[0].address}..{fleet.hosts[-1].address} port {fleet.port}",
                     container,
+                    {h.name: h for h in fleet.hosts},
                 )
         return
     # Not root: no namespaces, so one sshd as you and one model directory per "host".

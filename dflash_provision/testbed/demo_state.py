@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dflash_provision.testbed.demo_transcript import Transcript
 
 if TYPE_CHECKING:
+    from dflash_provision.testbed.hosts import Host
     from dflash_provision.testbed.hub_standin import HubStandin
     from dflash_provision.testbed.lxc import Container
 
@@ -44,6 +45,9 @@ class DemoHosts:
     # hosts (so its lines can be pasted with --keep); None when containers cannot run inside
     # the hosts (not root, or LXC missing).
     container: Container | None = None
+    # Each member's namespaced sshd host by member name (as root), for set-up a `$` line
+    # cannot do (the rollout step installs the vLLM stand-in there); empty as a normal user.
+    host_of: dict[str, Host] = field(default_factory=dict)
 
 
 @dataclass
