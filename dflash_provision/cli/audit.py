@@ -35,7 +35,6 @@ import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_table
-from dflash_provision.cli.entry import INTERRUPTED_EXIT
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -82,13 +81,15 @@ def command(
         # one that lacks the hosts not contacted would tell node_exporter a false story.
         elapsed = time.monotonic() - started
         if as_json:
-            document = report.audit_document(stopped.done, elapsed_s=elapsed, exit_code=130)
+            document = report.audit_document(
+                stopped.done, elapsed_s=elapsed, exit_code=ExitCode.INTERRUPTED
+            )
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
         else:
             echo_table(report.audit_spec(stopped.done), report.summary_line(stopped.done, elapsed))
         click.echo(stopped.summary(len(members), "audited"), err=True)
-        ctx.exit(INTERRUPTED_EXIT)
+        ctx.exit(ExitCode.INTERRUPTED)
     elapsed = time.monotonic() - started
     code = int(audit_exit_code(audits))
     if as_json:

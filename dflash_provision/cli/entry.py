@@ -14,7 +14,8 @@ from __future__ import annotations
 import gc
 import sys
 
-INTERRUPTED_EXIT = 130  # the shell's 128 + SIGINT, as cli.main uses for a Ctrl-C during a command
+# The one exit-code table (cheap to import: an IntEnum, before the CLI itself is imported).
+from dflash_provision.errors import ExitCode
 
 
 def main() -> None:
@@ -24,7 +25,7 @@ def main() -> None:
         from dflash_provision.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        sys.exit(INTERRUPTED_EXIT)
+        sys.exit(ExitCode.INTERRUPTED)
     finally:
         gc.freeze()
         gc.enable()

@@ -26,7 +26,7 @@ import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._render import echo_table
-from dflash_provision.cli.entry import INTERRUPTED_EXIT
+from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
 
@@ -92,7 +92,7 @@ def command(
         elapsed = time.monotonic() - started
         if as_json:
             document = report.repair_document(
-                stopped.done, elapsed_s=elapsed, exit_code=INTERRUPTED_EXIT, dry_run=dry_run
+                stopped.done, elapsed_s=elapsed, exit_code=ExitCode.INTERRUPTED, dry_run=dry_run
             )
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
@@ -102,7 +102,7 @@ def command(
                 report.repair_summary_line(stopped.done, elapsed),
             )
         click.echo(stopped.summary(len(members), "handled"), err=True)
-        ctx.exit(INTERRUPTED_EXIT)
+        ctx.exit(ExitCode.INTERRUPTED)
     elapsed = time.monotonic() - started
     code = repair_exit_code(repairs, dry_run=dry_run)
     if as_json:
