@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2 prometheus prometheus-node-exporter
 
-.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench bench-latency stress clean
+.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench bench-latency bench-rollout stress clean
 
 install: $(VENV)/.installed
 
@@ -86,6 +86,10 @@ bench: install system-deps
 # paramiko script, whole processes; prints round trips per host (bench/README.md). Root, ~2 min.
 bench-latency: install system-deps
 	$(PY) bench/bench_latency.py $(BENCH_ARGS)
+
+# Where a 6-host rollout's time goes (writes, restarts, checks) on the vLLM stand-in.
+bench-rollout: install system-deps
+	$(PY) bench/bench_rollout.py $(BENCH_ARGS)
 
 # Issue 11 items 9-11 as stress runs that print figures (root; ~20 min on 2 busy cores; not part
 # of `make test`). STRESS_ARGS=--quick for a short pass.
