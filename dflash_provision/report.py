@@ -219,7 +219,7 @@ def _label_value(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
 
 
-def _labels(**labels: str) -> str:
+def prometheus_labels(**labels: str) -> str:
     return "{" + ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items()) + "}"
 
 
@@ -237,7 +237,7 @@ def prometheus_text(audits: Sequence[HostAudit], *, timestamp: float, run_durati
         "1 when the host's DFlash drafter config is the authoritative one, else 0.",
     )
     for a in audits:
-        labels = _labels(host=a.name, group=a.group, path=a.path)
+        labels = prometheus_labels(host=a.name, group=a.group, path=a.path)
         lines.append(f"dflash_config_in_sync{labels} {int(a.status is HostStatus.IN_SYNC)}")
     metric(
         "dflash_config_status",
@@ -246,7 +246,7 @@ def prometheus_text(audits: Sequence[HostAudit], *, timestamp: float, run_durati
     )
     for a in audits:
         for status in _ORDER:
-            labels = _labels(host=a.name, group=a.group, path=a.path, status=status.value)
+            labels = prometheus_labels(host=a.name, group=a.group, path=a.path, status=status.value)
             lines.append(f"dflash_config_status{labels} {int(a.status is status)}")
     metric(
         "dflash_config_audit_duration_seconds",
@@ -254,12 +254,14 @@ def prometheus_text(audits: Sequence[HostAudit], *, timestamp: float, run_durati
         "Seconds the last audit spent on the host (connect, read, classify).",
     )
     for a in audits:
-        labels = _labels(host=a.name, group=a.group, path=a.path)
+        labels = prometheus_labels(host=a.name, group=a.group, path=a.path)
         lines.append(f"dflash_config_audit_duration_seconds{labels} {a.timings.total_s:.6f}")
     metric("dflash_config_audit_hosts", "gauge", "Hosts per audit status in the last audit.")
     counts = status_counts(audits)
     for status in _ORDER:
-        lines.append(f"dflash_config_audit_hosts{_labels(status=status.value)} {counts[status]}")
+        lines.append(
+            f"dflash_config_audit_hosts{prometheus_labels(status=status.value)} {counts[status]}"
+        )
     metric(
         "dflash_config_audit_timestamp_seconds",
         "gauge",

@@ -40,3 +40,27 @@ def test_exit_codes_come_from_one_table_not_from_the_console_entry() -> None:
         if path.name != "__main__.py" and "dflash_provision.cli.entry" in _imported_modules(path)
     ]
     assert offenders == []
+
+
+def _private_imports(path: Path) -> list[str]:
+    """``from dflash_provision.X import _name``: another module's private name."""
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("dflash_provision")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+
+
+def test_no_module_imports_another_modules_private_name() -> None:
+    """What one module shares with another is public (the remote protocol's reply parser, the
+    Prometheus label writer, launch's env rules): a private name imported elsewhere is a home
+    that was never made one."""
+    offenders = {
+        str(path.relative_to(PACKAGE)): names
+        for path in PACKAGE.rglob("*.py")
+        if (names := _private_imports(path))
+    }
+    assert offenders == {}

@@ -13,7 +13,7 @@ import pytest
 from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
 from dflash_provision.runtime.launch import describe_differences, launch
-from dflash_provision.runtime.preflight import LaunchRequest, _runtime_env
+from dflash_provision.runtime.preflight import LaunchRequest, runtime_env
 from dflash_provision.runtime.process import (
     PortState,
     argv_matches,
@@ -111,13 +111,13 @@ def test_fatal_lines_put_vllms_cause_before_the_generic_engine_failure() -> None
 
 def test_mixed_sliding_and_full_drafter_gets_the_v2_runner_and_refuses_an_explicit_v1() -> None:
     mixed = {"layer_types": ["sliding_attention", "full_attention"]}
-    assert _runtime_env(mixed, {"X": "1"}) == (
+    assert runtime_env(mixed, {"X": "1"}) == (
         {"X": "1", "VLLM_USE_V2_MODEL_RUNNER": "1"},
         ["VLLM_USE_V2_MODEL_RUNNER"],
     )
-    assert _runtime_env({"layer_types": ["full_attention"]}, {}) == ({}, [])
+    assert runtime_env({"layer_types": ["full_attention"]}, {}) == ({}, [])
     with pytest.raises(RuntimeFailure, match="V1 model runner refuses") as refused:
-        _runtime_env(mixed, {"VLLM_USE_V2_MODEL_RUNNER": "0"})
+        runtime_env(mixed, {"VLLM_USE_V2_MODEL_RUNNER": "0"})
     assert refused.value.exit_code == ExitCode.VLLM_UNUSABLE
 
 

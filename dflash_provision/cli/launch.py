@@ -130,7 +130,7 @@ def command(
         num_speculative_tokens=num_speculative_tokens,
         vllm_cmd=tuple(_split_command(vllm_cmd)),
         python=python,
-        env=_parse_env(env_items),
+        env=parse_env(env_items),
         extra_args=extra_args,
         restart=restart,
         force=force,
@@ -180,7 +180,7 @@ def _split_command(text: str) -> list[str]:
     return parts
 
 
-def _parse_env(items: tuple[str, ...]) -> dict[str, str]:
+def parse_env(items: tuple[str, ...]) -> dict[str, str]:
     from dflash_provision.errors import UsageError
 
     env: dict[str, str] = {}

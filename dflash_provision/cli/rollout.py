@@ -292,13 +292,13 @@ def _engine(
 ) -> Any:
     from dataclasses import replace
 
-    from dflash_provision.cli.launch import _parse_env
+    from dflash_provision.cli.launch import parse_env
     from dflash_provision.rollout.engine import Engine, Options
 
     settings = replace(_settings(opts), min_acceptance=rollout.gate.min_acceptance)
     options = Options(
         check=settings,
-        env=_parse_env(opts["env_items"]),
+        env=parse_env(opts["env_items"]),
         keep_backups=opts["keep_backups"],
         ready_timeout=opts["ready_timeout"],
         skip_failed_hosts=opts["skip_failed_hosts"],
@@ -373,13 +373,13 @@ def _dry_run(
 ) -> None:
     """The plan: batches, each host's change and whether its server restarts, the gate. Only
     reads (pre-flight); writes nothing, restarts nothing, records nothing."""
-    from dflash_provision.cli.launch import _parse_env
+    from dflash_provision.cli.launch import parse_env
     from dflash_provision.errors import DflashProvisionError
     from dflash_provision.rollout import host_ops
     from dflash_provision.rollout.batches import parse_batches, split
 
     run = make_run(connection)
-    env = _parse_env(opts["env_items"])
+    env = parse_env(opts["env_items"])
     planned: list[tuple[str, Any]] = []
     for member in members:
         try:

@@ -57,12 +57,12 @@ def script_text(name: str) -> str:
     # Files beside this module (the wheel installs them as files): importlib.resources would
     # cost every SSH command a few milliseconds of imports for the same read.
     parts = ("common", *_FRAGMENTS.get(name, ()), name)
-    return _without_comments(
+    return without_comments(
         "\n".join((SCRIPTS_DIR / f"{part}.sh").read_text(encoding="utf-8") for part in parts)
     )
 
 
-def _without_comments(text: str) -> str:
+def without_comments(text: str) -> str:
     """The script without its comment-only and blank lines: the text travels with every exec
     (and the login shell and sh parse it each time); the comments are for people reading the
     .sh files. The scripts have no here-documents or multi-line strings with such lines."""
@@ -95,7 +95,7 @@ class _Parsed:
     lines: list[str] = field(default_factory=list)
 
 
-def _parse(stdout: bytes, name: str) -> _Parsed:
+def parse_reply(stdout: bytes, name: str) -> _Parsed:
     parsed = _Parsed()
     rest = stdout
     first = True
@@ -123,10 +123,10 @@ def _run(
     transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float | None
 ) -> tuple[CommandResult, _Parsed]:
     result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
-    return result, _parse(result.stdout, name)
+    return result, parse_reply(result.stdout, name)
 
 
-def _stderr_line(result: CommandResult) -> str:
+def stderr_line(result: CommandResult) -> str:
     text = result.stderr.decode("utf-8", errors="replace").strip()
     return text.splitlines()[-1] if text else f"exit status {result.exit_status}"
 
@@ -214,7 +214,7 @@ def read_remote_config(
         result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
-                f"{transport.description}: reading {path} failed: {_stderr_line(result)}",
+                f"{transport.description}: reading {path} failed: {stderr_line(result)}",
                 step="read",
             )
         if result.exit_status != 0:
@@ -222,7 +222,7 @@ def read_remote_config(
             # race) or its watchdog ended it at the deadline: the bytes after "data" are not the
             # file's, whatever the mode.
             _raise_if_ended_at_deadline(transport, path, result, deadline)
-            message = _stderr_line(result)
+            message = stderr_line(result)
             denied = "Permission denied" in message
             return RemoteRead(
                 path=path,
@@ -537,7 +537,7 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: _Parsed
         message=(
             "the remote shell ended without reporting a result"
             f" (last step seen: {parsed.lines[-1] if parsed.lines else 'none'};"
-            f" {_stderr_line(result)})"
+            f" {stderr_line(result)})"
         ),
         **common,  # type: ignore[arg-type]
     )
@@ -581,7 +581,7 @@ def list_remote_backups(
         )
     if parsed.fields.get("result") != "ok":
         raise RemoteProtocolError(
-            f"{transport.description}: listing backups of {path} failed: {_stderr_line(result)}",
+            f"{transport.description}: listing backups of {path} failed: {stderr_line(result)}",
             step="backups",
         )
     folder = backup_dir(path)
@@ -634,7 +634,7 @@ def read_backup(
         )
     if fields.get("result") != "ok" or parsed.data is None or result.exit_status != 0:
         raise RemoteProtocolError(
-            f"{transport.description}: reading backup {name} failed: {_stderr_line(result)}",
+            f"{transport.description}: reading backup {name} failed: {stderr_line(result)}",
             step="backups",
         )
     return parsed.data

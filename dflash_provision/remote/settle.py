@@ -17,7 +17,7 @@ import time
 from dataclasses import dataclass
 
 from dflash_provision.errors import DflashProvisionError
-from dflash_provision.remote.ops import _parse, check_remote_path, script_argv
+from dflash_provision.remote.ops import check_remote_path, parse_reply, script_argv
 from dflash_provision.transport.base import Transport
 
 #: Seconds between attempts to reach a host again (its connection was just lost).
@@ -64,7 +64,7 @@ def settle_write(
         except DflashProvisionError as exc:
             problem = exc.message
         else:
-            fields = _parse(result.stdout, "settle").fields
+            fields = parse_reply(result.stdout, "settle").fields
             verdict = fields.get("verdict")
             if verdict in (Verdict.LANDED, Verdict.NOT_LANDED):
                 return Settled(
@@ -93,4 +93,4 @@ def last_writer(
     or the host could not tell), read under the push's lock (waiting up to ``lock_timeout``)."""
     args = [path, "0" * 16, "0" * 64, str(lock_timeout), "1" if follow_symlinks else "0", "probe"]
     result = transport.run(script_argv("settle", *args), stdin=None, timeout=timeout)
-    return _parse(result.stdout, "settle").fields.get("writer") or None
+    return parse_reply(result.stdout, "settle").fields.get("writer") or None

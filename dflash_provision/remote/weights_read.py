@@ -17,10 +17,10 @@ from pathlib import Path
 
 from dflash_provision.remote.ops import (
     RemoteProtocolError,
-    _parse,
-    _stderr_line,
+    parse_reply,
     remote_deadline,
     script_argv,
+    stderr_line,
 )
 from dflash_provision.safetensors_header import LIMIT_TEXT, MAX_HEADER_BYTES
 from dflash_provision.transport.base import Transport
@@ -80,12 +80,12 @@ def read_remote_weights(
         str(remote_deadline(limit)),
     ]
     result = transport.run(script_argv("weights", *args), stdin=None, timeout=timeout)
-    parsed = _parse(result.stdout, "weights")
+    parsed = parse_reply(result.stdout, "weights")
     where = f"{transport.description}:{directory}"
     if "dir" not in parsed.fields or parsed.data is None or result.exit_status != 0:
         raise RemoteProtocolError(
             f"{transport.description}: reading the safetensors headers in {directory} failed: "
-            f"{_stderr_line(result)}",
+            f"{stderr_line(result)}",
             step="read",
         )
     return _from_lines(where, parsed.lines, parsed.data)

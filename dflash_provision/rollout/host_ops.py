@@ -87,28 +87,28 @@ def missing_env(recorded: Iterable[str], given: Iterable[str], doc: dict[str, An
 
 def _auto_env(doc: dict[str, Any]) -> set[str]:
     """Env names launch sets itself for this config (the V2 runner for mixed attention)."""
-    from dflash_provision.runtime.preflight import _runtime_env
+    from dflash_provision.runtime.preflight import runtime_env
 
-    return set(_runtime_env(doc, {})[1])
+    return set(runtime_env(doc, {})[1])
 
 
 def restart_env(doc: dict[str, Any], record: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
     """The env a restart passes: the recorded NAMES, values from --env, plus what launch adds
     for this config (as launch would for it)."""
-    from dflash_provision.runtime.preflight import _runtime_env
+    from dflash_provision.runtime.preflight import runtime_env
 
     given = {n: env[n] for n in record.get("env_names", []) if n in env}
-    return _runtime_env(doc, given)[0]
+    return runtime_env(doc, given)[0]
 
 
 def _validate_there(
     transport: Transport, member: FleetMember, new: Authority, model: str | None, timeout: float
 ) -> None:
-    from dflash_provision.runtime.preflight import _target_config
+    from dflash_provision.runtime.preflight import target_config
     from dflash_provision.validate import validate_config
     from dflash_provision.weights_check import check_remote, target_hidden_of
 
-    target_bytes = _target_config(transport, model, timeout)[0] if model else None
+    target_bytes = target_config(transport, model, timeout)[0] if model else None
     report = validate_config(new.data, label=new.label, target=target_bytes)
     if not report.ok:
         first = report.errors[0]
@@ -130,10 +130,10 @@ def recorded_reference(
     """The host's acceptance reference in the history store (runtime-check --max-regression's:
     same host, port, drafter bytes and smoke prompts), or None."""
     from dflash_provision.history import default_store
-    from dflash_provision.runtime.check import _smoke_prompts
+    from dflash_provision.runtime.check import smoke_prompts
     from dflash_provision.runtime.reference import from_figures, reference_key
 
-    prompts = _smoke_prompts(settings.prompts)
+    prompts = smoke_prompts(settings.prompts)
     port = host.port or settings.port
     key = reference_key(member.target, port, authority, prompts, settings.max_tokens)
     try:

@@ -10,7 +10,7 @@ stops (completed, paused, rolled back, aborted, refused, interrupted)::
 
 from __future__ import annotations
 
-from dflash_provision.report import _labels
+from dflash_provision.report import prometheus_labels
 from dflash_provision.rollout.record import Rollout, State
 
 
@@ -24,12 +24,14 @@ def prometheus_text(rollout: Rollout, *, timestamp: float) -> str:
     metric("dflash_rollout_state", "1 for the state the rollout is in.")
     for state in State:
         value = int(rollout.state is state)
-        lines.append(f"dflash_rollout_state{_labels(rollout=rid, state=state.value)} {value}")
+        lines.append(
+            f"dflash_rollout_state{prometheus_labels(rollout=rid, state=state.value)} {value}"
+        )
     metric("dflash_rollout_batch", "The batch the rollout reached (0: none started).")
-    lines.append(f"dflash_rollout_batch{_labels(rollout=rid)} {rollout.batch}")
+    lines.append(f"dflash_rollout_batch{prometheus_labels(rollout=rid)} {rollout.batch}")
     metric("dflash_rollout_host_passed", "1 when the host passed the rollout's gate.")
     for h in rollout.hosts:
-        labels = _labels(rollout=rid, host=h.name, batch=str(h.batch))
+        labels = prometheus_labels(rollout=rid, host=h.name, batch=str(h.batch))
         lines.append(f"dflash_rollout_host_passed{labels} {int(h.phase == 'passed')}")
     metric("dflash_rollout_acceptance_rate", "Acceptance before, with and after the rollout.")
     for h in rollout.hosts:
@@ -39,7 +41,7 @@ def prometheus_text(rollout: Rollout, *, timestamp: float) -> str:
             ("after_rollback", h.after),
         ):
             if figures.rate is not None:
-                labels = _labels(rollout=rid, host=h.name, when=when)
+                labels = prometheus_labels(rollout=rid, host=h.name, when=when)
                 lines.append(f"dflash_rollout_acceptance_rate{labels} {figures.rate:.6f}")
     metric("dflash_rollout_timestamp_seconds", "Unix time when this file was written.")
     lines.append(f"dflash_rollout_timestamp_seconds {timestamp:.3f}")

@@ -289,7 +289,7 @@ def _serve_stages(
         try:
             model_id = served_model_id(access, model, timeout)
             before = spec_counters(_metrics_text(access, timeout))
-            prompts = _smoke_prompts(settings.prompts)
+            prompts = smoke_prompts(settings.prompts)
             first = _complete(access, model_id, prompts[0], settings.max_tokens, timeout)
         except ReplyUnusable as exc:  # /v1/models or /metrics dripped, too large, cut short
             stage_d = endpoint_failed(ctx, "d", exc)
@@ -375,7 +375,7 @@ def _record_reference(
     from dflash_provision.history import default_store
     from dflash_provision.runtime import reference
 
-    prompts = _smoke_prompts(settings.prompts)
+    prompts = smoke_prompts(settings.prompts)
     key = reference.reference_key(
         ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens
     )
@@ -394,7 +394,7 @@ def _record_reference(
     default_store().record_reference(key, figures, message=message, duration_s=report.duration_s)
 
 
-def _smoke_prompts(count: int) -> list[str]:
+def smoke_prompts(count: int) -> list[str]:
     return [SMOKE_PROMPTS[i % len(SMOKE_PROMPTS)] for i in range(max(1, count))]
 
 

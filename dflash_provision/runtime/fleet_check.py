@@ -310,7 +310,7 @@ def fleet_document(
 
 def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     """The node_exporter textfile for one run (see the module docstring)."""
-    from dflash_provision.report import _labels
+    from dflash_provision.report import prometheus_labels
 
     lines: list[str] = []
 
@@ -318,7 +318,7 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
         lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} gauge"])
 
     def host_labels(row: HostCheck, **extra: str) -> str:
-        return _labels(host=row.name, group=row.group, path=row.path, **extra)
+        return prometheus_labels(host=row.name, group=row.group, path=row.path, **extra)
 
     metric(
         "dflash_runtime_check_up",

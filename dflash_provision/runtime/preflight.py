@@ -95,7 +95,7 @@ def preflight(
     block_size, block_path = block_size_of(doc)
     n, warnings = _speculative_tokens(request, block_size, block_path)
     n = _speculators_default(doc, request, n)
-    target_bytes, target_path, notes = _target_config(transport, request.model, timeout)
+    target_bytes, target_path, notes = target_config(transport, request.model, timeout)
     from dflash_provision.validate import validate_config
 
     report = validate_config(authority.data, label=authority.label, target=target_bytes)
@@ -104,7 +104,7 @@ def preflight(
     warnings += weights.warnings
     version = vllm_version(transport, request.vllm_cmd, timeout=timeout)
     check_access(transport, request.port, python=request.python, timeout=timeout)
-    env, added = _runtime_env(doc, dict(request.env))
+    env, added = runtime_env(doc, dict(request.env))
     return Preflight(
         drafter_dir=target.model_dir,
         drafter_sha256=authority.sha256,
@@ -197,7 +197,7 @@ def _speculators_default(doc: dict[str, Any], request: LaunchRequest, n: int) ->
     return n
 
 
-def _target_config(
+def target_config(
     transport: Transport, model: str, timeout: float
 ) -> tuple[bytes | None, str | None, list[str]]:
     """The target model's config.json when MODEL is a directory on the target holding one."""
@@ -291,7 +291,7 @@ def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: fl
     return out[-1].split()[0]
 
 
-def _runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
+def runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
     from dflash_provision.speculators_layout import runtime_view
 
     layer_types = runtime_view(doc).get("layer_types")  # either published layout

@@ -18,9 +18,9 @@ from typing import Any
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure, UsageError
 from dflash_provision.remote.ops import (  # the shared script protocol, not a copy of it
     RemoteProtocolError,
-    _parse,
-    _stderr_line,
-    _without_comments,
+    parse_reply,
+    stderr_line,
+    without_comments,
 )
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.runtime.vllm_argv import ArgvSpec, read_speculative
@@ -40,7 +40,7 @@ def script_text(name: str) -> str:
     folder = resources.files("dflash_provision.runtime") / "scripts"
     helpers = (folder / "runtime.sh").read_text(encoding="utf-8")
     body = (folder / f"{name}.sh").read_text(encoding="utf-8")
-    return _without_comments(common + "\n" + helpers + "\n" + body)
+    return without_comments(common + "\n" + helpers + "\n" + body)
 
 
 def script_argv(name: str, *args: str) -> list[str]:
@@ -64,10 +64,10 @@ def run_script(
     from dflash_provision.runtime.bounded import run_bounded
 
     result = run_bounded(transport, script_argv(name, *args), stdin=stdin, timeout=timeout)
-    parsed = _parse(result.stdout, name)
+    parsed = parse_reply(result.stdout, name)
     if not parsed.lines and parsed.data is None:
         raise RemoteProtocolError(
-            f"{transport.description}: the {name} script failed: {_stderr_line(result)}",
+            f"{transport.description}: the {name} script failed: {stderr_line(result)}",
             step=name,
         )
     return parsed.fields, parsed.lines, parsed.data
