@@ -52,10 +52,9 @@ def command(
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:
-        port = choose_port(transport, target, port, timeout=connection.ssh.command_timeout).port
-        tail = read_log(
-            transport, port, last, max_bytes=max_bytes, timeout=connection.ssh.command_timeout
-        )
+        # Each remote command's limit is the transport's --command-timeout (its contract).
+        port = choose_port(transport, target, port).port
+        tail = read_log(transport, port, last, max_bytes=max_bytes)
     if not tail.present:
         click.echo(f"error: no server log for port {port} ({tail.path})", err=True)
         ctx.exit(int(ExitCode.NOT_RUNNING))

@@ -46,12 +46,10 @@ def command(
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
-    timeout = connection.ssh.command_timeout
     with connection.open(target) as transport:
-        choice = choose_port(transport, target, port, timeout=timeout)
-        status = server_status(
-            transport, choice.port, python=python, timeout=timeout, port_from=choice.how
-        )
+        # Each remote command's limit is the transport's --command-timeout (its contract).
+        choice = choose_port(transport, target, port)
+        status = server_status(transport, choice.port, python=python, port_from=choice.how)
     if as_json:
         click.echo(json.dumps(status.to_dict(), indent=2, ensure_ascii=False))
     else:

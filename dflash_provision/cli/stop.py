@@ -55,10 +55,9 @@ def command(
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:
-        port = choose_port(transport, target, port, timeout=connection.ssh.command_timeout).port
-        outcome = stop_server(
-            transport, port, timeout=timeout, command_timeout=connection.ssh.command_timeout
-        )
+        # Each remote command's limit is the transport's --command-timeout (its contract).
+        port = choose_port(transport, target, port).port
+        outcome = stop_server(transport, port, timeout=timeout)
         where = f"port {port} on {transport.description}"
     if as_json:
         data = {"target": where, "port": port, **outcome.to_dict()}

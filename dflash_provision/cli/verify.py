@@ -41,7 +41,7 @@ def command(
     target = parse_target(target_spec)
     authority = authority_spec.load()
     with connection.open(target) as transport:
-        result = verify_config(transport, target, authority, timeout=connection.ssh.command_timeout)
+        result = verify_config(transport, target, authority)  # the transport's --command-timeout
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         ctx.exit(int(result.exit_code))

@@ -18,7 +18,7 @@ from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.runtime.process import run_script
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.target import Target
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+from dflash_provision.transport.base import Transport
 
 DEFAULT_PORT = 8000
 
@@ -39,7 +39,7 @@ class PortChoice:
     candidates: tuple[Launched, ...] = ()
 
 
-def launched(transport: Transport, *, timeout: float = DEFAULT_COMMAND_TIMEOUT) -> list[Launched]:
+def launched(transport: Transport, *, timeout: float | None = None) -> list[Launched]:
     """Every port with a launch record in the login's state directory (one exec). A record
     that does not parse is left out: it cannot say which drafter it ran."""
     _, lines, _ = run_script(transport, "servers", [], timeout=timeout)
@@ -71,7 +71,7 @@ def choose_port(
     target: Target,
     port: int | None,
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> PortChoice:
     """``port`` when given; else the port launched for TARGET's drafter directory (see the
     module docstring). UsageError when several ports run it."""

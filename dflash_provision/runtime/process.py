@@ -24,7 +24,7 @@ from dflash_provision.remote.ops import (  # the shared script protocol, not a c
 )
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.runtime.vllm_argv import ArgvSpec, read_speculative
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+from dflash_provision.transport.base import Transport
 
 #: What ``read_log`` returns at most unless told otherwise.
 DEFAULT_LOG_BYTES = 256 * 1024
@@ -54,7 +54,7 @@ def run_script(
     args: list[str],
     *,
     stdin: bytes | None = None,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> tuple[dict[str, str], list[str], bytes | None]:
     """Run a runtime script; its fields, all its lines and its data (None without a data line).
 
@@ -156,7 +156,7 @@ class PortState:
 
 
 def probe_port(
-    transport: Transport, port: int, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport, port: int, *, timeout: float | None = None
 ) -> PortState:
     """What runs on ``port``, in one exec."""
     fields, lines, _ = run_script(transport, "state", [str(check_port(port))], timeout=timeout)
@@ -238,7 +238,7 @@ class RunningServer:
 
 
 def find_server(
-    transport: Transport, port: int, *, timeout: float = DEFAULT_COMMAND_TIMEOUT
+    transport: Transport, port: int, *, timeout: float | None = None
 ) -> RunningServer | None:
     """The server on ``port``: ours (pidfile alive) or any process listening there that the
     target lets us see. None when nothing runs there."""
@@ -300,7 +300,7 @@ def start_server(
     record: LaunchRecord,
     env: dict[str, str],
     *,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> StartOutcome:
     """Start ``record.argv`` detached for ``record.port`` with ``env`` added (one exec)."""
     check_env(env)
@@ -359,7 +359,7 @@ def stop_server(
     port: int,
     *,
     timeout: float = 30.0,
-    command_timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    command_timeout: float | None = None,
     state: PortState | None = None,
 ) -> StopOutcome:
     """End every process of our server on ``port``: TERM, KILL after ``timeout`` s; remove the
@@ -373,7 +373,8 @@ def stop_server(
     if why is not None:
         return StopOutcome("refused", state.pid, None, refused=why, state=state)
     expect = f"{state.pid}:{state.pid_stime}" if state.ours else "gone"
-    limit = max(command_timeout, timeout + 15.0)  # TERM wait + KILL wait + the exec itself
+    commands = transport.command_timeout if command_timeout is None else command_timeout
+    limit = max(commands, timeout + 15.0)  # TERM wait + KILL wait + the exec itself
     fields, _, _ = run_script(
         transport,
         "stop",
@@ -434,7 +435,7 @@ def read_log(
     *,
     max_bytes: int = DEFAULT_LOG_BYTES,
     offset: int = 0,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> LogTail:
     """The last ``lines`` lines (at most ``max_bytes`` bytes) of a server log: a record's, an
     absolute path, or a port's (``int``). ``offset``: only bytes written after it."""
@@ -469,7 +470,7 @@ def read_startup_log(
     record: LaunchRecord,
     *,
     max_bytes: int = DEFAULT_LOG_BYTES,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
 ) -> LogTail:
     """This launch's part of the record's server log from its beginning (its start-up records
     come first), at most ``max_bytes`` bytes; one exec. ``size`` is the whole log's."""

@@ -13,7 +13,7 @@ from dflash_provision.runtime.access import open_server
 from dflash_provision.runtime.process import RunningServer, probe_port, server_from_state
 from dflash_provision.runtime.readiness import probe_health
 from dflash_provision.runtime.records import LaunchRecord
-from dflash_provision.transport.base import DEFAULT_COMMAND_TIMEOUT, Transport
+from dflash_provision.transport.base import Transport
 
 
 @dataclass(frozen=True)
@@ -66,7 +66,7 @@ def server_status(
     port: int,
     *,
     python: str | None = None,
-    timeout: float = DEFAULT_COMMAND_TIMEOUT,
+    timeout: float | None = None,
     health_timeout: float = 5.0,
     port_from: str = "--port",
 ) -> ServerStatus:
