@@ -213,7 +213,8 @@ def test_repair_fixes_exactly_the_writable_bad_hosts(fresh: Scenario, tmp_path: 
     assert repair_exit_code(repairs, dry_run=False) is ExitCode.REMOTE_FAILED
     # Every write went into the history, started before and finished after.
     rows = history.query(op="repair", limit=None)
-    assert {r.host for r in rows if r.status == "ok"} == WRITABLE_BAD
+    # The row is push's own: its status word ("written"), as `history --op push` shows it.
+    assert {r.host for r in rows if r.status == "written"} == WRITABLE_BAD
     assert {r.host for r in rows if r.status == "failed"} == READ_ONLY
     assert not any(r.incomplete for r in rows)
     h07 = next(r for r in rows if r.host == "h07")

@@ -179,7 +179,6 @@ def _write(
     t0 = time.monotonic()
     key = HostKey.of_name(member.name)
     path = member.target.config_path
-    outcome_status: str | None = None
     with journal(history, "repair", key, path, sha256_before=before.sha256) as recording:
         repair.history_id = recording.id
         try:
@@ -191,12 +190,16 @@ def _write(
                 validate=False,  # validated once per authoritative source in repair()
             )
         except DflashProvisionError as exc:
-            repair.message = exc.message
+            repair.message = recording.message = exc.message
+            recording.status = "failed"
         except Exception as exc:  # see _audit_on; the file's state is unknown, the history says so
             repair.message = internal_error(exc) + "; the file may or may not have been replaced"
+            recording.status, recording.message = "failed", repair.message
         else:
+            # The row is push's own (its status word, the settled sha256 of a cut-off write):
+            # a repair is a push to a host audit found wrong, and journals as one.
+            outcome.journal_into(recording)
             readback = outcome.readback
-            outcome_status = outcome.status.value
             repair.sha256_before = outcome.old_sha256
             repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
             if outcome.ok:
@@ -204,13 +207,8 @@ def _write(
                 repair.message = _describe_push(outcome, before)
             else:
                 repair.message = outcome.message or f"push {outcome.status.value}"
+            recording.message = repair.message  # what was fixed, and where the old file is
         before.timings.write_s = time.monotonic() - t0
-        # A push cut off and settled says what it found (replaced, unknown...), as push does.
-        recording.status = (
-            "ok" if repair.action is RepairAction.WROTE else (outcome_status or "failed")
-        )
-        recording.sha256_after = repair.sha256_after
-        recording.message = repair.message
     return repair, readback
 
 
