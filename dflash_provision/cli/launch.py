@@ -223,7 +223,14 @@ def _render_preflight(target: str, port: int) -> Callable[[Preflight, LaunchReco
 
 
 def _render_summary(pre: Preflight, record: LaunchRecord) -> None:
-    click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {pre.drafter_sha256[:12]} matches")
+    sha = pre.drafter_sha256[:12]
+    if pre.file_status == "in_sync":
+        click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {sha} matches")
+    else:  # let through by launch's row of file_status.EXIT_CODE: the warning says why
+        click.echo(
+            f"  pre-flight  drafter {pre.drafter_dir} {pre.file_status}: the values of sha256 "
+            f"{sha} in other bytes"
+        )
     layers = ", ".join(f"{k} {v}" for k, v in pre.validation.layers.items())
     click.echo(f"  validation  {'ok' if pre.validation.ok else 'FAILED'} ({layers})")
     block = f" (block_size {pre.block_size})" if pre.block_size else ""
