@@ -29,3 +29,13 @@ def test_no_shipped_module_imports_the_test_bed() -> None:
         and any(name.startswith("dflash_provision.testbed") for name in _imported_modules(path))
     ]
     assert offenders == []
+
+
+def test_exit_codes_come_from_the_one_table_not_from_the_console_entry() -> None:
+    # cli/entry.py is the console script's first module; it holds no constant for others.
+    offenders = [
+        str(path.relative_to(PACKAGE))
+        for path in PACKAGE.rglob("*.py")
+        if path.name != "__main__.py" and "dflash_provision.cli.entry" in _imported_modules(path)
+    ]
+    assert offenders == []

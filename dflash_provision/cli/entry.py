@@ -14,7 +14,9 @@ from __future__ import annotations
 import gc
 import sys
 
-INTERRUPTED_EXIT = 130  # the shell's 128 + SIGINT, as cli.main uses for a Ctrl-C during a command
+# errors.py is a leaf (only enum, which the interpreter has already imported at start-up): its
+# table is the one every module uses, this one too.
+from dflash_provision.errors import ExitCode
 
 
 def main() -> None:
@@ -24,7 +26,7 @@ def main() -> None:
         from dflash_provision.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        sys.exit(INTERRUPTED_EXIT)
+        sys.exit(int(ExitCode.INTERRUPTED))
     finally:
         gc.freeze()
         gc.enable()

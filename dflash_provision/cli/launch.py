@@ -18,6 +18,7 @@ from dflash_provision.cli._connect import (
     runtime_connection_options,
 )
 from dflash_provision.cli._runtime import fix_command, port_option
+from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -117,7 +118,6 @@ def command(
     connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
-    from dflash_provision.cli.entry import INTERRUPTED_EXIT
     from dflash_provision.runtime.launch import ReadinessInterrupted, launch
     from dflash_provision.runtime.preflight import LaunchRequest
     from dflash_provision.target import parse_target
@@ -151,7 +151,7 @@ def command(
             )
         except ReadinessInterrupted as stopped_waiting:
             click.echo(stopped_waiting.message, err=True)
-            ctx.exit(INTERRUPTED_EXIT)
+            ctx.exit(int(ExitCode.INTERRUPTED))
         for warning in result.preflight.warnings:
             click.echo(f"warning: {warning}", err=True)
         check = None

@@ -128,7 +128,7 @@ def _run(argv: list[str] | None, state: dict[str, bool]) -> int:
         if debug():  # click turns an EOFError or Ctrl-C into Abort: show what it was
             traceback.print_exc()
         click.echo("aborted", err=True)
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:
         exc.show()
         return int(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
@@ -136,7 +136,7 @@ def _run(argv: list[str] | None, state: dict[str, bool]) -> int:
         return int(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("interrupted", err=True)
-        return 130
+        return int(ExitCode.INTERRUPTED)
     except Exception as exc:  # the last net: a bug still ends in one line
         if debug():
             traceback.print_exc()
