@@ -38,7 +38,8 @@ F = TypeVar("F", bound=Callable[..., Any])
     help=(
         "Start `vllm serve MODEL` with TARGET's drafter (--speculative-config method dflash) "
         "detached on the target, after a pre-flight: the drafter file equals the authoritative "
-        "config, validates (with MODEL's config.json when MODEL is a directory on the target), "
+        "config (same_values, the same values in other bytes, passes with a warning), "
+        "validates (with MODEL's config.json when MODEL is a directory on the target), "
         "num_speculative_tokens <= block_size - 1, vLLM answers --version; a mixed "
         "sliding/full drafter gets VLLM_USE_V2_MODEL_RUNNER=1. Waits for /health (reached "
         "through the SSH connection, or inside the container), then runs runtime-check. The "
