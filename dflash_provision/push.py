@@ -3,7 +3,7 @@
 push    validate the authoritative bytes → (dry run: one read exec, diff, stop) → one write exec
         (scripts/write.sh: lock, temp file, verify, fsync, backup, rename, fsync dir, hash) →
         one separate read-back exec compared with what was meant, bytes and parsed JSON.
-verify  one read exec, compared with the authoritative bytes.
+verify  one read exec, judged against the authority (file_status.judge).
 rollback  one exec to list backups, one to read the chosen backup, then the same write protocol
         (the current file becomes a backup too) and the same read-back.
 
@@ -24,6 +24,7 @@ from dflash_provision.errors import (
     ExitCode,
     UsageError,
 )
+from dflash_provision.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.remote.ops import (
     Backup,
     ReadStatus,
@@ -418,21 +419,14 @@ def _not_applied_message(path: str, readback: RemoteRead, data: bytes) -> str:
 # verify
 
 
-class VerifyStatus(enum.StrEnum):
-    """What verify found; the values are audit's words (fleet.HostStatus), so verify, audit and
-    repair say the same thing in text and JSON (``VerifyResult.word`` splits UNREADABLE)."""
-
-    MATCH = "in_sync"
-    DRIFT = "drifted"  # present and different (bytes; ``diff`` says how in meaning)
-    MISSING = "missing"  # no file, or no directory: drift too
-    UNREADABLE = "error"  # permission denied, not a regular file, other read errors
-
-
 @dataclass
 class VerifyResult:
+    """verify's verdict: ``status`` is file_status.judge's (audit's words, so verify, audit and
+    repair say the same thing in text and JSON), ``message`` verify's own line about it."""
+
     target: str
     path: str
-    status: VerifyStatus
+    status: HostStatus
     source: str
     expected_sha256: str
     read: RemoteRead
@@ -441,36 +435,13 @@ class VerifyResult:
 
     @property
     def exit_code(self) -> ExitCode:
-        return {
-            VerifyStatus.MATCH: ExitCode.OK,
-            VerifyStatus.DRIFT: ExitCode.DRIFT,
-            VerifyStatus.MISSING: ExitCode.DRIFT,
-            VerifyStatus.UNREADABLE: ExitCode.REMOTE_FAILED,
-        }[self.status]
-
-    @property
-    def word(self) -> str:
-        """The status as audit words it: ``permission_denied`` for a file this user may not
-        read, ``error`` for other unreadable files, ``invalid`` for a file that is not JSON,
-        else the status's own value (verify does not run the loader: no loader_normalised)."""
-        if (
-            self.status is VerifyStatus.UNREADABLE
-            and self.read.status is ReadStatus.PERMISSION_DENIED
-        ):
-            return "permission_denied"
-        if (
-            self.status is VerifyStatus.DRIFT
-            and self.diff is not None
-            and self.diff.old_unparseable
-        ):
-            return "invalid"
-        return self.status.value
+        return EXIT_CODE[Command.VERIFY][self.status]
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "target": self.target,
             "path": self.path,
-            "status": self.word,
+            "status": self.status.value,
             "source": self.source,
             "expected_sha256": self.expected_sha256,
             "actual_sha256": self.read.sha256,
@@ -483,34 +454,35 @@ class VerifyResult:
 
 
 def compare_read(target: str, read: RemoteRead, authority: Authority) -> VerifyResult:
-    """Judge a RemoteRead against the authoritative bytes (no I/O: fleet audits reuse this)."""
+    """Judge a RemoteRead against the authority (file_status.judge; no I/O) and say it as
+    verify does."""
+    from dflash_provision.file_status import judge
+
+    judgement = judge(read, authority)
     expected = _sha(authority.data) or ""
-    result = VerifyResult(target, read.path, VerifyStatus.MATCH, authority.label, expected, read)
-    if read.status in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
-        result.status = VerifyStatus.MISSING
+    result = VerifyResult(
+        target, read.path, judgement.status, authority.label, expected, read, judgement.diff
+    )
+    status = judgement.status
+    if status is HostStatus.MISSING:
         result.message = (
             f"{read.path}: no config file; push creates it"
             if read.status is ReadStatus.MISSING
             else f"{read.path}: no config file, its directory does not exist; "
             "push --mkdir creates it"
         )
-        return result
-    if not read.present:
-        result.status = VerifyStatus.UNREADABLE
+    elif not status.audited:
         result.message = f"cannot verify: {read.describe()}{_read_hint(read)}"
-        return result
-    result.diff = config_diff(read.data, authority.data)
-    if result.diff.bytes_equal:
+    elif status is HostStatus.IN_SYNC:
         result.message = f"{read.path} matches {authority.label} (sha256 {expected[:12]})"
-        return result
-    result.status = VerifyStatus.DRIFT
-    result.message = (
-        f"{read.path} differs from {authority.label}: same JSON, different bytes "
-        f"(sha256 {read.sha256} instead of {expected})"
-        if result.diff.formatting_only
-        else f"{read.path} differs from {authority.label}: {len(result.diff.changes) or 'see'} "
-        "change(s)"
-    )
+    elif status is HostStatus.SAME_VALUES:
+        result.message = (
+            f"{read.path} differs from {authority.label}: same JSON, different bytes "
+            f"(sha256 {read.sha256} instead of {expected})"
+        )
+    else:
+        changes = len(judgement.diff.changes) if judgement.diff else 0
+        result.message = f"{read.path} differs from {authority.label}: {changes or 'see'} change(s)"
     return result
 
 

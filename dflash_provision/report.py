@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 
 STATUS_STYLE: dict[HostStatus, str] = {
     HostStatus.IN_SYNC: "green",
+    HostStatus.SAME_VALUES: "red",
     HostStatus.DRIFTED: "bold red",
     HostStatus.MISSING: "red",
     HostStatus.INVALID: "bold red",

@@ -20,7 +20,8 @@ import pytest
 
 from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode, UsageError
-from dflash_provision.push import PushStatus, VerifyStatus, push_config, verify_config
+from dflash_provision.file_status import HostStatus
+from dflash_provision.push import PushStatus, push_config, verify_config
 from dflash_provision.remote.ops import (
     MAX_CONFIG_BYTES,
     ReadStatus,
@@ -119,7 +120,7 @@ def test_remote_reads_of_a_2gb_config_stop_at_the_limit_and_say_so(ssh_host):
         # With metadata the size is known first: nothing is hashed or sent.
         assert "2147483648 bytes" in read_remote_config(transport, target.config_path).message
         verified = verify_config(transport, target, Authority(label="ref", data=REFERENCE))
-        assert verified.status is VerifyStatus.UNREADABLE
+        assert verified.status is HostStatus.ERROR
         assert "larger than 1 MiB" in verified.message
         # A push replaces it (the old bytes are not brought over: the diff says so).
         pushed = push_config(transport, target, Authority(label="ref", data=REFERENCE))

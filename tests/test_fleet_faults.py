@@ -114,12 +114,16 @@ def test_identical_files_are_judged_once(tmp_path: Path):
     incident = samples.INCIDENT_DRAFTER.read_bytes()
     import hashlib
 
-    sha = hashlib.sha256(incident).hexdigest()
-    verdicts = {run.verdict(incident, sha, authority) for _ in range(5)}
-    assert len(verdicts) == 1
-    (verdict,) = verdicts
-    assert verdict.status is HostStatus.DRIFTED
+    from dflash_provision.remote.ops import ReadStatus, RemoteRead
+
+    def read(data: bytes) -> RemoteRead:
+        sha = hashlib.sha256(data).hexdigest()
+        return RemoteRead(f"{MODEL}/config.json", ReadStatus.PRESENT, data, sha)
+
+    verdicts = [run.verdict(read(incident), authority) for _ in range(5)]
+    assert len({id(v) for v in verdicts}) == 1, "one judgement, remembered"
+    assert verdicts[0].status is HostStatus.DRIFTED
     assert run.validations == 1
     # The authoritative bytes themselves are never validated again.
-    run.verdict(authority.data, authority.sha256, authority)
+    assert run.verdict(read(authority.data), authority).status is HostStatus.IN_SYNC
     assert run.validations == 1

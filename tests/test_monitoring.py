@@ -425,3 +425,27 @@ def test_node_exporter_serves_the_textfiles_and_prometheus_fires(
         }
         time.sleep(0.5)
     assert wanted <= seen, f"firing: {sorted(seen)}"
+
+
+def test_promtool_a_same_values_host_raises_the_drift_alert(tmp_path: Path) -> None:
+    # The textfile comes from the real renderer; the host's file has the authoritative values
+    # in other bytes, which repair rewrites: the same alert as a drifted file.
+    from dflash_provision.fleet import HostAudit, HostStatus
+    from dflash_provision.report import prometheus_text
+
+    audit = HostAudit(
+        "h09", "serving", f"h09:{DRAFTER_DIR}", PATH_LABEL, HostStatus.SAME_VALUES,
+        "same values as ref, other bytes", "ref", "0" * 64,
+    )  # fmt: skip
+    text = prometheus_text([audit], timestamp=1000.0, run_duration_s=0.1)
+    labels = _labels("DflashConfigDrifted", "warning", "h09", status="same_values")
+    got = _promtool_test(
+        tmp_path,
+        _series(text, rebase=1000.0),
+        [
+            {"alertname": "DflashConfigDrifted", "eval_time": "5m",
+             "exp_alerts": [_expect("DflashConfigDrifted", labels)]},
+            {"alertname": "DflashConfigAuditHostNotRead", "eval_time": "5m", "exp_alerts": []},
+        ],
+    )  # fmt: skip
+    assert "SUCCESS" in got

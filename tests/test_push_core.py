@@ -17,11 +17,11 @@ import pytest
 
 from dflash_provision.authority import Authority, SourceSpec
 from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
+from dflash_provision.file_status import HostStatus
 from dflash_provision.push import (
     NOT_APPLIED_MESSAGE,
     OLD_UNREADABLE,
     PushStatus,
-    VerifyStatus,
     push_config,
     rollback_config,
     verify_config,
@@ -187,20 +187,21 @@ def test_write_that_vanishes_is_caught_by_the_separate_read_back(model_dir):
 
 def test_verify_reports_match_drift_and_missing(local, model_dir):
     target = parse_target(str(model_dir))
-    assert verify_config(local, target, loaded(REFERENCE)).status is VerifyStatus.MISSING
+    assert verify_config(local, target, loaded(REFERENCE)).status is HostStatus.MISSING
     (model_dir / "config.json").write_bytes(INCIDENT)
     drift = verify_config(local, target, loaded(REFERENCE))
-    assert drift.status is VerifyStatus.DRIFT
+    assert drift.status is HostStatus.DRIFTED
     assert drift.exit_code is ExitCode.DRIFT
     assert "dflash_config.mask_token_id: 248064 → 248070" in drift.diff.lines
     (model_dir / "config.json").write_bytes(REFERENCE)
-    assert verify_config(local, target, loaded(REFERENCE)).status is VerifyStatus.MATCH
+    assert verify_config(local, target, loaded(REFERENCE)).status is HostStatus.IN_SYNC
 
 
 def test_verify_counts_reformatted_json_as_drift_with_a_clear_message(local, model_dir):
     (model_dir / "config.json").write_bytes(json.dumps(json.loads(REFERENCE)).encode())
     result = verify_config(local, parse_target(str(model_dir)), loaded(REFERENCE))
-    assert result.status is VerifyStatus.DRIFT
+    assert result.status is HostStatus.SAME_VALUES  # a status of its own, exiting as drift
+    assert result.exit_code is ExitCode.DRIFT
     assert result.diff.formatting_only
     assert "same JSON, different bytes" in result.message
 

@@ -105,11 +105,12 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
 
 # What a code means for one command, where it says more than MEANING (fleet roll-ups).
 _SPECIFIC: dict[tuple[str, int], str] = {
-    ("audit", 4): "a host's file is wrong: drifted, missing, invalid, loader_normalised",
+    ("audit", 4): "a host's file is not the authoritative bytes: same_values, drifted, missing, "
+    "invalid, loader_normalised",
     ("audit", 7): "none known wrong, some unchecked: the first of 7, 8, 6, 5 present",
     ("repair", 4): "with --dry-run: something would be written",
     ("repair", 7): "a write failed or was skipped, or a written host is not in sync",
-    ("verify", 4): "the file differs or is missing (the diff is printed)",
+    ("verify", 4): "the file differs (same_values too: other bytes) or is missing (diff printed)",
     ("runtime-check", 5): "unreachable (the fleet form: some hosts not checked)",
     ("doctor", 4): "the file on disk differs from the authoritative config",
     ("status", 22): "the port is held by a process this login cannot see",

@@ -36,7 +36,8 @@ if TYPE_CHECKING:
     "runtime-check",
     help=(
         "Prove that the vLLM server on --port runs TARGET's provisioned drafter: (a) the file on "
-        "disk is the authoritative config; (b) the target's own transformers and vLLM load it "
+        "disk is the authoritative config (same_values passes with a warning); (b) the "
+        "target's own transformers and vLLM load it "
         "with the authoritative values; (c) the server's command line and log show method "
         "dflash, this drafter, N and aux layers = target_layer_ids + 1; (d) a real completion "
         "succeeds; (e) acceptance over greedy smoke prompts is at least --min-acceptance. Works "

@@ -18,7 +18,8 @@ from dflash_provision.transport.factory import Connector
     "verify",
     help=(
         "Read TARGET's config (one remote command) and compare it with the authoritative config. "
-        "Exit 0 when the bytes match, 4 (drift) with the semantic diff when they differ or the "
+        "Exit 0 when the bytes match (in_sync), 4 (drift) with the semantic diff when they differ "
+        "(same_values: the same JSON in other bytes; drifted, invalid, loader_normalised) or the "
         "file is missing, 7 when it cannot be read."
     ),
 )
@@ -35,7 +36,7 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode, RemoteStepFailed
-    from dflash_provision.push import VerifyStatus, verify_config
+    from dflash_provision.push import verify_config
     from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
@@ -45,12 +46,11 @@ def command(
     if as_json:
         click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
         ctx.exit(int(result.exit_code))
-    if result.status is VerifyStatus.UNREADABLE:
+    if not result.status.audited:
         raise RemoteStepFailed(f"{result.target}: {result.message}", step="read")
-    if result.status is VerifyStatus.MATCH:
-        click.echo(f"{result.word}: {result.target}: {result.message}")
+    click.echo(f"{result.status.value}: {result.target}: {result.message}")
+    if result.exit_code is ExitCode.OK:
         return
-    click.echo(f"{result.word}: {result.target}: {result.message}")
     for line in result.diff.lines if result.diff else []:
         click.echo(f"  {line}")
-    ctx.exit(int(ExitCode.DRIFT))
+    ctx.exit(int(result.exit_code))

@@ -9,9 +9,10 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, TypeVar
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.file_status import HostStatus
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.interrupt import NOT_STARTED, FleetInterrupted, collect_after_interrupt
-from dflash_provision.fleet.results import HostAudit, HostStatus
+from dflash_provision.fleet.results import HostAudit
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.inventory import FleetMember
 
@@ -86,22 +87,13 @@ def internal_error(exc: BaseException) -> str:
 
 
 def _classify_read(run: FleetRun, member: FleetMember, read: RemoteRead, audit: HostAudit) -> None:
-    from dflash_provision.remote.ops import ReadStatus
-
-    if read.status is ReadStatus.PRESENT and read.data is not None and read.sha256:
+    verdict = run.verdict(read, run.authority(member))
+    audit.status, audit.detail = verdict.status, verdict.detail
+    if read.present:
         audit.sha256 = read.sha256
-        verdict = run.verdict(read.data, read.sha256, run.authority(member))
-        audit.status, audit.detail = verdict.status, verdict.detail
-        audit.diff, audit.findings = list(verdict.diff), list(verdict.findings)
-    elif read.status is ReadStatus.MISSING:
-        audit.status, audit.detail = HostStatus.MISSING, f"{read.path}: no such file"
-    elif read.status is ReadStatus.DIR_MISSING:
-        audit.status = HostStatus.MISSING
-        audit.detail = f"{member.target.model_dir}: model directory does not exist"
-    elif read.status is ReadStatus.PERMISSION_DENIED:
-        audit.status, audit.detail = HostStatus.PERMISSION_DENIED, read.describe()
-    else:
-        audit.status, audit.detail = HostStatus.ERROR, read.describe()
+    # The field-by-field diff for a drifted file; an invalid one is told by its findings.
+    audit.diff = list(verdict.changes) if verdict.status is HostStatus.DRIFTED else []
+    audit.findings = list(verdict.findings)
 
 
 def audit_host(run: FleetRun, member: FleetMember) -> HostAudit:

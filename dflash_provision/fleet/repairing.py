@@ -8,6 +8,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.file_status import HostStatus
 from dflash_provision.fleet.auditing import (
     DEFAULT_WORKERS,
     audit_on,
@@ -17,7 +18,7 @@ from dflash_provision.fleet.auditing import (
     resolve_authorities,
 )
 from dflash_provision.fleet.interrupt import FleetInterrupted
-from dflash_provision.fleet.results import HostAudit, HostRepair, HostStatus, RepairAction
+from dflash_provision.fleet.results import HostAudit, HostRepair, RepairAction
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.history import HostKey, journal
 from dflash_provision.inventory import FleetMember

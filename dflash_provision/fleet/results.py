@@ -3,48 +3,12 @@
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from dflash_provision.errors import ExitCode
-
-
-class HostStatus(enum.StrEnum):
-    """What an audit found on one host."""
-
-    IN_SYNC = "in_sync"
-    DRIFTED = "drifted"  # valid config, different values from the authoritative one
-    MISSING = "missing"  # no config file (or no model directory)
-    INVALID = "invalid"  # not JSON, or fails the schema / DFlash invariants
-    LOADER_NORMALISED = "loader_normalised"  # transformers would load different critical values
-    UNREACHABLE_REFUSED = "unreachable_refused"
-    UNREACHABLE_TIMEOUT = "unreachable_timeout"
-    UNREACHABLE = "unreachable"  # other network failures: name not resolved, handshake failed
-    AUTH_FAILED = "auth_failed"
-    HOST_KEY_UNKNOWN = "host_key_unknown"
-    HOST_KEY_CHANGED = "host_key_changed"
-    PERMISSION_DENIED = "permission_denied"  # the file exists but this user cannot read it
-    CONTAINER_NOT_RUNNING = "container_not_running"  # or does not exist
-    ERROR = "error"  # anything else (the detail says what)
-
-    @property
-    def needs_write(self) -> bool:
-        """The host answered and its file is not the authoritative config."""
-        return self in NEEDS_WRITE
-
-    @property
-    def audited(self) -> bool:
-        """The host's file could be read and judged."""
-        return self is HostStatus.IN_SYNC or self in NEEDS_WRITE
-
-
-NEEDS_WRITE = frozenset(
-    {HostStatus.DRIFTED, HostStatus.MISSING, HostStatus.INVALID, HostStatus.LOADER_NORMALISED}
-)
-UNREACHABLE_STATUSES = frozenset(
-    {HostStatus.UNREACHABLE_REFUSED, HostStatus.UNREACHABLE_TIMEOUT, HostStatus.UNREACHABLE}
-)
+from dflash_provision.file_status import EXIT_CODE, Command, HostStatus
 
 
 @dataclass
@@ -129,37 +93,28 @@ class HostRepair:
 # -- exit codes (documented in dflash_provision.cli.audit and cli.repair) ----------------------
 
 
-# A host that could not be judged exits as `verify` of that host would; with several kinds, the
-# first of this list wins (the nearer the failure is to the file, the more it says).
-_NOT_JUDGED_EXIT = (
-    ({HostStatus.PERMISSION_DENIED, HostStatus.ERROR}, ExitCode.REMOTE_FAILED),
-    ({HostStatus.CONTAINER_NOT_RUNNING}, ExitCode.CONTAINER),
-    (
-        {HostStatus.AUTH_FAILED, HostStatus.HOST_KEY_UNKNOWN, HostStatus.HOST_KEY_CHANGED},
-        ExitCode.AUTH,
-    ),
+# Each host's code is its status's in the command's row of file_status.EXIT_CODE; with hosts of
+# several codes the first of this order wins: a known-wrong file (drift) is the more urgent news,
+# then the failures nearest the file (the nearer, the more they say).
+_PRECEDENCE = (
+    ExitCode.DRIFT,
+    ExitCode.REMOTE_FAILED,
+    ExitCode.CONTAINER,
+    ExitCode.AUTH,
+    ExitCode.UNREACHABLE,
 )
 
 
-def not_judged_exit_code(audits: Sequence[HostAudit]) -> ExitCode:
-    """For hosts whose file could not be read: 7 read failed, 8 container, 6 authentication or
-    host key, 5 unreachable (in that order of precedence); OK when every host was judged."""
-    statuses = {a.status for a in audits if not a.status.audited}
-    if not statuses:
-        return ExitCode.OK
-    for kinds, code in _NOT_JUDGED_EXIT:
-        if statuses & kinds:
-            return code
-    return ExitCode.UNREACHABLE
+def fleet_exit_code(command: Command, statuses: Iterable[HostStatus]) -> ExitCode:
+    """The fleet's code: OK when every host's code is OK, else the first of _PRECEDENCE."""
+    codes = {EXIT_CODE[command][status] for status in statuses}
+    return next((code for code in _PRECEDENCE if code in codes), ExitCode.OK)
 
 
 def audit_exit_code(audits: Sequence[HostAudit]) -> ExitCode:
-    """0 all in sync; DRIFT (4) when any host's file is wrong; else the code of the hosts that
-    could not be judged (see not_judged_exit_code). Drift wins: it is a known-bad host, the
-    others are unknown ones."""
-    if any(a.status.needs_write for a in audits):
-        return ExitCode.DRIFT
-    return not_judged_exit_code(audits)
+    """0 all in sync; DRIFT (4) when any host's file is wrong (same_values included: a lock pins
+    bytes); else 7 read failed, 8 container, 6 authentication or host key, 5 unreachable."""
+    return fleet_exit_code(Command.AUDIT, (a.status for a in audits))
 
 
 def repair_exit_code(repairs: Sequence[HostRepair], *, dry_run: bool) -> ExitCode:
@@ -173,8 +128,8 @@ def repair_exit_code(repairs: Sequence[HostRepair], *, dry_run: bool) -> ExitCod
             RepairAction.SKIPPED_MAX_FAILURES,
             RepairAction.SKIPPED_INTERRUPTED,
         )
-        or (r.action is RepairAction.WROTE and r.final.status is not HostStatus.IN_SYNC)
         for r in repairs
     ):
         return ExitCode.REMOTE_FAILED
-    return not_judged_exit_code([r.final for r in repairs])
+    # A written host that is not in sync afterwards is a failed write: REMOTE_FAILED in the row.
+    return fleet_exit_code(Command.REPAIR, (r.final.status for r in repairs))

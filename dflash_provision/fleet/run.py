@@ -2,21 +2,18 @@
 
 from __future__ import annotations
 
-import json
 import threading
 from collections.abc import Callable, Sequence
-from collections.abc import Set as AbstractSet
 from concurrent.futures import Future
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.authority import Authority, SourceSpec
-from dflash_provision.fleet.results import HostStatus
 from dflash_provision.inventory import FleetMember
 from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
-    from dflash_provision.findings import Finding
+    from dflash_provision.file_status import Judgement
+    from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.transport.factory import Connector
 
 AuthorityFor = Callable[[FleetMember], Authority]
@@ -54,14 +51,6 @@ class Memo:
 
     def __len__(self) -> int:
         return len(self._futures)
-
-
-@dataclass(frozen=True)
-class Verdict:
-    status: HostStatus
-    detail: str
-    diff: tuple[str, ...] = ()
-    findings: tuple[dict[str, str], ...] = ()
 
 
 class CountingTransport(Transport):
@@ -118,49 +107,23 @@ class FleetRun:
         transport = self.connector.open(member.target, member.route, sudo=member.become)
         return CountingTransport(transport)
 
-    def verdict(self, data: bytes, sha256: str, authority: Authority) -> Verdict:
-        if sha256 == authority.sha256:
-            return Verdict(HostStatus.IN_SYNC, "matches " + authority.label)
-        result: Verdict = self._verdicts.get(
-            (sha256, authority.sha256), lambda: self._judge(data, authority)
+    def verdict(self, read: RemoteRead, authority: Authority) -> Judgement:
+        """file_status.judge of ``read``, once per distinct content and authority: a fleet of
+        hosts holding the same wrong file costs one validation."""
+        from dflash_provision.file_status import judge
+
+        if not read.present or read.sha256 is None or read.sha256 == authority.sha256:
+            return judge(read, authority)  # nothing worth remembering: no validation runs
+        result: Judgement = self._verdicts.get(
+            (read.sha256, authority.sha256), lambda: self._judge(read, authority)
         )
         return result
 
-    def _judge(self, data: bytes, authority: Authority) -> Verdict:
-        from dflash_provision.validate import validate_config
+    def _judge(self, read: RemoteRead, authority: Authority) -> Judgement:
+        from dflash_provision.file_status import judge
 
         # The counter needs the lock; validation itself is thread-safe (effective.py serialises
         # the transformers import) and runs once per distinct file thanks to the verdict cache.
         with self._cpu_lock:
             self.validations += 1
-        report = validate_config(data, label="host file", effective=True)
-        findings = tuple(f.to_dict() for f in report.errors)
-        by_layer = {f.layer for f in report.errors}
-        if by_layer & {"parse", "schema"}:
-            return Verdict(
-                HostStatus.INVALID, _first(report.errors, {"parse", "schema"}), (), findings
-            )
-        if report.loader_normalised:  # the rule validate --json uses too (findings.py)
-            return Verdict(
-                HostStatus.LOADER_NORMALISED, _first(report.errors, {"effective"}), (), findings
-            )
-        if by_layer:
-            return Verdict(HostStatus.INVALID, _first(report.errors, by_layer), (), findings)
-        from dflash_provision.diff import render_changes, semantic_diff
-
-        doc = json.loads(data)
-        lines = tuple(render_changes(semantic_diff(doc, authority.document)))  # thread-safe
-        if not lines:
-            return Verdict(
-                HostStatus.IN_SYNC, "same values as the authoritative config (formatting differs)"
-            )
-        more = f" (+{len(lines) - 1} more)" if len(lines) > 1 else ""
-        return Verdict(HostStatus.DRIFTED, lines[0] + more, lines)
-
-
-def _first(errors: Sequence[Finding], layers: AbstractSet[str]) -> str:
-    chosen = [f for f in errors if f.layer in layers]
-    more = f" (+{len(errors) - 1} more)" if len(errors) > 1 else ""
-    head = chosen[0]
-    where = f"{head.path}: " if head.path and not head.message.startswith(head.path) else ""
-    return f"{head.layer}: {where}{head.message}{more}"
+        return judge(read, authority)

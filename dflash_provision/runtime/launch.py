@@ -2,8 +2,9 @@
 wait until it is ready.
 
 Pre-flight, before anything starts (each refusal names its fix):
-1. the drafter config.json on the target equals the authoritative config (else DriftFound, with
-   the fields that differ and the push command that fixes it);
+1. the drafter config.json on the target is the authoritative config, as file_status.judge
+   rules (else DriftFound, with the fields that differ and the push command that fixes it; a
+   file with the authoritative values in other bytes, same_values, passes with a warning);
 2. it validates, every layer, with the target model's config.json when MODEL is a directory on
    the target that holds one;
 3. ``num_speculative_tokens <= block_size - 1`` (default ``block_size - 1``);

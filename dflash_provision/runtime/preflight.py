@@ -64,6 +64,7 @@ class Preflight:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)  # weights_check.WeightsCheck.to_dict
+    file_status: str = "in_sync"  # file_status.judge's word for the drafter file launch passed
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -79,6 +80,7 @@ class Preflight:
             "notes": self.notes,
             "warnings": self.warnings,
             "weights": self.weights,
+            "file_status": self.file_status,
         }
 
 
@@ -88,12 +90,13 @@ def preflight(
     """Every check that must pass before vLLM starts (module docstring); raises the refusal."""
     _check_request(request)
     timeout = request.command_timeout
-    _require_same_file(transport, target, authority, request, timeout)
+    file_status, warnings = _require_same_file(transport, target, authority, request, timeout)
     doc = json.loads(authority.data)
     from dflash_provision.invariants import block_size_of
 
     block_size, block_path = block_size_of(doc)
-    n, warnings = _speculative_tokens(request, block_size, block_path)
+    n, token_warnings = _speculative_tokens(request, block_size, block_path)
+    warnings += token_warnings
     n = _speculators_default(doc, request, n)
     target_bytes, target_path, notes = target_config(transport, request.model, timeout)
     from dflash_provision.validate import validate_config
@@ -118,6 +121,7 @@ def preflight(
         notes=notes + weights.notes,
         warnings=warnings,
         weights=weights.check.to_dict(),
+        file_status=file_status,
     )
 
 
@@ -142,21 +146,32 @@ def _require_same_file(
     authority: Authority,
     request: LaunchRequest,
     timeout: float,
-) -> None:
-    from dflash_provision.push import VerifyStatus, compare_read
+) -> tuple[str, list[str]]:
+    """The drafter file on the target, judged (file_status.judge) and mapped by launch's row of
+    EXIT_CODE: the refusal, or the status and the warnings of a file launch lets pass."""
+    from dflash_provision.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
+    from dflash_provision.push import compare_read
 
     read = read_remote_config(transport, target.config_path, timeout=timeout, metadata=False)
     verdict = compare_read(str(target), read, authority)
-    if verdict.status is VerifyStatus.MATCH:
-        return
-    if verdict.status is VerifyStatus.UNREADABLE:
+    code = EXIT_CODE[Command.LAUNCH][verdict.status]
+    if code is ExitCode.OK:
+        if verdict.status not in PASSES_WITH_WARNING[Command.LAUNCH]:
+            return verdict.status.value, []
+        # The server loads the same values; only the sha256 proof of the file is lost.
+        return verdict.status.value, [
+            f"{verdict.status.value}: {verdict.message}; the server loads the same values, "
+            f"`{request.fix_command}` writes the exact bytes"
+        ]
+    if code is ExitCode.REMOTE_FAILED:
         raise RemoteStepFailed(f"pre-flight: {verdict.message}", step="read")
     lines = verdict.diff.lines if verdict.diff else []
     shown = "; ".join(lines[:6]) + (f"; (+{len(lines) - 6} more)" if len(lines) > 6 else "")
     raise DriftFound(
         f"pre-flight: the drafter config on the target is not the authoritative one: "
         f"{verdict.message}" + (f" [{shown}]" if shown else "") + f"; fix it with: "
-        f"{request.fix_command}"
+        f"{request.fix_command}",
+        exit_code=code,
     )
 
 

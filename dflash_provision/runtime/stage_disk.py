@@ -50,17 +50,20 @@ def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
 
 
 def _stage_file_bytes(ctx: CheckContext) -> StageResult:
-    """a's first half: the bytes at the target's config path are the authoritative bytes."""
-    from dflash_provision.push import config_diff
+    """a's first half: the file at the target's config path, judged (file_status.judge) and
+    passed or failed by runtime-check's row of file_status.EXIT_CODE."""
+    from dflash_provision.file_status import PASSES_WITH_WARNING, Command, HostStatus, judge, passes
     from dflash_provision.remote.ops import read_remote_config
 
     name = STAGE_NAMES["a"]
     read = read_remote_config(ctx.transport, ctx.target.config_path, timeout=ctx.timeout)
     ctx.disk = read
+    judgement = judge(read, ctx.authority)
     data: dict[str, Any] = {
         "path": read.path,
         "status": read.status.value,
         "sha256": read.sha256,
+        "file_status": judgement.status.value,
     }
     data["authoritative"] = ctx.authority.label
     if not read.present or read.data is None:
@@ -73,9 +76,9 @@ def _stage_file_bytes(ctx: CheckContext) -> StageResult:
             data,
             fix=ctx.push_fix,
         )
-    diff = config_diff(read.data, ctx.authority.data)
+    diff = judgement.diff
     evidence = [f"{read.path}: sha256 {read.sha256}", f"authoritative {ctx.authority.label}"]
-    if diff.bytes_equal:
+    if judgement.status is HostStatus.IN_SYNC:
         return StageResult(
             "a",
             name,
@@ -84,10 +87,11 @@ def _stage_file_bytes(ctx: CheckContext) -> StageResult:
             evidence,
             data,
         )
-    data["diff"] = diff.lines
-    if diff.formatting_only:
+    data["diff"] = diff.lines if diff else []
+    if passes(Command.RUNTIME_CHECK, judgement.status):
         # Same meaning: every loader sees the same values, but the proof by sha256 is lost.
         summary = f"{read.path}: same values as the authoritative config, other bytes"
+        warned = judgement.status in PASSES_WITH_WARNING[Command.RUNTIME_CHECK]
         return StageResult(
             "a",
             name,
@@ -95,14 +99,19 @@ def _stage_file_bytes(ctx: CheckContext) -> StageResult:
             summary,
             evidence,
             data,
-            warnings=[f"{summary}; `{ctx.push_fix}` writes the exact bytes"],
+            warnings=[
+                f"{judgement.status.value}: {summary}; `{ctx.push_fix}` writes the exact bytes"
+            ]
+            if warned
+            else [],
         )
-    count = len(diff.changes) or 1
+    count = (len(diff.changes) if diff else 0) or 1
     summary = (
         f"{read.path} differs from {ctx.authority.label} ({count} field(s); disk → authoritative)"
     )
+    lines = diff.lines if diff else []
     return StageResult(
-        "a", name, StageStatus.FAILED, summary, evidence + diff.lines, data, fix=ctx.push_fix
+        "a", name, StageStatus.FAILED, summary, evidence + lines, data, fix=ctx.push_fix
     )
 
 
