@@ -46,7 +46,7 @@ class ExitCode(IntEnum):
     ABORTED = 29  # --abort put every host this rollout changed back, proved
     ROLLBACK_FAILED = 30  # a rollback could not be proved: the hosts named need a hand
     ROLLOUT_REFUSED = 31  # not started: pre-flight failed on a host, or an open rollout holds it
-    INTERRUPTED = 130  # Ctrl-C (the shell's 128 + SIGINT): what was done is printed and recorded
+    INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT; what was done is printed and recorded
 
 
 class DflashProvisionError(Exception):

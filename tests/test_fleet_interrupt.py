@@ -119,5 +119,7 @@ def test_ctrl_c_during_repair_finishes_the_write_in_flight_and_starts_no_other(
     assert document["summary"]["not_contacted"] == ["h02", "h03", "h04"]
     assert [(h["name"], h["action"]) for h in document["hosts"]] == [("h01", "wrote")]
     store = HistoryStore(tmp_path / "home" / "history.sqlite3")
-    assert [(r.host, r.status) for r in store.query(op="repair", limit=None)] == [("h01", "written")]
+    assert [(r.host, r.status) for r in store.query(op="repair", limit=None)] == [
+        ("h01", "written")
+    ]
     assert session_processes(sid) == []

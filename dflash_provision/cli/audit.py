@@ -9,9 +9,11 @@ Every result is recorded in the local history (``dflash-provision history``).
 
 Exit codes:
 
-    0  every host's config is the authoritative one (in_sync)
-    4  (DRIFT) at least one host answered and its file is wrong: drifted, missing, invalid or
-       loader_normalised. Takes precedence: a known-wrong host is the more urgent news.
+    0  every host's config is the authoritative one, byte for byte (in_sync)
+    4  (DRIFT) at least one host answered and its file is not the authoritative bytes:
+       same_values (the authoritative values in other bytes: a lock pins bytes), drifted,
+       missing, invalid or loader_normalised. Takes precedence: a known-wrong host is the more
+       urgent news. Each host's code is its status's in file_status.EXIT_CODE.
     7, 8, 6, 5  no host is known to be wrong, but at least one could not be checked; the code is
        the one ``verify`` gives for such a host, the first of this order present: 7 the file
        could not be read (permission denied, another error), 8 container not running, 6
@@ -82,14 +84,14 @@ def command(
         elapsed = time.monotonic() - started
         if as_json:
             document = report.audit_document(
-                stopped.done, elapsed_s=elapsed, exit_code=ExitCode.INTERRUPTED
+                stopped.done, elapsed_s=elapsed, exit_code=int(ExitCode.INTERRUPTED)
             )
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
         else:
             echo_table(report.audit_spec(stopped.done), report.summary_line(stopped.done, elapsed))
         click.echo(stopped.summary(len(members), "audited"), err=True)
-        ctx.exit(ExitCode.INTERRUPTED)
+        ctx.exit(int(ExitCode.INTERRUPTED))
     elapsed = time.monotonic() - started
     code = int(audit_exit_code(audits))
     if as_json:

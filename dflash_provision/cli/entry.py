@@ -14,7 +14,8 @@ from __future__ import annotations
 import gc
 import sys
 
-# The one exit-code table (cheap to import: an IntEnum, before the CLI itself is imported).
+# errors.py is a leaf (only enum, which the interpreter has already imported at start-up): its
+# table is the one every module uses, this one too.
 from dflash_provision.errors import ExitCode
 
 
@@ -25,7 +26,7 @@ def main() -> None:
         from dflash_provision.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        sys.exit(ExitCode.INTERRUPTED)
+        sys.exit(int(ExitCode.INTERRUPTED))
     finally:
         gc.freeze()
         gc.enable()

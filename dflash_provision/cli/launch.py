@@ -38,7 +38,8 @@ F = TypeVar("F", bound=Callable[..., Any])
     help=(
         "Start `vllm serve MODEL` with TARGET's drafter (--speculative-config method dflash) "
         "detached on the target, after a pre-flight: the drafter file equals the authoritative "
-        "config, validates (with MODEL's config.json when MODEL is a directory on the target), "
+        "config (same_values, the same values in other bytes, passes with a warning), "
+        "validates (with MODEL's config.json when MODEL is a directory on the target), "
         "num_speculative_tokens <= block_size - 1, vLLM answers --version; a mixed "
         "sliding/full drafter gets VLLM_USE_V2_MODEL_RUNNER=1. Waits for /health (reached "
         "through the SSH connection, or inside the container), then runs runtime-check. The "
@@ -151,7 +152,7 @@ def command(
             )
         except ReadinessInterrupted as stopped_waiting:
             click.echo(stopped_waiting.message, err=True)
-            ctx.exit(ExitCode.INTERRUPTED)
+            ctx.exit(int(ExitCode.INTERRUPTED))
         for warning in result.preflight.warnings:
             click.echo(f"warning: {warning}", err=True)
         check = None
@@ -223,7 +224,14 @@ def _render_preflight(target: str, port: int) -> Callable[[Preflight, LaunchReco
 
 
 def _render_summary(pre: Preflight, record: LaunchRecord) -> None:
-    click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {pre.drafter_sha256[:12]} matches")
+    sha = pre.drafter_sha256[:12]
+    if pre.file_status == "in_sync":
+        click.echo(f"  pre-flight  drafter {pre.drafter_dir} sha256 {sha} matches")
+    else:  # let through by launch's row of file_status.EXIT_CODE: the warning says why
+        click.echo(
+            f"  pre-flight  drafter {pre.drafter_dir} {pre.file_status}: the values of sha256 "
+            f"{sha} in other bytes"
+        )
     layers = ", ".join(f"{k} {v}" for k, v in pre.validation.layers.items())
     click.echo(f"  validation  {'ok' if pre.validation.ok else 'FAILED'} ({layers})")
     block = f" (block_size {pre.block_size})" if pre.block_size else ""

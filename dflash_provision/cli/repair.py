@@ -1,11 +1,13 @@
 """``dflash-provision repair``: audit a fleet, then push to every host whose file is wrong.
 
-Written to: every host that answered and whose file is drifted, missing, invalid or
-loader_normalised, through the full write protocol (atomic write, backup, read-back), on the
-connection the audit opened; then the host is audited again. Never written to: hosts in sync, and
-hosts that could not be read (unreachable, auth, permission, container). ``--max-failures N``
-stops starting new writes once N have failed. ``--dry-run`` only shows what would change. Every
-write is recorded in the local history as "started" before it begins.
+Written to: every host that answered and whose file is not the authoritative bytes: drifted,
+missing, invalid, loader_normalised, and same_values (the authoritative values in other bytes,
+rewritten to the exact bytes: a lock pins bytes), through the full write protocol (atomic
+write, backup, read-back), on the connection the audit opened; then the host is audited again.
+Never written to: hosts in sync, and hosts that could not be read (unreachable, auth,
+permission, container). ``--max-failures N`` stops starting new writes once N have failed.
+``--dry-run`` only shows what would change. Every write is recorded in the local history as
+"started" before it begins.
 
 Exit codes:
 
@@ -61,7 +63,8 @@ def command(
     mkdir: bool,
     as_json: bool,
 ) -> None:
-    """Audit a fleet, then push to every host whose file is wrong, through the full write
+    """Audit a fleet, then push to every host whose file is not the authoritative bytes (a
+    same_values file, the right values in other bytes, included), through the full write
     protocol, and audit it again (exit 0 only if all end in sync). --dry-run shows each host's
     audit detail and writes nothing. Plain TARGETs without a source use ./dflash.lock."""
     from dflash_provision import report
@@ -92,7 +95,10 @@ def command(
         elapsed = time.monotonic() - started
         if as_json:
             document = report.repair_document(
-                stopped.done, elapsed_s=elapsed, exit_code=ExitCode.INTERRUPTED, dry_run=dry_run
+                stopped.done,
+                elapsed_s=elapsed,
+                exit_code=int(ExitCode.INTERRUPTED),
+                dry_run=dry_run,
             )
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
@@ -102,7 +108,7 @@ def command(
                 report.repair_summary_line(stopped.done, elapsed),
             )
         click.echo(stopped.summary(len(members), "handled"), err=True)
-        ctx.exit(ExitCode.INTERRUPTED)
+        ctx.exit(int(ExitCode.INTERRUPTED))
     elapsed = time.monotonic() - started
     code = repair_exit_code(repairs, dry_run=dry_run)
     if as_json:

@@ -159,14 +159,14 @@ def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> I
                 f"`{rollout.command('--resume')}{rollout.env_hint()}` or run a new rollout",
                 err=True,
             )
-            ctx.exit(ExitCode.INTERRUPTED)
+            ctx.exit(int(ExitCode.INTERRUPTED))
         click.echo(
             f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
             f"with `{rollout.command('--resume')}{rollout.env_hint()}` or undo it with "
             f"`{rollout.command('--abort')}{rollout.env_hint()}`",
             err=True,
         )
-        ctx.exit(ExitCode.INTERRUPTED)
+        ctx.exit(int(ExitCode.INTERRUPTED))
     _write_prometheus(rollout, prom)
 
 

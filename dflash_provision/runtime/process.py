@@ -155,9 +155,7 @@ class PortState:
         return self.listener_pgid != self.pid  # a child of our server (same group) is ours
 
 
-def probe_port(
-    transport: Transport, port: int, *, timeout: float | None = None
-) -> PortState:
+def probe_port(transport: Transport, port: int, *, timeout: float | None = None) -> PortState:
     """What runs on ``port``, in one exec."""
     fields, lines, _ = run_script(transport, "state", [str(check_port(port))], timeout=timeout)
     record: LaunchRecord | None = None
