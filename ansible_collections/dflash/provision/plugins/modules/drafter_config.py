@@ -1,0 +1,102 @@
+# Copyright: dflash-provision maintainers
+# Apache-2.0 (see galaxy.yml)
+# The work is done by the action plugin of the same name, on the controller; this file holds the
+# documentation (ansible-doc) and is never run on a host.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: drafter_config
+short_description: Make a DFlash drafter's config.json the authoritative one, proved
+description:
+  - Resolves and validates the authoritative config on the controller with the dflash-provision
+    library (a lock file, a Hub repo at a commit, or a local file), then writes it on the host
+    with dflash-provision push's protocol through the play's connection (lock, temp file in the
+    directory, fsync, rename, directory fsync, backup, separate read-back compared with the
+    bytes meant) and records the write in the dflash-provision history.
+  - Runs on hosts without Python (busybox containers): the host side is POSIX sh.
+version_added: "0.1.0"
+author: dflash-provision maintainers
+options:
+  path:
+    description: The drafter directory on the host (absolute); its config.json is written.
+    type: str
+    required: true
+  lock:
+    description: A dflash.lock on the controller (as the CLI's --lock).
+    type: str
+  repo:
+    description: A Hub repo OWNER/NAME (as --repo); with I(revision).
+    type: str
+  revision:
+    description: The commit (or branch, tag) of I(repo) (as --revision).
+    type: str
+  src:
+    description: A config file on the controller (as the CLI's --from).
+    type: str
+  container:
+    description: The drafter is inside this container on the host, C(lxc:NAME), C(pct:ID) or
+      C(incus:NAME) (as a target's HOST/KIND:NAME).
+    type: str
+  mkdir:
+    description: Create a missing drafter directory.
+    type: bool
+    default: false
+  keep_backups:
+    description: How many old files to keep in .dflash-backups (default as push's).
+    type: int
+  command_timeout:
+    description: Seconds each remote command may run (as the CLI's --command-timeout); at the
+      limit the task fails and the host's script is ended (its traps remove the temp file).
+    type: float
+    default: 60
+notes:
+  - Check mode reads the file and reports whether it would change; nothing is written.
+  - Diff mode shows the semantic diff (field by field), as dflash-provision diff does.
+"""
+
+EXAMPLES = r"""
+- name: The drafter config, pinned by the lock file beside the playbook
+  dflash.provision.drafter_config:
+    path: /models/Qwen3.6-27B-DFlash
+    lock: dflash.lock
+
+- name: Inside an LXC container on the host
+  dflash.provision.drafter_config:
+    path: /models/Qwen3.6-27B-DFlash
+    src: files/config.json
+    container: lxc:vllm1
+"""
+
+RETURN = r"""
+status:
+  description: As push --json says it (written, unchanged, dry-run, failed, not-applied,
+    replaced, unknown).
+  type: str
+  returned: always
+old_sha256:
+  description: The file's sha256 before (null when there was none).
+  type: str
+  returned: success
+new_sha256:
+  description: The authoritative bytes' sha256.
+  type: str
+  returned: always
+backup:
+  description: The old file's name in .dflash-backups (null when nothing was kept).
+  type: str
+  returned: success
+readback_sha256:
+  description: The sha256 the separate read-back found.
+  type: str
+  returned: success
+proof:
+  description: What proves the write (the read-back matched), null when nothing was written.
+  type: str
+  returned: always
+diff:
+  description: The semantic changes, one line per field.
+  type: list
+  returned: always
+"""
