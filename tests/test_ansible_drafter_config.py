@@ -102,7 +102,8 @@ def test_a_planted_symlink_is_refused_and_its_target_untouched(bed) -> None:  # 
     fleet, play = bed
     h01 = fleet.hosts[0]
     _put(h01, "/root/elsewhere.json", b"not yours\n")
-    h01.exec(["sh", "-c", f"rm -f {CONFIG} && ln -s /root/elsewhere.json {CONFIG}"], check=True)
+    link = f"mkdir -p {DRAFTER} && rm -f {CONFIG} && ln -s /root/elsewhere.json {CONFIG}"
+    h01.exec(["sh", "-c", link], check=True)
     try:
         done = play.run(_playbook("src: authoritative.json"))
         assert done.returncode != 0, done.output[-3000:]
@@ -195,3 +196,29 @@ def test_the_collection_builds_with_ansible_galaxy(tmp_path: Path) -> None:
     )  # fmt: skip
     assert done.returncode == 0, done.stdout + done.stderr
     assert [p.name for p in tmp_path.glob("*.tar.gz")] == ["dflash-provision-0.1.0.tar.gz"]
+
+
+#: The ansible-test sanity tests that run without containers and without a pip inside
+#: ansible-test's own venvs (ansible-doc, runtime-metadata, pylint, validate-modules, pep8 and
+#: yamllint need one: this machine's python has no ensurepip there).
+SANITY = (
+    "action-plugin-docs", "compile", "empty-init", "line-endings", "no-assert",
+    "no-get-exception", "no-illegal-filenames", "no-smart-quotes", "replace-urlopen", "shebang",
+    "symlinks", "use-argspec-type-path", "use-compat-six",
+)  # fmt: skip
+
+
+def test_ansible_test_sanity_is_clean_for_the_tests_that_run_here() -> None:
+    import subprocess
+    import sys
+
+    ansible_test = Path(sys.executable).with_name("ansible-test")
+    root = Path(__file__).resolve().parent.parent / "ansible_collections" / "dflash" / "provision"
+    flags = [f for name in SANITY for f in ("--test", name)]
+    done = subprocess.run(
+        [str(ansible_test), "sanity", "--python", "3.11", *flags],
+        cwd=root, capture_output=True, text=True, timeout=600, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    for name in SANITY:
+        assert f'Running sanity test "{name}"' in done.stdout + done.stderr
