@@ -77,6 +77,17 @@ def demo(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-d
         assert proc.returncode == 0, "".join(transcript)[-3000:] + rest + errors
 
 
+def assert_in_order(text: str, expected: list[str], where: str, *, shown: int) -> None:
+    """Each of ``expected`` appears in ``text``, in this order; else name the first that does
+    not (with the first ``shown`` characters of ``text``)."""
+    position = 0
+    for part in expected:
+        found = text.find(part, position)
+        context = f":\n{text[:shown]}" if shown else ""
+        assert found >= 0, f"{part!r} missing (or out of order) in {where}{context}"
+        position = found
+
+
 def test_demo_runs_every_step_as_documented(demo) -> None:  # type: ignore[no-untyped-def]
     out, _, _ = demo
     assert KEEP_MESSAGE in out, out[-3000:]
@@ -92,11 +103,7 @@ def test_demo_runs_every_step_as_documented(demo) -> None:  # type: ignore[no-un
         "6 in sync now",
         "dflash_config_in_sync{",
     ]
-    position = 0
-    for text in steps:
-        found = out.find(text, position)
-        assert found >= 0, f"{text!r} missing (or out of order) in the demo output"
-        position = found
+    assert_in_order(out, steps, "the demo output", shown=0)
 
 
 def test_demo_reads_on_an_80_column_terminal(demo) -> None:  # type: ignore[no-untyped-def]
@@ -170,11 +177,7 @@ def test_demo_pushes_verifies_and_audits_an_lxc_container_behind_a_host(demo) ->
         "in_sync",
         "1 in sync now",
     ]
-    position = 0
-    for text in steps:
-        found = step.find(text, position)
-        assert found >= 0, f"{text!r} missing (or out of order) in the LXC step:\n{step[:3000]}"
-        position = found
+    assert_in_order(step, steps, "the LXC step", shown=3000)
 
 
 def test_demo_shows_a_rollout_caught_at_the_canary_and_rolled_back(demo) -> None:  # type: ignore[no-untyped-def]
@@ -207,11 +210,7 @@ def test_demo_shows_a_rollout_caught_at_the_canary_and_rolled_back(demo) -> None
         '$ dflash-provision stop "h03:$M"',
         "stopped: port",
     ]
-    position = 0
-    for text in steps:
-        found = step.find(text, position)
-        assert found >= 0, f"{text!r} missing (or out of order) in the rollout step:\n{step[:4000]}"
-        position = found
+    assert_in_order(step, steps, "the rollout step", shown=4000)
     assert "PyTorch was not found" not in out
 
 
