@@ -14,57 +14,44 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.errors import DflashProvisionError, UsageError
-from dflash_provision.transport.callback import CallbackTransport, ShellRunner
+from dflash_provision.errors import DflashProvisionError
+from dflash_provision.playbook.common import (
+    HOST_OPTIONS,
+    SOURCE_OPTIONS,
+    HostArgs,
+    SourceArgs,
+    count,
+    failed,
+    flag,
+    open_host,
+    parse_host,
+    parse_source,
+    refuse_unknown,
+)
+from dflash_provision.transport.callback import ShellRunner
 
 #: The module's options, as the CLI names them (``src`` is ``--from``).
-OPTIONS = (
-    "path", "lock", "repo", "revision", "src", "container", "mkdir", "keep_backups",
-    "command_timeout",
-)  # fmt: skip
+OPTIONS = (*HOST_OPTIONS, *SOURCE_OPTIONS, "mkdir", "keep_backups")
 
 
 @dataclass(frozen=True)
 class DrafterConfigArgs:
-    path: str
-    lock: str | None = None
-    repo: str | None = None
-    revision: str | None = None
-    src: str | None = None
-    container: str | None = None
+    host: HostArgs
+    source: SourceArgs
     mkdir: bool = False
     keep_backups: int | None = None
-    command_timeout: float = 60.0  # each remote command, as the CLI's --command-timeout
 
 
 def parse_args(args: Mapping[str, Any]) -> DrafterConfigArgs:
     """The task's arguments; UsageError (one line) for an unknown or ill-typed option."""
-    unknown = sorted(set(args) - set(OPTIONS))
-    if unknown:
-        raise UsageError(f"unsupported option(s) {', '.join(unknown)}; known: {', '.join(OPTIONS)}")
-    path = args.get("path")
-    if not isinstance(path, str) or not path.startswith("/"):
-        raise UsageError(f"path: the drafter directory's absolute path on the host, got {path!r}")
-    texts: dict[str, str | None] = {}
-    for name in ("lock", "repo", "revision", "src", "container"):
-        value = args.get(name)
-        if value is not None and not isinstance(value, str):
-            raise UsageError(f"{name}: expected a string, got {value!r}")
-        texts[name] = value or None
-    if sum(texts[n] is not None for n in ("lock", "repo", "src")) != 1:
-        raise UsageError("give exactly one source: lock, repo (with revision) or src")
-    keep = args.get("keep_backups")
-    if keep is not None and (isinstance(keep, bool) or not isinstance(keep, int) or keep < 0):
-        raise UsageError(f"keep_backups: a count >= 0, got {keep!r}")
-    mkdir = args.get("mkdir", False)
-    if not isinstance(mkdir, bool):
-        raise UsageError(f"mkdir: expected a boolean, got {mkdir!r}")
-    limit = args.get("command_timeout", 60.0)
-    if isinstance(limit, bool) or not isinstance(limit, int | float) or limit <= 0:
-        raise UsageError(f"command_timeout: seconds > 0, got {limit!r}")
-    return DrafterConfigArgs(
-        path, mkdir=mkdir, keep_backups=keep, command_timeout=float(limit), **texts
+    refuse_unknown(args, OPTIONS)
+    host, source = parse_host(args), parse_source(args)
+    keep = (
+        None
+        if args.get("keep_backups") is None
+        else count(args, "keep_backups", 0, low=0, high=1_000_000)
     )
+    return DrafterConfigArgs(host, source, flag(args, "mkdir"), keep)
 
 
 def apply_drafter_config(
@@ -76,12 +63,11 @@ def apply_drafter_config(
     diff_mode: bool = False,
 ) -> dict[str, Any]:
     """Run one task on one host; the Ansible result (``changed``, ``failed``, ``msg``, push's
-    ``--json`` fields). A failure of the source or of the host is a failed result, never an
-    exception the plugin must know about."""
+    ``--json`` fields). A failure of the source or of the host is a failed result."""
     try:
         return _apply(runner, host, args, check_mode, diff_mode)
     except DflashProvisionError as exc:
-        return {"changed": False, "failed": True, "msg": exc.message, "exit_code": exc.exit_code}
+        return failed(exc)
 
 
 def _apply(
@@ -91,26 +77,12 @@ def _apply(
     check_mode: bool,
     diff_mode: bool,
 ) -> dict[str, Any]:
-    from dflash_provision.authority import SourceSpec
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.push import PushStatus, push_config
     from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.target import parse_container_ref, parse_target
-    from dflash_provision.transport.base import Transport
 
-    spec = SourceSpec.from_options(args.repo, args.src, args.lock, revision=args.revision)
-    authority = spec.load()
-    where = host
-    transport: Transport = CallbackTransport(
-        runner, description=host, command_timeout=args.command_timeout
-    )
-    if args.container:
-        from dflash_provision.transport.container import ContainerTransport
-
-        ref = parse_container_ref(args.container)
-        transport = ContainerTransport(transport, ref.kind, ref.name)
-        where = f"{host}/{ref.display()}"
-    target = parse_target(f"{where}:{args.path}")
+    authority = args.source.spec().load()
+    transport, target = open_host(runner, host, args.host)
     write = WriteOptions(mkdir=args.mkdir)
     if args.keep_backups is not None:
         write = WriteOptions(args.keep_backups, args.mkdir)

@@ -260,28 +260,43 @@ def restart(
     *,
     sha256: str | None,
 ) -> None:
-    """Stop the server and start it again with its recorded launch (same argv, env names),
-    then wait until it is ready; StepFailed with vLLM's own line when it is not."""
+    """Stop the host's server and start it again with its recorded launch (see
+    :func:`restart_recorded`)."""
+    assert host.launch is not None and host.port is not None
+    restart_recorded(transport, host.launch, host.port, doc, env, ready_s, sha256=sha256)
+
+
+def restart_recorded(
+    transport: Transport,
+    launch: dict[str, Any],
+    port: int,
+    doc: dict[str, Any],
+    env: dict[str, str],
+    ready_s: float,
+    *,
+    sha256: str | None,
+) -> None:
+    """Stop the server on ``port`` and start it again with its recorded launch (same argv, env
+    names), then wait until it is ready; StepFailed with vLLM's own line when it is not."""
+    from datetime import UTC, datetime
+
     from dflash_provision.runtime.access import open_server
     from dflash_provision.runtime.process import start_server, stop_server
     from dflash_provision.runtime.readiness import wait_ready
     from dflash_provision.runtime.records import LaunchRecord
 
-    assert host.launch is not None and host.port is not None
-    from datetime import UTC, datetime
-
     # The same command line and env names; the record names the drafter bytes it now reads.
     now = datetime.now(UTC).isoformat(timespec="seconds")
     fields = {"pid": None, "drafter_sha256": sha256 or "", "started_at": now}
-    record = LaunchRecord.from_dict({**host.launch, **fields})
+    record = LaunchRecord.from_dict({**launch, **fields})
     timeout = transport.command_timeout
-    stop_server(transport, host.port, command_timeout=timeout)
-    outcome = start_server(transport, record, restart_env(doc, host.launch, env), timeout=timeout)
-    with open_server(transport, host.port, python=record.python) as access:
+    stop_server(transport, port, command_timeout=timeout)
+    outcome = start_server(transport, record, restart_env(doc, launch, env), timeout=timeout)
+    with open_server(transport, port, python=record.python) as access:
         ready = wait_ready(
             transport,
             access,
-            host.port,
+            port,
             log_offset=outcome.log_offset,
             timeout=ready_s,
             command_timeout=timeout,

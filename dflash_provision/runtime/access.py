@@ -6,6 +6,8 @@
   test bed's have only a loopback), so the request is made INSIDE it by its Python (the one that
   runs vLLM is a good choice: ``python=``) with a short stdlib program passed as an argument;
   the reply comes back bounded.
+- Another tool's connection (an Ansible play's, ``CallbackTransport``): no tunnel to ask it for,
+  so the request is made ON the host by its Python, as in a container.
 - This machine: plain HTTP to 127.0.0.1.
 
 ``open_server(transport, port)`` picks the way; ``request`` raises UnreachableError with
@@ -85,11 +87,14 @@ class ServerAccess(abc.ABC):
 
 def open_server(transport: Transport, port: int, *, python: str | None = None) -> ServerAccess:
     """The way to reach ``port`` on ``transport``'s machine (see the module docstring)."""
+    from dflash_provision.transport.callback import CallbackTransport
     from dflash_provision.transport.container import ContainerTransport
     from dflash_provision.transport.local import LocalTransport
 
     layers = list(_layers(transport))
-    if any(isinstance(layer, ContainerTransport) for layer in layers):
+    # Never plain HTTP to this machine's loopback for a host reached through another tool: that
+    # would ask whatever listens HERE on the port and call it the host's server.
+    if any(isinstance(layer, ContainerTransport | CallbackTransport) for layer in layers):
         return ContainerAccess(transport, port, python=python or DEFAULT_PYTHON)
     for layer in layers:
         if type(layer).__name__ == "SshTransport":  # no paramiko import for local targets
@@ -374,7 +379,8 @@ CONTAINER_MARGIN_S = 15.0
 
 @dataclass
 class ContainerAccess(ServerAccess):
-    """Requests made inside the container by its own Python (stdlib urllib)."""
+    """Requests made on the target by its own Python (stdlib urllib): inside a container, or on
+    a host reached through another tool's connection."""
 
     transport: Transport
     port: int
@@ -442,7 +448,7 @@ class ContainerAccess(ServerAccess):
         if status in (126, 127):
             return RemoteStepFailed(
                 f"{self.transport.description}: no {self.python} to reach the server's port "
-                f"inside the container ({last}); name one with --python",
+                f"on the target ({last}); name one with --python",
                 step="access",
             )
         return RemoteStepFailed(

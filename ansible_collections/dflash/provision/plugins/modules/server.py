@@ -1,0 +1,78 @@
+# Copyright: dflash-provision maintainers
+# Apache-2.0 (see galaxy.yml)
+# The work is done by the action plugin of the same name, on the controller; this file holds the
+# documentation (ansible-doc) and is never run on a host.
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: server
+short_description: Restart the vLLM server dflash-provision launch started, with its recorded
+  launch
+description:
+  - Finds the launch record of the server that dflash-provision launch started for I(path) on
+    the host, stops that server and starts it again with the same command line and env names,
+    then waits until it is ready, as dflash-provision rollout restarts a host.
+  - Everything that can refuse is checked before the server is stopped (one launch record, the
+    config on disk parses, a value in I(env) for every env name the record holds), so a refused
+    restart leaves the old server running.
+  - Check mode reports what would be restarted and touches nothing.
+version_added: "0.1.0"
+author: dflash-provision maintainers
+options:
+  path:
+    description: The drafter directory on the host (absolute).
+    type: str
+    required: true
+  state:
+    description: Only C(restarted).
+    type: str
+    default: restarted
+    choices: [restarted]
+  port:
+    description: The server's port, when the drafter is launched on several.
+    type: int
+  env:
+    description: Values for the env names the launch record holds (values are never stored).
+    type: dict
+  ready_timeout:
+    description: Seconds to wait for /health.
+    type: float
+    default: 900
+  container:
+    description: The server is inside this container, C(lxc:NAME), C(pct:ID) or C(incus:NAME).
+    type: str
+  command_timeout:
+    description: Seconds each remote command may run.
+    type: float
+    default: 60
+"""
+
+EXAMPLES = r"""
+- name: Restart the server so it reads the new config
+  dflash.provision.server:
+    path: /models/Qwen3.6-27B-DFlash
+    state: restarted
+    env:
+      HF_TOKEN: "{{ vault_hf_token }}"
+"""
+
+RETURN = r"""
+port:
+  description: The port of the restarted server.
+  type: int
+  returned: success
+was_running:
+  description: Whether the server was running before.
+  type: bool
+  returned: success
+drafter_sha256:
+  description: The sha256 of the config the restarted server reads.
+  type: str
+  returned: success
+argv:
+  description: The recorded command line it was started with.
+  type: list
+  returned: success
+"""
