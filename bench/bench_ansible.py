@@ -36,9 +36,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-BENCH = Path(__file__).resolve().parent
-sys.path.insert(0, str(BENCH))
-sys.path.insert(1, str(BENCH.parent))  # tests.fixtures, when run as bench/bench_ansible.py
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.fixtures, from bench/
 
 from bench_fleet import INCIDENT, MODEL, REFERENCE, Bench
 
