@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2 prometheus prometheus-node-exporter
 
-.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench bench-latency bench-rollout stress clean
+.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench bench-latency bench-rollout bench-ansible stress clean
 
 install: $(VENV)/.installed
 
@@ -90,6 +90,10 @@ bench-latency: install system-deps
 # Where a 6-host rollout's time goes (writes, restarts, checks) on the vLLM stand-in.
 bench-rollout: install system-deps
 	$(PY) bench/bench_rollout.py $(BENCH_ARGS)
+
+# The same config change on 64 hosts by ansible-playbook (drafter_config, builtin.copy) and repair.
+bench-ansible: install system-deps
+	$(PY) bench/bench_ansible.py $(BENCH_ARGS)
 
 # Issue 11 items 9-11 as stress runs that print figures (root; ~20 min on 2 busy cores; not part
 # of `make test`). STRESS_ARGS=--quick for a short pass.
