@@ -143,6 +143,33 @@ def test_a_write_that_fails_on_the_host_keeps_the_old_file(bed) -> None:  # type
         h02.undo_mounts()
 
 
+def test_a_write_interrupted_on_the_host_keeps_the_old_file(bed) -> None:  # type: ignore[no-untyped-def]
+    """The write is held inside its ``dd`` (the temp file being written) past the task's
+    command_timeout: the script's own watchdog ends it on the host, the task fails saying so,
+    the old file is intact and no temp file is left."""
+    from tests.fixtures.after_rename import hold_tool, release, wait_renamed
+    from tests.fixtures.model_dirs import assert_no_temp_left, in_root
+
+    fleet, play = bed
+    h02 = fleet.hosts[1]
+    _put(h02, CONFIG, INCIDENT)
+    hold_tool(h02, "dd", "/bin/dd")
+    try:
+        source = "src: authoritative.json\n        command_timeout: 5"
+        done = Play(fleet, play.tmp, hosts=[h02.alias]).run(_playbook(source))
+        wait_renamed(h02, timeout=1)  # the write did reach its dd: it was interrupted there
+        assert done.returncode != 0, done.output[-3000:]
+        result = done.of(h02.alias, TASK)
+        assert result["outcome"] == "failed", result
+        assert "deadline" in result["result"]["msg"], result["result"]["msg"]
+        assert _read(h02, CONFIG) == INCIDENT
+        assert_no_temp_left(in_root(h02, DRAFTER))
+    finally:
+        release(h02)
+        h02.undo_mounts()
+        h02.exec(["rm", "-f", "/root/.renamed", "/root/.release"], check=True)
+
+
 def test_the_drafter_inside_an_lxc_container_behind_the_host(make_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``container: lxc:NAME``: the same protocol through ``lxc-attach`` on the host (a busybox
     container: no python, no bash), proved by reading the file inside the container."""
