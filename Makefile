@@ -34,7 +34,7 @@ system-deps:
 	fi
 
 demo: install system-deps
-	$(PY) -m dflash_provision.testbed.demo
+	$(PY) -m testbed.demo
 
 # -ra: the summary ends with every skipped (and xfailed) test and its reason.
 test: install system-deps
@@ -58,7 +58,7 @@ vllm-env: install
 	  echo "apt-get install python3-venv"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv >/dev/null; \
 	fi
-	$(PY) -m dflash_provision.testbed.vllm_real
+	$(PY) -m testbed.vllm_real
 
 test-vllm: install system-deps vllm-env
 	$(VENV)/bin/pytest -m vllm

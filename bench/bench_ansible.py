@@ -5,7 +5,7 @@ Run as root from the repository root (the testbed puts each sshd in its own name
     .venv/bin/python bench/bench_ansible.py [--hosts 64] [--repeat 1]
 
 The change: every host's drafter ``config.json`` replaced, from the incident bytes to the
-reference bytes (``dflash_provision.testbed.samples``). Each tool, in one run:
+reference bytes (``testbed.samples``). Each tool, in one run:
 
     drafter_config    ``ansible-playbook`` with the collection's ``dflash.provision.drafter_config``
                       (``path:`` the drafter dir, ``src:`` the authoritative file), over its ssh
@@ -41,7 +41,7 @@ sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.fixtures, 
 
 from bench_fleet import INCIDENT, MODEL, REFERENCE, Bench
 
-from dflash_provision.testbed.hosts import Fleet
+from testbed.hosts import Fleet
 from tests.fixtures.ansible_play import Play
 
 CONFIG = f"{MODEL}/config.json"

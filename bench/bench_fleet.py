@@ -14,7 +14,7 @@ commands per host, for:
     minimal write     one connection + one `cat > file` per host
     minimal write+read  the same plus `cat file` on the same connection (2 execs): the floor
                       for any write with a separate read-back
-    push core         dflash_provision.push.push_config per host in a pool of the same size, on
+    push core         place.push.push_config per host in a pool of the same size, on
                       an all-drifted fleet: the atomic write exec + the separate read-back exec
                       (the authoritative config validated once per run, as repair does)
     repair core       dflash_provision.fleet.repair on an all-drifted fleet: the audit read, then
@@ -47,15 +47,15 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import minimal_paramiko
 
-from dflash_provision.authority import Authority, SourceSpec
 from dflash_provision.fleet import FleetRun, audit, authority_loader, repair
 from dflash_provision.inventory import FleetMember
-from dflash_provision.push import check_authority, push_config
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet
+from dflash_provision.place.push import check_authority, push_config
+from dflash_provision.place.target import parse_target
+from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
+from testbed import samples
+from testbed.hosts import Fleet
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()

@@ -55,8 +55,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from delay_relay import Relay, RelayPool
 
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, known_hosts_name
+from testbed import samples
+from testbed.hosts import Fleet, known_hosts_name
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()

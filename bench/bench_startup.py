@@ -49,9 +49,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, refused_address
-from dflash_provision.testbed.hub_standin import HubStandin
+from testbed import samples
+from testbed.hosts import Fleet, refused_address
+from testbed.hub_standin import HubStandin
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 PROGRAM = "dflash-provision"  # in a Case's argv: replaced by the build being measured

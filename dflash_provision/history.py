@@ -51,7 +51,7 @@ from dflash_provision.data_dir import data_dir as data_dir
 from dflash_provision.errors import LocalWriteFailed
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
+    from dflash_provision.place.target import Target
 
 _T = TypeVar("_T")
 
@@ -145,7 +145,7 @@ class HostKey:
         is the spec, ``root@h01:/root/models/X``) is keyed by its machine, as push keys it, so
         ``history --host h01`` finds it; an inventory name is the machine itself."""
         from dflash_provision.errors import DflashProvisionError
-        from dflash_provision.target import parse_target
+        from dflash_provision.place.target import parse_target
 
         if ":" in name or "@" in name:
             try:

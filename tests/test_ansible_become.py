@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.hosts import Fleet
+from testbed.hosts import Fleet
 from tests.fixtures.ansible_play import Play
 from tests.fixtures.login_users import (
     LoginUser,

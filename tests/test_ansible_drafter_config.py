@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.history import HistoryStore
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host
+from testbed import samples
+from testbed.hosts import Fleet, Host
 from tests.fixtures.ansible_play import Play
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
@@ -173,7 +173,7 @@ def test_a_write_interrupted_on_the_host_keeps_the_old_file(bed) -> None:  # typ
 def test_the_drafter_inside_an_lxc_container_behind_the_host(make_fleet, tmp_path: Path) -> None:  # type: ignore[no-untyped-def]
     """``container: lxc:NAME``: the same protocol through ``lxc-attach`` on the host (a busybox
     container: no python, no bash), proved by reading the file inside the container."""
-    from dflash_provision.testbed.lxc import busybox_container, unique_name
+    from testbed.lxc import busybox_container, unique_name
     from tests.fixtures.hosts import skip_unless_testbed
 
     skip_unless_testbed(need_lxc=True)

@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from dflash_provision.history import HistoryStore
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host
+from testbed import samples
+from testbed.hosts import Fleet, Host
 from tests.fixtures.ansible_play import Play, Played
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]

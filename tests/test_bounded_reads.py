@@ -18,20 +18,20 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority
+from dflash_provision.check.file_status import HostStatus
 from dflash_provision.errors import ExitCode, UsageError
-from dflash_provision.file_status import HostStatus
-from dflash_provision.push import PushStatus, push_config, verify_config
+from dflash_provision.place.push import PushStatus, push_config, verify_config
+from dflash_provision.place.target import parse_target
 from dflash_provision.remote.ops import (
     MAX_CONFIG_BYTES,
     ReadStatus,
     read_remote_config,
     script_text,
 )
-from dflash_provision.sources import MAX_SOURCE_BYTES, load_source
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
+from dflash_provision.source.sources import MAX_SOURCE_BYTES, load_source
 from dflash_provision.transport.factory import open_transport
+from testbed import samples
 from tests.fixtures.cli import run_cli
 from tests.fixtures.inventories import write_fleet_inventory
 from tests.fixtures.ssh import client_options, host_args

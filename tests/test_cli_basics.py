@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 
 from dflash_provision import __version__
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet
+from testbed import samples
+from testbed.hosts import Fleet
 from tests.fixtures.cli import Done, run_cli
 
 HEAVY_MODULES = ("paramiko", "transformers", "huggingface_hub", "deepdiff", "jsonschema")

@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet
-from dflash_provision.testbed.hub_standin import REFERENCE_MAIN_SHA, REFERENCE_OLD_SHA
+from testbed import samples
+from testbed.hosts import Fleet
+from testbed.hub_standin import REFERENCE_MAIN_SHA, REFERENCE_OLD_SHA
 from tests.fixtures.cli import Done, run_cli, the_error_line
 from tests.fixtures.ssh import ssh_args
 

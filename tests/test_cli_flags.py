@@ -12,8 +12,8 @@ import pytest
 
 from dflash_provision.cli.main import COMMANDS
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import refused_address
+from testbed import samples
+from testbed.hosts import refused_address
 from tests.fixtures.cli import Cli
 
 # The same file under two parameter names: fetch writes the pin into it, the others read it.

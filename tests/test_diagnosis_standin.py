@@ -120,7 +120,7 @@ def test_doctor_prints_the_causes_once_and_the_fix_of_the_first(bed: Bed) -> Non
 def test_in_a_container_the_passed_file_is_ruled_out_and_the_fix_is_the_first_causes(
     container_bed: ContainerBed,
 ) -> None:
-    from dflash_provision.testbed.vllm_standin_install import write_control
+    from testbed.vllm_standin_install import write_control
 
     container_bed.launch()
     write_control(container_bed.container, CONTROL, {"acceptance": 0.011})

@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dflash_provision.diff import Change, render_changes, semantic_diff
-from dflash_provision.testbed import samples
+from dflash_provision.check.diff import Change, render_changes, semantic_diff
+from testbed import samples
 
 
 def lines(old: Any, new: Any) -> list[str]:

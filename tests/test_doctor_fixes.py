@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode
+from dflash_provision.place.target import parse_target
 from dflash_provision.runtime.check import CheckReport, CheckSettings
 from dflash_provision.runtime.doctor import DoctorReport, Link, trace
 from dflash_provision.runtime.stages import StageResult, StageStatus
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
+from testbed import samples
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 TARGET_MODEL = samples.REFERENCE_TARGET.read_bytes()

@@ -24,7 +24,7 @@ def test_doctor_on_the_incident_names_the_file_on_disk_and_the_push_that_fixes_i
 ) -> None:
     container_bed.put(f"{DRAFTER_DIR}/config.json", INCIDENT)
     container_bed.launch(INCIDENT)  # the server runs the wrong file, as in the incident
-    from dflash_provision.testbed.vllm_standin_install import write_control
+    from testbed.vllm_standin_install import write_control
 
     write_control(container_bed.container, "/root/standin/control.json", {"acceptance": 0.011})
 

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.effective import check_effective
-from dflash_provision.testbed import samples
-from dflash_provision.validate import validate_config
+from dflash_provision.check.effective import check_effective
+from dflash_provision.check.validate import validate_config
+from testbed import samples
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.check.validate import parse_config
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host, refused_address
-from dflash_provision.validate import parse_config
+from testbed import samples
+from testbed.hosts import Host, refused_address
 from tests.fixtures.cli import Cli, run_cli, the_error_line
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()

@@ -1,5 +1,5 @@
 """Fast start: a config this machine has judged is not judged again, and transformers (~2 s to
-import) is loaded only for a config it has not seen (dflash_provision.verdict_cache).
+import) is loaded only for a config it has not seen (dflash_provision.check.verdict_cache).
 
 The subprocess tests run the real CLI under ``python -X importtime``, which lists every module a
 process imported on stderr: "transformers" absent from that list is what "did not import
@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision import verdict_cache
+from dflash_provision.check import verdict_cache
+from dflash_provision.check.validate import validate_config
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host, refused_address
-from dflash_provision.validate import validate_config
+from testbed import samples
+from testbed.hosts import Host, refused_address
 from tests.fixtures.cli import (
     CLI_TIMEOUT_S,
     IMPORTTIME,
@@ -372,7 +372,7 @@ def test_a_pinned_config_is_read_from_the_hf_cache_only_with_its_exact_sha256(
 ) -> None:
     import hashlib
 
-    from dflash_provision import hub
+    from dflash_provision.source import hub
 
     sha = "d1f1a5b0c0ffee00000000000000000000000001"
     snapshot = tmp_path / "hf" / "hub" / "models--z-lab--Q" / "snapshots" / sha

@@ -36,10 +36,10 @@ from dflash_provision.fleet import (
 )
 from dflash_provision.history import HistoryStore
 from dflash_provision.inventory import load_members
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, known_hosts_name
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
+from testbed import samples
+from testbed.hosts import Fleet, known_hosts_name
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.inventories import write_fleet_inventory
 

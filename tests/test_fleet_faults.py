@@ -8,16 +8,16 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.errors import AuthError, UnreachableError
 from dflash_provision.fleet import FleetRun, HostStatus, audit, authority_loader, classify_exception
 from dflash_provision.fleet.run import Memo
 from dflash_provision.inventory import FleetMember
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import _ensure_ed25519
+from dflash_provision.place.target import parse_target
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
+from testbed import samples
+from testbed.hosts import _ensure_ed25519
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 SOURCE = SourceSpec(from_file=str(samples.REFERENCE_DRAFTER))

@@ -20,8 +20,8 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.history import HistoryStore
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet
+from testbed import samples
+from testbed.hosts import Fleet
 from tests.fixtures.after_rename import fault_after_rename, hold_tool, release, wait_renamed
 from tests.fixtures.cli import CLI_TIMEOUT_S, cli_env
 from tests.fixtures.inventories import write_fleet_inventory

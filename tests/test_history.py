@@ -247,6 +247,8 @@ def test_history_cli_shows_json_and_filters(tmp_path):
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [(r["host"], r["status"], r["incomplete"]) for r in rows] == [("h02", "started", True)]
-    table = run_cli("history", "--last", "5", home=tmp_path)
+    # A wide terminal: piped, the table takes COLUMNS (80 where none is set, as under xdist,
+    # which cuts "started (incomplete)" short).
+    table = run_cli("history", "--last", "5", home=tmp_path, env={"COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     assert "incomplete" in table.stdout and "h01" in table.stdout

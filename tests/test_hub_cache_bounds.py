@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
+from testbed import samples
 from tests.fixtures.cli import run_cli
 
 pytestmark = pytest.mark.integration

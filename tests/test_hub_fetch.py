@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.lockfile import read_lock
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hub_standin import (
+from dflash_provision.source.lockfile import read_lock
+from testbed import samples
+from testbed.hub_standin import (
     GATED_REPO,
     GATED_TOKEN,
     REFERENCE_MAIN_SHA,

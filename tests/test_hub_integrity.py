@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.hub_integrity import declared_mismatch
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hub_standin import Fault, HubStandin, git_blob_sha
+from dflash_provision.source.hub_integrity import declared_mismatch
+from testbed import samples
+from testbed.hub_standin import Fault, HubStandin, git_blob_sha
 from tests.fixtures.cli import Done, run_cli, the_error_line
 
 pytestmark = pytest.mark.integration

@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.invariants import block_size_of, check_invariants, check_target
-from dflash_provision.testbed import samples
+from dflash_provision.check.invariants import block_size_of, check_invariants, check_target
+from testbed import samples
 
 PUBLISHED = [
     samples.REFERENCE_DRAFTER,

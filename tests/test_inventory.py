@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import RepoRef, SourceSpec
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory import (
     UNGROUPED,
@@ -15,6 +14,7 @@ from dflash_provision.inventory import (
     load_inventory,
     load_members,
 )
+from dflash_provision.source.authority import RepoRef, SourceSpec
 
 SHA = "5f7c2b9e0d4a1c3b8e6f9a2d7c4b1e0f3a5d8c6b"
 

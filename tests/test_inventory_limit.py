@@ -12,8 +12,8 @@ import pytest
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory import load_inventory
 from dflash_provision.inventory.limit import select
-from dflash_provision.testbed.hosts import Fleet
-from dflash_provision.testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
+from testbed.hosts import Fleet
+from testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
 from tests.fixtures.cli import Cli
 from tests.fixtures.ssh import ssh_args
 

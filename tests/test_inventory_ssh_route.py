@@ -14,11 +14,11 @@ import pytest
 
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory import load_inventory
-from dflash_provision.testbed.hosts import Fleet
-from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import HostRoute, SshOptions
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
+from testbed.hosts import Fleet
+from testbed.samples import REFERENCE_DRAFTER
 from tests.fixtures.cli import Cli, run_cli
 from tests.fixtures.ssh import accepted_logins, ssh_args
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.testbed import samples
+from testbed import samples
 from tests.fixtures.cli import run_cli
 
 

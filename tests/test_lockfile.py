@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ConfigInvalid, ExitCode, HubError, UsageError
-from dflash_provision.hub import fetch_config
-from dflash_provision.lockfile import (
+from dflash_provision.source.hub import fetch_config
+from dflash_provision.source.lockfile import (
     LockEntry,
     entry_from_fetched,
     find_entry,
@@ -23,8 +23,8 @@ from dflash_provision.lockfile import (
     render_lock,
     upsert_lock,
 )
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hub_standin import (
+from testbed import samples
+from testbed.hub_standin import (
     DFLASH2_REPO,
     REFERENCE_OLD_SHA,
     HubStandin,
@@ -116,7 +116,7 @@ def test_a_failed_rename_keeps_the_old_lock_and_removes_the_temp_file(
 
 
 def test_entry_from_fetched_records_utc_time_size_and_hashes() -> None:
-    from dflash_provision.hub import FetchedConfig
+    from dflash_provision.source.hub import FetchedConfig
 
     data = b'{"x": 1}\n'
     fetched = FetchedConfig(

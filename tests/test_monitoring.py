@@ -28,9 +28,9 @@ import pytest
 import yaml
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host
-from dflash_provision.testbed.vllm_standin_install import (
+from testbed import samples
+from testbed.hosts import Fleet, Host
+from testbed.vllm_standin_install import (
     CONTROL_ENV,
     install_standin,
     write_control,

@@ -14,9 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority
-from dflash_provision.errors import ExitCode
-from dflash_provision.file_status import (
+from dflash_provision.check.file_status import (
     EXIT_CODE,
     NEEDS_WRITE,
     PASSES_WITH_WARNING,
@@ -24,8 +22,10 @@ from dflash_provision.file_status import (
     HostStatus,
     judge,
 )
+from dflash_provision.errors import ExitCode
 from dflash_provision.remote.ops import ReadStatus, RemoteRead
-from dflash_provision.testbed.hosts import Host
+from dflash_provision.source.authority import Authority
+from testbed.hosts import Host
 from tests.fixtures.lifecycle_bed import Bed, make_bed
 from tests.fixtures.runtime import DRAFTER_DIR, REFERENCE, put
 

@@ -1,13 +1,14 @@
-"""The shipped package stands on its own: nothing outside the test bed imports it (the wheel
-leaves `dflash_provision/testbed` out, see pyproject.toml)."""
+"""The shipped package stands on its own and its tree shows the pipeline: the test bed is a
+package of its own beside tests/ and bench/ (the wheel ships only dflash_provision), nothing
+shipped imports it, and every stage is a package that says its job."""
 
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parent.parent / "dflash_provision"
-TESTBED = PACKAGE / "testbed"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "dflash_provision"
 
 
 def _imported_modules(path: Path) -> set[str]:
@@ -25,10 +26,33 @@ def test_no_shipped_module_imports_the_test_bed() -> None:
     offenders = [
         str(path.relative_to(PACKAGE))
         for path in PACKAGE.rglob("*.py")
-        if TESTBED not in path.parents
-        and any(name.startswith("dflash_provision.testbed") for name in _imported_modules(path))
+        if any(name == "testbed" or name.startswith("testbed.") for name in _imported_modules(path))
     ]
     assert offenders == []
+
+
+def test_the_test_bed_lives_beside_tests_and_bench_not_in_the_product() -> None:
+    assert (REPO / "testbed" / "__init__.py").is_file()
+    assert not (PACKAGE / "testbed").exists()
+
+
+#: What stays at the package's top: what every stage shares (the exit-code table, the state
+#: directory, the history store, the renderers). Every other module lives in its stage's package.
+TOP_LEVEL = {"__init__", "__main__", "errors", "data_dir", "history", "report", "plain_table"}
+
+
+def test_the_top_level_holds_only_what_every_stage_shares() -> None:
+    assert {p.stem for p in PACKAGE.glob("*.py")} == TOP_LEVEL
+
+
+def test_every_package_says_its_job_in_its_docstring() -> None:
+    """A newcomer finds where a concept lives from the tree and these first lines."""
+    silent = [
+        str(init.parent.relative_to(REPO))
+        for init in PACKAGE.rglob("__init__.py")
+        if len(ast.get_docstring(ast.parse(init.read_text(encoding="utf-8"))) or "") < 40
+    ]
+    assert silent == []
 
 
 def test_exit_codes_come_from_one_table_not_from_the_console_entry() -> None:

@@ -18,7 +18,7 @@ How each failure is made:
 
 Proxmox VE (``pct``) and Incus cannot run here: the pct/incus targets go through the testbed's
 EMULATED ``pct``/``incus`` (POSIX sh over real lxc-*, mimicking exec syntax, error texts and exit
-codes; see dflash_provision.testbed.lxc_host_side.emulator_scripts). The busybox containers are
+codes; see testbed.lxc_host_side.emulator_scripts). The busybox containers are
 real.
 """
 
@@ -34,9 +34,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host, known_hosts_name, missing_prerequisites
-from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
+from testbed import samples
+from testbed.hosts import Fleet, Host, known_hosts_name, missing_prerequisites
+from testbed.lxc import Container, busybox_container, unique_name
 from tests.fixtures.cli import Cli, the_error_line
 from tests.fixtures.login_users import (
     LoginUser,

@@ -15,10 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority, SourceSpec
+from dflash_provision.check.file_status import HostStatus
 from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
-from dflash_provision.file_status import HostStatus
-from dflash_provision.push import (
+from dflash_provision.place.push import (
     NOT_APPLIED_MESSAGE,
     OLD_UNREADABLE,
     PushStatus,
@@ -26,10 +25,11 @@ from dflash_provision.push import (
     rollback_config,
     verify_config,
 )
+from dflash_provision.place.target import parse_target
 from dflash_provision.remote.ops import list_remote_backups
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.transport.local import LocalTransport
+from testbed import samples
 from tests.fixtures.cli import run_cli
 from tests.fixtures.model_dirs import assert_no_temp_left
 from tests.fixtures.transports import PrefixTransport

@@ -27,21 +27,21 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ContainerError, ExitCode, UnreachableError
-from dflash_provision.push import (
+from dflash_provision.place.push import (
     NOT_APPLIED_MESSAGE,
     PushResult,
     PushStatus,
     push_config,
     rollback_config,
 )
+from dflash_provision.place.target import parse_target
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
+from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import open_transport
+from testbed import samples
+from testbed.hosts import Host
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.ssh import client_options, host_args, session_sshd_pids
 

@@ -29,14 +29,14 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode
-from dflash_provision.push import PushStatus, push_config
+from dflash_provision.place.push import PushStatus, push_config
+from dflash_provision.place.target import parse_target
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
+from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import open_transport
+from testbed import samples
+from testbed.hosts import Host
 from tests.fixtures.after_rename import fault_after_rename, release, wait_renamed
 from tests.fixtures.cli import CLI_TIMEOUT_S, cli_env, run_cli
 from tests.fixtures.ssh import client_options, host_args, session_sshd_pids

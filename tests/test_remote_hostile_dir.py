@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ConfigInvalid, DflashProvisionError, ExitCode, RemoteStepFailed
-from dflash_provision.push import NoBackups, PushStatus, push_config, rollback_config
+from dflash_provision.place.push import NoBackups, PushStatus, push_config, rollback_config
+from dflash_provision.place.target import parse_target
 from dflash_provision.remote.ops import (
     WriteStatus,
     list_remote_backups,
@@ -26,10 +26,10 @@ from dflash_provision.remote.ops import (
     write_remote_config,
 )
 from dflash_provision.remote.proof import WriteOptions
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
+from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import open_transport
+from testbed import samples
+from testbed.hosts import Host
 from tests.fixtures.ssh import client_options as options
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]

@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 
 from dflash_provision.runtime import remote_probe
-from dflash_provision.testbed import tiny_models
-from dflash_provision.testbed.tiny_models import DRAFTERS, DrafterSpec
+from testbed import tiny_models
+from testbed.tiny_models import DRAFTERS, DrafterSpec
 
 PROBE_TIMEOUT_S = 240.0
 

@@ -18,9 +18,9 @@ import pytest
 
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.remote.settle import Verdict, settle_write
-from dflash_provision.testbed import samples
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.local import LocalTransport
+from testbed import samples
 from tests.fixtures.transports import busybox_transport
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()

@@ -27,12 +27,12 @@ import paramiko
 import pytest
 
 from dflash_provision.errors import RemoteStepFailed
+from dflash_provision.place.target import parse_target
 from dflash_provision.remote.ops import WriteStatus, read_remote_config, write_remote_config
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
-from dflash_provision.testbed.lxc import Container
 from dflash_provision.transport.factory import open_transport
+from testbed import samples
+from testbed.hosts import Host
+from testbed.lxc import Container
 from tests.fixtures.ssh import client_options, session_sshd_pids
 from tests.fixtures.transports import busybox_transport
 

@@ -89,7 +89,7 @@ def test_a_restart_never_asks_for_the_v2_runner_env_that_launch_set_itself() -> 
     and the user never gave it: pre-flight must not ask for its value. Other recorded names
     without a value are still asked for."""
     from dflash_provision.rollout.host_ops import missing_env
-    from dflash_provision.testbed import samples
+    from testbed import samples
 
     full_only = json.loads(samples.REFERENCE_DRAFTER.read_bytes())
     full_only["layer_types"] = ["full_attention"] * len(full_only["layer_types"])

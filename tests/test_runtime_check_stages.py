@@ -12,16 +12,16 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode
+from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import fleet_check, vllm_log
 from dflash_provision.runtime.check import CheckReport
 from dflash_provision.runtime.diagnosis import acceptance_causes
 from dflash_provision.runtime.stage_disk import compare_effective, compare_vllm_draft
 from dflash_provision.runtime.stage_server import stage_server
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
+from testbed import samples
 
 REFERENCE = samples.load_json(samples.REFERENCE_DRAFTER)
 DRAFTER = "/root/models/Qwen3.6-27B-DFlash"

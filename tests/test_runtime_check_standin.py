@@ -1,5 +1,5 @@
 """runtime-check for real: the CLI in a subprocess against sshd hosts in namespaces, with the
-vLLM STAND-IN (dflash_provision.testbed.vllm_standin, a test double named so everywhere)
+vLLM STAND-IN (testbed.vllm_standin, a test double named so everywhere)
 installed as ``vllm`` there and started by ``launch``. The stand-in loads the drafter with real
 transformers and applies vLLM's DFlash rules; its control file sets acceptance, failing
 completions and other traffic. Stage b runs the real target-side probe with the host's python.
@@ -12,7 +12,7 @@ import json
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed.vllm_standin_install import (
+from testbed.vllm_standin_install import (
     CONTROL_ENV,
 )
 from tests.fixtures.runtime import (

@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed.hosts import Fleet
-from dflash_provision.testbed.vllm_standin_install import (
+from testbed.hosts import Fleet
+from testbed.vllm_standin_install import (
     CONTROL_ENV,
     standin_container,
     write_control,

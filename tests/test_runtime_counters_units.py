@@ -12,15 +12,15 @@ from pathlib import Path
 import pytest
 
 from dflash_provision import history
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode
 from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
+from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import fleet_check, metrics, reference
 from dflash_provision.runtime.check import CheckReport
 from dflash_provision.runtime.stage_traffic import AcceptanceGate, stage_acceptance
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
+from testbed import samples
 from tests.fixtures.cli import run_cli
 
 K = 4

@@ -1,6 +1,6 @@
 """`launch`, `status`, `stop`, `logs` for real: the CLI in a subprocess against sshd hosts in
 namespaces (and an LXC busybox container inside one), with the vLLM STAND-IN installed as the
-``vllm`` command there (dflash_provision.testbed.vllm_standin_install). The stand-in loads the
+``vllm`` command there (testbed.vllm_standin_install). The stand-in loads the
 drafter with real transformers and applies vLLM's DFlash start-up rules.
 
 Each fake host shares the machine's network namespace, so every test takes a free port here.
@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
-from dflash_provision.testbed.lxc import Container
-from dflash_provision.testbed.vllm_standin_install import (
+from testbed import samples
+from testbed.hosts import Host
+from testbed.lxc import Container
+from testbed.vllm_standin_install import (
     CONTROL_ENV,
     StandinInstall,
     install_standin,
@@ -307,9 +307,9 @@ def test_a_large_reply_through_the_ssh_forward_arrives_whole(bed: Bed) -> None:
     # python's http.server answers HTTP/1.0 (the connection closes after the reply, as vLLM's
     # "Connection: close" does): http.client then closes its socket before the body is read,
     # which must not end the SSH channel mid-body. 300 KB spans many channel windows.
+    from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.access import open_server
     from dflash_provision.runtime.readiness import probe_health
-    from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import open_transport
     from dflash_provision.transport.options import SshOptions
 

@@ -24,10 +24,10 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
-from dflash_provision.testbed.lxc import Container
-from dflash_provision.testbed.vllm_standin_install import (
+from testbed import samples
+from testbed.hosts import Host
+from testbed.lxc import Container
+from testbed.vllm_standin_install import (
     CONTROL_ENV,
     install_standin,
     standin_container,

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
+from dflash_provision.place.target import parse_target
 from dflash_provision.runtime.launch import describe_differences, launch
 from dflash_provision.runtime.preflight import LaunchRequest, runtime_env
 from dflash_provision.runtime.process import (
@@ -24,9 +24,9 @@ from dflash_provision.runtime.process import (
 )
 from dflash_provision.runtime.readiness import fatal_lines
 from dflash_provision.runtime.records import LaunchRecord
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
 from dflash_provision.transport.local import LocalTransport
+from testbed import samples
 
 
 def _record(**changes: object) -> LaunchRecord:
@@ -135,7 +135,7 @@ def _free_port() -> int:
 def test_local_launch_is_ready_then_found_by_its_port_and_stopped(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from dflash_provision.testbed.vllm_standin_install import install_standin
+    from testbed.vllm_standin_install import install_standin
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     drafter, model = tmp_path / "drafter", tmp_path / "model"

@@ -1,6 +1,6 @@
 """The running server is read as vLLM reads it, and found by its drafter on any port: the CLI
 in a subprocess against sshd hosts in namespaces (and an LXC busybox container behind one), with
-the vLLM STAND-IN (dflash_provision.testbed.vllm_standin, a test double) as ``vllm`` there.
+the vLLM STAND-IN (testbed.vllm_standin, a test double) as ``vllm`` there.
 
 - a command line with two speculative options serves the LAST one (vLLM's argparse), so stage c
   judges that one and names both;
@@ -17,7 +17,7 @@ import json
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed.vllm_standin_install import CONTROL_ENV
+from testbed.vllm_standin_install import CONTROL_ENV
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port, put
 from tests.fixtures.standin import Bed, ContainerBed, stages, statuses
 

@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.authority import Authority
+from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import locate, vllm_log
 from dflash_provision.runtime.process import script_text
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.runtime.stage_server import stage_server
 from dflash_provision.runtime.stages import CheckContext, StageStatus
 from dflash_provision.runtime.vllm_argv import read_speculative
-from dflash_provision.target import parse_target
-from dflash_provision.testbed import samples
+from dflash_provision.source.authority import Authority
+from testbed import samples
 
 DRAFTER = "/root/models/Qwen3.6-27B-DFlash"
 

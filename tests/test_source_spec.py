@@ -1,4 +1,4 @@
-"""The one authoritative-source model (dflash_provision.authority): SourceSpec -> Authority.
+"""The one authoritative-source model (dflash_provision.source.authority): SourceSpec -> Authority.
 
 Unit tests for the rules that live only there (one source, the default lock, repo@revision, the
 revision override of inventories and fleet options, the lazily parsed document), plus one test
@@ -17,16 +17,16 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.authority import (
+from dflash_provision.errors import ConfigInvalid, UsageError
+from dflash_provision.inventory import Overrides, load_inventory
+from dflash_provision.source.authority import (
     Authority,
     RepoRef,
     SourceConflict,
     SourceSpec,
 )
-from dflash_provision.errors import ConfigInvalid, UsageError
-from dflash_provision.inventory import Overrides, load_inventory
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hub_standin import (
+from testbed import samples
+from testbed.hub_standin import (
     REFERENCE_MAIN_SHA,
     REFERENCE_OLD_SHA,
     older_reference_layout,

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.vllm_standin_install import CONTROL_ENV
+from testbed import samples
+from testbed.vllm_standin_install import CONTROL_ENV
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, TARGET_DIR, put
 from tests.fixtures.standin import Bed, stages, statuses
 

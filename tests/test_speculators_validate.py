@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.diff import render_changes, semantic_diff
-from dflash_provision.effective import check_effective
+from dflash_provision.check.diff import render_changes, semantic_diff
+from dflash_provision.check.effective import check_effective
+from dflash_provision.check.invariants import check_invariants, check_target
+from dflash_provision.check.schema_check import check_schema
+from dflash_provision.check.speculators_layout import default_target_layer_ids, runtime_view
+from dflash_provision.check.validate import validate_config
 from dflash_provision.errors import ExitCode
-from dflash_provision.invariants import check_invariants, check_target
-from dflash_provision.schema_check import check_schema
-from dflash_provision.speculators_layout import default_target_layer_ids, runtime_view
-from dflash_provision.testbed import samples
-from dflash_provision.validate import validate_config
+from testbed import samples
 from tests.fixtures.cli import run_cli
 
 TLC = "transformer_layer_config"
@@ -255,9 +255,9 @@ def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
 def spec_ctx(auth: dict[str, Any], disk: dict[str, Any] | None = None) -> Any:
     from types import SimpleNamespace
 
-    from dflash_provision.authority import Authority
+    from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.stages import CheckContext
-    from dflash_provision.target import parse_target
+    from dflash_provision.source.authority import Authority
 
     data = json.dumps(auth).encode()
     ctx = CheckContext(
@@ -337,7 +337,7 @@ def test_stage_b_without_a_draft_for_a_speculators_drafter_fails_even_without_mo
 
 
 def test_diff_across_layouts_compares_what_vllm_reads_named_as_b_keeps_it() -> None:
-    from dflash_provision.diff import cross_layout_diff
+    from dflash_provision.check.diff import cross_layout_diff
 
     reference = samples.load_json(samples.REFERENCE_DRAFTER)
     spec = samples.load_json(samples.SPECULATORS_DRAFTER)

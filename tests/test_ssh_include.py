@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import UsageError
-from dflash_provision.testbed.hosts import Fleet
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
+from testbed.hosts import Fleet
 from tests.fixtures.ssh import options_for_fleet
 
 

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import UnreachableError
-from dflash_provision.testbed.hosts import Fleet
-from dflash_provision.testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.route_pool import JumpPool
+from testbed.hosts import Fleet
+from testbed.samples import INCIDENT_DRAFTER, REFERENCE_DRAFTER
 from tests.fixtures.cli import Cli
 from tests.fixtures.ssh import accepted_logins, options_for_fleet
 

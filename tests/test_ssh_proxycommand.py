@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import AuthError, UnreachableError, UsageError
-from dflash_provision.testbed.hosts import Fleet, Host, known_hosts_name
-from dflash_provision.testbed.samples import REFERENCE_DRAFTER
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
 from dflash_provision.transport.ssh.config import resolve_endpoint
 from dflash_provision.transport.ssh.config_files import clear_caches
 from dflash_provision.transport.ssh.config_route import expand_proxy_command
+from testbed.hosts import Fleet, Host, known_hosts_name
+from testbed.samples import REFERENCE_DRAFTER
 from tests.fixtures.cli import run_cli
 from tests.fixtures.ssh import accepted_logins, options_for_fleet
 

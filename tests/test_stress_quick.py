@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.hosts import missing_prerequisites
+from testbed.hosts import missing_prerequisites
 
 pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.lxc, pytest.mark.slow]
 

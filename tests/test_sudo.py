@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
-from dflash_provision.testbed.lxc import busybox_container
+from testbed import samples
+from testbed.hosts import Fleet, Host, missing_prerequisites
+from testbed.lxc import busybox_container
 from tests.fixtures.cli import Cli, the_error_line
 from tests.fixtures.login_users import (
     LoginUser,

@@ -11,7 +11,7 @@ from pathlib import Path
 import paramiko
 import pytest
 
-from dflash_provision.testbed.hosts import (
+from testbed.hosts import (
     DEFAULT_PORT,
     SSHD,
     BlackholeHost,
@@ -21,7 +21,7 @@ from dflash_provision.testbed.hosts import (
     kill_stale,
     refused_address,
 )
-from dflash_provision.testbed.lxc import Container, busybox_container
+from testbed.lxc import Container, busybox_container
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 

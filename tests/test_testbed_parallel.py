@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.hosts import (
+from testbed.hosts import (
     BlackholeHost,
     Fleet,
     FleetError,
@@ -65,6 +65,6 @@ def test_a_second_fleet_on_the_same_base_dir_is_refused_not_allowed_to_kill_the_
         with pytest.raises(FleetError, match=rf"in use by a running process \(pid {other.pid}\)"):
             Fleet(tmp_path / "shared", 1, address_prefix=None).start()
         with pytest.raises(FleetError, match=rf"pid {other.pid}"):
-            kill_stale(tmp_path / "shared")  # what `python -m dflash_provision.testbed down` runs
+            kill_stale(tmp_path / "shared")  # what `python -m testbed down` runs
         assert all(_pid_alive(pid) for pid in other.sshd_pids)
         assert answers_over_ssh(other)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.testbed.hosts import SingleUserSshd, _pid_alive, single_user_sshd
+from testbed.hosts import SingleUserSshd, _pid_alive, single_user_sshd
 
 pytestmark = pytest.mark.integration
 
@@ -18,7 +18,7 @@ def ssh(server: SingleUserSshd, argv: list[str]) -> subprocess.CompletedProcess[
 
 @pytest.fixture(autouse=True)
 def _needs_sshd() -> None:
-    from dflash_provision.testbed.hosts import missing_prerequisites
+    from testbed.hosts import missing_prerequisites
 
     reason = missing_prerequisites(need_root=False)
     if reason:

@@ -2,7 +2,7 @@
 
 ``pct`` (Proxmox VE), ``incus`` and LXD's ``lxc`` cannot run on this machine: those tests use the
 testbed's emulators (POSIX sh scripts over real lxc-* that mimic the tools' exec syntax, error
-texts and exit codes; see dflash_provision.testbed.lxc_host_side.emulator_scripts). The
+texts and exit codes; see testbed.lxc_host_side.emulator_scripts). The
 containers behind them are real.
 """
 
@@ -14,15 +14,15 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from dflash_provision.errors import AuthError, ContainerError, RemoteStepFailed
-from dflash_provision.target import parse_target
-from dflash_provision.testbed.hosts import Host
-from dflash_provision.testbed.lxc import Container, busybox_container, unique_name
+from dflash_provision.place.target import parse_target
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.container import ContainerTransport
 from dflash_provision.transport.factory import open_transport
 from dflash_provision.transport.local import LocalTransport
 from dflash_provision.transport.options import SshOptions
 from dflash_provision.transport.ssh import SshTransport
+from testbed.hosts import Host
+from testbed.lxc import Container, busybox_container, unique_name
 
 pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.lxc]
 
@@ -36,7 +36,7 @@ def options_for(host: Host) -> SshOptions:
 
 @pytest.fixture
 def local_container(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Container]:
-    from dflash_provision.testbed.hosts import missing_prerequisites
+    from testbed.hosts import missing_prerequisites
 
     reason = missing_prerequisites(need_lxc=True)
     if reason:

@@ -20,17 +20,17 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import AuthError, RemoteStepFailed, UnreachableError
-from dflash_provision.testbed.hosts import (
+from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.ssh import SshTransport
+from dflash_provision.transport.sudo import SudoTransport
+from testbed.hosts import (
     BlackholeHost,
     Fleet,
     Host,
     known_hosts_name,
     refused_address,
 )
-from dflash_provision.transport.base import CommandResult, Transport
-from dflash_provision.transport.options import SshOptions
-from dflash_provision.transport.ssh import SshTransport
-from dflash_provision.transport.sudo import SudoTransport
 from tests.fixtures.ssh import accepted_logins, options_for
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Host
-from dflash_provision.testbed.hub_standin import REFERENCE_MAIN_SHA, HubStandin
+from testbed import samples
+from testbed.hosts import Host
+from testbed.hub_standin import REFERENCE_MAIN_SHA, HubStandin
 from tests.fixtures.cli import Done, run_cli, the_error_line
 from tests.fixtures.ssh import host_args
 

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.check.validate import parse_config, validate_config
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import samples
-from dflash_provision.validate import parse_config, validate_config
+from testbed import samples
 from tests.fixtures.cli import run_cli
 
 # --- parse layer (in process, fast) ---

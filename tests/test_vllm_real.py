@@ -5,7 +5,7 @@ synthetic models generated here, and the real CLI (`launch`, `runtime-check`, `d
 The venv lives outside /root (a fake host's /root is private) on Debian's Python, so the host
 runs it as any inference host runs its vLLM. The tiny target always picks token 0 (zero final
 norm); the agreeing drafter always drafts token 0 (accepted ~100%), the random one drafts noise
-(~0%). See dflash_provision.testbed.tiny_models for every drafter and why it fails the way it does.
+(~0%). See testbed.tiny_models for every drafter and why it fails the way it does.
 
 The tier's own parts (tiny models, the venv installer's reuse rules) have fast tests here too,
 without the ``vllm`` marker, so `make test` covers them.
@@ -31,11 +31,11 @@ from typing import Any
 
 import pytest
 
+from dflash_provision.check.validate import validate_config
 from dflash_provision.errors import ExitCode
-from dflash_provision.testbed import tiny_models, vllm_real
-from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
-from dflash_provision.testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
-from dflash_provision.validate import validate_config
+from testbed import tiny_models, vllm_real
+from testbed.hosts import Fleet, Host, missing_prerequisites
+from testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
 from tests.fixtures.cli import run_cli
 from tests.fixtures.runtime import ensure_env_or_skip, free_port
 
@@ -436,8 +436,8 @@ def test_replies_through_the_ssh_forward_arrive_whole(
     http.client a holder whose ``close()`` does nothing (the channel closed after the body is
     read) made 15 of 15 reads whole.
     """
+    from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.access import open_server
-    from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import open_transport
     from dflash_provision.transport.options import SshOptions
 
@@ -569,7 +569,7 @@ def test_the_runtime_demo_behaves_as_documented(tmp_path: Path) -> None:
         pytest.skip(f"testbed: {reason}")
     ensure_env_or_skip()
     done = subprocess.run(
-        [sys.executable, "-m", "dflash_provision.testbed.demo_runtime"],
+        [sys.executable, "-m", "testbed.demo_runtime"],
         capture_output=True,
         text=True,
         timeout=3 * CLI_TIMEOUT_S,

@@ -1,4 +1,4 @@
-"""The vLLM stand-in (dflash_provision/testbed/vllm_standin.py), run for real: as a subprocess on
+"""The vLLM stand-in (testbed/vllm_standin.py), run for real: as a subprocess on
 this machine, on a fake SSH host reached with OpenSSH, and inside an LXC busybox container in a
 fake host. Its DFlash rules use real transformers on the bundled sample configs."""
 
@@ -19,10 +19,10 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.testbed import samples, vllm_standin, vllm_standin_install
-from dflash_provision.testbed.hosts import Host
-from dflash_provision.testbed.lxc import Container
-from dflash_provision.testbed.vllm_standin_install import (
+from testbed import samples, vllm_standin, vllm_standin_install
+from testbed.hosts import Host
+from testbed.lxc import Container
+from testbed.vllm_standin_install import (
     CONTROL_ENV,
     StandinInstall,
     install_standin,

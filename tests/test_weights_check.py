@@ -12,17 +12,17 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.remote.weights_read import read_local_weights, read_remote_weights
-from dflash_provision.safetensors_header import (
+from dflash_provision.check.safetensors_header import (
     HeaderError,
     check_length,
     header_length,
     parse_header,
 )
-from dflash_provision.testbed import samples
+from dflash_provision.check.weights_check import check_weights
+from dflash_provision.remote.weights_read import read_local_weights, read_remote_weights
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.local import LocalTransport
-from dflash_provision.weights_check import check_weights
+from testbed import samples
 from tests.fixtures.safetensors_files import header_file, reference_shapes, write_local
 from tests.fixtures.transports import busybox_transport
 

@@ -17,9 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet, Host, missing_prerequisites
 from dflash_provision.transport.options import SshOptions
+from testbed import samples
+from testbed.hosts import Fleet, Host, missing_prerequisites
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -64,8 +64,8 @@ def big_config(size: int = 64 * 1024) -> bytes:
 def warm_verdicts(home: Path, datas: Sequence[bytes]) -> None:
     """Validate each config once in this process with ``home`` as the data directory, so the
     CLI processes find the verdict cached (no ~2-5 s transformers import per trial)."""
-    from dflash_provision.authority import Authority
-    from dflash_provision.push import check_authority
+    from dflash_provision.place.push import check_authority
+    from dflash_provision.source.authority import Authority
 
     os.environ["DFLASH_PROVISION_HOME"] = str(home)
     for data in datas:

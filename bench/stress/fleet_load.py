@@ -31,8 +31,8 @@ import time
 from pathlib import Path
 
 from bench.stress import _common as c
-from dflash_provision.testbed import samples
-from dflash_provision.testbed.hosts import Fleet
+from testbed import samples
+from testbed.hosts import Fleet
 
 MARGIN_S = 15.0
 

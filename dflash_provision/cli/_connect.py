@@ -3,7 +3,7 @@
 ``connection_options`` adds the SSH / container options and hands the command one
 ``connection: Connector`` (the core's: a target becomes a transport there) instead of a dozen
 loose ones; ``authority_options`` adds ``--repo`` / ``--from`` / ``--lock`` and hands over
-``authority_spec: SourceSpec`` (the core's: dflash_provision.authority).
+``authority_spec: SourceSpec`` (the core's: dflash_provision.source.authority).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, TypeVar
 
 import click
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._flags import deprecated_spelling, source_option_list
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 

@@ -21,9 +21,9 @@ from dflash_provision.cli._flags import source_option_list
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import SourceSpec
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
+    from dflash_provision.source.authority import SourceSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -77,7 +77,7 @@ class FleetSelection:
     def source(self, lock_repo: str | None = None) -> SourceSpec:
         """The authoritative source the options name (none named: the inventory's, or the
         default lock); UsageError for two sources or --revision without --repo."""
-        from dflash_provision.authority import SourceSpec
+        from dflash_provision.source.authority import SourceSpec
 
         return SourceSpec.from_options(
             self.repo, self.from_file, self.lock, lock_repo=lock_repo, revision=self.revision

@@ -11,8 +11,8 @@ from typing import TYPE_CHECKING, Any
 import click
 
 if TYPE_CHECKING:
+    from dflash_provision.place.push import PushResult
     from dflash_provision.plain_table import TableSpec
-    from dflash_provision.push import PushResult
 
 # Piped output is wide enough that rows do not wrap mid-word; trailing padding is cut so that
 # `grep`, `diff` and logs see clean lines. COLUMNS, when set, wins (as for `ls` and rich itself).
@@ -69,7 +69,7 @@ def emit_push_result(
     """Print a push/rollback result (human or JSON) and end with its exit code. ``extra``
     joins the JSON document; ``notes`` are printed as ``note`` lines after the result."""
     from dflash_provision.errors import RemoteStepFailed
-    from dflash_provision.push import PushStatus
+    from dflash_provision.place.push import PushStatus
 
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import click
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
 from dflash_provision.cli._runtime import check_options
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "cannot tell"}
@@ -47,9 +47,9 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.cli._runtime import fix_command
+    from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.check import CheckSettings
     from dflash_provision.runtime.doctor import diagnose, report_json
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

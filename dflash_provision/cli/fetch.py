@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import click
 
 from dflash_provision.errors import UsageError
-from dflash_provision.lockfile import DEFAULT_LOCK_PATH
+from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
 if TYPE_CHECKING:
-    from dflash_provision.hub import FetchedConfig
+    from dflash_provision.source.hub import FetchedConfig
 
 
 @click.command(
@@ -63,8 +63,8 @@ def command(
     as_json: bool,
     timeout: float,
 ) -> None:
-    from dflash_provision import hub, lockfile
-    from dflash_provision.authority import RepoRef
+    from dflash_provision.source import hub, lockfile
+    from dflash_provision.source.authority import RepoRef
 
     parsed = RepoRef.parse(repo_spec)
     if parsed is None:

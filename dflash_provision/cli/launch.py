@@ -12,22 +12,22 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
 from dflash_provision.cli._runtime import fix_command, port_option
 from dflash_provision.errors import ExitCode
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
+    from dflash_provision.place.target import Target
     from dflash_provision.runtime.check import CheckReport
     from dflash_provision.runtime.launch import LaunchResult
     from dflash_provision.runtime.preflight import LaunchRequest, Preflight
     from dflash_provision.runtime.records import LaunchRecord
-    from dflash_provision.target import Target
+    from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -119,9 +119,9 @@ def command(
     connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
+    from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.launch import ReadinessInterrupted, launch
     from dflash_provision.runtime.preflight import LaunchRequest
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import click
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
     authority_options,
     connection_options,
 )
 from dflash_provision.cli._render import emit_push_result
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 
@@ -56,9 +56,9 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
-    from dflash_provision.push import push_config
+    from dflash_provision.place.push import push_config
+    from dflash_provision.place.target import parse_target
     from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

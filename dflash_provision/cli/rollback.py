@@ -7,14 +7,14 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import authority_options, connection_options
 from dflash_provision.cli._render import emit_push_result
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
-    from dflash_provision.push import PushResult
+    from dflash_provision.place.push import PushResult
+    from dflash_provision.source.authority import Authority
 
 
 @click.command(
@@ -65,9 +65,9 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
-    from dflash_provision.push import list_backups, rollback_config
+    from dflash_provision.place.push import list_backups, rollback_config
+    from dflash_provision.place.target import parse_target
     from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     timeout = connection.ssh.command_timeout
@@ -145,7 +145,7 @@ def _against_authority(
             "matches": matches,
         }
     }
-    from dflash_provision.push import PushStatus
+    from dflash_provision.place.push import PushStatus
 
     done = "backup to restore" if result.status is PushStatus.DRY_RUN else "restored file"
     if matches:

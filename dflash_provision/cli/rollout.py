@@ -203,7 +203,7 @@ def _resume(engine: Any) -> Any:
 
 def _new_config(selection: FleetSelection) -> Any:
     from dflash_provision.errors import UsageError
-    from dflash_provision.push import check_authority
+    from dflash_provision.place.push import check_authority
 
     source = selection.source()
     if not source.is_set:

@@ -28,8 +28,8 @@ from dflash_provision.cli._runtime import check_options, emit_report
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority, SourceSpec
     from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.source.authority import Authority, SourceSpec
 
 
 @click.command(
@@ -185,8 +185,8 @@ def _single(
     as_json: bool,
     lock_repo: str | None,
 ) -> int:
+    from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.check import push_fix_command, run_check
-    from dflash_provision.target import parse_target
 
     target = parse_target(selection.targets[0])
     if selection.model_path:
@@ -297,7 +297,7 @@ def _fleet(
 
 def _default_source(selection: FleetSelection) -> SourceSpec | None:
     """Plain TARGETs without a source use ./dflash.lock, as push and the single form do."""
-    from dflash_provision.authority import SourceSpec
+    from dflash_provision.source.authority import SourceSpec
 
     if selection.targets and not selection.source().is_set:
         return SourceSpec().or_default_lock()

@@ -6,11 +6,11 @@ import json
 
 import click
 
-from dflash_provision.authority import SourceSpec
 from dflash_provision.cli._connect import (
     authority_options,
     connection_options,
 )
+from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 
@@ -36,8 +36,8 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode, RemoteStepFailed
-    from dflash_provision.push import verify_config
-    from dflash_provision.target import parse_target
+    from dflash_provision.place.push import verify_config
+    from dflash_provision.place.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

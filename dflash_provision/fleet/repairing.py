@@ -7,8 +7,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from dflash_provision.check.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError
-from dflash_provision.file_status import HostStatus
 from dflash_provision.fleet.auditing import (
     DEFAULT_WORKERS,
     audit_on,
@@ -26,7 +26,7 @@ from dflash_provision.remote.proof import WriteOptions
 
 if TYPE_CHECKING:
     from dflash_provision.history import HistoryStore
-    from dflash_provision.push import PushResult
+    from dflash_provision.place.push import PushResult
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.transport.factory import Connector
 
@@ -35,7 +35,7 @@ RepairProgress = Callable[[HostRepair], None]
 
 def check_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
     """Refuse to write an authoritative config that fails validation (ConfigInvalid)."""
-    from dflash_provision.push import check_authority
+    from dflash_provision.place.push import check_authority
 
     checked: set[str] = set()
     for member in members:
@@ -172,7 +172,7 @@ def _write(
     write: WriteOptions,
 ) -> tuple[HostRepair, RemoteRead | None]:
     """Push on the open connection; returns the result and push's read-back (if it got one)."""
-    from dflash_provision.push import push_config
+    from dflash_provision.place.push import push_config
 
     authority = run.authority(member)
     repair = HostRepair(before, RepairAction.FAILED, sha256_before=before.sha256)

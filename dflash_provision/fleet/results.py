@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from dflash_provision.check.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import ExitCode
-from dflash_provision.file_status import EXIT_CODE, Command, HostStatus
 
 
 @dataclass

@@ -47,7 +47,8 @@ Three ways to name a fleet, all producing ``list[FleetMember]``:
    and bastion (``ansible_ssh_private_key_file``, ``-J``/``-o ProxyJump``/``-o ProxyCommand`` in
    ``ansible_ssh_common_args``) become its ``route`` (see ansible_ssh.py).
 
-3. Plain TARGETs on the command line (``root@h1:/root/models/X``, see dflash_provision.target).
+3. Plain TARGETs on the command line (``root@h1:/root/models/X``, see
+   dflash_provision.place.target).
 
 Command-line ``--repo/--revision/--lock/--from`` and ``--path`` override what an inventory says
 (like Ansible's extra vars), and are required for plain TARGETs.
@@ -73,7 +74,7 @@ from dflash_provision.inventory.common import (
 )
 from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
 from dflash_provision.inventory.ours import OurYaml
-from dflash_provision.target import parse_target
+from dflash_provision.place.target import parse_target
 
 __all__ = ["UNGROUPED", "FleetMember", "Overrides", "load_inventory", "load_members"]
 

@@ -9,7 +9,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dflash_provision.authority import SourceConflict, check_one_source
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory.ansible_ssh import host_route
 from dflash_provision.inventory.common import (
@@ -22,6 +21,7 @@ from dflash_provision.inventory.common import (
     yaml_module,
 )
 from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
+from dflash_provision.source.authority import SourceConflict, check_one_source
 
 
 @dataclass

@@ -6,7 +6,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dflash_provision.authority import SOURCE_KINDS, SourceConflict, SourceSpec, check_one_source
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory.common import (
     build_target,
@@ -18,6 +17,12 @@ from dflash_provision.inventory.common import (
     yaml_module,
 )
 from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
+from dflash_provision.source.authority import (
+    SOURCE_KINDS,
+    SourceConflict,
+    SourceSpec,
+    check_one_source,
+)
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,8 @@ from dflash_provision.errors import DflashProvisionError, UsageError
 from dflash_provision.transport.callback import CallbackTransport, ShellRunner
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import SourceSpec
-    from dflash_provision.target import Target
+    from dflash_provision.place.target import Target
+    from dflash_provision.source.authority import SourceSpec
     from dflash_provision.transport.base import Transport
 
 #: The options every module has: the drafter directory and how the host is reached.
@@ -43,7 +43,7 @@ class SourceArgs:
     src: str | None = None
 
     def spec(self) -> SourceSpec:
-        from dflash_provision.authority import SourceSpec
+        from dflash_provision.source.authority import SourceSpec
 
         return SourceSpec.from_options(self.repo, self.src, self.lock, revision=self.revision)
 
@@ -113,7 +113,7 @@ def parse_source(args: Mapping[str, Any]) -> SourceArgs:
 
 def open_host(runner: ShellRunner, host: str, where: HostArgs) -> tuple[Transport, Target]:
     """The transport over the play's connection and the drafter's target on it."""
-    from dflash_provision.target import parse_container_ref, parse_target
+    from dflash_provision.place.target import parse_container_ref, parse_target
 
     transport: Transport = CallbackTransport(
         runner, description=host, command_timeout=where.command_timeout

@@ -78,7 +78,7 @@ def _apply(
     diff_mode: bool,
 ) -> dict[str, Any]:
     from dflash_provision.history import HostKey, default_store, journal
-    from dflash_provision.push import PushStatus, push_config
+    from dflash_provision.place.push import PushStatus, push_config
     from dflash_provision.remote.proof import WriteOptions
 
     authority = args.source.spec().load()

@@ -29,8 +29,8 @@ from dflash_provision.playbook.common import (
 from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
+    from dflash_provision.place.target import Target
     from dflash_provision.runtime.locate import Launched
-    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 OPTIONS = (*HOST_OPTIONS, "state", "port", "env", "ready_timeout")

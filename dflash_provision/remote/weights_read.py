@@ -15,6 +15,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from dflash_provision.check.safetensors_header import LIMIT_TEXT, MAX_HEADER_BYTES
 from dflash_provision.remote.ops import (
     RemoteProtocolError,
     parse_reply,
@@ -22,7 +23,6 @@ from dflash_provision.remote.ops import (
     script_argv,
     stderr_line,
 )
-from dflash_provision.safetensors_header import LIMIT_TEXT, MAX_HEADER_BYTES
 from dflash_provision.transport.base import Transport
 
 MAX_FILES = 256  # the largest published models have ~200 shards; a drafter has one or two

@@ -25,11 +25,11 @@ from dflash_provision.rollout.batches import split
 from dflash_provision.rollout.record import CHANGED, Figures, HostState, Rollout, State
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
     from dflash_provision.rollout.store import RolloutStore
     from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.source.authority import Authority
 
 Progress = Callable[[str], None]
 
@@ -77,7 +77,7 @@ class Engine:
 
     @property
     def new(self) -> Authority:
-        from dflash_provision.authority import Authority
+        from dflash_provision.source.authority import Authority
 
         r = self.rollout
         return Authority(label=r.source, data=r.new_config.encode())
@@ -195,7 +195,7 @@ class Engine:
     def _baseline_host(self, host: HostState) -> None:
         if not host.restart:
             return
-        from dflash_provision.authority import Authority
+        from dflash_provision.source.authority import Authority
 
         current = Authority(label="the current config", data=self.old[host.name])
         verdict = self._measure(host, current, None, "baseline")
@@ -388,8 +388,8 @@ class Engine:
         )
 
     def _measure_after(self, host: HostState) -> None:
-        from dflash_provision.authority import Authority
         from dflash_provision.remote.ops import read_remote_config
+        from dflash_provision.source.authority import Authority
 
         member = self.members[host.name]
         with self.run.open(member) as transport:

@@ -14,9 +14,9 @@ from dflash_provision.errors import DflashProvisionError
 from dflash_provision.rollout.record import Figures, Gate, HostState
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
     from dflash_provision.inventory import FleetMember
     from dflash_provision.runtime.check import CheckReport, CheckSettings
+    from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
 
@@ -37,7 +37,7 @@ def inspect(
     """Pre-flight of one host: its file read, the new config's diff against it, the new config
     validated with the target model's config there and its weights, the server launch started
     for this drafter dir. StepFailed says why the host cannot take part."""
-    from dflash_provision.diff import render_changes, semantic_diff
+    from dflash_provision.check.diff import render_changes, semantic_diff
     from dflash_provision.remote.ops import read_remote_config
     from dflash_provision.runtime.locate import for_drafter, launched
 
@@ -104,9 +104,9 @@ def restart_env(doc: dict[str, Any], record: dict[str, Any], env: dict[str, str]
 def _validate_there(
     transport: Transport, member: FleetMember, new: Authority, model: str | None, timeout: float
 ) -> None:
+    from dflash_provision.check.validate import validate_config
+    from dflash_provision.check.weights_check import check_remote, target_hidden_of
     from dflash_provision.runtime.preflight import target_config
-    from dflash_provision.validate import validate_config
-    from dflash_provision.weights_check import check_remote, target_hidden_of
 
     target_bytes = target_config(transport, model, timeout)[0] if model else None
     report = validate_config(new.data, label=new.label, target=target_bytes)
@@ -208,7 +208,7 @@ def judge(report: CheckReport, gate: Gate, baseline: Figures | None) -> Verdict:
 
 def write(transport: Transport, member: FleetMember, new: Authority, keep: int) -> str | None:
     """Write and prove the new config (push); returns the name of the backup of the old bytes."""
-    from dflash_provision.push import push_config
+    from dflash_provision.place.push import push_config
     from dflash_provision.remote.proof import WriteOptions
 
     result = push_config(transport, member.target, new, write=WriteOptions(keep), validate=False)
@@ -230,7 +230,7 @@ def restore(transport: Transport, member: FleetMember, host: HostState, keep: in
     """Put the old bytes back from the backup push kept (the one whose sha256 is the old
     file's), through the write protocol and its read-back; nothing to do when the file holds
     them already. StepFailed when it cannot be proved."""
-    from dflash_provision.push import list_backups, rollback_config
+    from dflash_provision.place.push import list_backups, rollback_config
     from dflash_provision.remote.proof import WriteOptions
 
     timeout = transport.command_timeout

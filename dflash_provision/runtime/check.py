@@ -45,8 +45,8 @@ from dflash_provision.runtime.stage_traffic import (
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus, skipped
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
-    from dflash_provision.target import Target
+    from dflash_provision.place.target import Target
+    from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
 DEFAULT_PORT = 8000
@@ -242,8 +242,8 @@ def with_port(transport: Transport, target: Target, settings: CheckSettings) -> 
 def _authoritative_doc(authority: Authority) -> dict[str, Any]:
     """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
     be compared with it)."""
+    from dflash_provision.check.validate import parse_config
     from dflash_provision.errors import ConfigInvalid
-    from dflash_provision.validate import parse_config
 
     parsed = parse_config(authority.data, what=authority.label)
     if parsed.doc is None:

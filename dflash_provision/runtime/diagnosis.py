@@ -22,7 +22,7 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.invariants import block_size_of
+from dflash_provision.check.invariants import block_size_of
 from dflash_provision.runtime.curve import Curve, Shape, classify
 from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import CheckContext, StageResult

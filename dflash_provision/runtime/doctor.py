@@ -39,8 +39,8 @@ from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import StageResult, StageStatus
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
-    from dflash_provision.target import Target
+    from dflash_provision.place.target import Target
+    from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
 
@@ -224,7 +224,7 @@ class SimpleServer:
 
 
 def _authoritative_link(authority: Authority) -> Link:
-    from dflash_provision.validate import validate_config
+    from dflash_provision.check.validate import validate_config
 
     sha256 = authority.sha256
     evidence = [f"source {authority.label}"]
@@ -272,7 +272,7 @@ def _validation_link(
     """The file on disk through every validate layer (it may be wrong AND invalid), with the
     target model's config when it could be read. A push fixes it only when the authoritative
     config passes the same layers."""
-    from dflash_provision.validate import validate_config
+    from dflash_provision.check.validate import validate_config
 
     if check.disk_bytes is None:
         return Link("validation", StageStatus.SKIPPED, "no file on disk to validate")
@@ -297,7 +297,7 @@ def _validation_link(
 
 def _fits(authority: Authority, target: bytes | None) -> bool:
     """The authoritative config passes every layer with this target model's config."""
-    from dflash_provision.validate import validate_config
+    from dflash_provision.check.validate import validate_config
 
     return validate_config(authority.data, label=authority.label, target=target).ok
 

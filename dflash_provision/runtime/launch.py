@@ -30,8 +30,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from dflash_provision.authority import Authority
 from dflash_provision.errors import DflashProvisionError, ExitCode, RuntimeFailure
+from dflash_provision.place.target import Target
 from dflash_provision.runtime.access import open_server
 from dflash_provision.runtime.preflight import LaunchRequest, Preflight, preflight
 from dflash_provision.runtime.process import (
@@ -44,7 +44,7 @@ from dflash_provision.runtime.process import (
 )
 from dflash_provision.runtime.readiness import Progress, ReadyResult, wait_ready
 from dflash_provision.runtime.records import LOGFILE, LaunchRecord
-from dflash_provision.target import Target
+from dflash_provision.source.authority import Authority
 from dflash_provision.transport.base import Transport
 
 SERVER_HOST = "127.0.0.1"

@@ -15,9 +15,9 @@ import posixpath
 from dataclasses import dataclass
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
+from dflash_provision.place.target import Target
 from dflash_provision.runtime.process import run_script
 from dflash_provision.runtime.records import LaunchRecord
-from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
 DEFAULT_PORT = 8000

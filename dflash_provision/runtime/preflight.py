@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflash_provision.authority import Authority
+from dflash_provision.check.findings import ValidationReport
 from dflash_provision.errors import (
     ConfigInvalid,
     DriftFound,
@@ -18,11 +18,11 @@ from dflash_provision.errors import (
     RuntimeFailure,
     UsageError,
 )
-from dflash_provision.findings import ValidationReport
+from dflash_provision.place.target import Target
 from dflash_provision.remote.ops import read_remote_config
 from dflash_provision.runtime.access import check_access
 from dflash_provision.runtime.process import check_port
-from dflash_provision.target import Target
+from dflash_provision.source.authority import Authority
 from dflash_provision.transport.base import Transport
 
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
@@ -92,14 +92,14 @@ def preflight(
     timeout = request.command_timeout
     file_status, warnings = _require_same_file(transport, target, authority, request, timeout)
     doc = json.loads(authority.data)
-    from dflash_provision.invariants import block_size_of
+    from dflash_provision.check.invariants import block_size_of
 
     block_size, block_path = block_size_of(doc)
     n, token_warnings = _speculative_tokens(request, block_size, block_path)
     warnings += token_warnings
     n = _speculators_default(doc, request, n)
     target_bytes, target_path, notes = target_config(transport, request.model, timeout)
-    from dflash_provision.validate import validate_config
+    from dflash_provision.check.validate import validate_config
 
     report = validate_config(authority.data, label=authority.label, target=target_bytes)
     warnings += _judge_validation(report, authority.label, force=request.force)
@@ -149,8 +149,8 @@ def _require_same_file(
 ) -> tuple[str, list[str]]:
     """The drafter file on the target, judged (file_status.judge) and mapped by launch's row of
     EXIT_CODE: the refusal, or the status and the warnings of a file launch lets pass."""
-    from dflash_provision.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
-    from dflash_provision.push import compare_read
+    from dflash_provision.check.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
+    from dflash_provision.place.push import compare_read
 
     read = read_remote_config(transport, target.config_path, timeout=timeout, metadata=False)
     verdict = compare_read(str(target), read, authority)
@@ -204,7 +204,7 @@ def _speculators_default(doc: dict[str, Any], request: LaunchRequest, n: int) ->
     """A speculators-layout drafter names its own N (``proposal_methods[0].speculative_tokens``,
     what `vllm serve <drafter dir>` would use): launch's default for it. Validation has already
     bounded it by block_size."""
-    from dflash_provision.speculators_layout import is_speculators, speculative_tokens
+    from dflash_provision.check.speculators_layout import is_speculators, speculative_tokens
 
     file_n = speculative_tokens(doc) if is_speculators(doc) else None
     if request.num_speculative_tokens is None and file_n is not None and file_n >= 1:
@@ -255,7 +255,7 @@ def _check_weights(
 ) -> _Weights:
     """The drafter's safetensors headers against its config (one exec): a config of one revision
     beside the weights of another is refused before anything starts (--force: a warning)."""
-    from dflash_provision.weights_check import check_remote, target_hidden_of, weights_fix
+    from dflash_provision.check.weights_check import check_remote, target_hidden_of, weights_fix
 
     check = check_remote(
         transport,
@@ -307,7 +307,7 @@ def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: fl
 
 
 def runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    from dflash_provision.speculators_layout import runtime_view
+    from dflash_provision.check.speculators_layout import runtime_view
 
     layer_types = runtime_view(doc).get("layer_types")  # either published layout
     kinds = set(layer_types) if isinstance(layer_types, list) else set()

@@ -25,9 +25,9 @@ from typing import TYPE_CHECKING, Any
 from dflash_provision.history import HostKey, ReferenceKey
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
+    from dflash_provision.place.target import Target
     from dflash_provision.runtime.stages import CheckContext
-    from dflash_provision.target import Target
+    from dflash_provision.source.authority import Authority
 
 # A drop smaller than this is float noise, not a regression worth a warning.
 _NOISE = 1e-6

@@ -15,7 +15,7 @@ import json
 import posixpath
 from typing import Any
 
-from dflash_provision import speculators_layout as layout
+from dflash_provision.check import speculators_layout as layout
 from dflash_provision.runtime.stages import CheckContext
 
 

@@ -24,7 +24,7 @@ def stage_file(ctx: CheckContext) -> StageResult:
 def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
     that could not be read are a warning (not a pass of that check); no weights, a note."""
-    from dflash_provision.weights_check import check_remote, weights_fix
+    from dflash_provision.check.weights_check import check_remote, weights_fix
 
     weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
     result.data["weights"] = weights.to_dict()
@@ -52,7 +52,13 @@ def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
 def _stage_file_bytes(ctx: CheckContext) -> StageResult:
     """a's first half: the file at the target's config path, judged (file_status.judge) and
     passed or failed by runtime-check's row of file_status.EXIT_CODE."""
-    from dflash_provision.file_status import PASSES_WITH_WARNING, Command, HostStatus, judge, passes
+    from dflash_provision.check.file_status import (
+        PASSES_WITH_WARNING,
+        Command,
+        HostStatus,
+        judge,
+        passes,
+    )
     from dflash_provision.remote.ops import read_remote_config
 
     name = STAGE_NAMES["a"]
@@ -174,7 +180,7 @@ def run_probe(
 
 
 def _critical(doc: dict[str, Any]) -> dict[str, Any]:
-    from dflash_provision.effective import CRITICAL_FIELDS
+    from dflash_provision.check.effective import CRITICAL_FIELDS
 
     return {name: doc[name] for name in CRITICAL_FIELDS if name in doc}
 
@@ -182,8 +188,8 @@ def _critical(doc: dict[str, Any]) -> dict[str, Any]:
 def compare_effective(auth_doc: dict[str, Any], loaded: dict[str, Any]) -> list[str]:
     """Critical fields of the authoritative config that the target's loader does not hold,
     as ``path: loaded on target → authoritative`` lines, plus rope and window coherence."""
-    from dflash_provision import effective
-    from dflash_provision.diff import render_changes, semantic_diff
+    from dflash_provision.check import effective
+    from dflash_provision.check.diff import render_changes, semantic_diff
 
     wanted = _critical(auth_doc)
     got = {name: loaded[name] for name in wanted if name in loaded}
@@ -198,7 +204,7 @@ def compare_effective(auth_doc: dict[str, Any], loaded: dict[str, Any]) -> list[
 
 def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
     """vLLM's own view of the draft vs the authoritative config: aux ids, windows, hf_config."""
-    from dflash_provision.speculators_layout import runtime_view
+    from dflash_provision.check.speculators_layout import runtime_view
 
     problems: list[str] = []
     auth = runtime_view(ctx.auth_doc)  # the speculators layout as vLLM converts it
@@ -301,7 +307,7 @@ def stage_loader(
 
 def tap_spacing_warnings(ctx: CheckContext, probe: dict[str, Any]) -> list[str]:
     """The reference tap-spacing hint, with the target's layer count the probe read there."""
-    from dflash_provision.speculators_layout import tap_spacing_hint
+    from dflash_provision.check.speculators_layout import tap_spacing_hint
 
     layers = probe.get("target_layers")
     if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
@@ -350,9 +356,9 @@ def speculators_loader_part(
     conversion of the file (transformers cannot load the layout without remote code). Its
     critical fields are compared with the authoritative config as vLLM would convert it, each
     line naming the field the file keeps it in."""
-    from dflash_provision.diff import Change, render_changes, semantic_diff
-    from dflash_provision.effective import CRITICAL_FIELDS
-    from dflash_provision.speculators_layout import file_field, runtime_view
+    from dflash_provision.check.diff import Change, render_changes, semantic_diff
+    from dflash_provision.check.effective import CRITICAL_FIELDS
+    from dflash_provision.check.speculators_layout import file_field, runtime_view
 
     if eff.get("error"):
         refused = (
@@ -401,7 +407,7 @@ def _vllm_part(
     evidence.append(f"vLLM {vllm.get('version')} importable")
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
-        from dflash_provision.speculators_layout import is_speculators
+        from dflash_provision.check.speculators_layout import is_speculators
 
         # A speculators-layout drafter names its own target (the verifier): the probe resolved
         # it without --model, so no draft here is vLLM's refusal (or a timeout), not a skip.

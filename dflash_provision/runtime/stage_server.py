@@ -12,7 +12,7 @@ import posixpath
 import shlex
 from typing import Any
 
-from dflash_provision.invariants import block_size_of
+from dflash_provision.check.invariants import block_size_of
 from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 

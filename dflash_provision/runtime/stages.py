@@ -26,10 +26,10 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dflash_provision.authority import Authority
+    from dflash_provision.place.target import Target
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.runtime.vllm_log import LogFacts
-    from dflash_provision.target import Target
+    from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
 
@@ -115,7 +115,7 @@ class CheckContext:
 
     @property
     def target_layer_ids(self) -> list[int] | None:
-        from dflash_provision.speculators_layout import runtime_view
+        from dflash_provision.check.speculators_layout import runtime_view
 
         # The speculators layout as vLLM converts it: its aux ids - 1.
         inner = runtime_view(self.auth_doc).get("dflash_config")

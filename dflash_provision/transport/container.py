@@ -26,7 +26,7 @@ import re
 from collections.abc import Sequence
 
 from dflash_provision.errors import AuthError, ContainerError
-from dflash_provision.target import ContainerKind
+from dflash_provision.place.target import ContainerKind
 from dflash_provision.transport.base import CommandResult, Transport, WrappingTransport
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
