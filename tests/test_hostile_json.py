@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.check import strict_json
+from dflash_provision.check.diff import config_diff
 from dflash_provision.check.validate import parse_config, validate_config
 from dflash_provision.errors import ExitCode
-from dflash_provision.place.push import config_diff
 from testbed import samples
 from testbed.hosts import Host
 from tests.fixtures.cli import Cli, run_cli, the_error_line

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING
 from dflash_provision.errors import ExitCode
 
 if TYPE_CHECKING:
+    from dflash_provision.check.diff import ConfigDiff
     from dflash_provision.check.findings import Finding
-    from dflash_provision.place.push import ConfigDiff
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.source.authority import Authority
 
@@ -188,7 +188,7 @@ def judge(read: RemoteRead, authority: Authority) -> Judgement:
 
 def judge_bytes(data: bytes, authority: Authority) -> Judgement:
     """:func:`judge` of a file that was read: ``data`` are its bytes."""
-    from dflash_provision.place.push import config_diff
+    from dflash_provision.check.diff import config_diff
 
     if data == authority.data:
         return Judgement(HostStatus.IN_SYNC, "matches " + authority.label)

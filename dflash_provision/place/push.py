@@ -18,6 +18,7 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.check.diff import ConfigDiff, config_diff
 from dflash_provision.check.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import (
     ConfigInvalid,
@@ -40,7 +41,6 @@ from dflash_provision.remote.settle import Verdict
 from dflash_provision.transport.base import Transport
 
 if TYPE_CHECKING:
-    from dflash_provision.check.diff import Change
     from dflash_provision.check.findings import ValidationReport
     from dflash_provision.history import Recording
     from dflash_provision.place.target import Target
@@ -59,55 +59,6 @@ class NoBackups(UsageError):
 
 # ---------------------------------------------------------------------------------------------
 # diff helpers
-
-
-@dataclass(frozen=True)
-class ConfigDiff:
-    """What changes from ``old`` to ``new`` bytes, in meaning (JSON) and in bytes."""
-
-    changes: list[Change]
-    lines: list[str]  # human lines, e.g. "dflash_config.mask_token_id: 248064 → 248070"
-    bytes_equal: bool
-    note: str = ""  # e.g. "new file", "old file is not valid JSON", "formatting only"
-
-    @property
-    def formatting_only(self) -> bool:
-        return not self.bytes_equal and not self.changes and not self.note
-
-    @property
-    def old_unparseable(self) -> bool:
-        """The current file is not valid JSON (what audit calls ``invalid``)."""
-        return self.note.startswith("current file is not valid JSON")
-
-
-def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
-    """Semantic diff of two config byte strings (``old`` None: there is no old file)."""
-    from dflash_provision.check.diff import render_changes, semantic_diff
-
-    if old is None:
-        return ConfigDiff([], ["(new file)"], bytes_equal=False, note="new file")
-    if old == new:
-        return ConfigDiff([], [], bytes_equal=True)
-    old_obj, old_error = _parse_json(old)
-    new_obj, new_error = _parse_json(new)
-    if old_error or new_error:
-        which = "current file" if old_error else "new config"
-        note = f"{which} is not valid JSON ({old_error or new_error})"
-        return ConfigDiff([], [f"({note})"], bytes_equal=False, note=note)
-    changes = semantic_diff(old_obj, new_obj)
-    lines = render_changes(changes) or ["(same JSON content; only formatting or key order differ)"]
-    return ConfigDiff(changes, lines, bytes_equal=False)
-
-
-def _parse_json(data: bytes) -> tuple[Any, str | None]:
-    # The current file is the host's: strict parsing, so deep nesting or a 1e999999 is "not
-    # valid JSON" here too, never a RecursionError or an Infinity in the diff.
-    from dflash_provision.check import strict_json
-
-    try:
-        return strict_json.loads(data.decode("utf-8")), None
-    except (UnicodeDecodeError, ValueError) as exc:
-        return None, str(exc).splitlines()[0]
 
 
 def _sha(data: bytes | None) -> str | None:
