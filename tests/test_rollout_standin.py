@@ -10,6 +10,7 @@ say (the old bytes after a rollback or an abort; the new ones after a completed 
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -221,6 +222,17 @@ def test_bad_config_fails_the_canary_and_every_host_ends_on_the_old_bytes(bed: B
     assert check.returncode == 0, check.stdout + check.stderr
     rates = {h["name"]: h["check"]["acceptance_rate"] for h in json.loads(check.stdout)["hosts"]}
     assert rates == {p.name: pytest.approx(0.6, abs=0.02) for p in bed.places}
+    # The canary's write and restore rows keep push's own outcome (status, sha256 after).
+    rows = [
+        r
+        for op in ("rollout", "rollback")
+        for r in json.loads(bed.cli.run("history", "--op", op, "--json").stdout)
+        if r["host"] == "h01" and r["message"].startswith(f"rollout {rid}: ")
+    ]
+    steps = {r["message"].split(": ")[1]: r for r in rows}
+    assert steps["write"]["status"] == steps["restore the old bytes"]["status"] == "written"
+    assert steps["write"]["sha256_after"] == hashlib.sha256(BAD).hexdigest()
+    assert steps["restore the old bytes"]["sha256_after"] == hashlib.sha256(REFERENCE).hexdigest()
 
 
 def test_inconclusive_pauses_a_second_rollout_is_refused_and_abort_restores(bed: Bed) -> None:
@@ -405,8 +417,8 @@ def test_a_host_without_a_launched_server_only_gets_the_file(bed: Bed) -> None:
         ("h01", "baseline", "ok"),
         ("h01", "check", "ok"),
         ("h01", "restart with the recorded launch", "ok"),
-        ("h01", "write", "ok"),
-        ("h01-spare", "write", "ok"),
+        ("h01", "write", "written"),  # push's own outcome, as push's row says it
+        ("h01-spare", "write", "written"),
     ]
 
 

@@ -300,9 +300,8 @@ class Engine:
                     started = time.monotonic()
                     with self._journal("rollout", host, "write") as rec:
                         host.backup = host_ops.write(
-                            transport, member, new, self.options.keep_backups
+                            transport, member, new, self.options.keep_backups, rec
                         )
-                        rec.sha256_after = new.sha256
                     host_ops.timed(host, "write_s", started)
                     self._set(
                         host, "written", f"proved by read-back; old file kept as {host.backup}"
@@ -364,8 +363,7 @@ class Engine:
             with self.run.open(member) as transport:
                 started = time.monotonic()
                 with self._journal("rollback", host, "restore the old bytes") as rec:
-                    host_ops.restore(transport, member, host, self.options.keep_backups)
-                    rec.sha256_after = host.old_sha256
+                    host_ops.restore(transport, member, host, self.options.keep_backups, rec)
                 host_ops.timed(host, "write_s", started)
                 current = host_ops.current_sha(transport, member, transport.command_timeout)
                 if current != host.old_sha256:

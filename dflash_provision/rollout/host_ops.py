@@ -14,7 +14,9 @@ from dflash_provision.errors import DflashProvisionError
 from dflash_provision.rollout.record import Figures, Gate, HostState
 
 if TYPE_CHECKING:
+    from dflash_provision.history import Recording
     from dflash_provision.inventory import FleetMember
+    from dflash_provision.place.push import PushResult
     from dflash_provision.runtime.check import CheckReport, CheckSettings
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
@@ -206,15 +208,33 @@ def judge(report: CheckReport, gate: Gate, baseline: Figures | None) -> Verdict:
     return Verdict("passed", figures, f"acceptance {figures.show()}")
 
 
-def write(transport: Transport, member: FleetMember, new: Authority, keep: int) -> str | None:
-    """Write and prove the new config (push); returns the name of the backup of the old bytes."""
+def write(
+    transport: Transport,
+    member: FleetMember,
+    new: Authority,
+    keep: int,
+    recording: Recording | None = None,
+) -> str | None:
+    """Write and prove the new config (push); returns the name of the backup of the old bytes.
+    ``recording`` (the step's history row) keeps push's own outcome, as push's row would."""
     from dflash_provision.place.push import push_config
     from dflash_provision.remote.proof import WriteOptions
 
     result = push_config(transport, member.target, new, write=WriteOptions(keep), validate=False)
+    journal_outcome(result, recording)
     if not result.ok:
         raise StepFailed(f"write failed: {result.message or result.status.value}")
     return result.write.backup if result.write else None
+
+
+def journal_outcome(result: PushResult, recording: Recording | None) -> None:
+    """The write's outcome into the step's row through push's own path (status, sha256 before
+    and after, message), keeping the row's label (``rollout ID: write``) in front."""
+    if recording is None:
+        return
+    label = recording.message
+    result.journal_into(recording)
+    recording.message = f"{label}: {recording.message}" if recording.message else label
 
 
 def current_sha(transport: Transport, member: FleetMember, timeout: float) -> str | None:
@@ -226,7 +246,13 @@ def current_sha(transport: Transport, member: FleetMember, timeout: float) -> st
     return read.sha256
 
 
-def restore(transport: Transport, member: FleetMember, host: HostState, keep: int) -> None:
+def restore(
+    transport: Transport,
+    member: FleetMember,
+    host: HostState,
+    keep: int,
+    recording: Recording | None = None,
+) -> None:
     """Put the old bytes back from the backup push kept (the one whose sha256 is the old
     file's), through the write protocol and its read-back; nothing to do when the file holds
     them already. StepFailed when it cannot be proved."""
@@ -246,6 +272,7 @@ def restore(transport: Transport, member: FleetMember, host: HostState, keep: in
     result = rollback_config(
         transport, member.target, to=chosen.name, write=WriteOptions(keep), force=True
     )
+    journal_outcome(result, recording)
     proved = result.readback.sha256 if result.readback else None
     if not result.ok or proved != host.old_sha256:
         raise StepFailed(f"restore of {chosen.name} not proved: {result.message or result.status}")
