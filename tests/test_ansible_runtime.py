@@ -31,8 +31,6 @@ import pytest
 
 from dflash_provision.history import HistoryStore
 from testbed import samples
-from testbed.hosts import Host
-from testbed.lxc import Container
 from testbed.vllm_standin_install import (
     CONTROL_ENV,
     install_standin,
@@ -41,7 +39,8 @@ from testbed.vllm_standin_install import (
 )
 from tests.fixtures.ansible_play import Play, Played
 from tests.fixtures.cli import Cli
-from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, INCIDENT, REFERENCE, TARGET_DIR, free_port
+from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, INCIDENT, REFERENCE, TARGET_DIR
+from tests.fixtures.standin_places import Place, launch_standin
 
 pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.lxc]
 
@@ -50,27 +49,10 @@ BAD_MASK = 248064  # the incident's wrong mask_token_id
 RULES = {"by_mask_token": {str(BAD_MASK): {"acceptance": 0.01}}}
 
 
-@dataclass
-class Place:
-    name: str
-    where: Host | Container
-    target: str  # the CLI's TARGET
-
-    def run(self, argv: list[str], data: bytes | None = None) -> str:
-        if isinstance(self.where, Host):
-            return str(self.where.exec(argv, data, check=True).stdout)
-        return str(self.where.attach(argv, data).stdout)
-
-    def put(self, path: str, data: bytes) -> None:
-        self.run(["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh", path], data)
-
-    def config(self) -> bytes:
-        return self.run(["cat", CONFIG]).encode()
-
-    def server_pid(self) -> str:
-        """The pid in the launch's pidfile (its one port's state directory)."""
-        script = "cat /root/.local/state/dflash-provision/vllm/*/pid"
-        return self.run(["sh", "-c", script]).split()[0]
+def server_pid(place: Place) -> str:
+    """The pid in the launch's pidfile (its one port's state directory)."""
+    script = "cat /root/.local/state/dflash-provision/vllm/*/pid"
+    return place.run(["sh", "-c", script]).split()[0]
 
 
 @dataclass
@@ -94,15 +76,6 @@ class Bed:
 
     def results(self, done: Played, task: str = "t") -> dict[str, dict[str, Any]]:
         return {p.name: done.of(p.name, task) for p in self.places}
-
-
-def _launch(cli: Cli, place: Place, standin: Any, ssh: list[str], authority: str) -> None:
-    done = cli.run(
-        "launch", place.target, "--model", TARGET_DIR, "--from", authority,
-        "--vllm", standin.vllm, "--python", standin.python, "--port", str(free_port()),
-        "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", "300", "--no-check", *ssh,
-    )  # fmt: skip
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 @pytest.fixture(scope="module")
@@ -130,7 +103,7 @@ def bed(make_fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[B
             place.put(CONFIG, REFERENCE)
             place.put(f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
             write_control(place.where, CONTROL, RULES)
-            _launch(cli, place, standin, ssh, str(tmp / "authoritative.json"))
+            launch_standin(cli, place, standin, ssh, str(tmp / "authoritative.json"))
 
         with ThreadPoolExecutor(3) as pool:
             list(pool.map(prepare, places))
@@ -243,7 +216,7 @@ def test_runtime_check_with_a_bad_option_is_one_clear_line(bed: Bed) -> None:
 def test_server_restart_refuses_without_the_env_value_and_leaves_the_server_running(
     bed: Bed,
 ) -> None:
-    before = {p.name: p.server_pid() for p in bed.places}
+    before = {p.name: server_pid(p) for p in bed.places}
     refused = bed.play.run(bed.task("server", "state: restarted"))
     assert refused.returncode != 0
     for place in bed.places:
@@ -253,20 +226,20 @@ def test_server_restart_refuses_without_the_env_value_and_leaves_the_server_runn
     checked = bed.play.run(bed.task("server", f"env:\n  {CONTROL_ENV}: {CONTROL}"), "--check")
     assert checked.returncode == 0, checked.output[-3000:]
     assert all(r["result"]["changed"] for r in bed.results(checked).values())
-    assert {p.name: p.server_pid() for p in bed.places} == before  # nothing was restarted
+    assert {p.name: server_pid(p) for p in bed.places} == before  # nothing was restarted
     done = bed.play.run(bed.task("server", f"env:\n  {CONTROL_ENV}: {CONTROL}"))
     assert done.returncode == 0, done.output[-3000:]
     for place in bed.places:
         result = done.of(place.name, "t")["result"]
         assert result["changed"] is True and "ready" in result["msg"], result
         assert result["drafter_sha256"] == hashlib.sha256(REFERENCE).hexdigest()
-        assert place.server_pid() != before[place.name]
+        assert server_pid(place) != before[place.name]
 
 
 def test_the_example_playbook_repairs_restarts_and_proves_in_batches(bed: Bed) -> None:
     h01, h02, h03 = bed.places
     h02.put(CONFIG, INCIDENT)
-    pids = {p.name: p.server_pid() for p in bed.places}
+    pids = {p.name: server_pid(p) for p in bed.places}
     extra = json.dumps(
         {
             "dflash_hosts": "fleet",
@@ -283,8 +256,8 @@ def test_the_example_playbook_repairs_restarts_and_proves_in_batches(bed: Bed) -
                for p in bed.places}  # fmt: skip
     assert [written[p.name]["outcome"] for p in bed.places] == ["skipped", "ok", "skipped"]
     assert written[h02.name]["result"]["status"] == "written"
-    assert h02.server_pid() != pids[h02.name]  # restarted to read the new bytes
-    assert h01.server_pid() == pids[h01.name] and h03.server_pid() == pids[h03.name]
+    assert server_pid(h02) != pids[h02.name]  # restarted to read the new bytes
+    assert server_pid(h01) == pids[h01.name] and server_pid(h03) == pids[h03.name]
     checked = [done.of(p.name, "Prove the server runs the drafter and accepts its drafts")
                for p in bed.places]  # fmt: skip
     assert [c["outcome"] for c in checked] == ["ok", "ok", "ok"]

@@ -18,27 +18,10 @@ description:
   - Runs on hosts without Python (busybox containers): the host side is POSIX sh.
 version_added: "0.1.0"
 author: dflash-provision maintainers
+extends_documentation_fragment:
+  - dflash.provision.drafter
+  - dflash.provision.drafter.source
 options:
-  path:
-    description: The drafter directory on the host (absolute); its config.json is written.
-    type: str
-    required: true
-  lock:
-    description: A dflash.lock on the controller (as the CLI's --lock).
-    type: str
-  repo:
-    description: A Hub repo OWNER/NAME (as --repo); with I(revision).
-    type: str
-  revision:
-    description: The commit (or branch, tag) of I(repo) (as --revision).
-    type: str
-  src:
-    description: A config file on the controller (as the CLI's --from).
-    type: str
-  container:
-    description: The drafter is inside this container on the host, C(lxc:NAME), C(pct:ID) or
-      C(incus:NAME) (as a target's HOST/KIND:NAME).
-    type: str
   mkdir:
     description: Create a missing drafter directory.
     type: bool
@@ -46,14 +29,6 @@ options:
   keep_backups:
     description: How many old files to keep in .dflash-backups (default as push's).
     type: int
-  command_timeout:
-    description: Seconds each remote command may run (as the CLI's --command-timeout); at the
-      limit the task fails and the host's script is ended (its traps remove the temp file).
-    type: float
-    default: 60
-notes:
-  - Check mode reads the file and reports whether it would change; nothing is written.
-  - Diff mode shows the semantic diff (field by field), as dflash-provision diff does.
 """
 
 EXAMPLES = r"""

@@ -19,31 +19,9 @@ description:
   - Runs on hosts without Python (busybox containers).
 version_added: "0.1.0"
 author: dflash-provision maintainers
-options:
-  path:
-    description: The drafter directory on the host (absolute).
-    type: str
-    required: true
-  lock:
-    description: A dflash.lock on the controller (as the CLI's --lock).
-    type: str
-  repo:
-    description: A Hub repo OWNER/NAME (as --repo); with I(revision).
-    type: str
-  revision:
-    description: The commit (or branch, tag) of I(repo) (as --revision).
-    type: str
-  src:
-    description: A config file on the controller (as the CLI's --from).
-    type: str
-  container:
-    description: The drafter is inside this container on the host, C(lxc:NAME), C(pct:ID) or
-      C(incus:NAME).
-    type: str
-  command_timeout:
-    description: Seconds each remote command may run (as --command-timeout).
-    type: float
-    default: 60
+extends_documentation_fragment:
+  - dflash.provision.drafter
+  - dflash.provision.drafter.source
 """
 
 EXAMPLES = r"""

@@ -19,31 +19,14 @@ description:
     listening on 127.0.0.1).
   - Fails when a stage failed (exit_code 24 for a-d, 25 for acceptance below the gate) and when
     a stage could not tell (inconclusive, exit_code 26, e.g. too few draft tokens or a counter
-    reset): a check that cannot tell is never a pass.
+    reset); a check that cannot tell is never a pass.
   - A pass records its acceptance as the reference a later check compares with.
 version_added: "0.1.0"
 author: dflash-provision maintainers
+extends_documentation_fragment:
+  - dflash.provision.drafter
+  - dflash.provision.drafter.source
 options:
-  path:
-    description: The drafter directory on the host (absolute).
-    type: str
-    required: true
-  lock:
-    description: A dflash.lock on the controller (as the CLI's --lock).
-    type: str
-  repo:
-    description: A Hub repo OWNER/NAME (as --repo); with I(revision).
-    type: str
-  revision:
-    description: The commit of I(repo) (as --revision).
-    type: str
-  src:
-    description: A config file on the controller (as the CLI's --from).
-    type: str
-  container:
-    description: The drafter and its server are inside this container, C(lxc:NAME), C(pct:ID)
-      or C(incus:NAME).
-    type: str
   port:
     description: The server's port (default the port launch started this drafter on, else 8000).
     type: int
@@ -85,10 +68,6 @@ options:
     description: Do not compare; record this check's figures as the new reference if it passes.
     type: bool
     default: false
-  command_timeout:
-    description: Seconds each remote command and each request may take (as --command-timeout).
-    type: float
-    default: 60
 """
 
 EXAMPLES = r"""

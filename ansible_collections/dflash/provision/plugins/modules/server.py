@@ -20,11 +20,9 @@ description:
   - Check mode reports what would be restarted and touches nothing.
 version_added: "0.1.0"
 author: dflash-provision maintainers
+extends_documentation_fragment:
+  - dflash.provision.drafter
 options:
-  path:
-    description: The drafter directory on the host (absolute).
-    type: str
-    required: true
   state:
     description: Only C(restarted).
     type: str
@@ -40,13 +38,6 @@ options:
     description: Seconds to wait for /health.
     type: float
     default: 900
-  container:
-    description: The server is inside this container, C(lxc:NAME), C(pct:ID) or C(incus:NAME).
-    type: str
-  command_timeout:
-    description: Seconds each remote command may run.
-    type: float
-    default: 60
 """
 
 EXAMPLES = r"""
