@@ -26,8 +26,8 @@ from dflash_provision.remote.ops import (
     MAX_CONFIG_BYTES,
     ReadStatus,
     read_remote_config,
-    script_text,
 )
+from dflash_provision.remote.protocol import script_text
 from dflash_provision.source.authority import Authority
 from dflash_provision.source.sources import MAX_SOURCE_BYTES, load_source
 from dflash_provision.transport.factory import open_transport

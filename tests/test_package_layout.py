@@ -88,3 +88,49 @@ def test_no_module_imports_another_modules_private_name() -> None:
         if (names := _private_imports(path))
     }
     assert offenders == {}
+
+
+def _functions(path: Path) -> list[ast.FunctionDef | ast.AsyncFunctionDef]:
+    tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+    return [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef)]
+
+
+def test_the_remote_scripts_have_one_protocol_module() -> None:
+    """Loading a script, its argv and the parse of its answer live in remote/protocol.py only:
+    no second loader or parser to drift from the first."""
+    protocol = PACKAGE / "remote" / "protocol.py"
+    names = {"script_text", "script_argv", "parse_reply", "without_comments", "stderr_line"}
+    elsewhere = [
+        f"{path.relative_to(PACKAGE)}:{fn.name}"
+        for path in PACKAGE.rglob("*.py")
+        if path != protocol
+        for fn in _functions(path)
+        if fn.name in names
+    ]
+    assert elsewhere == []
+
+
+def _numeric_defaults(fn: ast.FunctionDef | ast.AsyncFunctionDef) -> list[str]:
+    args = fn.args
+    positional = [*args.posonlyargs, *args.args]
+    with_default = positional[len(positional) - len(args.defaults) :]
+    pairs = list(zip(with_default, args.defaults, strict=True))
+    keywords = zip(args.kwonlyargs, args.kw_defaults, strict=True)
+    pairs += [(a, d) for a, d in keywords if d is not None]
+    return [
+        a.arg for a, d in pairs if isinstance(d, ast.Constant) and type(d.value) in (int, float)
+    ]
+
+
+def test_no_remote_command_has_a_timeout_of_its_own() -> None:
+    """A remote command's limit is the transport's --command-timeout unless a caller asks for
+    another: no ``command_timeout`` parameter anywhere, and no timeout in remote/, defaults to
+    a number of seconds."""
+    offenders = [
+        f"{path.relative_to(PACKAGE)}:{fn.name}({name})"
+        for path in PACKAGE.rglob("*.py")
+        for fn in _functions(path)
+        for name in _numeric_defaults(fn)
+        if name == "command_timeout" or ("timeout" in name and "remote" in path.parts)
+    ]
+    assert offenders == []

@@ -28,9 +28,9 @@ from dflash_provision.remote.ops import (
     list_remote_backups,
     read_back,
     read_remote_config,
-    script_argv,
     write_remote_config,
 )
+from dflash_provision.remote.protocol import script_argv
 from dflash_provision.transport.base import CommandResult
 from dflash_provision.transport.local import LocalTransport
 from tests.fixtures.model_dirs import assert_no_temp_left, listing

@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from dflash_provision.place.target import parse_target
+from dflash_provision.remote.protocol import script_text
 from dflash_provision.runtime import locate, vllm_log
-from dflash_provision.runtime.process import script_text
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.runtime.stage_server import stage_server
 from dflash_provision.runtime.stages import CheckContext, StageStatus

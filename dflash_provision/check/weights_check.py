@@ -169,7 +169,7 @@ def check_remote(
 ) -> WeightsCheck:
     """Read the headers in ``model_dir`` on the target (one exec) and compare. A read the
     remote side could not report is "not checked" (never a pass); connection failures raise."""
-    from dflash_provision.remote.ops import RemoteProtocolError
+    from dflash_provision.remote.protocol import RemoteProtocolError
     from dflash_provision.remote.weights_read import read_remote_weights
 
     try:

@@ -1,13 +1,9 @@
-"""Run the remote scripts through a Transport and turn their output into result values.
+"""The file operations on a host (read, atomic write, backups) through a Transport, their
+script answers turned into result values.
 
-Each operation is ONE exec: ``sh -c SCRIPT dflash-NAME ARG...``. The script text is a constant
-read from ``scripts/*.sh`` (``common.sh`` prepended); every variable part (paths, sizes, hashes)
-is a positional argument, so a path holding spaces, quotes, ``$(...)``, ``;`` is only ever data.
-Paths with NUL or line breaks are refused here (the line protocol could not carry them).
-
-Output protocol shared by all scripts: a first line ``dflash-NAME 1``, then ``key value`` lines,
-then optionally a line ``data`` followed by raw bytes up to EOF. Lines are parsed until ``data``,
-so the bytes may hold anything.
+Each operation is ONE exec of a script from ``scripts/*.sh``, loaded, run and parsed by the one
+protocol module (remote/protocol.py). Paths with NUL or line breaks are refused here (the line
+protocol could not carry them).
 
 Transport-level failures (refused, timed out, auth, container not running) are raised by the
 transport as DflashProvisionError subclasses; everything the script could report comes back as a
@@ -19,12 +15,16 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import cache
-from pathlib import Path
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
+from dflash_provision.remote.protocol import (
+    RemoteProtocolError,
+    Reply,
+    run_script,
+    stderr_line,
+)
 from dflash_provision.transport.base import CommandResult, Transport
 
 BACKUP_DIRNAME = ".dflash-backups"
@@ -33,48 +33,11 @@ BACKUP_DIRNAME = ".dflash-backups"
 MAX_CONFIG_BYTES = 1024 * 1024
 LIMIT_TEXT = "1 MiB"
 DEFAULT_KEEP_BACKUPS = 5
-SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 _BACKUP_STAMP = re.compile(r"\.(\d{8}T\d{6}Z)(?:\.\d{3})?$")
 
 
-class RemoteProtocolError(RemoteStepFailed):
-    """The remote side answered with something that is not our protocol (e.g. a killed shell)."""
-
-
 # --------------------------------------------------------------------------------------------
-# Script loading and running
-
-
-#: Fragments a script needs besides common.sh (the push's lock: the write, and the settle step
-#: that must wait for an interrupted write).
-_FRAGMENTS = {"write": ("lock",), "settle": ("lock",)}
-
-
-@cache
-def script_text(name: str) -> str:
-    """The full text run for script ``name`` ("read", "write", "backups", "settle"): common.sh,
-    its fragments (``_FRAGMENTS``), then it."""
-    # Files beside this module (the wheel installs them as files): importlib.resources would
-    # cost every SSH command a few milliseconds of imports for the same read.
-    parts = ("common", *_FRAGMENTS.get(name, ()), name)
-    return without_comments(
-        "\n".join((SCRIPTS_DIR / f"{part}.sh").read_text(encoding="utf-8") for part in parts)
-    )
-
-
-def without_comments(text: str) -> str:
-    """The script without its comment-only and blank lines: the text travels with every exec
-    (and the login shell and sh parse it each time); the comments are for people reading the
-    .sh files. The scripts have no here-documents or multi-line strings with such lines."""
-    kept = [
-        line for line in text.splitlines() if line.strip() and not line.lstrip().startswith("#")
-    ]
-    return "\n".join(kept) + "\n"
-
-
-def script_argv(name: str, *args: str, shell: str = "sh") -> list[str]:
-    """argv that runs script ``name`` with ``args`` as $1.. (``$0`` is ``dflash-NAME``)."""
-    return [shell, "-c", script_text(name), f"dflash-{name}", *args]
+# Paths
 
 
 def check_remote_path(path: str) -> str:
@@ -86,49 +49,6 @@ def check_remote_path(path: str) -> str:
     if path.endswith("/"):
         raise UsageError(f"remote path {path!r} must name a file, not a directory")
     return path
-
-
-@dataclass
-class _Parsed:
-    fields: dict[str, str] = field(default_factory=dict)
-    data: bytes | None = None  # None when no "data" line arrived
-    lines: list[str] = field(default_factory=list)
-
-
-def parse_reply(stdout: bytes, name: str) -> _Parsed:
-    parsed = _Parsed()
-    rest = stdout
-    first = True
-    while rest:
-        line, sep, tail = rest.partition(b"\n")
-        if not sep:  # a partial last line: the output was cut off
-            break
-        text = line.decode("utf-8", errors="replace")
-        rest = tail
-        if first:
-            first = False
-            if text != f"dflash-{name} 1":
-                break
-            continue
-        if text == "data":
-            parsed.data = rest
-            return parsed
-        parsed.lines.append(text)
-        key, _, value = text.partition(" ")
-        parsed.fields[key] = value
-    return parsed
-
-
-def _run(
-    transport: Transport, name: str, args: list[str], *, stdin: bytes | None, timeout: float | None
-) -> tuple[CommandResult, _Parsed]:
-    result = transport.run(script_argv(name, *args), stdin=stdin, timeout=timeout)
-    return result, parse_reply(result.stdout, name)
-
-
-def stderr_line(result: CommandResult) -> str:
-    text = result.stderr.decode("utf-8", errors="replace").strip()
-    return text.splitlines()[-1] if text else f"exit status {result.exit_status}"
 
 
 # --------------------------------------------------------------------------------------------
@@ -211,7 +131,7 @@ def read_remote_config(
     deadline = remote_deadline(limit)
     args = [path, mode, str(deadline)]
     for _attempt in range(2):
-        result, parsed = _run(transport, "read", args, stdin=None, timeout=timeout)
+        result, parsed = run_script(transport, "read", args, stdin=None, timeout=timeout)
         if "status" not in parsed.fields or parsed.data is None:
             raise RemoteProtocolError(
                 f"{transport.description}: reading {path} failed: {stderr_line(result)}",
@@ -304,7 +224,7 @@ def read_back(
     return read_remote_config(transport, path, timeout=timeout, metadata=False), None
 
 
-def _read_from_fields(path: str, parsed: _Parsed) -> RemoteRead:
+def _read_from_fields(path: str, parsed: Reply) -> RemoteRead:
     f = parsed.fields
     try:
         status = ReadStatus(f["status"])
@@ -476,7 +396,7 @@ def write_remote_config(
         str(remote_deadline(limit)),
         nonce,
     ]
-    result, parsed = _run(transport, "write", args, stdin=data, timeout=timeout)
+    result, parsed = run_script(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)
 
 
@@ -489,7 +409,7 @@ def remote_deadline(timeout: float) -> int:
     return max(1, int(timeout - margin))
 
 
-def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: _Parsed) -> WriteOutcome:
+def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) -> WriteOutcome:
     f = parsed.fields
     old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
     if old_data is not None and len(old_data) > MAX_CONFIG_BYTES:
@@ -569,7 +489,7 @@ def list_remote_backups(
 ) -> list[Backup]:
     """The backups of ``path``, oldest first (one exec)."""
     check_remote_path(path)
-    result, parsed = _run(transport, "backups", [path], stdin=None, timeout=timeout)
+    result, parsed = run_script(transport, "backups", [path], stdin=None, timeout=timeout)
     if parsed.fields.get("result") == "failed" and "failed" in parsed.fields:
         reason = parsed.fields["failed"]
         denied = reason == "permission-denied"
@@ -624,7 +544,7 @@ def read_backup(
     check_remote_path(path)
     if not name or "/" in name or any(ch in name for ch in ("\x00", "\n", "\r")):
         raise UsageError(f"not a backup name: {name!r}")
-    result, parsed = _run(transport, "backups", [path, name], stdin=None, timeout=timeout)
+    result, parsed = run_script(transport, "backups", [path, name], stdin=None, timeout=timeout)
     fields = parsed.fields
     if fields.get("result") == "failed" and "failed" in fields:
         raise RemoteStepFailed(

@@ -17,7 +17,8 @@ import time
 from dataclasses import dataclass
 
 from dflash_provision.errors import DflashProvisionError
-from dflash_provision.remote.ops import check_remote_path, parse_reply, script_argv
+from dflash_provision.remote.ops import check_remote_path
+from dflash_provision.remote.protocol import parse_reply, script_argv
 from dflash_provision.transport.base import Transport
 
 #: Seconds between attempts to reach a host again (its connection was just lost).

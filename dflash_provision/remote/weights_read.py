@@ -16,10 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from dflash_provision.check.safetensors_header import LIMIT_TEXT, MAX_HEADER_BYTES
-from dflash_provision.remote.ops import (
+from dflash_provision.remote.ops import remote_deadline
+from dflash_provision.remote.protocol import (
     RemoteProtocolError,
     parse_reply,
-    remote_deadline,
     script_argv,
     stderr_line,
 )

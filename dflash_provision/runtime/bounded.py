@@ -46,7 +46,7 @@ def run_bounded(
     """``transport.run(argv)``, ended on the target at its deadline (module docstring).
 
     EndedAtDeadline when the deadline was reached (the command no longer runs there)."""
-    from dflash_provision.runtime.process import script_argv
+    from dflash_provision.remote.protocol import script_argv
 
     if not argv:
         raise ValueError("empty argv")
@@ -84,7 +84,7 @@ def _ended(transport: Transport, argv: Sequence[str], deadline: int) -> EndedAtD
 def reap(transport: Transport, mark: str) -> None:
     """End the bounded command marked ``mark`` on the target; best effort (the connection may
     be gone too, and a second Ctrl-C gives up)."""
-    from dflash_provision.runtime.process import script_argv
+    from dflash_provision.remote.protocol import script_argv
 
     with contextlib.suppress(DflashProvisionError, KeyboardInterrupt, OSError, EOFError):
         transport.run(script_argv("reap", mark), timeout=REAP_TIMEOUT_S)

@@ -1,9 +1,8 @@
 """The server process on the target: find it, start it, stop it, read its log.
 
-Each operation is one exec of a POSIX sh script from ``runtime/scripts/`` (``remote/scripts/
-common.sh`` and ``runtime/scripts/runtime.sh`` prepended), run the way ``remote/ops.py`` runs
-its own: the script text is a constant, every variable part is a positional argument, output is
-``key value`` lines, optionally followed by ``data`` and raw bytes.
+Each operation is one exec of a POSIX sh script from ``runtime/scripts/``, loaded and parsed by
+the one script protocol (remote/protocol.py) and ended on the target at its deadline
+(runtime/bounded.py).
 """
 
 from __future__ import annotations
@@ -11,16 +10,14 @@ from __future__ import annotations
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
-from importlib import resources
 from typing import Any
 
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure, UsageError
-from dflash_provision.remote.ops import (  # the shared script protocol, not a copy of it
+from dflash_provision.remote.protocol import (  # the one script protocol
     RemoteProtocolError,
     parse_reply,
+    script_argv,
     stderr_line,
-    without_comments,
 )
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.runtime.vllm_argv import ArgvSpec, read_speculative
@@ -29,23 +26,6 @@ from dflash_provision.transport.base import Transport
 #: What ``read_log`` returns at most unless told otherwise.
 DEFAULT_LOG_BYTES = 256 * 1024
 MAX_LOG_LINES = 100_000
-
-
-@cache
-def script_text(name: str) -> str:
-    """common.sh + runtime.sh + ``name``.sh, comment lines dropped (they travel on every exec)."""
-    common = (resources.files("dflash_provision.remote") / "scripts" / "common.sh").read_text(
-        encoding="utf-8"
-    )
-    folder = resources.files("dflash_provision.runtime") / "scripts"
-    helpers = (folder / "runtime.sh").read_text(encoding="utf-8")
-    body = (folder / f"{name}.sh").read_text(encoding="utf-8")
-    return without_comments(common + "\n" + helpers + "\n" + body)
-
-
-def script_argv(name: str, *args: str) -> list[str]:
-    """argv that runs runtime script ``name`` with ``args`` as $1.. (``$0`` is dflash-NAME)."""
-    return ["sh", "-c", script_text(name), f"dflash-{name}", *args]
 
 
 def run_script(

@@ -141,7 +141,7 @@ def wait_ready(
     progress: Progress | None = None,
     poll_s: float = 1.0,
     request_timeout: float = 5.0,
-    command_timeout: float = 60.0,
+    command_timeout: float | None = None,  # each log read; None: the transport's
 ) -> ReadyResult:
     """Poll until /health is 200, the server exits, its log shows a fatal line, or ``timeout``
     seconds pass. ``log_offset``: where this launch's log lines start."""
