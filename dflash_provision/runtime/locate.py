@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.place.target import Target
-from dflash_provision.runtime.process import run_script
+from dflash_provision.runtime.process import run_bounded_script
 from dflash_provision.runtime.records import LaunchRecord
 from dflash_provision.transport.base import Transport
 
@@ -42,7 +42,7 @@ class PortChoice:
 def launched(transport: Transport, *, timeout: float | None = None) -> list[Launched]:
     """Every port with a launch record in the login's state directory (one exec). A record
     that does not parse is left out: it cannot say which drafter it ran."""
-    _, lines, _ = run_script(transport, "servers", [], timeout=timeout)
+    _, lines, _ = run_bounded_script(transport, "servers", [], timeout=timeout)
     found = []
     for line in lines:
         if not line.startswith("server "):

@@ -28,7 +28,7 @@ DEFAULT_LOG_BYTES = 256 * 1024
 MAX_LOG_LINES = 100_000
 
 
-def run_script(
+def run_bounded_script(
     transport: Transport,
     name: str,
     args: list[str],
@@ -137,7 +137,8 @@ class PortState:
 
 def probe_port(transport: Transport, port: int, *, timeout: float | None = None) -> PortState:
     """What runs on ``port``, in one exec."""
-    fields, lines, _ = run_script(transport, "state", [str(check_port(port))], timeout=timeout)
+    args = [str(check_port(port))]
+    fields, lines, _ = run_bounded_script(transport, "state", args, timeout=timeout)
     record: LaunchRecord | None = None
     record_error: str | None = None
     if "record" in fields:
@@ -283,7 +284,7 @@ def start_server(
     """Start ``record.argv`` detached for ``record.port`` with ``env`` added (one exec)."""
     check_env(env)
     stdin = (record.to_json() + "\n" + "".join(f"{k}={v}\n" for k, v in env.items())).encode()
-    fields, _, _ = run_script(
+    fields, _, _ = run_bounded_script(
         transport, "start", [str(record.port), *record.argv], stdin=stdin, timeout=timeout
     )
     raise_unsafe_dir(fields, transport)
@@ -353,7 +354,7 @@ def stop_server(
     expect = f"{state.pid}:{state.pid_stime}" if state.ours else "gone"
     commands = transport.command_timeout if command_timeout is None else command_timeout
     limit = max(commands, timeout + 15.0)  # TERM wait + KILL wait + the exec itself
-    fields, _, _ = run_script(
+    fields, _, _ = run_bounded_script(
         transport,
         "stop",
         [str(check_port(port)), str(max(0, int(timeout))), expect],
@@ -426,7 +427,7 @@ def read_log(
     if not where.isdigit() and not where.startswith("/"):
         raise UsageError(f"log path {where!r} must be absolute")
     lines = max(1, min(lines, MAX_LOG_LINES))
-    fields, _, data = run_script(
+    fields, _, data = run_bounded_script(
         transport,
         "logs",
         [where, str(lines), str(max(1, max_bytes)), str(max(0, offset))],
@@ -455,7 +456,7 @@ def read_startup_log(
     where = record.log_path
     if not where.startswith("/"):
         raise UsageError(f"log path {where!r} must be absolute")
-    fields, _, data = run_script(
+    fields, _, data = run_bounded_script(
         transport, "startlog", [where, str(max(1, max_bytes))], timeout=timeout
     )
     body = (data or b"")[:max_bytes]
