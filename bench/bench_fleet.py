@@ -233,13 +233,19 @@ class Bench:
         argv = [
             sys.executable, str(Path(__file__).with_name("minimal_paramiko.py")),
             "--key", str(self.client.identity), "--known-hosts", str(self.client.known_hosts),
-            "--path", f"{MODEL}/config.json", *self.addresses(hosts),
+            "--path", f"{MODEL}/config.json", "--port", str(self.fleet.hosts[0].port),
+            *self.addresses(hosts),
         ]  # fmt: skip
         if data is not None:
             payload = self.work / "payload.json"
             payload.write_bytes(data)
             argv += ["--write", str(payload)]
-        subprocess.run(argv, capture_output=True, timeout=600, check=True)
+        done = subprocess.run(argv, capture_output=True, timeout=600, check=True)
+        # The script reports failures in its JSON, not its exit code: a run whose hosts all
+        # refused (the wrong port) would time nothing but interpreter start-up.
+        failed = json.loads(done.stdout)["failed"]
+        if failed:
+            raise RuntimeError(f"minimal script: {failed} of {hosts} hosts failed")
         return 1.0
 
 
