@@ -142,7 +142,16 @@ NOT_NEEDED = ("transformers", "jsonschema", "rich", "http.client", "difflib", "e
 
 
 def run(workdir: Path, home: Path, *args: str, base_env: dict[str, str] | None = None) -> Done:
-    return run_cli(*args, cwd=workdir, home=home, base_env=base_env, python_options=IMPORTTIME)
+    # A wide "terminal" for the piped tables, whatever runs the tests: without COLUMNS a pipe is
+    # 80 wide (as under pytest-xdist), a drifted host's table no longer fits and rich is loaded.
+    return run_cli(
+        *args,
+        cwd=workdir,
+        home=home,
+        env={"COLUMNS": "200"},
+        base_env=base_env,
+        python_options=IMPORTTIME,
+    )
 
 
 def needless_imports(done: Done) -> list[str]:
