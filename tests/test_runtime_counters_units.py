@@ -277,7 +277,7 @@ def _report(e_status: StageStatus, *, a_failed: bool = False) -> CheckReport:
 
 
 def _row(report: CheckReport) -> fleet_check.HostCheck:
-    verdict, detail = fleet_check._verdict(report)
+    verdict, detail = fleet_check.verdict_of(report)
     row = fleet_check.HostCheck("gpu1", "g", "gpu1:/m", "/m", verdict, detail, report)
     return row
 

@@ -36,6 +36,7 @@ from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
     from dflash_provision.runtime.check import CheckReport, CheckSettings
+    from dflash_provision.runtime.fleet_check import HostVerdict
 
 #: As the CLI names them (``skip_loader`` is ``--skip-loader``, and so on).
 OPTIONS = (
@@ -120,34 +121,31 @@ def _run(runner: ShellRunner, host: str, args: RuntimeCheckArgs) -> dict[str, An
     import shlex
 
     from dflash_provision.runtime.check import push_fix_command, run_check
+    from dflash_provision.runtime.fleet_check import HostVerdict, verdict_of
 
     spec = args.source.spec()
     authority = spec.load()
     transport, target = open_host(runner, host, args.host)
     fix = push_fix_command(target, shlex.join(spec.push_options()))
     report = run_check(transport, target, authority, args.settings, push_fix=fix)
+    verdict, detail = verdict_of(report)
     return {
         **report.to_dict(),
         "changed": False,
         "failed": not report.ok,
-        "inconclusive": _inconclusive(report),
-        "msg": summary(report),
+        "inconclusive": verdict is HostVerdict.INCONCLUSIVE,
+        "msg": _message(report, verdict, detail),
     }
 
 
-def _inconclusive(report: CheckReport) -> bool:
-    return not any(s.failed for s in report.stages) and any(s.inconclusive for s in report.stages)
+def _message(report: CheckReport, verdict: HostVerdict, detail: str) -> str:
+    """The task's one line: the fleet table's verdict detail (``e: ...``) in words."""
+    from dflash_provision.runtime.fleet_check import HostVerdict
 
-
-def summary(report: CheckReport) -> str:
-    """One line: the first failed stage, else the one that could not tell, else the pass."""
+    if verdict is HostVerdict.PASSED:
+        return f"every stage passed on port {report.port}: {detail}"
+    if verdict is HostVerdict.INCONCLUSIVE:
+        return f"cannot tell: stage {detail}"
     broken = report.first_failure
-    if broken is not None:
-        fix = f"; fix: {broken.fix}" if broken.fix else ""
-        return f"stage {broken.key} ({broken.name}) failed: {broken.summary}{fix}"
-    unsure = next((s for s in report.stages if s.inconclusive), None)
-    if unsure is not None:
-        return f"cannot tell: stage {unsure.key} ({unsure.name}) inconclusive: {unsure.summary}"
-    rate = report.acceptance
-    shown = f"acceptance {rate:.1%}" if rate is not None else "acceptance not measured"
-    return f"every stage passed on port {report.port}: {shown}"
+    fix = f"; fix: {broken.fix}" if broken is not None and broken.fix else ""
+    return f"stage {detail} (failed){fix}"

@@ -182,14 +182,16 @@ def _check_host(
         row.unreachable_status = "error"
     else:
         row.report = report
-        row.verdict, row.detail = _verdict(report)
+        row.verdict, row.detail = verdict_of(report)
     finally:
         transport.close()
     row.duration_s = time.monotonic() - started
     return row
 
 
-def _verdict(report: CheckReport) -> tuple[HostVerdict, str]:
+def verdict_of(report: CheckReport) -> tuple[HostVerdict, str]:
+    """One host's verdict and its one-line detail (``e: <stage e's summary>``); the fleet
+    table's and the Ansible runtime_check task's."""
     failure = report.first_failure
     undecided = next((s for s in report.stages if s.inconclusive), None)
     if failure is None and undecided is not None:
