@@ -37,7 +37,6 @@ RUNTIME_SCRIPTS = _PACKAGE / "runtime" / "scripts"
 #: the settle step that must wait for an interrupted write; the runtime helpers for every
 #: runtime script.
 _FRAGMENTS = {"write": ("lock",), "settle": ("lock",)}
-_REMOTE = frozenset({"read", "write", "backups", "settle", "weights"})
 
 
 class RemoteProtocolError(RemoteStepFailed):
@@ -47,8 +46,9 @@ class RemoteProtocolError(RemoteStepFailed):
 @cache
 def script_text(name: str) -> str:
     """The full text run for script ``name``: common.sh, its fragments, then it; a runtime
-    script ("state", "start", "stop", "bounded"...) gets runtime.sh before it."""
-    if name in _REMOTE:
+    script ("state", "start", "stop", "bounded"...) gets runtime.sh before it. The two folders
+    hold no name twice, so the file found says which kind it is."""
+    if (REMOTE_SCRIPTS / f"{name}.sh").is_file():
         files = [REMOTE_SCRIPTS / f"{part}.sh" for part in (*_FRAGMENTS.get(name, ()), name)]
     else:
         files = [RUNTIME_SCRIPTS / "runtime.sh", RUNTIME_SCRIPTS / f"{name}.sh"]
