@@ -17,12 +17,13 @@ commands per host, for:
     push core         place.push.push_config per host in a pool of the same size, on
                       an all-drifted fleet: the atomic write exec + the separate read-back exec
                       (the authoritative config validated once per run, as repair does)
-    repair core       dflash_provision.fleet.repair on an all-drifted fleet: the audit read, then
-                      the same write + read-back (which is also the fresh audit): 3 execs
+    repair core       dflash_provision.fleet.repair on an all-drifted fleet: write first, then
+                      the read-back (which brings the old bytes, judged as audit would, and is
+                      the fresh audit): 2 execs
     repair CLI        `dflash-provision repair` in a subprocess
 
 and the ratios the product promises: audit core <= 1.2x minimal read, push core <= 1.5x minimal
-write (repair is shown next to it; it does the audit read first, see bench/README.md). It also
+write (repair is shown next to it). It also
 measures `dflash-provision --help` start-up and checks that it imports neither paramiko,
 transformers nor huggingface_hub. Timings are medians of ``--repeat`` runs.
 """

@@ -451,6 +451,17 @@ class HistoryStore:
             )
         )
 
+    def record_discard(self, entry_id: int | None) -> None:
+        """Drop a row opened by :meth:`record_start` for a change that did not happen (repair
+        found the file already right): the audit row says what the host held."""
+        if entry_id is None:
+            return
+        self._write(
+            lambda conn: _when_not_busy(
+                lambda: conn.execute("DELETE FROM events WHERE id = ?", (entry_id,))
+            )
+        )
+
     def record_audits(
         self,
         records: Iterable[AuditRecord],
@@ -532,6 +543,9 @@ class HistoryStore:
                 duration_s=time.monotonic() - started,
             )
             raise
+        if rec.discard:
+            self.record_discard(row_id)
+            return
         self.record_finish(
             row_id,
             status=rec.status,
@@ -645,6 +659,8 @@ class Recording:
     sha256_before: str | None = None
     sha256_after: str | None = None
     message: str = ""
+    #: Set by a body that found nothing to change: the row is dropped, not closed.
+    discard: bool = False
 
 
 _default_store: HistoryStore | None = None

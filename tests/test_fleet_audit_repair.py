@@ -17,6 +17,7 @@ Layout (set up fresh before each test through the hosts' /root on the controller
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -224,6 +225,36 @@ def test_repair_fixes_exactly_the_writable_bad_hosts(fresh: Scenario, tmp_path: 
     again = audit(members(fresh), run.authority_for, connector=Connector(fresh.options()))
     bad = {a.name: a.status for a in again if a.status is not HostStatus.IN_SYNC}
     assert bad == {n: EXPECTED[n] for n in NOT_REACHED | READ_ONLY}
+
+
+def test_repair_writes_first_and_judges_the_old_bytes_as_audit_would(
+    fresh: Scenario, tmp_path: Path
+):
+    history = HistoryStore(tmp_path / "history.sqlite3")
+    run = FleetRun(authority_loader(), connector=Connector(fresh.options()))
+    repairs = repair(members(fresh), run.authority_for, workers=32, history=history, run=run)
+    by_name = {r.name: r for r in repairs}
+    # The "before" column is what an audit of the fleet says, host for host, although no host
+    # was read before its write: the old bytes came back with the write and were judged here.
+    assert {r.name: r.before.status for r in repairs} == EXPECTED
+    assert any(
+        line.startswith("dflash_config.mask_token_id: 248064 → 248070")
+        for line in by_name["h07"].before.diff
+    )
+    assert by_name["h12"].before.findings[0]["layer"] == "parse"
+    assert by_name["h10"].message.startswith("created")
+    # Round trips: an in-sync host costs the one write exec (which found the bytes and sent
+    # them), a written host the write and its separate read-back.
+    in_sync = {n for n, s in EXPECTED.items() if s is HostStatus.IN_SYNC}
+    assert {by_name[n].execs for n in in_sync} == {1}
+    assert {by_name[n].execs for n in WRITABLE_BAD} == {2}
+    # Only changes are journaled: no write row for a host that was already right or not
+    # reached; a written host's row has the hash of the file it replaced.
+    rows = history.query(op="repair", limit=None)
+    assert {r.host for r in rows} == WRITABLE_BAD | READ_ONLY
+    h07 = next(r for r in rows if r.host == "h07")
+    assert h07.sha256_before == hashlib.sha256(INCIDENT).hexdigest()
+    assert by_name["h07"].sha256_before == h07.sha256_before
 
 
 def test_repair_max_failures_stops_starting_writes(fresh: Scenario):

@@ -7,6 +7,7 @@ unprivileged user, a fake ``mv``); each checks that the old bytes survive and no
 
 from __future__ import annotations
 
+import dataclasses
 import fcntl
 import hashlib
 import os
@@ -725,3 +726,69 @@ def test_write_and_prove_of_a_failed_write_has_no_read_back_and_keeps_the_old_fi
     assert not proof.outcome.ok and proof.outcome.failed_step == "dir"
     assert proof.readback is None
     assert not proof.old.present and proof.old.data is None
+
+
+# ---------------------------------------------------------------------------------------------
+# write first, read only what is needed (repair: write_and_prove(..., unread=True))
+
+
+def test_unread_write_of_identical_bytes_is_one_exec_that_brings_them(transport, model_dir):
+    from dflash_provision.fleet.run import CountingTransport
+    from dflash_provision.remote.proof import WriteOptions, write_and_prove
+
+    config = model_dir / "config.json"
+    config.write_bytes(NEW)
+    counted = CountingTransport(transport)
+    proof = write_and_prove(counted, str(config), NEW, WriteOptions(), unread=True)
+    assert proof.outcome.status is WriteStatus.UNCHANGED
+    assert proof.readback is not None and proof.readback.data == NEW
+    assert counted.execs == 1  # the write exec read the file: no read-back exec
+    assert listing(model_dir) == ["config.json"]  # nothing created, not even .dflash-backups
+    # A caller that read the file first (push) still proves it with a separate read-back.
+    counted = CountingTransport(transport)
+    write_and_prove(counted, str(config), NEW, WriteOptions())
+    assert counted.execs == 2
+
+
+class _OtherBytesAfterData(LocalTransport):
+    """Runs the command, then swaps the bytes an unchanged write sends back for others (as if
+    the file had been replaced between the script's hash and its read)."""
+
+    def run(self, argv, *, stdin=None, timeout=None):  # type: ignore[no-untyped-def]
+        result = super().run(argv, stdin=stdin, timeout=timeout)
+        out = result.stdout
+        if b"result unchanged\n" in out and out.endswith(NEW):
+            out = out[: -len(NEW)] + OLD
+        return dataclasses.replace(result, stdout=out)
+
+
+def test_unread_write_checks_the_bytes_it_brings_and_reads_back_when_they_differ(model_dir):
+    from dflash_provision.fleet.run import CountingTransport
+    from dflash_provision.remote.proof import WriteOptions, write_and_prove
+
+    config = model_dir / "config.json"
+    config.write_bytes(NEW)
+    counted = CountingTransport(_OtherBytesAfterData())
+    proof = write_and_prove(counted, str(config), NEW, WriteOptions(), unread=True)
+    # The script's bytes are evidence, not a verdict: the read-back decided (2 execs).
+    assert counted.execs == 2
+    assert proof.readback is not None and proof.readback.data == NEW
+
+
+def test_unread_write_refuses_a_file_this_login_cannot_read_before_creating_anything(
+    transport, model_dir
+):
+    from dflash_provision.remote.proof import WriteOptions, write_and_prove
+
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    config.chmod(0o600)  # root's
+    model_dir.chmod(0o777)  # the login may write the directory, not read the file
+    nobody = as_nobody(transport, model_dir)
+    proof = write_and_prove(nobody, str(config), NEW, WriteOptions(), unread=True)
+    assert (proof.outcome.failed_step, proof.outcome.reason) == ("dest", "permission-denied")
+    assert "cannot be judged" in proof.outcome.message
+    assert proof.readback is None
+    assert config.read_bytes() == OLD
+    # No lock, no temp file, no .dflash-backups.
+    assert [n for n in listing(model_dir) if n != "busybox-bin"] == ["config.json"]

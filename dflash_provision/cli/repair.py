@@ -3,7 +3,8 @@
 Written to: every host that answered and whose file is not the authoritative bytes: drifted,
 missing, invalid, loader_normalised, and same_values (the authoritative values in other bytes,
 rewritten to the exact bytes: a lock pins bytes), through the full write protocol (atomic
-write, backup, read-back), on the connection the audit opened; then the host is audited again.
+write, backup, read-back), write first: the old file's bytes come back with the read-back and
+are judged as an audit's read would be (fleet/repairing.py); the read-back is the fresh audit.
 Never written to: hosts in sync, and hosts that could not be read (unreachable, auth,
 permission, container). ``--max-failures N`` stops starting new writes once N have failed.
 ``--dry-run`` only shows what would change. Every write is recorded in the local history as

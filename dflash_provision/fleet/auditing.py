@@ -63,9 +63,7 @@ def audit_on(
             )
     except DflashProvisionError as exc:
         audit.timings.read_s = time.monotonic() - t0
-        audit.status, audit.detail = classify_exception(
-            exc, waited_s=audit.timings.read_s, timeout_s=run.handshake_timeout
-        )
+        classify_failure(run, audit, exc)
     except Exception as exc:  # a bug must not abort the other hosts' audits: report it here
         audit.timings.read_s = time.monotonic() - t0
         audit.status, audit.detail = HostStatus.ERROR, internal_error(exc)
@@ -78,6 +76,25 @@ def audit_on(
             audit.status, audit.detail = HostStatus.ERROR, internal_error(exc)
         audit.timings.classify_s = time.monotonic() - t1
     audit.execs = transport.execs - execs_before
+    audit.timings.total_s = time.monotonic() - started
+    return audit
+
+
+def classify_failure(run: FleetRun, audit: HostAudit, exc: DflashProvisionError) -> None:
+    """Set ``audit``'s status from the error that kept its file from being read (unreachable,
+    authentication, container down...), ``audit.timings.read_s`` being how long it waited."""
+    audit.status, audit.detail = classify_exception(
+        exc, waited_s=audit.timings.read_s, timeout_s=run.handshake_timeout
+    )
+
+
+def unread_audit(
+    run: FleetRun, member: FleetMember, exc: DflashProvisionError, waited_s: float, started: float
+) -> HostAudit:
+    """The audit of a host whose connection (or first command) failed with ``exc``."""
+    audit = _new_audit(run, member)
+    audit.timings.read_s = waited_s
+    classify_failure(run, audit, exc)
     audit.timings.total_s = time.monotonic() - started
     return audit
 

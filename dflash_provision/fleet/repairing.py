@@ -1,7 +1,9 @@
-"""Repair: audit, then push the authoritative config to every reachable host that needs it."""
+"""Repair: push the authoritative config to every reachable host whose file is not its bytes,
+writing first and judging the old file from what the write brought back."""
 
 from __future__ import annotations
 
+import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +18,7 @@ from dflash_provision.fleet.auditing import (
     internal_error,
     record_audits,
     resolve_authorities,
+    unread_audit,
 )
 from dflash_provision.fleet.interrupt import FleetInterrupted
 from dflash_provision.fleet.results import HostAudit, HostRepair, RepairAction
@@ -75,15 +78,19 @@ def repair(
     write: WriteOptions | None = None,
     run: FleetRun | None = None,
 ) -> list[HostRepair]:
-    """Audit, then write the authoritative config to every reachable host that needs it.
+    """Write the authoritative config to every reachable host whose file is not its bytes.
 
-    Each host is handled on one connection: read, then (write + read-back, the read-back being
-    the fresh audit). The read comes first on purpose, although the write exec also returns the
-    old bytes: whether a host may be written is judged on the controller (a file with the right
-    values in other bytes is in sync and must not be rewritten; a file this login cannot read is
-    not audited and must not be replaced), and the history row opens before a write starts. With
-    ``dry_run`` nothing is written. ``max_failures`` stops starting new writes after that many
-    failed. Writes are recorded in ``history`` as "started" before they begin.
+    Each host is handled on one connection, write first: the write exec itself finds a file
+    that is already right (nothing is written or locked; its bytes come back and are judged
+    here: one exec per in-sync host), refuses a file this login cannot read (it cannot be
+    judged), and otherwise replaces the file and keeps the old one; the separate read-back
+    brings the old bytes and the new (two execs per written host). The old bytes are then
+    judged on the controller as an audit's read would be: that is the "before" column. Every
+    status that is not ``in_sync`` is written (``same_values`` too: a lock pins bytes). With
+    ``dry_run`` (and for hosts after Ctrl-C or ``max_failures``) the file is only read.
+    ``max_failures`` stops starting new writes after that many failed. A write is journaled in
+    ``history`` as "started" before it begins; a host found in sync leaves no write row (its
+    audit row says so).
     """
     run = run or FleetRun(authority_for, connector=connector)
     resolve_authorities(run, members)
@@ -135,6 +142,20 @@ def _repair_steps(
     history: HistoryStore | None,
     write: WriteOptions,
 ) -> HostRepair:
+    if dry_run or run.stopping.is_set() or not budget.may_start():
+        # No write will start: the audit says what the host holds, and why it is not written.
+        return _audit_first(run, member, transport, started, dry_run, budget)
+    return _write_first(run, member, transport, started, budget, history, write)
+
+
+def _audit_first(
+    run: FleetRun,
+    member: FleetMember,
+    transport: CountingTransport,
+    started: float,
+    dry_run: bool,
+    budget: _FailureBudget,
+) -> HostRepair:
     before = audit_on(run, member, transport, started)
     if before.status is HostStatus.IN_SYNC:
         return HostRepair(before, RepairAction.SKIPPED_IN_SYNC, before.detail)
@@ -144,17 +165,40 @@ def _repair_steps(
         # The audit's own words for every host (the file missing, the parse error, what the
         # loader changes), not only a diff for drifted ones.
         return HostRepair(before, RepairAction.WOULD_WRITE, f"would write: {before.detail}")
-    if run.stopping.is_set():  # Ctrl-C while this host was being audited
+    if run.stopping.is_set():  # Ctrl-C before this host's write
         return HostRepair(
             before, RepairAction.SKIPPED_INTERRUPTED, "not written: interrupted (Ctrl-C)"
         )
-    if not budget.may_start():
-        return HostRepair(
-            before,
-            RepairAction.SKIPPED_MAX_FAILURES,
-            f"not written: --max-failures {budget.limit} reached",
-        )
-    result, readback = _write(run, member, transport, before, history, write)
+    return HostRepair(
+        before,
+        RepairAction.SKIPPED_MAX_FAILURES,
+        f"not written: --max-failures {budget.limit} reached",
+    )
+
+
+def _write_first(
+    run: FleetRun,
+    member: FleetMember,
+    transport: CountingTransport,
+    started: float,
+    budget: _FailureBudget,
+    history: HistoryStore | None,
+    write: WriteOptions,
+) -> HostRepair:
+    """The write exec first: it finds a file that is already right (and sends its bytes, which
+    are judged here: 1 exec), refuses one this login cannot read, and otherwise replaces the file
+    and keeps the old one, whose bytes come back with the read-back and are judged here as the
+    audit's would have been (2 execs). Only a write that failed reads the file again, to say
+    what the host holds."""
+    t0 = time.monotonic()
+    try:
+        # The connection on its own first: an unreachable host opens no history row.
+        transport.connect()
+    except DflashProvisionError as exc:
+        return _not_reached(run, member, exc, time.monotonic() - t0, started)
+    result, readback = _write(run, member, transport, history, write)
+    if result.action not in (RepairAction.WROTE, RepairAction.FAILED):
+        return result  # in sync, or not written (why is in its audit)
     if result.action is RepairAction.FAILED:
         budget.failed()
     # The fresh audit: push's read-back is already a separate exec reading the file from disk
@@ -163,25 +207,34 @@ def _repair_steps(
     return result
 
 
+def _not_reached(
+    run: FleetRun, member: FleetMember, exc: DflashProvisionError, waited_s: float, started: float
+) -> HostRepair:
+    before = unread_audit(run, member, exc, waited_s, started)
+    return HostRepair(before, RepairAction.SKIPPED_NOT_AUDITED, before.detail)
+
+
+#: The write's steps that run before anything is created or locked: a write that failed in one
+#: of them touched nothing, and the host's file is then told by a read (as an audit would).
+_CHECK_STEPS = frozenset({"args", "dir", "symlink", "dest"})
+
+
 def _write(
     run: FleetRun,
     member: FleetMember,
     transport: CountingTransport,
-    before: HostAudit,
     history: HistoryStore | None,
     write: WriteOptions,
 ) -> tuple[HostRepair, RemoteRead | None]:
-    """Push on the open connection; returns the result and push's read-back (if it got one)."""
-    from dflash_provision.place.push import push_config
+    """Push on the open connection; returns the repair (its ``before`` judged from the old file
+    the write found) and push's read-back (if it got one)."""
+    from dflash_provision.place.push import PushStatus, push_config
 
+    started = time.monotonic()
     authority = run.authority(member)
-    repair = HostRepair(before, RepairAction.FAILED, sha256_before=before.sha256)
-    readback: RemoteRead | None = None
-    t0 = time.monotonic()
     key = HostKey.of_name(member.name)
     path = member.target.config_path
-    with journal(history, "repair", key, path, sha256_before=before.sha256) as recording:
-        repair.history_id = recording.id
+    with journal(history, "repair", key, path) as recording:
         try:
             outcome = push_config(
                 transport,
@@ -189,28 +242,83 @@ def _write(
                 authority,
                 write=write,
                 validate=False,  # validated once per authoritative source in repair()
+                unread=True,
             )
         except DflashProvisionError as exc:
-            repair.message = recording.message = exc.message
-            recording.status = "failed"
+            # push raises only for a command that never ran (the host refused the session,
+            # the container is down): nothing was written, and there is nothing to record.
+            recording.discard = True
+            return _not_reached(run, member, exc, time.monotonic() - started, started), None
         except Exception as exc:  # see _audit_on; the file's state is unknown, the history says so
-            repair.message = internal_error(exc) + "; the file may or may not have been replaced"
-            recording.status, recording.message = "failed", repair.message
+            message = internal_error(exc) + "; the file may or may not have been replaced"
+            recording.status, recording.message = "failed", message
+            before = audit_on(run, member, transport, started)
+            return HostRepair(before, RepairAction.FAILED, message), None
+        before = _before(run, member, transport, started, outcome)
+        if outcome.status is PushStatus.UNCHANGED or (
+            outcome.write is not None
+            and outcome.write.failed_step in _CHECK_STEPS
+            and not before.status.needs_write
+        ):
+            # Already right, or refused before touching anything a file repair would not write
+            # (unreadable, not a regular file): no change to journal.
+            recording.discard = True
+            action = (
+                RepairAction.SKIPPED_IN_SYNC
+                if before.status is HostStatus.IN_SYNC
+                else RepairAction.SKIPPED_NOT_AUDITED
+            )
+            return HostRepair(before, action, before.detail), None
+        # The row is push's own (its status word, the settled sha256 of a cut-off write):
+        # a repair is a push to a host the judge found wrong, and journals as one.
+        outcome.journal_into(recording)
+        repair = HostRepair(before, RepairAction.FAILED, sha256_before=outcome.old_sha256)
+        repair.history_id = recording.id
+        repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
+        if outcome.ok:
+            repair.action = RepairAction.WROTE
+            repair.message = _describe_push(outcome, before)
         else:
-            # The row is push's own (its status word, the settled sha256 of a cut-off write):
-            # a repair is a push to a host audit found wrong, and journals as one.
-            outcome.journal_into(recording)
-            readback = outcome.readback
-            repair.sha256_before = outcome.old_sha256
-            repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
-            if outcome.ok:
-                repair.action = RepairAction.WROTE
-                repair.message = _describe_push(outcome, before)
-            else:
-                repair.message = outcome.message or f"push {outcome.status.value}"
-            recording.message = repair.message  # what was fixed, and where the old file is
-        before.timings.write_s = time.monotonic() - t0
-    return repair, readback
+            repair.message = outcome.message or f"push {outcome.status.value}"
+        recording.message = repair.message  # what was fixed, and where the old file is
+        before.timings.write_s = time.monotonic() - started
+    return repair, outcome.readback
+
+
+def _before(
+    run: FleetRun,
+    member: FleetMember,
+    transport: CountingTransport,
+    started: float,
+    outcome: PushResult,
+) -> HostAudit:
+    """The audit of the file the write found: judged from the bytes the write brought back
+    (the old file, or the unchanged one); read fresh when the write did not get that far."""
+    from dflash_provision.place.push import PushStatus
+    from dflash_provision.remote.ops import ReadStatus, RemoteRead
+
+    path = member.target.config_path
+    seen = outcome.write
+    if outcome.status is PushStatus.UNCHANGED and outcome.readback is not None:
+        return audit_on(run, member, transport, started, read=outcome.readback)
+    if seen is None or not seen.old_seen or seen.failed_step in _CHECK_STEPS:
+        return audit_on(run, member, transport, started)  # one more exec, off the common path
+    if not seen.old_present:
+        status = ReadStatus.DIR_MISSING if seen.created_dir else ReadStatus.MISSING
+        return audit_on(run, member, transport, started, read=RemoteRead(path, status))
+    if outcome.old_data is None:
+        return audit_on(
+            run, member, transport, started,
+            read=RemoteRead(path, ReadStatus.ERROR, message=OLD_BYTES_LOST),
+        )  # fmt: skip
+    old = outcome.old_data
+    read = RemoteRead(
+        path, ReadStatus.PRESENT, data=old, sha256=hashlib.sha256(old).hexdigest(), size=len(old)
+    )
+    return audit_on(run, member, transport, started, read=read)
+
+
+OLD_BYTES_LOST = "its bytes could not be read back from the backup the write kept"
 
 
 def _describe_push(outcome: PushResult, before: HostAudit) -> str:

@@ -71,6 +71,9 @@ class CountingTransport(Transport):
         self.execs += 1
         return self.inner.run(argv, stdin=stdin, timeout=timeout)
 
+    def connect(self) -> None:
+        self.inner.connect()
+
     def close(self) -> None:
         self.inner.close()
 

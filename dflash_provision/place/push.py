@@ -103,6 +103,8 @@ class PushResult:
     cut_off: str = ""
     interrupted: bool = False
     settled_sha256: str | None = None  # what the file held when checked after a cut-off
+    #: The replaced (or found) file's bytes, when known: for a caller that judges them (repair).
+    old_data: bytes | None = field(default=None, repr=False)
 
     @property
     def ok(self) -> bool:
@@ -199,12 +201,15 @@ def push_config(
     write: WriteOptions = _DEFAULT_WRITE,
     validate: bool = True,
     verb: str = "push",
+    unread: bool = False,
 ) -> PushResult:
     """Make ``target``'s config hold exactly ``authority.data``, and prove it by reading it back.
 
     Validation runs first (``validate=False`` skips it for callers that validated once for a
     whole fleet); an invalid config raises ConfigInvalid unless ``force``. ``write``: backups,
-    mkdir, symlinks, timeout (see remote.proof.WriteOptions).
+    mkdir, symlinks, timeout (see remote.proof.WriteOptions). ``unread``: the caller has not
+    read the file (repair): see remote.proof.write_and_prove; ``old_data`` then carries the
+    replaced file's bytes for the caller to judge.
     """
     report, warnings = (
         check_authority(authority, force=force, verb=verb) if validate else (None, [])
@@ -222,7 +227,7 @@ def push_config(
     )
     if dry_run:
         return _dry_run(transport, result, authority.data, mkdir=write.mkdir, timeout=write.timeout)
-    return _write_and_prove(transport, result, authority.data, write)
+    return _write_and_prove(transport, result, authority.data, write, unread=unread)
 
 
 def _dry_run(
@@ -247,13 +252,14 @@ def _dry_run(
 
 
 def _write_and_prove(
-    transport: Transport, result: PushResult, data: bytes, options: WriteOptions
+    transport: Transport, result: PushResult, data: bytes, options: WriteOptions, *, unread: bool
 ) -> PushResult:
-    proof = write_and_prove(transport, result.path, data, options)
+    proof = write_and_prove(transport, result.path, data, options, unread=unread)
     outcome, old = proof.outcome, proof.old
     result.write = outcome
     result.readback = proof.readback
     result.old_sha256 = old.sha256
+    result.old_data = old.data
     if proof.settled is not None:
         return _from_settled(result, proof)
     if not outcome.ok:

@@ -332,6 +332,9 @@ class WriteOutcome:
     message: str = ""
     exit_status: int = 0
     stderr: str = ""
+    #: With ``send_same``, for an unchanged file: its bytes as the script read them after the
+    #: hash matched (None: not asked, or nothing came). The caller compares them itself.
+    same_data: bytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -365,6 +368,8 @@ def write_remote_config(
     lock_timeout: float | None = None,
     send_old: bool = True,
     nonce: str = "",
+    send_same: bool = False,
+    readable_only: bool = False,
 ) -> WriteOutcome:
     """Replace ``path`` with ``data`` through the atomic write protocol (scripts/write.sh).
 
@@ -373,6 +378,9 @@ def write_remote_config(
     write that kept a backup does not send the old bytes back (``old_data`` None; read them from
     ``backup_path``, e.g. with read_back's ``before``), which saves the host a process.
     ``nonce`` (hex): names this write in the evidence it leaves for remote.settle.
+    ``send_same``: a file found to hold ``data`` already is read again and sent back
+    (``same_data``), for the caller to check instead of a read-back. ``readable_only``: a file
+    this login cannot read is refused (step ``dest``), not replaced.
     """
     check_remote_path(path)
     if keep_backups < 0:
@@ -395,6 +403,8 @@ def write_remote_config(
         "1" if send_old else "0",
         str(remote_deadline(limit)),
         nonce,
+        "1" if send_same else "0",
+        "1" if readable_only else "0",
     ]
     result, parsed = run_script(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)
@@ -414,8 +424,11 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
     old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
     if old_data is not None and len(old_data) > MAX_CONFIG_BYTES:
         old_data = None  # cut off by the remote side: not the old file's bytes
+    same_data = None
     if f.get("result") == "unchanged" and result.exit_status == 0:
-        old_data = data  # the script sends no bytes back: they are the ones we sent
+        # Sent only when asked (send_same), and then the caller's to check: not trusted here.
+        same_data = parsed.data if parsed.data else None
+        old_data = data  # the script found the bytes we sent
     if f.get("old_sent") == "0":
         old_data = None  # left in the backup (send_old=False)
     durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
@@ -434,6 +447,7 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
         "followed_symlink": "followed-symlink" in f,
         "exit_status": result.exit_status,
         "stderr": result.stderr.decode("utf-8", errors="replace"),
+        "same_data": same_data,
     }
     result_word = f.get("result")
     if result_word == "written" and result.exit_status == 0:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from dflash_provision.errors import DflashProvisionError, RemoteStepFailed
 from dflash_provision.remote.ops import (
     DEFAULT_KEEP_BACKUPS,
+    ReadStatus,
     RemoteRead,
     WriteOutcome,
     WriteStatus,
@@ -89,10 +90,20 @@ _MAYBE_RAN = ("timeout", "connection")
 
 
 def write_and_prove(
-    transport: Transport, path: str, data: bytes, options: WriteOptions
+    transport: Transport,
+    path: str,
+    data: bytes,
+    options: WriteOptions,
+    *,
+    unread: bool = False,
 ) -> WriteProof:
     """Write ``data`` to ``path`` and read it back; never raises for what a host reports, nor
-    when the write is cut off (see WriteProof.cut_off): only when it never started."""
+    when the write is cut off (see WriteProof.cut_off): only when it never started.
+
+    ``unread``: the caller has not read the file first (repair writes first). The write then
+    refuses a file this login cannot read (it cannot be judged, so it is not replaced), and a
+    file that already holds ``data`` is read by the write exec itself and checked here: that
+    read is the proof, as an audit's read is, and no second exec is needed."""
     old_via_read_back = options.keep_backups > 0 and not options.follow_symlinks
     nonce = secrets.token_hex(8)
     try:
@@ -106,6 +117,8 @@ def write_and_prove(
             timeout=options.timeout,
             send_old=not old_via_read_back,
             nonce=nonce,
+            send_same=unread,
+            readable_only=unread,
         )
     except KeyboardInterrupt:
         return _settled(transport, path, data, options, nonce, "interrupted (Ctrl-C)", None)
@@ -120,6 +133,17 @@ def write_and_prove(
             outcome.old_seen, outcome.old_present, outcome.old_data, _sha(outcome.old_data)
         )
         return WriteProof(outcome, None, old)
+    if outcome.status is WriteStatus.UNCHANGED and outcome.same_data == data:
+        # Other bytes (the file replaced between the script's hash and its read) fall through to
+        # the separate read-back, which then says what is there.
+        readback = RemoteRead(
+            path=path,
+            status=ReadStatus.PRESENT,
+            data=data,
+            sha256=_sha(data),
+            size=len(data),
+        )
+        return WriteProof(outcome, readback, OldFile(True, True, data, _sha(data)))
     backup = outcome.backup_path if outcome.old_present and outcome.old_data is None else None
     try:
         readback, kept = read_back(transport, path, data, timeout=options.timeout, before=backup)

@@ -1,7 +1,7 @@
 # dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one.
 #
 # Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S
-#            [STAMP [SEND_OLD(1|0) [DEADLINE_S [NONCE]]]]
+#            [STAMP [SEND_OLD(1|0) [DEADLINE_S [NONCE [SEND_SAME(0|1) [READABLE(0|1)]]]]]]
 #            STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name.
 #            SEND_OLD=0: after a write that kept a backup, do not send the old bytes (the caller
 #            reads them with its read-back, in the same process as the new file's bytes).
@@ -10,6 +10,11 @@
 #            NONCE: [0-9a-f]{16,64}, names this push in the evidence it leaves for settle.sh, so
 #            that a caller cut off before the result arrived can learn what happened (see
 #            "evidence" below).
+#            SEND_SAME=1: when DEST already holds the bytes ("result unchanged"), send DEST's
+#            bytes as read now after "data", so that the caller can check them itself and needs
+#            no read-back (repair writes first and reads only what it must: fleet/repairing.py).
+#            READABLE=1: a DEST this login cannot read is refused (step dest, permission-denied)
+#            before anything is created: a file that cannot be judged is not replaced.
 # stdin:     exactly SIZE bytes whose sha256 is SHA256.
 #
 # Steps (the name is what a failure reports):
@@ -66,9 +71,9 @@
 # names the step.
 #
 # Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv, sync and the rm of
-# its landed mark (given a NONCE), plus a rm when pruning and the cat of the old bytes when
-# SEND_OLD=1; an unchanged one a stat and, when
-# the size matches, a sha256sum. Each process is ~1 ms of a host's CPU, and a fleet command runs
+# its landed mark (given a NONCE), plus a rm when pruning and the head of the old bytes when
+# SEND_OLD=1; an unchanged one a stat and, when the size matches, a sha256sum (and a head with
+# SEND_SAME=1). Each process is ~1 ms of a host's CPU, and a fleet command runs
 # this on every host at once.
 
 dest=$1
@@ -82,6 +87,8 @@ stamp=${8:-}
 send_old=${9:-1}
 deadline=${10:-0}
 nonce=${11:-}
+send_same=${12:-0}
+readable=${13:-0}
 landed=
 
 umask 022
@@ -128,7 +135,9 @@ finish() {
 	# The report reached the pipe to the caller: the mark is no longer needed.
 	[ -z "$landed" ] || rm -f "$landed"
 	if [ "$result" = unchanged ]; then
-		: # the old bytes are the caller's own
+		# The old bytes are the caller's own; with SEND_SAME=1 they are read again, for the
+		# caller to check.
+		[ "$send_same" != 1 ] || head -c $((max_bytes + 1)) "$file" 2>/dev/null
 	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
 		if [ "$keep" -eq 0 ]; then
 			head -c $((max_bytes + 1)) "./$backup" 2>/dev/null
@@ -254,6 +263,9 @@ if [ -e "$file" ] && [ ! -f "$file" ]; then
 fi
 [ ! -L "$file" ] || [ "$follow" = 1 ] ||
 	fail symlink symlink-refused "$dest is a symlink; refusing to replace it (--follow-symlinks writes the file it points to)" 13
+if [ "$readable" = 1 ] && [ -f "$file" ] && [ ! -r "$file" ]; then
+	fail dest permission-denied "user $(whoami_text) may not read $dest: a file that cannot be judged is not replaced" 14
+fi
 
 # Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
 # read-only directory holding the right file is fine). A file of another size cannot be right,
