@@ -196,6 +196,8 @@ def _write_first(
         transport.connect()
     except DflashProvisionError as exc:
         return _not_reached(run, member, exc, time.monotonic() - t0, started)
+    if run.stopping.is_set():  # Ctrl-C while connecting: this host's write never starts
+        return _audit_first(run, member, transport, started, False, budget)
     result, readback = _write(run, member, transport, history, write)
     if result.action not in (RepairAction.WROTE, RepairAction.FAILED):
         return result  # in sync, or not written (why is in its audit)
