@@ -22,7 +22,8 @@ def yaml_module() -> Any:
 def compose(path: Path, text: str) -> Any:
     yaml = yaml_module()
     try:
-        return yaml.compose(text, Loader=yaml.SafeLoader)
+        # libyaml when present: the pure-Python composer costs ~1.5 ms per host of inventory.
+        return yaml.compose(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = f":{mark.line + 1}" if mark is not None else ""
