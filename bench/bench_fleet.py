@@ -14,6 +14,9 @@ commands per host, for:
     minimal write     one connection + one `cat > file` per host
     minimal write+read  the same plus `cat file` on the same connection (2 execs): the floor
                       for any write with a separate read-back
+    minimal atomic+read the script doing push's guarantees by hand: temp file + fsync, the old
+                      file kept by a hard link, rename, directory fsync, then `cat file` (2
+                      execs; no lock, hash check, trust checks or cut-off evidence)
     push core         place.push.push_config per host in a pool of the same size, on
                       an all-drifted fleet: the atomic write exec + the separate read-back exec
                       (the authoritative config validated once per run, as repair does)
@@ -173,7 +176,9 @@ class Bench:
 
     # -- the contenders -------------------------------------------------------------------------
 
-    def minimal(self, hosts: int, data: bytes | None, read_back: bool = False) -> float:
+    def minimal(
+        self, hosts: int, data: bytes | None, read_back: bool = False, atomic: bool = False
+    ) -> float:
         ok = minimal_paramiko.run(
             self.shared,
             self.addresses(hosts),
@@ -181,9 +186,10 @@ class Bench:
             data=data,
             workers=64,
             read_back=read_back,
+            atomic=atomic,
         )
         assert all(ok), "minimal script failed on some host"
-        return 2.0 if read_back else 1.0
+        return 2.0 if read_back or atomic else 1.0
 
     def audit_core(self, hosts: int) -> float:
         run = FleetRun(authority_loader(), connector=Connector(self.options))
@@ -317,6 +323,10 @@ def main() -> None:
                     lambda n=n: bench.minimal(n, REFERENCE, read_back=True), drifted,
                 ), base_write))  # fmt: skip
                 rows.append((median_measure(
+                    "minimal atomic+read", n, args.repeat,
+                    lambda n=n: bench.minimal(n, REFERENCE, atomic=True), drifted,
+                ), base_write))  # fmt: skip
+                rows.append((median_measure(
                     "push core", n, args.repeat, lambda n=n: bench.push_core(n), drifted
                 ), base_write))  # fmt: skip
                 rows.append((median_measure(
@@ -358,6 +368,12 @@ def main() -> None:
                     args.pairs, lambda: bench.seed(n, INCIDENT),
                     lambda: bench.minimal(n, REFERENCE), lambda: bench.push_core(n),
                 ),
+                # What the guarantees cost when written by hand, and repair against that floor.
+                "repair core vs atomic": paired_ratios(
+                    args.pairs, lambda: bench.seed(n, INCIDENT),
+                    lambda: bench.minimal(n, REFERENCE, atomic=True),
+                    lambda: bench.repair_core(n),
+                ),
             }  # fmt: skip
             paired_note = (
                 f"paired ratios at {n} hosts ({args.pairs} pairs, each run right after its "
@@ -372,7 +388,12 @@ def main() -> None:
             f"{measure.hosts:>5}  {measure.what:<22} {measure.wall_s:8.3f} "
             f"{measure.cpu_ms_per_host:12.1f} {measure.execs_per_host:10.1f}  {ratio}"
         )
-    goals = {"audit core (in sync)": 1.2, "audit core (drifted)": 1.2, "push core": 1.5}
+    goals = {
+        "audit core (in sync)": 1.2,
+        "audit core (drifted)": 1.2,
+        "push core": 1.5,
+        "repair core vs atomic": 1.3,
+    }
     print("\ngoals at the largest size (ratio of the medians above):")
     largest = max(sizes)
     for measure, baseline in rows:

@@ -6,7 +6,7 @@ parsed once; the private key loaded once and shared), one exec (``cat FILE`` to 
 is the point.
 
     python bench/minimal_paramiko.py --key ID --known-hosts KH --path /root/m/config.json \\
-        [--write FILE [--read-back]] [--port 22] [--workers 64] 127.0.1.1 127.0.1.2 ...
+        [--write FILE [--read-back | --atomic]] [--port 22] [--workers 64] 127.0.1.1 127.0.1.2 ...
 
 Prints one JSON object: wall seconds, controller CPU seconds, hosts ok/failed.
 """
@@ -110,6 +110,25 @@ def write_read_one(shared: Shared, address: str, path: str, data: bytes) -> bool
     return wrote == 0 and read == 0 and back == data
 
 
+def atomic_write_read_one(shared: Shared, address: str, path: str, data: bytes) -> bool:
+    """The least a write with push's guarantees can cost, by hand: the bytes into a temp file
+    beside the config and fsynced, the old file kept by a hard link, the rename, the directory
+    fsynced (one exec: the shell, cat, sync, ln, mv, sync), then ``cat FILE`` as the read-back.
+    No lock, no hash check of what arrived, no trust checks, no evidence for a cut-off caller."""
+    directory = path.rsplit("/", 1)[0] or "/"
+    tmp, backup = f"{path}.tmp", f"{path}.bak"
+    q = shlex.quote
+    write = (
+        f"cat > {q(tmp)} && sync {q(tmp)}"
+        f" && {{ [ ! -e {q(path)} ] || ln -f {q(path)} {q(backup)}; }}"
+        f" && mv -f {q(tmp)} {q(path)} && sync {q(directory)}"
+    )
+    (wrote, _), (read, back) = _execs(
+        shared, address, [(write, data), (shlex.join(["cat", path]), None)]
+    )
+    return wrote == 0 and read == 0 and back == data
+
+
 def run(
     shared: Shared,
     addresses: list[str],
@@ -118,14 +137,18 @@ def run(
     data: bytes | None,
     workers: int,
     read_back: bool = False,
+    atomic: bool = False,
 ) -> list[bool]:
     """Read (``data`` None) or write every host (``read_back``: and read it back on the same
-    connection); True per host that succeeded."""
+    connection; ``atomic``: with push's guarantees done by hand, see atomic_write_read_one);
+    True per host that succeeded."""
 
     def one(address: str) -> bool:
         try:
             if data is None:
                 return read_one(shared, address, path) is not None
+            if atomic:
+                return atomic_write_read_one(shared, address, path, data)
             if read_back:
                 return write_read_one(shared, address, path, data)
             return write_one(shared, address, path, data)
@@ -146,6 +169,11 @@ def main() -> None:
     parser.add_argument(
         "--read-back", action="store_true", help="with --write: then `cat FILE` (2 execs)"
     )
+    parser.add_argument(
+        "--atomic",
+        action="store_true",
+        help="with --write: temp file + fsync, backup link, rename, directory fsync, read-back",
+    )
     parser.add_argument("--port", type=int, default=22)
     parser.add_argument("--workers", type=int, default=64)
     args = parser.parse_args()
@@ -160,6 +188,7 @@ def main() -> None:
         data=data,
         workers=args.workers,
         read_back=args.read_back,
+        atomic=args.atomic,
     )
     wall = time.monotonic() - started
     cpu1 = resource.getrusage(resource.RUSAGE_SELF)
