@@ -226,3 +226,26 @@ def test_concurrent_pushes_each_report_whether_they_landed(ssh_host):
     assert {claims[i] for i in landed} <= {"written", "replaced"}, claims
     assert claims[pool.index(final)] == "written"
     assert PushStatus.NOT_APPLIED.value not in claims.values()
+
+
+def test_repair_cut_off_after_rename_journals_written_and_does_not_guess_the_old_file(
+    ssh_host, tmp_path
+):
+    # Repair writes first: when that write's report is lost, a read now would show the new file
+    # as if it were the old one. The before column says it is not known; the row says written.
+    from tests.fixtures.inventories import write_fleet_inventory
+
+    directory = seed(ssh_host)
+    fault_after_rename(ssh_host, "kill-session")
+    inventory = write_fleet_inventory(tmp_path / "fleet.yaml", [ssh_host.alias], model=MODEL)
+    done = run_cli("repair", "-i", str(inventory), "--json", *host_args(ssh_host), home=tmp_path)
+    assert (directory / "config.json").read_bytes() == REFERENCE, "the new bytes landed"
+    assert done.returncode == ExitCode.OK, done.stderr
+    (host,) = json.loads(done.stdout)["hosts"]
+    assert host["action"] == "wrote", host
+    assert host["before"]["status"] == "error" and "cut off" in host["before"]["detail"], host
+    assert host["after"]["status"] == "in_sync", host
+    from dflash_provision.history import HistoryStore
+
+    rows = HistoryStore(tmp_path / "history.sqlite3").query(op="repair", limit=None)
+    assert [(r.status, r.sha256_after) for r in rows] == [("written", host["after"]["sha256"])]

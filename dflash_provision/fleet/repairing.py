@@ -303,6 +303,14 @@ def _before(
     seen = outcome.write
     if outcome.status is PushStatus.UNCHANGED and outcome.readback is not None:
         return audit_on(run, member, transport, started, read=outcome.readback)
+    if outcome.cut_off:
+        # The report never came: a read now could show the new file as the old one.
+        unknown = RemoteRead(
+            path,
+            ReadStatus.ERROR,
+            message=f"not known: the write's report was cut off ({outcome.cut_off})",
+        )
+        return audit_on(run, member, transport, started, read=unknown)
     if seen is None or not seen.old_seen or seen.failed_step in _CHECK_STEPS:
         return audit_on(run, member, transport, started)  # one more exec, off the common path
     if not seen.old_present:
