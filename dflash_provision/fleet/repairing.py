@@ -3,7 +3,6 @@ writing first and judging the old file from what the write brought back."""
 
 from __future__ import annotations
 
-import hashlib
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -297,7 +296,7 @@ def _before(
     """The audit of the file the write found: judged from the bytes the write brought back
     (the old file, or the unchanged one); read fresh when the write did not get that far."""
     from dflash_provision.place.push import PushStatus
-    from dflash_provision.remote.ops import ReadStatus, RemoteRead
+    from dflash_provision.remote.ops import ReadStatus, RemoteRead, present_read
 
     path = member.target.config_path
     seen = outcome.write
@@ -321,11 +320,7 @@ def _before(
             run, member, transport, started,
             read=RemoteRead(path, ReadStatus.ERROR, message=OLD_BYTES_LOST),
         )  # fmt: skip
-    old = outcome.old_data
-    read = RemoteRead(
-        path, ReadStatus.PRESENT, data=old, sha256=hashlib.sha256(old).hexdigest(), size=len(old)
-    )
-    return audit_on(run, member, transport, started, read=read)
+    return audit_on(run, member, transport, started, read=present_read(path, outcome.old_data))
 
 
 OLD_BYTES_LOST = "its bytes could not be read back from the backup the write kept"

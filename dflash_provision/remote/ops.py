@@ -188,6 +188,17 @@ def too_large(path: str, size: int | None = None) -> RemoteRead:
     )
 
 
+def present_read(path: str, data: bytes) -> RemoteRead:
+    """A read of ``path`` that found ``data`` (already checked by the caller): bytes, hash, size."""
+    return RemoteRead(
+        path=path,
+        status=ReadStatus.PRESENT,
+        data=data,
+        sha256=hashlib.sha256(data).hexdigest(),
+        size=len(data),
+    )
+
+
 def read_back(
     transport: Transport,
     path: str,
@@ -213,14 +224,8 @@ def read_back(
     result = transport.run(["head", "-q", "-c", limit, "--", *files], stdin=None, timeout=timeout)
     out = result.stdout
     if result.exit_status == 0 and len(out) >= len(expected) and out.endswith(expected):
-        read = RemoteRead(
-            path=path,
-            status=ReadStatus.PRESENT,
-            data=expected,
-            sha256=hashlib.sha256(expected).hexdigest(),
-            size=len(expected),
-        )
-        return read, out[: len(out) - len(expected)] if before is not None else None
+        kept = out[: len(out) - len(expected)] if before is not None else None
+        return present_read(path, expected), kept
     return read_remote_config(transport, path, timeout=timeout, metadata=False), None
 
 

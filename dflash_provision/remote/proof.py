@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from dflash_provision.errors import DflashProvisionError, RemoteStepFailed
 from dflash_provision.remote.ops import (
     DEFAULT_KEEP_BACKUPS,
-    ReadStatus,
     RemoteRead,
     WriteOutcome,
     WriteStatus,
+    present_read,
     read_back,
     read_remote_config,
     remote_deadline,
@@ -136,14 +136,8 @@ def write_and_prove(
     if outcome.status is WriteStatus.UNCHANGED and outcome.same_data == data:
         # Other bytes (the file replaced between the script's hash and its read) fall through to
         # the separate read-back, which then says what is there.
-        readback = RemoteRead(
-            path=path,
-            status=ReadStatus.PRESENT,
-            data=data,
-            sha256=_sha(data),
-            size=len(data),
-        )
-        return WriteProof(outcome, readback, OldFile(True, True, data, _sha(data)))
+        readback = present_read(path, data)
+        return WriteProof(outcome, readback, OldFile(True, True, data, readback.sha256))
     backup = outcome.backup_path if outcome.old_present and outcome.old_data is None else None
     try:
         readback, kept = read_back(transport, path, data, timeout=options.timeout, before=backup)
