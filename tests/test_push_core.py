@@ -5,9 +5,11 @@ The SSH and LXC paths are in test_push_hosts.py; the script-level failures in te
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import shlex
 import shutil
 import tempfile
 from collections.abc import Iterator
@@ -95,23 +97,46 @@ def test_push_writes_exact_bytes_shows_diff_then_says_unchanged(local, model_dir
     assert len(list_remote_backups(local, target.config_path)) == 1, "unchanged adds no backup"
 
 
-class PruningAfterWrite(LocalTransport):
-    """Another push's pruning, between our write exec and our read-back: the backup is gone."""
+class OldBytesChangedInFlight(LocalTransport):
+    """Alters the old file's bytes the write sends after its read-back (as if the old file had
+    been changed in place between the write's hash and its read): same length, other bytes."""
 
     def run(self, argv, *, stdin=None, timeout=60.0):  # type: ignore[no-untyped-def]
         result = super().run(argv, stdin=stdin, timeout=timeout)
-        if argv[:1] == ["sh"] and argv[3] == "dflash-write":
-            shutil.rmtree(Path(argv[4]).parent / ".dflash-backups")
+        if argv[:1] == ["sh"] and argv[3] == "dflash-write" and result.stdout.endswith(INCIDENT):
+            out = result.stdout[: -len(INCIDENT)] + INCIDENT.replace(b"248064", b"111111")
+            return dataclasses.replace(result, stdout=out)
         return result
 
 
-def test_push_whose_backup_vanished_before_the_read_back_still_proves_the_write(model_dir):
+def test_push_whose_old_bytes_do_not_match_their_hash_still_proves_the_write(model_dir):
     (model_dir / "config.json").write_bytes(INCIDENT)
-    result = push_config(PruningAfterWrite(), parse_target(str(model_dir)), loaded(REFERENCE))
+    result = push_config(OldBytesChangedInFlight(), parse_target(str(model_dir)), loaded(REFERENCE))
     assert result.status is PushStatus.WRITTEN
     assert result.readback is not None and result.readback.data == REFERENCE
-    assert result.diff is not None and result.diff.note == OLD_UNREADABLE
+    assert result.diff is not None and result.diff.note == OLD_UNREADABLE, "no diff from them"
     assert result.old_sha256 == hashlib.sha256(INCIDENT).hexdigest(), "hashed by the write"
+
+
+def test_push_whose_read_back_finds_other_bytes_says_not_applied(model_dir, tmp_path):
+    # Another program rewrites the file right after the rename (the fake `sync`, the step
+    # between the rename and the read-back, does it for real): the push does not take the
+    # write's word for it.
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    config = model_dir / "config.json"
+    (fake / "sync").write_text(
+        f'#!/bin/sh\n/bin/sync "$@"\ncat {shlex.quote(str(model_dir / "other"))} > {config}\n'
+    )
+    (fake / "sync").chmod(0o755)
+    (model_dir / "other").write_bytes(INCIDENT.replace(b"248064", b"111111"))
+    config.write_bytes(INCIDENT)
+    on_path = PrefixTransport(["/usr/bin/env", f"PATH={fake}:{os.environ['PATH']}"], "fake-sync")
+    result = push_config(on_path, parse_target(str(config)), loaded(REFERENCE))
+    assert result.status is PushStatus.NOT_APPLIED
+    assert result.message.startswith(NOT_APPLIED_MESSAGE)
+    assert "mask_token_id: 111111" in result.message
+    assert result.exit_code is ExitCode.REMOTE_FAILED
 
 
 def test_dry_run_shows_the_diff_and_writes_nothing(local, model_dir):
@@ -148,10 +173,12 @@ def test_push_failure_is_a_result_naming_the_step(local, model_dir):
 
 
 @pytest.mark.root
-def test_write_that_vanishes_is_caught_by_the_separate_read_back(model_dir):
+def test_a_file_only_the_writing_session_sees_passes_the_push_and_verify_tells(model_dir):
     # Every exec on this "host" runs in its own mount namespace with a fresh tmpfs over the
-    # model dir seeded from the real one: the write exec succeeds (its own hash check passes),
-    # but a separate exec does not see the file. Real mounts, real scripts; not a mock.
+    # model dir seeded from the real one. Push's proof is the read-back inside its own exec (a
+    # fresh open of the path after the rename, as a reader on that host opens it), so it sees
+    # its file; verify is another exec, and tells what any other session sees. Real mounts,
+    # real scripts; not a mock.
     if os.getuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare")
     seed = model_dir / "seed"
@@ -174,11 +201,12 @@ def test_write_that_vanishes_is_caught_by_the_separate_read_back(model_dir):
         ],
         "ephemeral",
     )
-    result = push_config(ephemeral, parse_target(str(live)), loaded(REFERENCE))
-    assert result.write is not None and result.write.ok, "the write exec itself succeeded"
-    assert result.status is PushStatus.NOT_APPLIED
-    assert NOT_APPLIED_MESSAGE in result.message
-    assert result.exit_code is ExitCode.REMOTE_FAILED
+    target = parse_target(str(live))
+    result = push_config(ephemeral, target, loaded(REFERENCE))
+    assert result.status is PushStatus.WRITTEN
+    seen = verify_config(ephemeral, target, loaded(REFERENCE))
+    assert seen.status is HostStatus.DRIFTED, "another session still sees the old file"
+    assert seen.exit_code is ExitCode.DRIFT
 
 
 # ---------------------------------------------------------------------------------------------

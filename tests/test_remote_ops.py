@@ -27,7 +27,6 @@ from dflash_provision.remote.ops import (
     ReadStatus,
     WriteStatus,
     list_remote_backups,
-    read_back,
     read_remote_config,
     write_remote_config,
 )
@@ -263,44 +262,48 @@ class CountingTransport(PrefixTransport):
         return super().run(argv, **kwargs)  # type: ignore[arg-type]
 
 
-@pytest.mark.parametrize("flavour", ["coreutils", "busybox"])
-def test_read_back_of_the_expected_bytes_is_one_bounded_head(flavour, bb_root, model_dir):
-    config = model_dir / "config.json"
-    config.write_bytes(NEW)
-    counting = CountingTransport(busybox_transport(bb_root) if flavour == "busybox" else None)
-    read, before = read_back(counting, str(config), NEW)
-    assert read.present and read.data == NEW and read.sha256 == sha(NEW)
-    assert before is None
-    assert counting.commands == [["head", "-q", "-c", "1048577", "--", str(config)]]
-
-
-def test_read_back_that_finds_other_bytes_or_nothing_describes_what_is_there(model_dir):
+@pytest.mark.parametrize("keep", [0, 5])
+def test_write_reads_back_and_brings_the_old_bytes_in_the_same_exec(transport, model_dir, keep):
+    # The whole write-and-prove protocol is one exec: after the rename the script reads the
+    # file back by the path it was given and sends the old file's bytes after it.
     config = model_dir / "config.json"
     config.write_bytes(OLD)
-    counting = CountingTransport()
-    other, _ = read_back(counting, str(config), NEW)
-    assert other.present and other.data == OLD and other.sha256 == sha(OLD)
-    assert len(counting.commands) == 2, "a plain head, then the full read that describes it"
-    config.unlink()
-    missing, _ = read_back(counting, str(config), NEW)
-    assert missing.status is ReadStatus.MISSING
-
-
-def test_write_can_leave_the_old_bytes_for_the_read_back_to_bring(transport, model_dir):
-    # push's two execs: the write keeps the old file as a backup and does not send it; the
-    # read-back's one cat brings the backup's bytes and then the new file's.
-    config = model_dir / "config.json"
-    config.write_bytes(OLD)
-    outcome = write_remote_config(transport, str(config), NEW, send_old=False)
+    counting = CountingTransport(transport if isinstance(transport, PrefixTransport) else None)
+    outcome = write_remote_config(counting, str(config), NEW, keep_backups=keep)
     assert outcome.status is WriteStatus.WRITTEN
-    assert (outcome.old_data, outcome.old_present, outcome.old_sha256) == (None, True, sha(OLD))
-    assert outcome.backup_path == f"{model_dir}/.dflash-backups/{outcome.backup}"
-    read, before = read_back(transport, str(config), NEW, before=outcome.backup_path)
-    assert (read.data, before) == (NEW, OLD)
-    # Without a backup to read from (--keep-backups 0) the write sends them after all.
+    assert len(counting.commands) == 1
+    assert (outcome.readback_data, outcome.old_data) == (NEW, OLD)
+    assert (outcome.old_present, outcome.old_sha256) == (True, sha(OLD))
+    backups = [p for p in listing(model_dir / ".dflash-backups") if p.startswith("config.json.2")]
+    assert len(backups) == (1 if keep else 0), "--keep-backups 0: the backup went once sent"
+    # A new file: the read-back alone.
+    fresh = write_remote_config(transport, str(model_dir / "new.json"), NEW)
+    assert (fresh.readback_data, fresh.old_data, fresh.old_present) == (NEW, None, False)
+
+
+def test_a_file_changed_between_the_rename_and_the_read_back_is_not_taken_as_proof(
+    model_dir, tmp_path
+):
+    # Another program (not a push: pushes wait for the lock) writes the file right after our
+    # rename: the fake `sync`, the step between the rename and the read-back, does it for real.
+    fake = tmp_path / "fakebin"
+    fake.mkdir()
+    config = model_dir / "config.json"
+    (fake / "sync").write_text(f"#!/bin/sh\n/bin/sync \"$@\"\nprintf '{{}}\\n' > {config}\n")
+    (fake / "sync").chmod(0o755)
     config.write_bytes(OLD)
-    sent = write_remote_config(transport, str(config), NEW, send_old=False, keep_backups=0)
-    assert sent.old_data == OLD
+    outcome = write_remote_config(with_path(fake), str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN, "the script did rename"
+    assert outcome.readback_data is None, "what it read back is not the bytes sent"
+    assert outcome.old_data == OLD, "the old bytes are still told apart (by their size)"
+    from dflash_provision.remote.proof import WriteOptions, write_and_prove
+
+    config.write_bytes(OLD)
+    proof = write_and_prove(with_path(fake), str(config), NEW, WriteOptions())
+    assert proof.readback is not None and proof.readback.data == b"{}\n", (
+        "described as verify would"
+    )
+    assert proof.old.data == OLD
 
 
 # ---------------------------------------------------------------------------------------------
@@ -704,7 +707,7 @@ def test_concurrent_writes_of_two_configs_leave_exactly_one_complete(transport, 
 def test_write_and_prove_returns_the_read_back_and_the_old_file_however_its_bytes_travel(
     transport, model_dir, keep_backups: int
 ):
-    # With a backup, the old bytes come back with the read-back's cat; without, from the write.
+    # With a backup or without one, the old bytes come back with the write's read-back.
     from dflash_provision.remote.proof import WriteOptions, write_and_prove
 
     config = model_dir / "config.json"
@@ -744,10 +747,13 @@ def test_unread_write_of_identical_bytes_is_one_exec_that_brings_them(transport,
     assert proof.readback is not None and proof.readback.data == NEW
     assert counted.execs == 1  # the write exec read the file: no read-back exec
     assert listing(model_dir) == ["config.json"]  # nothing created, not even .dflash-backups
-    # A caller that read the file first (push) still proves it with a separate read-back.
+    # Push too: the same one exec, whether the file was right already or is replaced.
     counted = CountingTransport(transport)
     write_and_prove(counted, str(config), NEW, WriteOptions())
-    assert counted.execs == 2
+    config.write_bytes(OLD)
+    proof = write_and_prove(counted, str(config), NEW, WriteOptions())
+    assert (proof.outcome.status, counted.execs) == (WriteStatus.WRITTEN, 2)
+    assert proof.readback is not None and proof.readback.data == NEW and proof.old.data == OLD
 
 
 class _OtherBytesAfterData(LocalTransport):

@@ -82,9 +82,9 @@ def repair(
     Each host is handled on one connection, write first: the write exec itself finds a file
     that is already right (nothing is written or locked; its bytes come back and are judged
     here: one exec per in-sync host), refuses a file this login cannot read (it cannot be
-    judged), and otherwise replaces the file and keeps the old one; the separate read-back
-    brings the old bytes and the new (two execs per written host). The old bytes are then
-    judged on the controller as an audit's read would be: that is the "before" column. Every
+    judged), and otherwise replaces the file, keeps the old one and reads the file back, the
+    old bytes following (one exec per written host too). The old bytes are then judged on the
+    controller as an audit's read would be: that is the "before" column. Every
     status that is not ``in_sync`` is written (``same_values`` too: a lock pins bytes). With
     ``dry_run`` (and for hosts after Ctrl-C or ``max_failures``) the file is only read.
     ``max_failures`` stops starting new writes after that many failed. A write is journaled in
@@ -185,10 +185,10 @@ def _write_first(
     write: WriteOptions,
 ) -> HostRepair:
     """The write exec first: it finds a file that is already right (and sends its bytes, which
-    are judged here: 1 exec), refuses one this login cannot read, and otherwise replaces the file
-    and keeps the old one, whose bytes come back with the read-back and are judged here as the
-    audit's would have been (2 execs). Only a write that failed reads the file again, to say
-    what the host holds."""
+    are judged here), refuses one this login cannot read, and otherwise replaces the file and
+    keeps the old one, whose bytes come back after the read-back and are judged here as the
+    audit's would have been: 1 exec either way. Only a write that failed reads the file again,
+    to say what the host holds."""
     t0 = time.monotonic()
     try:
         # The connection on its own first: an unreachable host opens no history row.
@@ -202,8 +202,8 @@ def _write_first(
         return result  # in sync, or not written (why is in its audit)
     if result.action is RepairAction.FAILED:
         budget.failed()
-    # The fresh audit: push's read-back is already a separate exec reading the file from disk
-    # after the rename (what vLLM will see), so judge that; read again only when there was none.
+    # The fresh audit: push's read-back already read the file by its path after the rename
+    # (what vLLM will see), so judge that; read again only when there was none.
     result.after = audit_on(run, member, transport, time.monotonic(), read=readback)
     return result
 
@@ -323,7 +323,7 @@ def _before(
     return audit_on(run, member, transport, started, read=present_read(path, outcome.old_data))
 
 
-OLD_BYTES_LOST = "its bytes could not be read back from the backup the write kept"
+OLD_BYTES_LOST = "its bytes did not come back as the write hashed them"
 
 
 def _describe_push(outcome: PushResult, before: HostAudit) -> str:

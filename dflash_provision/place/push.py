@@ -284,17 +284,10 @@ def _write_and_prove(
         if old.data is not None or not old.present
         else ConfigDiff([], [f"({OLD_UNREADABLE})"], bytes_equal=False, note=OLD_UNREADABLE)
     )
-    # The separate read-back, a fresh exec: whatever the write exec believed, this is what a
-    # reader (vLLM) will see.
+    # The read-back, by the path a reader opens, after the rename: whatever the write believed,
+    # this is what a reader (vLLM) will see.
     readback = proof.readback
     assert readback is not None
-    if readback.data != data and proof.replaced:
-        result.status = PushStatus.REPLACED
-        result.message = (
-            f"written, then {REPLACED_MESSAGE}: {result.path} now has sha256 "
-            f"{readback.sha256 or '(no file)'}, not {result.new_sha256}"
-        )
-        return result
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED
         result.failed_step = "readback"
@@ -306,7 +299,7 @@ def _write_and_prove(
     return result
 
 
-OLD_UNREADABLE = "the old file's bytes could not be read from its backup"
+OLD_UNREADABLE = "the old file's bytes did not come back as the write hashed them"
 
 
 def _from_settled(result: PushResult, proof: WriteProof) -> PushResult:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import enum
 import hashlib
 import re
+import secrets
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -199,36 +201,6 @@ def present_read(path: str, data: bytes) -> RemoteRead:
     )
 
 
-def read_back(
-    transport: Transport,
-    path: str,
-    expected: bytes,
-    *,
-    timeout: float | None = None,
-    before: str | None = None,
-) -> tuple[RemoteRead, bytes | None]:
-    """Read ``path`` back after a write, in a fresh exec: what any reader will now see.
-
-    The common case needs no script: ``head -q -c LIMIT+1 -- PATH`` on the login shell, the same
-    single process a plain ``ssh host cat`` costs (bounded: MAX_CONFIG_BYTES + 1 of each file),
-    and the bytes are compared here. ``before`` (the backup the write kept) is read by the same
-    head, ahead of PATH: the bytes ahead of ``expected`` are its
-    bytes, returned second (None when they could not be told apart). Anything else (cat failed,
-    other bytes) is described by a full read (one more exec, only then), so a failed read-back
-    reports missing / permission denied / other bytes exactly as verify would.
-    """
-    check_remote_path(path)
-    files = [before, path] if before is not None else [path]
-    # head -c: at most the limit (+1, to tell a longer file) of each, whatever is there now.
-    limit = str(MAX_CONFIG_BYTES + 1)
-    result = transport.run(["head", "-q", "-c", limit, "--", *files], stdin=None, timeout=timeout)
-    out = result.stdout
-    if result.exit_status == 0 and len(out) >= len(expected) and out.endswith(expected):
-        kept = out[: len(out) - len(expected)] if before is not None else None
-        return present_read(path, expected), kept
-    return read_remote_config(transport, path, timeout=timeout, metadata=False), None
-
-
 def _read_from_fields(path: str, parsed: Reply) -> RemoteRead:
     f = parsed.fields
     try:
@@ -314,8 +286,8 @@ class WriteOutcome:
 
     path: str
     status: WriteStatus
-    #: The file's bytes before the write: None when there was none, and when the script was
-    #: told not to send them (``send_old=False``: they are in the backup; see ``old_present``).
+    #: The file's bytes before the write, as the script sent them (checked against the hash it
+    #: took under the lock): None when there was none, or they could not be told apart.
     old_data: bytes | None = None
     #: Whether the script got as far as looking at the old file; if not, ``old_data`` None says
     #: nothing (e.g. the directory could not be entered).
@@ -323,8 +295,8 @@ class WriteOutcome:
     old_present: bool = False  # there was an old file
     old_sha256: str | None = None  # its sha256, when the script hashed it
     #: What DEST holds after the script: the sha256 it verified in the temp file the rename put
-    #: in place (the old file's when the rename did not happen). The proof from disk is the
-    #: caller's separate read-back.
+    #: in place (the old file's when the rename did not happen). The proof from disk is
+    #: ``readback_data``.
     sha256_after: str | None = None
     durability: Durability | None = None  # set when a rename happened
     backup: str | None = None  # backup file name inside <dir>/.dflash-backups
@@ -337,9 +309,11 @@ class WriteOutcome:
     message: str = ""
     exit_status: int = 0
     stderr: str = ""
-    #: With ``send_same``, for an unchanged file: its bytes as the script read them after the
-    #: hash matched (None: not asked, or nothing came). The caller compares them itself.
-    same_data: bytes | None = None
+    #: The read-back: DEST's bytes as the script read them by the caller's path after the
+    #: rename and the fsyncs (or, unchanged, after the hash matched). Evidence for the caller to
+    #: compare with what it sent, not trusted here; None when none came, or when they did not
+    #: start with the bytes sent (the old file's follow them: the two cannot be told apart).
+    readback_data: bytes | None = None
 
     @property
     def ok(self) -> bool:
@@ -371,21 +345,16 @@ def write_remote_config(
     follow_symlinks: bool = False,
     timeout: float | None = None,
     lock_timeout: float | None = None,
-    send_old: bool = True,
     nonce: str = "",
-    send_same: bool = False,
     readable_only: bool = False,
 ) -> WriteOutcome:
-    """Replace ``path`` with ``data`` through the atomic write protocol (scripts/write.sh).
+    """Replace ``path`` with ``data`` through the atomic write protocol (scripts/write.sh) and
+    read it back, in one exec with ``data`` on stdin.
 
-    One exec, ``data`` on stdin. Returns a WriteOutcome whatever the remote reported; raises only
-    for transport failures (unreachable, auth, timeout, container down). ``send_old=False``: a
-    write that kept a backup does not send the old bytes back (``old_data`` None; read them from
-    ``backup_path``, e.g. with read_back's ``before``), which saves the host a process.
-    ``nonce`` (hex): names this write in the evidence it leaves for remote.settle.
-    ``send_same``: a file found to hold ``data`` already is read again and sent back
-    (``same_data``), for the caller to check instead of a read-back. ``readable_only``: a file
-    this login cannot read is refused (step ``dest``), not replaced.
+    Returns a WriteOutcome whatever the remote reported; raises only for transport failures
+    (unreachable, auth, timeout, container down). ``nonce`` (see new_nonce): names this write in
+    the mark it leaves for remote.settle. ``readable_only``: a file this login cannot read is
+    refused (step ``dest``), not replaced.
     """
     check_remote_path(path)
     if keep_backups < 0:
@@ -405,14 +374,18 @@ def write_remote_config(
         # The backup's name: this machine's UTC time, as in the history (the script keeps names
         # in order should the host already hold a backup named after a later time).
         datetime.now(UTC).strftime("%Y%m%dT%H%M%SZ"),
-        "1" if send_old else "0",
         str(remote_deadline(limit)),
         nonce,
-        "1" if send_same else "0",
         "1" if readable_only else "0",
     ]
     result, parsed = run_script(transport, "write", args, stdin=data, timeout=timeout)
     return _outcome_from(path, data, result, parsed)
+
+
+def new_nonce() -> str:
+    """A name for one write (write.sh's NONCE): this machine's clock in 8 hex digits (the host
+    ages marks by it), then 64 random bits."""
+    return f"{int(time.time()) & 0xFFFFFFFF:08x}{secrets.token_hex(8)}"
 
 
 def remote_deadline(timeout: float) -> int:
@@ -426,23 +399,24 @@ def remote_deadline(timeout: float) -> int:
 
 def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) -> WriteOutcome:
     f = parsed.fields
-    old_data = parsed.data if f.get("old") == "present" and parsed.data is not None else None
-    if old_data is not None and len(old_data) > MAX_CONFIG_BYTES:
-        old_data = None  # cut off by the remote side: not the old file's bytes
-    same_data = None
-    if f.get("result") == "unchanged" and result.exit_status == 0:
-        # Sent only when asked (send_same), and then the caller's to check: not trusted here.
-        same_data = parsed.data if parsed.data else None
+    old_present = f.get("old") == "present"
+    old_sha256 = f.get("old_sha256") or None
+    word = f.get("result") if result.exit_status == 0 else None
+    readback_data, old_data = _split_sent(parsed.data, data, word, f)
+    if word == "unchanged":
         old_data = data  # the script found the bytes we sent
-    if f.get("old_sent") == "0":
-        old_data = None  # left in the backup (send_old=False)
+    elif not old_present or (
+        old_data is not None
+        and (len(old_data) > MAX_CONFIG_BYTES or old_sha256 not in (None, _sha(old_data)))
+    ):
+        old_data = None  # cut off by the remote side, or not the bytes it hashed: not the old file
     durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
     common = {
         "path": path,
         "old_data": old_data,
         "old_seen": "old" in f,
-        "old_present": f.get("old") == "present",
-        "old_sha256": f.get("old_sha256") or None,
+        "old_present": old_present,
+        "old_sha256": old_sha256,
         "sha256_after": f.get("sha256_after") or None,
         "durability": durability,
         "backup": f.get("backup"),
@@ -452,12 +426,11 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
         "followed_symlink": "followed-symlink" in f,
         "exit_status": result.exit_status,
         "stderr": result.stderr.decode("utf-8", errors="replace"),
-        "same_data": same_data,
+        "readback_data": readback_data,
     }
-    result_word = f.get("result")
-    if result_word == "written" and result.exit_status == 0:
+    if word == "written":
         return WriteOutcome(status=WriteStatus.WRITTEN, **common)  # type: ignore[arg-type]
-    if result_word == "unchanged" and result.exit_status == 0:
+    if word == "unchanged":
         return WriteOutcome(status=WriteStatus.UNCHANGED, **common)  # type: ignore[arg-type]
     if "failed" in f:
         step, _, reason = f["failed"].partition(" ")
@@ -480,6 +453,31 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
         ),
         **common,  # type: ignore[arg-type]
     )
+
+
+def _split_sent(
+    sent: bytes | None, data: bytes, word: str | None, fields: dict[str, str]
+) -> tuple[bytes | None, bytes | None]:
+    """(read-back, old bytes) from what write.sh sent after "data" (see its "Output"): an
+    unchanged file's bytes are the read-back; after a rename the read-back comes first and the
+    old file's bytes follow, told apart by the bytes sent (the caller's own) or, when the file
+    read back holds others, by the old file's size; after a failure they are the old file's."""
+    if sent is None:
+        return None, None
+    if word == "unchanged":
+        return sent, None
+    if word != "written":
+        return None, sent
+    if sent.startswith(data):
+        return data, sent[len(data) :]
+    size = _int_or_none(fields.get("old_size"))
+    if size is None or size > len(sent):
+        return None, None
+    return None, sent[len(sent) - size :]
+
+
+def _sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,13 +1,11 @@
-"""What became of a write whose result never arrived (scripts/settle.sh), and who wrote last.
+"""What became of a write whose answer never arrived (scripts/settle.sh).
 
 A write cut off after its data was sent (connection lost, host frozen past the timeout, Ctrl-C)
 may or may not have renamed its file into place. ``settle_write`` asks the host on a FRESH
-connection, under the push's lock, from the evidence write.sh leaves: its ``landed`` mark, or
-the ``writer`` record plus the file's bytes. When the rename did not happen, settle.sh leaves a
-cancel mark so that a write still on its way never renames afterwards: "not landed" is final.
-
-``last_writer`` is the cheap probe for a write that did report: its read-back found other bytes,
-and the ``writer`` record tells "replaced by a later write" from "did not take effect".
+connection, under the push's lock, from the mark write.sh leaves for each write that goes for
+its rename. When the rename did not happen and the write never went for it, settle.sh leaves a
+"cancelled" mark so that a write still on its way never renames afterwards: "not landed" is
+final.
 """
 
 from __future__ import annotations
@@ -35,7 +33,6 @@ class Verdict(enum.StrEnum):
 class Settled:
     verdict: Verdict
     sha256: str | None = None  # what the file holds now (None: no regular file, or unknown)
-    writer: str | None = None  # nonce of the last write that went for its rename
     message: str = ""  # why UNKNOWN
 
 
@@ -53,7 +50,7 @@ def settle_write(
     connection, retried for ``window`` seconds while the host cannot be reached. Never raises
     for the host's state or a failed connection: UNKNOWN then, with the reason."""
     check_remote_path(path)
-    args = [path, nonce, sha256, str(lock_timeout), "1" if follow_symlinks else "0", "settle"]
+    args = [path, nonce, sha256, str(lock_timeout), "1" if follow_symlinks else "0"]
     deadline = time.monotonic() + window
     problem = "not tried"
     while True:
@@ -68,11 +65,7 @@ def settle_write(
             fields = parse_reply(result.stdout, "settle").fields
             verdict = fields.get("verdict")
             if verdict in (Verdict.LANDED, Verdict.NOT_LANDED):
-                return Settled(
-                    Verdict(verdict),
-                    sha256=fields.get("sha256") or None,
-                    writer=fields.get("writer") or None,
-                )
+                return Settled(Verdict(verdict), sha256=fields.get("sha256") or None)
             return Settled(
                 Verdict.UNKNOWN,
                 message=fields.get("error") or f"no verdict (exit status {result.exit_status})",
@@ -80,18 +73,3 @@ def settle_write(
         if time.monotonic() + _RETRY_PAUSE_S >= deadline:
             return Settled(Verdict.UNKNOWN, message=problem)
         time.sleep(_RETRY_PAUSE_S)
-
-
-def last_writer(
-    transport: Transport,
-    path: str,
-    *,
-    follow_symlinks: bool,
-    lock_timeout: int,
-    timeout: float | None,
-) -> str | None:
-    """The nonce of the last write that went for its rename on ``path`` (None: none recorded,
-    or the host could not tell), read under the push's lock (waiting up to ``lock_timeout``)."""
-    args = [path, "0" * 16, "0" * 64, str(lock_timeout), "1" if follow_symlinks else "0", "probe"]
-    result = transport.run(script_argv("settle", *args), stdin=None, timeout=timeout)
-    return parse_reply(result.stdout, "settle").fields.get("writer") or None

@@ -1,30 +1,30 @@
-# dflash settle: what became of a write (write.sh) whose result never reached its caller (the
+# dflash settle: what became of a write (write.sh) whose answer never reached its caller (the
 # connection was lost, the host froze past the timeout, the user pressed Ctrl-C), decided from
-# the evidence the write leaves in <dir>/.dflash-backups, on a fresh connection.
+# the mark the write leaves in <dir>/.dflash-backups, on a fresh connection, under the push's
+# lock: the write has ended, or has not yet gone for its rename (then it never will, see below).
 #
-# Arguments: DEST NONCE SHA256 LOCK_TIMEOUT_S FOLLOW_SYMLINKS(0|1) [MODE]
+# Arguments: DEST NONCE SHA256 LOCK_TIMEOUT_S FOLLOW_SYMLINKS(0|1)
 #            NONCE: the one the write was given; SHA256: the bytes it was sending.
-#            MODE settle (default): take the push's lock first, so that the write has ended (or
-#            not yet started its rename: then it never will, see below).
-#            MODE probe: only "writer", read under the lock too, and nothing created (for a
-#            write that did report, whose read-back found other bytes: replaced by a later
-#            write, or not taking effect?).
+#
+# The mark <base>.mark.NONCE (see write.sh "Mark") says:
+#   landed, reported     the rename happened                         -> landed
+#   failed, cancelled    it did not, and the write has ended           -> not landed
+#   going TMPNAME        the write was killed mid-rename: its temp file still there means the
+#                        rename did not happen (the file is removed now), else it did
+#   (none)               the write never went for its rename: the mark is created now,
+#                        holding "cancelled", so that a write still on its way finds its name
+#                        taken and refuses to rename                  -> not landed
 #
 # Output lines:
-#   verdict landed       the write's rename happened: its mark <base>.landed.NONCE was there
-#                        (removed now), or it was the last writer and DEST holds its bytes
-#   verdict not-landed   it did not happen and never will: <base>.cancel.NONCE is left, and a
-#                        write still on its way refuses to rename when it finds it
-#   verdict unknown      could not tell (the reason follows as "error ...")
-#   writer NONCE         the last write that went for its rename (empty: none recorded)
-#   sha256 HEX           what DEST holds now, under the lock (empty: no regular file)
+#   verdict landed|not-landed|unknown   (unknown: the reason follows as "error ...")
+#   sha256 HEX                          what DEST holds now, under the lock (empty: no regular
+#                                       file)
 
 dest=$1
 nonce=$2
 want_sha=$3
 lock_timeout=$4
 follow=$5
-mode=${6:-settle}
 lockdir=
 trap 'if [ -n "$lockdir" ]; then rm -rf "$lockdir"; fi; flush' EXIT
 
@@ -47,11 +47,6 @@ base=${dest##*/}
 bdir=$dir/.dflash-backups
 cd -P -- "$dir" 2>/dev/null || undecided "cannot enter $dir"
 
-if [ "$mode" = probe ] && [ ! -d .dflash-backups ]; then
-	say "writer "
-	exit 0
-fi
-
 # The push's own directory, trusted on the same terms as write.sh's (see its "trust" step).
 if [ ! -d .dflash-backups ]; then
 	mkdir -m 700 .dflash-backups 2>/dev/null || [ -d .dflash-backups ] || undecided "cannot create $bdir"
@@ -62,26 +57,44 @@ set -- $(stat -c '%u %a' . 2>/dev/null)
 [ "$1" = 0 ] || [ -O . ] || undecided "$bdir is owned by uid $1"
 case $2 in *[2367]? | *[2367]) undecided "others may write in $bdir (mode $2)" ;; esac
 
-# Under the lock even for a probe: a write rewrites the record (truncate, then write) under it.
 take_lock || undecided "$lock_what${lock_err:+: $lock_err}"
 
-writer=
-read -r writer <"./$base.writer" 2>/dev/null
-if [ "$mode" = probe ]; then
-	say "writer $writer"
-	exit 0
-fi
 hash=
 [ ! -f "../$base" ] || hash_of "../$base" 2>/dev/null
-if [ -e "./$base.landed.$nonce" ]; then
-	rm -f "./$base.landed.$nonce"
+mark=./$base.mark.$nonce
+state=
+left=
+read -r state left <"$mark" 2>/dev/null
+case $state in
+landed | reported)
+	echo reported >"$mark" # the caller knows now
 	say "verdict landed"
-elif [ "$writer" = "$nonce" ] && [ "$hash" = "$want_sha" ]; then
-	say "verdict landed"
-elif (set -C && : >"./$base.cancel.$nonce") 2>/dev/null || [ -e "./$base.cancel.$nonce" ]; then
+	;;
+failed | cancelled)
 	say "verdict not-landed"
-else
-	undecided "cannot leave $bdir/$base.cancel.$nonce"
-fi
-say "writer $writer"
+	;;
+going)
+	case $left in "$base".dflash-tmp.*) ;; *) undecided "$bdir/$base.mark.$nonce names no temp file" ;; esac
+	if [ -e "./$left" ]; then
+		rm -f "./$left" # its write was killed before the rename (we hold the lock: it has ended)
+		echo failed >"$mark"
+		say "verdict not-landed"
+	else
+		echo reported >"$mark"
+		say "verdict landed"
+	fi
+	;;
+'')
+	if [ -e "$mark" ]; then
+		undecided "$bdir/$base.mark.$nonce cannot be read"
+	elif (set -C && echo cancelled >"$mark") 2>/dev/null; then
+		say "verdict not-landed"
+	else
+		undecided "cannot leave $bdir/$base.mark.$nonce"
+	fi
+	;;
+*)
+	undecided "$bdir/$base.mark.$nonce holds $state"
+	;;
+esac
 say "sha256 $hash"

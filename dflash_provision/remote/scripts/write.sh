@@ -1,20 +1,17 @@
-# dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one.
+# dflash write: replace ONE file atomically with the bytes on stdin, keeping the old one, and
+# read it back: the whole write-and-prove protocol in one exec.
 #
 # Arguments: DEST SIZE SHA256 KEEP_BACKUPS MKDIR(0|1) FOLLOW_SYMLINKS(0|1) LOCK_TIMEOUT_S
-#            [STAMP [SEND_OLD(1|0) [DEADLINE_S [NONCE [SEND_SAME(0|1) [READABLE(0|1)]]]]]]
+#            [STAMP [DEADLINE_S [NONCE [READABLE(0|1)]]]]
 #            STAMP: YYYYmmddTHHMMSSZ, the caller's UTC time, for the backup's name.
-#            SEND_OLD=0: after a write that kept a backup, do not send the old bytes (the caller
-#            reads them with its read-back, in the same process as the new file's bytes).
 #            DEADLINE_S: after so many seconds (0: never) a watchdog ends the script and what it
 #            started, and the traps remove the temp file and the lock (see start_watchdog).
-#            NONCE: [0-9a-f]{16,64}, names this push in the evidence it leaves for settle.sh, so
-#            that a caller cut off before the result arrived can learn what happened (see
-#            "evidence" below).
-#            SEND_SAME=1: when DEST already holds the bytes ("result unchanged"), send DEST's
-#            bytes as read now after "data", so that the caller can check them itself and needs
-#            no read-back (repair writes first and reads only what it must: fleet/repairing.py).
+#            NONCE: [0-9a-f]{24,64}, its first 8 digits the caller's clock (hex epoch seconds):
+#            names this write in the mark it leaves for settle.sh, so that a caller cut off
+#            before the result arrived can learn what happened (see "mark" below).
 #            READABLE=1: a DEST this login cannot read is refused (step dest, permission-denied)
-#            before anything is created: a file that cannot be judged is not replaced.
+#            before anything is created: a file that cannot be judged is not replaced (repair
+#            writes without reading first: fleet/repairing.py).
 # stdin:     exactly SIZE bytes whose sha256 is SHA256.
 #
 # Steps (the name is what a failure reports):
@@ -28,12 +25,14 @@
 #   trust     <dir>/.dflash-backups, the push's own directory (created 0700), must be a
 #             directory owned by root or by us, writable by no one else, right inside the
 #             destination directory (not a symlink to elsewhere) and on its filesystem. Every
-#             name the write creates (lock, scratch file, temp file, backups) lives there, and
-#             the script works from inside it (cd), so the destination directory's owner, who
-#             may be someone else, can plant nothing on the way (see README "Trust model")
+#             name the write creates (lock, scratch file, temp file, backups, marks) lives
+#             there, and the script works from inside it (cd), so the destination directory's
+#             owner, who may be someone else, can plant nothing on the way (see README "Trust
+#             model")
 #   lock      flock on .dflash-backups/<base>.lock if flock exists, else an mkdir lock (stale
 #             when its recorded pid is gone or now names another process: pid + start time +
-#             boot id); gives up after LOCK_TIMEOUT_S
+#             boot id); gives up after LOCK_TIMEOUT_S. Held until the script ends, read-back
+#             included: no other push can come between this rename and its proof
 #   tmp       create the temp file in .dflash-backups (same filesystem, so the rename is
 #             atomic) exclusively (O_EXCL), already with the old file's permissions (0644 for a
 #             new file): <base>.dflash-tmp.<pid>, else mktemp
@@ -44,39 +43,44 @@
 #             sha256sum hashes the old file under the lock (written meanwhile by someone else
 #             with SHA256: "result unchanged", nothing is replaced)
 #   backup    hard link (or copy) the old file to <dir>/.dflash-backups/<base>.<UTC stamp>
-#   rename    (evidence first, under the lock: refused when settle.sh left <base>.cancel.NONCE,
-#             i.e. the caller already reported this write as not done; <base>.writer := NONCE)
-#             mv -T tmp over DEST (rename(2): a link planted at DEST is replaced, never
-#             followed); a temp file still there afterwards means the rename did not
-#             happen ("readback": the write did not take effect)
+#   rename    (the mark first, see below: refused when settle.sh already left one for this
+#             NONCE, i.e. the caller reported this write as not done) mv -T tmp over DEST
+#             (rename(2): a link planted at DEST is replaced, never followed); a temp file
+#             still there afterwards means the rename did not happen ("readback": the write did
+#             not take effect)
 #   fsync-dir fsync the directory
-#   (prune    keep the newest KEEP_BACKUPS backups; never fails the write)
+#   (prune    keep the newest KEEP_BACKUPS backups, remove marks no caller needs any more and
+#             temp files a killed write left (we hold the lock: no live write owns them), in
+#             one rm; never fails the write)
+#   read-back DEST read again by the path the caller gave, after the rename and the fsyncs,
+#             as any reader (vLLM) opens it; the old bytes follow, from the backup
 #
-# Evidence (in .dflash-backups, created by shell redirections: no process): <base>.writer holds
-# the NONCE of the last write that went for its rename (so a push whose read-back finds other
-# bytes can tell "replaced by a later write" from "did not take effect"); <base>.landed.NONCE
-# says the rename happened, from right after it until this script's report was handed to the
-# caller (then removed), so settle.sh can tell a caller whose connection was lost, frozen or
-# interrupted. Markers whose caller never came back are removed by a later write after a day.
+# Mark (one file per write that goes for its rename, in .dflash-backups, written by shell
+# redirections: no process): <base>.mark.NONCE, created exclusively right before the rename
+# holding "going TMPNAME", then "landed" after it (or "failed"), then "reported" once the
+# script's whole answer was handed to the caller. settle.sh reads it for a caller whose
+# connection was lost, frozen or interrupted; when there is none it creates it, holding
+# "cancelled", and a write still on its way then finds its name taken and refuses to rename. A
+# "going" mark is one whose write was killed (SIGKILL) mid-rename: its temp file still there
+# says the rename did not happen. Later writes remove reported and failed marks, and any mark
+# a day older than their own NONCE.
 #
-# The bytes now in DEST are proven by the caller's separate read-back (another exec), so this
-# script does not hash DEST again: "sha256_after" is the hash verified in the temp file that the
-# rename put in place (the old file's hash when the rename did not happen).
+# Output lines "key value", then "data" and the bytes: after a rename, DEST's bytes as read
+# back (at most max_bytes + 1 of them) followed by the OLD file's (ditto; "old_size" says how
+# many it had when the script looked); for an unchanged file, its bytes as read now; after a
+# failure before the rename, the old file's bytes, to show what the host holds. The caller
+# compares the read-back with what it sent (a mismatch is read again, described). On any
+# failure: "failed STEP REASON" and "error MESSAGE", the temp file is removed, the old file is
+# left as it was, and the exit status names the step.
 #
-# Output lines "key value", then "data" and the OLD file's bytes to EOF (so the caller can show
-# a diff without another round trip; at most max_bytes + 1 of them). Nothing follows "data" when the result is "unchanged" (the
-# old bytes are the caller's own), nor after a write with SEND_OLD=0 that kept a backup ("old_sent
-# 0": the caller's read-back brings them). On any failure: "failed STEP REASON" and
-# "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
-# names the step.
-#
-# Cost: a drifted file costs stat (old file), flock, dd, sha256sum, ln, mv, sync and the rm of
-# its landed mark (given a NONCE), plus a rm when pruning and the head of the old bytes when
-# SEND_OLD=1; an unchanged one a stat and, when the size matches, a sha256sum (and a head with
-# SEND_SAME=1). Each process is ~1 ms of a host's CPU, and a fleet command runs
-# this on every host at once.
+# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), stat (old file),
+# stat (the push's own directory), flock, dd, sha256sum, ln, mv, sync and head (the read-back
+# and the old bytes in one), plus one rm when there is something to prune; an unchanged one a
+# stat, sha256sum (when the size matches) and head. Each process is ~1 ms of a host's CPU, and a
+# fleet command runs this on every host at once.
 
 dest=$1
+asked=$1 # the path as the caller gave it: what the read-back opens, as a reader would
 want_size=$2
 want_sha=$3
 keep=$4
@@ -84,25 +88,33 @@ do_mkdir=$5
 follow=$6
 lock_timeout=$7
 stamp=${8:-}
-send_old=${9:-1}
-deadline=${10:-0}
-nonce=${11:-}
-send_same=${12:-0}
-readable=${13:-0}
-landed=
+deadline=${9:-0}
+nonce=${10:-}
+readable=${11:-0}
 
 umask 022
 tmp=
 lockdir=
 file= # DEST as seen from the current directory (set once the script has cd'ed in)
 renamed=0
+mark=     # this write's mark, once created (see "Mark")
+renaming= # set right before mv: from then on the temp file's absence means it was renamed
 backup=
 old=missing
+old_size=
 stdin_done=0
 result=failed
 
+# On the way out, whatever ended the script: a rename that happened is recorded as such in the
+# mark, one that did not is recorded as failed, and the temp file and the lock go.
 cleanup() {
-	if [ -n "$tmp" ] && [ -e "$tmp" ]; then rm -f "$tmp"; fi
+	if [ -n "$tmp" ] && [ -e "$tmp" ]; then
+		[ -z "$mark" ] || echo failed >"$mark"
+		rm -f "$tmp"
+	elif [ -n "$renaming" ] && [ "$renamed" = 0 ]; then
+		renamed=1 # ended right after mv (a signal's trap runs once it returns)
+		[ -z "$mark" ] || echo landed >"$mark"
+	fi
 	if [ -n "$lockdir" ]; then rm -rf "$lockdir"; fi
 	# Last: with the caller gone, this write ends the shell by SIGPIPE.
 	flush
@@ -114,7 +126,14 @@ trap 'exit 141' PIPE
 trap 'ended 143' TERM
 
 # Ended by a signal (the watchdog's, at the deadline): say so, unless the new file is in place.
+# A trap runs only once the command in progress has returned, so a TERM during mv lands here
+# after the rename: the temp file being gone tells.
 ended() {
+	if [ -n "$renaming" ] && [ "$renamed" = 0 ] && [ ! -e "$tmp" ]; then
+		renamed=1
+		tmp=
+		[ -z "$mark" ] || echo landed >"$mark"
+	fi
 	if [ "$renamed" = 0 ]; then
 		say "failed deadline interrupted"
 		say "error the remote command was ended by a signal before the new file was in place (its ${deadline}s deadline passed?)"
@@ -122,33 +141,32 @@ ended() {
 	exit "$1"
 }
 
-# Report the outcome, send the old bytes, exit (the EXIT trap cleans up).
+# Report the outcome, send the bytes (see "Output"), exit (the EXIT trap cleans up).
 finish() {
+	status=$1
 	say "result $result"
 	# Drain unread input so the sender never blocks on a full pipe.
 	[ "$stdin_done" = 1 ] || cat >/dev/null 2>&1
-	if [ "$renamed" = 1 ] && [ -n "$backup" ] && [ "$keep" -gt 0 ] && [ "$send_old" != 1 ]; then
-		say "old_sent 0" # they are in the backup
-	fi
 	say data
 	flush
-	# The report reached the pipe to the caller: the mark is no longer needed.
-	[ -z "$landed" ] || rm -f "$landed"
 	if [ "$result" = unchanged ]; then
-		# The old bytes are the caller's own; with SEND_SAME=1 they are read again, for the
-		# caller to check.
-		[ "$send_same" != 1 ] || head -c $((max_bytes + 1)) "$file" 2>/dev/null
-	elif [ "$renamed" = 1 ] && [ -n "$backup" ]; then
-		if [ "$keep" -eq 0 ]; then
-			head -c $((max_bytes + 1)) "./$backup" 2>/dev/null
-			rm -f "./$backup"
-		elif [ "$send_old" = 1 ]; then
-			head -c $((max_bytes + 1)) "./$backup" 2>/dev/null
+		head -c $((max_bytes + 1)) -- "$asked" 2>/dev/null
+	elif [ "$renamed" = 1 ]; then
+		# The read-back, then the old bytes, in one process. Once they are handed over, the
+		# caller knows: the mark may go (a head ended by SIGPIPE did not hand them over).
+		if [ -n "$backup" ]; then
+			set -- "$asked" "./$backup"
+		else
+			set -- "$asked"
 		fi
-	elif [ "$old" = present ] && [ "$renamed" = 0 ] && [ -n "$file" ] && [ ! -L "$file" ]; then
+		if head -q -c $((max_bytes + 1)) -- "$@" 2>/dev/null; then
+			[ -z "$mark" ] || echo reported >"$mark"
+		fi
+		[ "$keep" -gt 0 ] || [ -z "$backup" ] || rm -f "./$backup"
+	elif [ "$old" = present ] && [ -n "$file" ] && [ ! -L "$file" ]; then
 		head -c $((max_bytes + 1)) "$file" 2>/dev/null
 	fi
-	exit "$1"
+	exit "$status"
 }
 
 # fail STEP REASON MESSAGE EXIT_STATUS
@@ -293,6 +311,7 @@ if [ -f "$file" ]; then
 	fi
 fi
 say "old $old"
+[ -z "$old_size" ] || say "old_size $old_size"
 
 # --- trust ------------------------------------------------------------------------------------
 # The push's own directory. Whoever owns the destination directory can rename anything in it
@@ -493,16 +512,31 @@ if [ "$old" = present ]; then
 fi
 
 # --- rename -----------------------------------------------------------------------------------
-# -T: a directory (or a link to one) planted at DEST is an error, not a place to move into.
-case $nonce in *[!0-9a-f]*) nonce= ;; esac
+# The mark first (see "Mark"), created exclusively (noclobber: O_EXCL): a name already taken is
+# settle.sh's "cancelled" (the caller already reported this write as not done), and the write
+# stops here, under the lock, before anything is replaced.
+case $nonce in '' | *[!0-9a-f]*) nonce= ;; esac
 if [ -n "$nonce" ]; then
-	[ ! -e "./$base.cancel.$nonce" ] || {
-		rm -f "./$base.cancel.$nonce"
-		fail rename cancelled "the push was already reported as not done (its connection was lost before this step)" 23
-	}
-	echo "$nonce" >"./$base.writer" 2>/dev/null
+	set -C
+	if ! echo "going ${tmp#./}" 2>/dev/null >"./$base.mark.$nonce"; then
+		set +C
+		state=
+		read -r state _ <"./$base.mark.$nonce" 2>/dev/null
+		[ "$state" != cancelled ] ||
+			fail rename cancelled "the push was already reported as not done (its connection was lost before this step)" 23
+		# Ours, half written (a full disk?): it can only say that this write failed.
+		[ ! -e "./$base.mark.$nonce" ] || echo failed 2>/dev/null >"./$base.mark.$nonce"
+		fail rename error "cannot record this write in $bdir/$base.mark.$nonce (disk full?)" 21
+	fi
+	set +C
+	mark=./$base.mark.$nonce
 fi
-quietly mv -f -T "$tmp" "$file" || fail_tool rename 21 "rename the new file over $dest" "$err"
+# -T: a directory (or a link to one) planted at DEST is an error, not a place to move into. A
+# failure that left no temp file behind renamed it nonetheless.
+renaming=1
+if ! quietly mv -f -T "$tmp" "$file" && [ -e "$tmp" ]; then
+	fail_tool rename 21 "rename the new file over $dest" "$err"
+fi
 if [ -e "$tmp" ]; then
 	# mv said yes and did nothing: the old file is still there (under our lock).
 	say "sha256_after ${old_hash:-none}"
@@ -510,7 +544,7 @@ if [ -e "$tmp" ]; then
 fi
 renamed=1
 tmp=
-if [ -n "$nonce" ] && : >"./$base.landed.$nonce" 2>/dev/null; then landed=./$base.landed.$nonce; fi
+[ -z "$mark" ] || echo landed >"$mark"
 say "sha256_after $want_sha"
 
 # --- fsync-dir --------------------------------------------------------------------------------
@@ -532,35 +566,55 @@ else
 fi
 
 # --- prune (best effort) ----------------------------------------------------------------------
+# stale_mark FILE NONCE: whether another write's mark can go. A write that reported, or failed,
+# needs none (a settle that finds no mark says "not landed", which is then the truth); any
+# other goes a day after the time in its NONCE, by this write's clock (its own NONCE).
+stale_mark() {
+	case $2 in '' | *[!0-9a-f]*) return 0 ;; esac
+	state=
+	read -r state _ <"$1" 2>/dev/null
+	case $state in reported | failed) return 0 ;; esac
+	[ ${#2} -ge 8 ] && [ ${#now} -eq 8 ] || return 1
+	[ $((0x$now - 0x${2%"${2#????????}"})) -gt 86400 ]
+}
 limit=$keep
 [ "$limit" -gt 0 ] || limit=1 # our own backup is removed after its bytes are sent
+now=${nonce%"${nonce#????????}"}
 count=0
-stale_marks=0
+others=0
 for f in ./*; do
 	case ${f##*/} in
 	"$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;;
-	"$base".landed.* | "$base".cancel.*) [ "$f" = "$landed" ] || stale_marks=1 ;;
+	"$base".mark.*) [ "$f" = "$mark" ] || others=$((others + 1)) ;;
+	# A killed write's temp file (we hold the lock: no live write owns one), and the evidence
+	# files of the versions before the mark: always worth the rm.
+	"$base".dflash-tmp.* | "$base".writer | "$base".landed.* | "$base".cancel.*) others=8 ;;
 	esac
 done
-# Evidence whose caller never came back (killed): gone after a day, one find when there is any.
-[ "$stale_marks" = 0 ] ||
-	find . -maxdepth 1 \( -name "$base.landed.*" -o -name "$base.cancel.*" \) -mmin +1440 \
-		-exec rm -f {} + 2>/dev/null
 excess=$((count - limit))
+# Marks go with the backups' rm, or on their own once eight have gathered: one rm for all.
+[ "$excess" -gt 0 ] || [ "$others" -ge 8 ] || others=0
 pruned=0
-# The oldest names sort first; one rm for all of them.
+# The oldest names sort first.
 set --
 for f in ./*; do
-	[ "$pruned" -lt "$excess" ] || break
-	case ${f##*/} in
+	name=${f##*/}
+	case $name in
 	"$base".[0-9]*)
-		[ -f "$f" ] || continue
+		[ "$pruned" -lt "$excess" ] && [ -f "$f" ] || continue
 		set -- "$@" "$f"
 		pruned=$((pruned + 1))
 		;;
+	"$base".mark.*)
+		[ "$others" -gt 0 ] && [ "$f" != "$mark" ] && stale_mark "$f" "${name#"$base".mark.}" &&
+			set -- "$@" "$f"
+		;;
+	"$base".dflash-tmp.* | "$base".writer | "$base".landed.* | "$base".cancel.*)
+		set -- "$@" "$f"
+		;;
 	esac
 done
-[ "$pruned" -eq 0 ] || rm -f "$@" || pruned=0
+[ $# -eq 0 ] || rm -f "$@" || pruned=0
 say "pruned $pruned"
 
 result=written
