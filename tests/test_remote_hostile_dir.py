@@ -308,3 +308,36 @@ def test_write_outcome_names_the_trust_step_for_an_untrusted_backup_dir(ssh_host
     assert outcome.status is WriteStatus.FAILED
     assert (outcome.failed_step, outcome.reason) == ("trust", "unsafe-dir")
     assert "remove it" in outcome.message
+
+
+def test_a_backup_dir_others_may_write_is_refused_whichever_way_the_write_enters_it(ssh_host):
+    # Root's own name and owner, but mode 0777 (another root tool's mkdir under umask 0): the
+    # hostile user could plant links in it. A push that finds its directory already there
+    # describes it from inside with one stat; it must refuse it as the first push's way does.
+    directory = hostile_model_dir(ssh_host)
+    backups = directory / ".dflash-backups"
+    backups.mkdir()
+    backups.chmod(0o777)
+    plant_link(backups / "config.json.out", "/root/secret")
+    result = push(ssh_host)
+    assert (ssh_host.root_dir / "secret").read_bytes() == SECRET
+    assert_refused_untouched(result, directory)
+    assert "others may write in it (mode 777)" in result.message
+
+
+def test_a_backup_dir_swapped_for_roots_own_directory_elsewhere_is_refused(ssh_host):
+    # The user renames the push's own directory away and puts a link to a root-owned, closed
+    # directory elsewhere in its place: every check on it passes but one, its parent.
+    directory = hostile_model_dir(ssh_host)
+    assert push(ssh_host).status is PushStatus.WRITTEN
+    (directory / ".dflash-backups").rename(directory / "moved")
+    elsewhere = ssh_host.root_dir / "elsewhere"
+    elsewhere.mkdir(mode=0o700)
+    (ssh_host.root_dir / "config.json").write_bytes(SECRET)  # what ../config.json would be there
+    plant_link(directory / ".dflash-backups", "/root/elsewhere")
+    (directory / "config.json").write_bytes(INCIDENT)
+    result = push(ssh_host)
+    assert_refused_untouched(result, directory)
+    assert "not a directory inside" in result.message
+    assert (ssh_host.root_dir / "config.json").read_bytes() == SECRET
+    assert os.listdir(elsewhere) == []

@@ -798,3 +798,30 @@ def test_unread_write_refuses_a_file_this_login_cannot_read_before_creating_anyt
     assert config.read_bytes() == OLD
     # No lock, no temp file, no .dflash-backups.
     assert [n for n in listing(model_dir) if n != "busybox-bin"] == ["config.json"]
+
+
+@pytest.mark.root
+def test_a_host_without_proc_takes_the_first_push_way_and_still_checks_the_backup_dir(model_dir):
+    # /proc hidden (a tmpfs over it, in a mount namespace of its own): the script cannot hold
+    # the directory it pinned as /proc/self/fd/6, so it describes the push's own directory the
+    # first push's way (two stats) and refuses a planted link all the same.
+    if os.getuid() != 0 or shutil.which("unshare") is None:
+        pytest.skip("needs root and unshare")
+    no_proc = PrefixTransport(
+        ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+         'mount -t tmpfs none /proc && exec "$@"', "no-proc"],
+        "no-proc",
+    )  # fmt: skip
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    first = write_remote_config(no_proc, str(config), NEW)
+    second = write_remote_config(no_proc, str(config), OLD)
+    assert (first.status, second.status) == (WriteStatus.WRITTEN, WriteStatus.WRITTEN)
+    assert (second.readback_data, second.old_data) == (OLD, NEW)
+    elsewhere = Path(tempfile.mkdtemp(prefix="dfp-elsewhere-"))
+    (model_dir / ".dflash-backups").rename(model_dir / "moved")
+    (model_dir / ".dflash-backups").symlink_to(elsewhere)
+    refused = write_remote_config(no_proc, str(config), NEW)
+    assert (refused.failed_step, refused.reason) == ("trust", "unsafe-dir")
+    assert config.read_bytes() == OLD and os.listdir(elsewhere) == []
+    shutil.rmtree(elsewhere)

@@ -285,22 +285,50 @@ if [ "$readable" = 1 ] && [ -f "$file" ] && [ ! -r "$file" ]; then
 	fail dest permission-denied "user $(whoami_text) may not read $dest: a file that cannot be judged is not replaced" 14
 fi
 
-# Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
-# read-only directory holding the right file is fine). A file of another size cannot be right,
-# so the common drifted case costs one stat here and no hashing; the stat also gives the mode and
-# owner the new file gets, and (first line) the identity of this directory, which the push's own
-# directory must be right inside (see trust).
+# Every push after the first finds its own directory here (see trust): then ONE stat describes
+# it, its parent and the old file, from inside it. The parent is checked against the directory
+# this script pinned, held open as fd 6 (/proc/self/fd/6: no path resolved twice), and nothing
+# is taken from in there before the trust checks pass; when they do not (or there is no /proc),
+# the script goes back and takes the first push's way, whose own checks then speak.
 old_size=
 old_mode=
 old_owner=
-meta=$(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
-here=${meta%%" "*}
+inside=0
+if [ -d .dflash-backups ] && [ -d /proc/self/fd ] && true 6<. 2>/dev/null; then
+	exec 6<.
+	if cd -P .dflash-backups 2>/dev/null; then
+		set -- $(stat -c '%u %a %d:%i %s %u:%g' . .. "../$base" 2>/dev/null)
+		if [ $# -ge 10 ] && { [ "$1" = 0 ] || [ -O . ]; } && [ .. -ef /proc/self/fd/6 ] &&
+			[ "${3%%:*}" = "${8%%:*}" ]; then
+			case $2 in *[2367]? | *[2367]) ;; *) inside=1 ;; esac
+		fi
+		if [ "$inside" = 1 ]; then
+			file=../$base
+			shift 10
+			old_size=${4:-}
+			old_mode=${2:-}
+			old_owner=${5:-}
+		else
+			cd -P /proc/self/fd/6 2>/dev/null || fail dir permission-denied "user $(whoami_text) cannot enter $dir" 12
+		fi
+	fi
+fi
+if [ "$inside" = 0 ]; then
+	# The first push's way: this directory and the old file, from here. The first line is the
+	# identity of this directory, which the push's own directory must be right inside.
+	set -- $(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
+	here=${1:-}
+	old_size=${6:-}
+	old_mode=${7:-}
+	old_owner=${8:-}
+fi
+
+# Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
+# read-only directory holding the right file is fine). A file of another size cannot be right,
+# so the common drifted case costs the one stat above and no hashing; the stat also gave the
+# mode and owner the new file gets.
 if [ -f "$file" ]; then
 	old=present
-	set -- ${meta#*"$nl"}
-	old_size=${2:-}
-	old_mode=${3:-}
-	old_owner=${4:-}
 	if { [ -z "$old_size" ] || [ "$old_size" = "$want_size" ]; } &&
 		hash_of "$file" 2>/dev/null && [ "$hash" = "$want_sha" ]; then
 		say "old present"
@@ -309,6 +337,10 @@ if [ -f "$file" ]; then
 		result=unchanged
 		finish 0
 	fi
+else
+	old_size=
+	old_mode=
+	old_owner=
 fi
 say "old $old"
 [ -z "$old_size" ] || say "old_size $old_size"
@@ -316,25 +348,28 @@ say "old $old"
 # --- trust ------------------------------------------------------------------------------------
 # The push's own directory. Whoever owns the destination directory can rename anything in it
 # and plant names, but cannot move a directory of ours elsewhere (that needs write permission on
-# the directory itself), so from inside it ".." is always the destination directory.
-if [ ! -d .dflash-backups ]; then
-	err=$(mkdir -m 700 .dflash-backups 2>&1) || [ -d .dflash-backups ] ||
-		fail_tool lock 11 "create $bdir" "$err"
-fi
+# the directory itself), so from inside it ".." is always the destination directory. Checked
+# above already when the script is in it (inside=1): owner, mode, parent, filesystem.
 untrusted() {
 	# Back to the destination directory by the path we were given, to report from there.
 	if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
 	fail trust unsafe-dir "refusing $bdir: $1; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
 }
-cd -P .dflash-backups 2>/dev/null || untrusted "it cannot be entered"
-file=../$base
-# One stat for both: "uid mode dev:inode" of this directory, then of its parent.
-set -- $(stat -c '%u %a %d:%i' . .. 2>/dev/null)
-[ $# -eq 6 ] || untrusted "it cannot be examined"
-[ "$1" = 0 ] || [ -O . ] || untrusted "it is owned by uid $1, neither root nor user $(whoami_text)"
-case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; esac
-[ "$6" = "$here" ] || untrusted "it is not a directory inside $dir (a symlink to elsewhere?)"
-[ "${3%%:*}" = "${here%%:*}" ] || untrusted "it is on another filesystem than $dir"
+if [ "$inside" = 0 ]; then
+	if [ ! -d .dflash-backups ]; then
+		err=$(mkdir -m 700 .dflash-backups 2>&1) || [ -d .dflash-backups ] ||
+			fail_tool lock 11 "create $bdir" "$err"
+	fi
+	cd -P .dflash-backups 2>/dev/null || untrusted "it cannot be entered"
+	file=../$base
+	# One stat for both: "uid mode dev:inode" of this directory, then of its parent.
+	set -- $(stat -c '%u %a %d:%i' . .. 2>/dev/null)
+	[ $# -eq 6 ] || untrusted "it cannot be examined"
+	[ "$1" = 0 ] || [ -O . ] || untrusted "it is owned by uid $1, neither root nor user $(whoami_text)"
+	case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; esac
+	[ "$6" = "$here" ] || untrusted "it is not a directory inside $dir (a symlink to elsewhere?)"
+	[ "${3%%:*}" = "${here%%:*}" ] || untrusted "it is on another filesystem than $dir"
+fi
 
 # Scratch file for the messages of the tools below (see quietly), kept beside the lock.
 errf=./$base.out
