@@ -111,22 +111,21 @@ def write_read_one(shared: Shared, address: str, path: str, data: bytes) -> bool
 
 
 def atomic_write_read_one(shared: Shared, address: str, path: str, data: bytes) -> bool:
-    """The least a write with push's guarantees can cost, by hand: the bytes into a temp file
-    beside the config and fsynced, the old file kept by a hard link, the rename, the directory
-    fsynced (one exec: the shell, cat, sync, ln, mv, sync), then ``cat FILE`` as the read-back.
-    No lock, no hash check of what arrived, no trust checks, no evidence for a cut-off caller."""
+    """The least a write with push's guarantees can cost, by hand, in one exec as push does it:
+    the bytes into a temp file beside the config and fsynced, the old file kept by a hard link,
+    the rename, the directory fsynced, then ``cat FILE`` as the read-back (the shell, cat, sync,
+    ln, mv, sync, cat). No lock, no hash check of what arrived, no trust checks, no evidence for a
+    cut-off caller, no watchdog."""
     directory = path.rsplit("/", 1)[0] or "/"
     tmp, backup = f"{path}.tmp", f"{path}.bak"
     q = shlex.quote
     write = (
         f"cat > {q(tmp)} && sync {q(tmp)}"
         f" && {{ [ ! -e {q(path)} ] || ln -f {q(path)} {q(backup)}; }}"
-        f" && mv -f {q(tmp)} {q(path)} && sync {q(directory)}"
+        f" && mv -f {q(tmp)} {q(path)} && sync {q(directory)} && cat {q(path)}"
     )
-    (wrote, _), (read, back) = _execs(
-        shared, address, [(write, data), (shlex.join(["cat", path]), None)]
-    )
-    return wrote == 0 and read == 0 and back == data
+    ((status, back),) = _execs(shared, address, [(write, data)])
+    return status == 0 and back == data
 
 
 def run(
@@ -172,7 +171,8 @@ def main() -> None:
     parser.add_argument(
         "--atomic",
         action="store_true",
-        help="with --write: temp file + fsync, backup link, rename, directory fsync, read-back",
+        help="with --write: temp file + fsync, backup link, rename, directory fsync, read-back"
+        " (1 exec)",
     )
     parser.add_argument("--port", type=int, default=22)
     parser.add_argument("--workers", type=int, default=64)

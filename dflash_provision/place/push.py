@@ -1,8 +1,9 @@
 """Push, verify and roll back one target's config. Core logic: returns values, never prints.
 
 push    validate the authoritative bytes → (dry run: one read exec, diff, stop) → one write exec
-        (scripts/write.sh: lock, temp file, verify, fsync, backup, rename, fsync dir, hash) →
-        one separate read-back exec compared with what was meant, bytes and parsed JSON.
+        (scripts/write.sh: lock, temp file, verify, fsync, backup, rename, fsync dir, then the
+        file read back by its path and the old bytes) → the read-back compared with what was
+        meant, bytes and parsed JSON (other bytes: one more exec describes what is there).
 verify  one read exec, judged against the authority (file_status.judge).
 rollback  one exec to list backups, one to read the chosen backup, then the same write protocol
         (the current file becomes a backup too) and the same read-back.

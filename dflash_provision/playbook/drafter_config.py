@@ -106,7 +106,7 @@ def _apply(
 
 
 def _proof(result: Any) -> str | None:
-    """What proves the outcome: the separate read-back's sha256 against the meant bytes."""
+    """What proves the outcome: the read-back's sha256 against the meant bytes."""
     readback = result.readback
     if result.status.value == "written" and readback is not None:
         return f"read back sha256 {readback.sha256}: matched"
