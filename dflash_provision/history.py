@@ -322,11 +322,18 @@ class AuditRecord:
 
 
 class HistoryStore:
-    """SQLite-backed history. Cheap to create; connections open lazily, one per thread."""
+    """SQLite-backed history. Cheap to create; one connection, opened lazily and shared by this
+    process's threads, one statement or transaction at a time.
+
+    One connection rather than one per thread: a fleet's 64 workers each opening their own
+    would contend for the database's write lock through SQLite's busy handler, which sleeps
+    (256 rows from 64 threads: 0.5-0.6 s of wall time and twice the CPU, against 0.07 s with
+    the connection shared), and every write row is taken right before a host's write."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path if path is not None else default_db_path()
-        self._local = threading.local()
+        self._connection: sqlite3.Connection | None = None
+        self._use_lock = threading.Lock()  # one statement or transaction at a time
         self._init_lock = threading.Lock()
         self._initialised = False
         # The first failure to write (one line with the fix); once set, writes are skipped.
@@ -338,7 +345,8 @@ class HistoryStore:
         if self.problem is not None:
             return None
         try:
-            return action(self._conn())
+            with self._use_lock:
+                return action(self._conn())
         except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise  # our SQL is wrong: a bug, not a state of the store
         except (sqlite3.Error, OSError) as exc:
@@ -349,7 +357,8 @@ class HistoryStore:
 
     def _read(self, action: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
-            return action(self._conn())
+            with self._use_lock:
+                return action(self._conn())
         except (sqlite3.ProgrammingError, sqlite3.InterfaceError):
             raise
         except (sqlite3.Error, OSError) as exc:
@@ -358,16 +367,18 @@ class HistoryStore:
     # -- connections -------------------------------------------------------------------------
 
     def _conn(self) -> sqlite3.Connection:
-        conn: sqlite3.Connection | None = getattr(self._local, "conn", None)
+        """The shared connection (callers hold ``_use_lock``)."""
+        conn = self._connection
         if conn is None:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             # isolation_level=None: autocommit; multi-row writes use explicit BEGIN/COMMIT.
+            # check_same_thread=False: shared by the threads, one at a time (_use_lock).
             conn = sqlite3.connect(
-                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=True
+                self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None, check_same_thread=False
             )
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_S * 1000)}")
-            self._local.conn = conn
+            self._connection = conn
             self._ensure_schema(conn)
         return conn
 
@@ -379,11 +390,11 @@ class HistoryStore:
             self._initialised = True
 
     def close(self) -> None:
-        """Close this thread's connection (other threads' close when their threads end)."""
-        conn = getattr(self._local, "conn", None)
+        """Close the connection (the next use opens it again)."""
+        with self._use_lock:
+            conn, self._connection = self._connection, None
         if conn is not None:
             conn.close()
-            self._local.conn = None
 
     # -- writing -----------------------------------------------------------------------------
 

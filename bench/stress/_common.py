@@ -252,10 +252,24 @@ def thaw(pids: Sequence[int]) -> None:
     kill_pids(pids, signal.SIGCONT)
 
 
+def scripts(host: Host) -> list[int]:
+    """The dflash scripts running on ``host`` (their argv names them ``dflash-NAME``), a
+    session's or an orphan's: a session whose client was killed can end before its script."""
+    found = []
+    for pid in descendants(host.sshd_pid) if host.sshd_pid is not None else []:
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"\0dflash-" in f.read():
+                    found.append(pid)
+        except OSError:
+            continue
+    return found
+
+
 def wait_sessions_gone(host: Host, timeout: float) -> bool:
-    """Wait until no session (and so no remote script) runs on ``host``; False at timeout."""
+    """Wait until no session and no remote script runs on ``host``; False at timeout."""
     deadline = time.monotonic() + timeout
-    while sessions(host):
+    while sessions(host) or scripts(host):
         if time.monotonic() > deadline:
             return False
         time.sleep(0.05)
