@@ -16,6 +16,8 @@ Whole processes, side by side in one run, each contender right after its baselin
     audit CLI           ``dflash-provision audit -i INVENTORY --json`` (in sync, then drifted)
     minimal write       ``minimal_paramiko.py --write``: one connection + ``cat > FILE``
     minimal write+read  the same plus ``cat FILE`` on the same connection (2 execs)
+    minimal atomic+read push's guarantees by hand in one exec (temp file + fsync, backup link,
+                        rename, directory fsync, ``cat FILE``): see minimal_paramiko.py
     repair CLI          ``dflash-provision repair -i INVENTORY --json`` on an all-drifted fleet
                         (the row the fleet bench compares with the minimal write)
 
@@ -147,7 +149,7 @@ class LatencyBench:
             self1 - self0,
         )
 
-    def minimal(self, write: bool, read_back: bool = False) -> float:
+    def minimal(self, write: bool, read_back: bool = False, atomic: bool = False) -> float:
         argv = [
             sys.executable, str(BENCH / "minimal_paramiko.py"),
             "--key", str(self.client.identity), "--known-hosts", str(self.known_hosts),
@@ -158,6 +160,8 @@ class LatencyBench:
             argv += ["--write", str(self.payload)]
         if read_back:
             argv.append("--read-back")
+        if atomic:
+            argv.append("--atomic")
         proc = subprocess.run(argv, capture_output=True, timeout=600, check=True)
         result = json.loads(proc.stdout)
         assert result["failed"] == 0, result
@@ -208,6 +212,9 @@ def main() -> None:
                 (write, drifted, lambda: bench.minimal(write=True)),
                 (Row("minimal write+read", write), drifted,
                  lambda: bench.minimal(write=True, read_back=True)),
+                (write, drifted, lambda: bench.minimal(write=True)),
+                (Row("minimal atomic+read", write), drifted,
+                 lambda: bench.minimal(write=True, atomic=True)),
                 (write, drifted, lambda: bench.minimal(write=True)),
                 (Row("repair CLI (drifted)", write), drifted, lambda: bench.cli("repair")),
             ]  # fmt: skip

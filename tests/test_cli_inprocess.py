@@ -243,6 +243,16 @@ def test_each_error_class_exits_with_its_code_and_one_error_line(
     assert done.stdout == ""
 
 
+def _wrapped_ctrl_c() -> RuntimeError:
+    try:
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt as interrupt:
+            raise RuntimeError("Error calling __set_name__ on 'cached_property'") from interrupt
+    except RuntimeError as wrapped:
+        return wrapped
+
+
 @pytest.mark.parametrize(
     ("error", "code", "line"),
     [
@@ -256,8 +266,11 @@ def test_each_error_class_exits_with_its_code_and_one_error_line(
             "error: unexpected ValueError: oops (a bug in dflash-provision); run with --debug "
             f"(or {DEBUG_ENV}=1) for the traceback",
         ),
+        # A Ctrl-C while a lazily imported module defines a class (seen in the crash stress
+        # run: ipaddress's cached_property), wrapped by Python in a RuntimeError.
+        (_wrapped_ctrl_c(), 130, "interrupted"),
     ],
-    ids=["ctrl-c", "abort", "click-usage", "click-exception", "bug"],
+    ids=["ctrl-c", "abort", "click-usage", "click-exception", "bug", "wrapped-ctrl-c"],
 )
 def test_interrupts_click_errors_and_bugs_map_to_their_codes(
     cli: Cli,

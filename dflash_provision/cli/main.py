@@ -140,9 +140,26 @@ def _run(argv: list[str] | None, state: dict[str, bool]) -> int:
     except Exception as exc:  # the last net: a bug still ends in one line
         if debug():
             traceback.print_exc()
+        if _wraps_ctrl_c(exc):
+            click.echo("interrupted", err=True)
+            return int(ExitCode.INTERRUPTED)
         click.echo(unexpected_error_line(exc, traceback_shown=debug()), err=True)
         return int(ExitCode.ERROR)
     return int(rv) if isinstance(rv, int) else 0
+
+
+def _wraps_ctrl_c(exc: BaseException) -> bool:
+    """A Ctrl-C that Python wrapped in another exception on its way out: one that lands while a
+    lazily imported module defines a class comes out as "RuntimeError: Error calling
+    __set_name__ ..." with the KeyboardInterrupt as its cause. It is an interrupt, not a bug."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, KeyboardInterrupt):
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
 
 
 def _after_run(code: int) -> int:
