@@ -825,3 +825,21 @@ def test_a_host_without_proc_takes_the_first_push_way_and_still_checks_the_backu
     assert (refused.failed_step, refused.reason) == ("trust", "unsafe-dir")
     assert config.read_bytes() == OLD and os.listdir(elsewhere) == []
     shutil.rmtree(elsewhere)
+
+
+@pytest.mark.parametrize("size", [2_000, 900_000])
+def test_a_write_refused_before_reading_its_input_never_leaves_the_sender_blocked(
+    transport, model_dir, size
+):
+    # A config that fits in a pipe's least capacity (one page) is left unread: no process to
+    # drain it. A bigger one is drained, or the sender would wait on a full pipe forever (the
+    # transport's timeout would end it as a failure of the connection, not of the directory).
+    payload = b'{"pad": "' + b"x" * (size - 12) + b'"}\n'
+    outcome = write_remote_config(
+        transport, str(model_dir / "missing" / "config.json"), payload, timeout=20
+    )
+    assert (outcome.status, outcome.failed_step, outcome.reason) == (
+        WriteStatus.FAILED,
+        "dir",
+        "dir-missing",
+    )

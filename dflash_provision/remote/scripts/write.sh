@@ -73,11 +73,12 @@
 # failure: "failed STEP REASON" and "error MESSAGE", the temp file is removed, the old file is
 # left as it was, and the exit status names the step.
 #
-# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), stat (old file),
-# stat (the push's own directory), flock, dd, sha256sum, ln, mv, sync and head (the read-back
-# and the old bytes in one), plus one rm when there is something to prune; an unchanged one a
-# stat, sha256sum (when the size matches) and head. Each process is ~1 ms of a host's CPU, and a
-# fleet command runs this on every host at once.
+# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), stat (the push's own
+# directory, its parent and the old file), flock, dd, sha256sum, ln, mv, sync and head (the
+# read-back and the old bytes in one), plus one rm when there is something to prune (and, for
+# the first push into a directory, mkdir and a second stat); an unchanged one a stat, sha256sum
+# (when the size matches) and head. Each process is ~1 ms of a host's CPU, and a fleet command
+# runs this on every host at once.
 
 dest=$1
 asked=$1 # the path as the caller gave it: what the read-back opens, as a reader would
@@ -145,8 +146,9 @@ ended() {
 finish() {
 	status=$1
 	say "result $result"
-	# Drain unread input so the sender never blocks on a full pipe.
-	[ "$stdin_done" = 1 ] || cat >/dev/null 2>&1
+	# Drain unread input so the sender never blocks on a full pipe; bytes that fit in the
+	# least a pipe holds (one page) are in it already, and need no process.
+	[ "$stdin_done" = 1 ] || [ "$want_size" -le 4096 ] 2>/dev/null || cat >/dev/null 2>&1
 	say data
 	flush
 	if [ "$result" = unchanged ]; then
