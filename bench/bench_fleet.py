@@ -282,6 +282,17 @@ def startup(repeat: int) -> tuple[float, list[str]]:
     return statistics.median(walls), [h for h in heavy.split(",") if h]
 
 
+def print_paired(paired: dict[str, list[float]], goals: dict[str, float]) -> None:
+    """One line per contender: the median of its paired ratios, their range, and its goal."""
+    for what, ratios in paired.items():
+        ratio = statistics.median(ratios)
+        verdict = "met" if ratio <= goals[what] else "MISSED"
+        print(
+            f"  {what:<26} {ratio:5.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}; "
+            f"goal <= {goals[what]}x): {verdict}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="8,32,64")
@@ -442,13 +453,7 @@ def main() -> None:
             verdict = "met" if ratio <= goals[measure.what] else "MISSED"
             print(f"  {measure.what:<22} {ratio:5.2f}x (goal <= {goals[measure.what]}x): {verdict}")
     print(f"\n{paired_note}")
-    for what, ratios in paired.items():
-        ratio = statistics.median(ratios)
-        verdict = "met" if ratio <= goals[what] else "MISSED"
-        print(
-            f"  {what:<22} {ratio:5.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}; "
-            f"goal <= {goals[what]}x): {verdict}"
-        )
+    print_paired(paired, goals)
     cli_goals = {
         "audit CLI vs read CLI": 1.1,
         "repair CLI vs write CLI": 1.3,
@@ -456,13 +461,7 @@ def main() -> None:
     }
     for size, by_what in paired_cli.items():
         print(f"\nwhole processes, paired at {size} hosts ({args.pairs} pairs, median):")
-        for what, ratios in by_what.items():
-            ratio = statistics.median(ratios)
-            verdict = "met" if ratio <= cli_goals[what] else "MISSED"
-            print(
-                f"  {what:<26} {ratio:5.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}; "
-                f"goal <= {cli_goals[what]}x): {verdict}"
-            )
+        print_paired(by_what, cli_goals)
     wall, heavy = startup(max(3, args.repeat))
     print(f"\n`dflash-provision --help`: {wall * 1000:.0f} ms (median), heavy imports: "
           f"{', '.join(heavy) or 'none'}")  # fmt: skip
