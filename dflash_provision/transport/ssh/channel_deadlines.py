@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import sys
 import threading
 import time
 from collections.abc import Callable
@@ -85,7 +86,13 @@ class Deadlines:
                         break
                     self._wake.wait(left)
                 _, _, due = heapq.heappop(self._queue)
-            due.fire()
+            try:
+                due.fire()
+            except Exception:  # reported as a thread's error is; the other deadlines go on
+                kind, error, trace = sys.exc_info()
+                threading.excepthook(
+                    threading.ExceptHookArgs([kind, error, trace, threading.current_thread()])
+                )
 
 
 #: The process's one deadline thread (exec requests on every connection share it).
