@@ -26,7 +26,8 @@ commands per host, for:
     repair CLI        `dflash-provision repair` in a subprocess
 
 and the ratios the product promises: audit core <= 1.2x minimal read, push core <= 1.5x minimal
-write (repair is shown next to it). It also
+write (repair is shown next to it), and the audit CLI <= 1.1x the script's CLI, whole processes
+paired at every size. It also
 measures `dflash-provision --help` start-up and checks that it imports neither paramiko,
 transformers nor huggingface_hub. Timings are medians of ``--repeat`` runs.
 """
@@ -62,6 +63,8 @@ from testbed import samples
 from testbed.hosts import Fleet
 
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
+#: `dflash-provision audit` against the script's CLI, whole processes (#21 item 6).
+AUDIT_CLI_GOAL = 1.1
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
 
@@ -379,6 +382,16 @@ def main() -> None:
                 f"paired ratios at {n} hosts ({args.pairs} pairs, each run right after its "
                 "baseline, median):"
             )
+            # The whole process, as a user meets it, side by side with the script's own CLI at
+            # every size (the CLI rows above are medians taken minutes apart).
+            paired_cli = {
+                size: paired_ratios(
+                    args.pairs, lambda size=size: bench.seed(size, REFERENCE),
+                    lambda size=size: bench.minimal_cli(size, None),
+                    lambda size=size: bench.cli("audit", size),
+                )
+                for size in ([] if args.no_cli else sizes)
+            }  # fmt: skip
 
     print(f"{'hosts':>5}  {'what':<22} {'wall s':>8} {'CPU ms/host':>12} "
           f"{'execs/host':>10}  vs baseline")  # fmt: skip
@@ -408,6 +421,13 @@ def main() -> None:
         print(
             f"  {what:<22} {ratio:5.2f}x (min {min(ratios):.2f}, max {max(ratios):.2f}; "
             f"goal <= {goals[what]}x): {verdict}"
+        )
+    for size, ratios in paired_cli.items():
+        ratio = statistics.median(ratios)
+        verdict = "met" if ratio <= AUDIT_CLI_GOAL else "MISSED"
+        print(
+            f"  {'audit CLI, ' + str(size) + ' hosts':<22} {ratio:5.2f}x (min {min(ratios):.2f}, "
+            f"max {max(ratios):.2f}; goal <= {AUDIT_CLI_GOAL}x, whole processes): {verdict}"
         )
     wall, heavy = startup(max(3, args.repeat))
     print(f"\n`dflash-provision --help`: {wall * 1000:.0f} ms (median), heavy imports: "
