@@ -78,6 +78,8 @@ class RemoteRead:
     uid: int | None = None
     gid: int | None = None
     mtime: datetime | None = None
+    # PATH is a symlink (followed for reading): the read script says so; the fleet audit's plain
+    # read (remote_hash=False, a file it found) does not look, and nothing in an audit uses it.
     is_symlink: bool = False
     message: str = ""  # the remote's wording when not PRESENT
 
