@@ -28,7 +28,9 @@ commands per host, for:
     repair CLI        `dflash-provision repair` in a subprocess
 
 and the ratios the product promises: audit core <= 1.2x minimal read, push core <= 1.5x minimal
-write (repair is shown next to it). It also
+write (repair is shown next to it), and, whole processes paired at every size, the audit CLI
+<= 1.1x the script's read CLI and the repair CLI <= 1.3x its write CLI (and its atomic CLI). It
+also
 measures `dflash-provision --help` start-up and checks that it imports neither paramiko,
 transformers nor huggingface_hub. Timings are medians of ``--repeat`` runs.
 """

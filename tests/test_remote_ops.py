@@ -15,6 +15,7 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -25,9 +26,12 @@ from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.remote.ops import (
     Durability,
     ReadStatus,
+    RemoteRead,
     WriteStatus,
     list_remote_backups,
+    plain_read_argv,
     read_remote_config,
+    remote_deadline,
     write_remote_config,
 )
 from dflash_provision.remote.protocol import script_argv
@@ -260,6 +264,137 @@ class CountingTransport(PrefixTransport):
     def run(self, argv: Sequence[str], **kwargs: object) -> CommandResult:  # type: ignore[override]
         self.commands.append(list(argv))
         return super().run(argv, **kwargs)  # type: ignore[arg-type]
+
+
+# The fleet audit's read (remote_hash=False): a plain config is one bounded command the login
+# shell runs itself; everything else is described by the read script, whose statuses and
+# messages are the only ones. Compared here with the script's own answer (mode 0, which takes
+# the same path through read.sh for every file that is not a readable regular one).
+
+
+def plain_and_described(
+    flavour: str, bb_root: Path, path: Path
+) -> tuple[RemoteRead, RemoteRead, list[list[str]]]:
+    """The bytes-only read of ``path`` (and the commands it ran) and the script's read."""
+    inner = busybox_transport(bb_root) if flavour == "busybox" else None
+    counting = CountingTransport(inner)
+    plain = read_remote_config(counting, str(path), metadata=False, remote_hash=False, timeout=10)
+    described = read_remote_config(CountingTransport(inner), str(path), metadata=False, timeout=10)
+    return plain, described, counting.commands
+
+
+def as_judged(read: RemoteRead) -> tuple[object, ...]:
+    """What the judge and the audit's report use of a read (not is_symlink: see ops)."""
+    return (read.path, read.status, read.data, read.sha256, read.size, read.message)
+
+
+def test_bytes_only_read_of_a_plain_config_is_one_bounded_command_without_a_shell(model_dir):
+    config = model_dir / "config.json"
+    config.write_bytes(NEW)
+    plain, described, commands = plain_and_described("coreutils", Path("/"), config)
+    assert as_judged(plain) == as_judged(described)
+    assert plain.status is ReadStatus.PRESENT and plain.data == NEW and plain.sha256 == sha(NEW)
+    # No sh, no script, no watchdog subshell: timeout (the deadline) and dd (the bounded read).
+    assert commands == [plain_read_argv(str(config), remote_deadline(10))]
+    assert commands[0][:6] == ["timeout", "-s", "TERM", "-k", "1", "8"]
+    assert "sh" not in commands[0] and f"bs={1024 * 1024 + 1}" in commands[0]
+
+
+def _fifo_with_a_writer(path: Path) -> subprocess.Popen[bytes]:
+    """A process holding ``path`` (a FIFO) open for writing and never writing (opened read-write,
+    so that the open itself does not wait for a reader)."""
+    os.mkfifo(path)
+    return subprocess.Popen(["sh", "-c", 'exec 3<>"$1"; exec sleep 60', "-", str(path)])
+
+
+CASES = {
+    "empty file": lambda d: (d / "config.json").write_bytes(b""),
+    "not JSON first": lambda d: (d / "config.json").write_bytes(b"status missing\n{}"),
+    "symlink to a file": lambda d: (
+        (d / "real.json").write_bytes(OLD),
+        (d / "config.json").symlink_to("real.json"),
+    ),
+    "missing": lambda d: None,
+    "directory missing": lambda d: shutil.rmtree(d),
+    "a directory": lambda d: (d / "config.json").mkdir(),
+    "a FIFO": lambda d: os.mkfifo(d / "config.json"),
+    "a device": lambda d: (d / "config.json").symlink_to("/dev/zero"),
+    "too large": lambda d: (d / "config.json").write_bytes(b"{" + b" " * (1024 * 1024 + 8)),
+}
+#: The status each case has (the script's word): the plain read must not change any of them.
+CASE_STATUS = {
+    "empty file": ReadStatus.PRESENT,
+    "not JSON first": ReadStatus.PRESENT,
+    "symlink to a file": ReadStatus.PRESENT,
+    "missing": ReadStatus.MISSING,
+    "directory missing": ReadStatus.DIR_MISSING,
+    "a directory": ReadStatus.NOT_REGULAR,
+    "a FIFO": ReadStatus.NOT_REGULAR,
+    "a device": ReadStatus.NOT_REGULAR,
+    "too large": ReadStatus.TOO_LARGE,
+}
+
+
+@pytest.mark.parametrize("flavour", ["coreutils", "busybox"])
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_bytes_only_read_reports_what_the_read_script_reports(flavour, case, bb_root, model_dir):
+    directory = model_dir / "m"
+    directory.mkdir()
+    CASES[case](directory)
+    started = time.monotonic()
+    plain, described, commands = plain_and_described(flavour, bb_root, directory / "config.json")
+    assert as_judged(plain) == as_judged(described)
+    assert plain.status is CASE_STATUS[case]
+    assert time.monotonic() - started < 5, "nothing waited for its deadline (a FIFO least)"
+    plain_config = case == "symlink to a file"
+    # busybox's dd has no iflag=nonblock: there the script describes every file (2 commands).
+    assert len(commands) == (1 if plain_config and flavour == "coreutils" else 2)
+    assert commands[0][0] == "timeout"
+
+
+def test_bytes_only_read_of_a_fifo_that_a_writer_holds_open_does_not_wait(model_dir):
+    fifo = model_dir / "config.json"
+    writer = _fifo_with_a_writer(fifo)
+    try:
+        started = time.monotonic()
+        plain, described, commands = plain_and_described("coreutils", Path("/"), fifo)
+        assert time.monotonic() - started < 5
+        assert plain.status is ReadStatus.NOT_REGULAR
+        assert as_judged(plain) == as_judged(described)
+        assert len(commands) == 2
+    finally:
+        writer.kill()
+        writer.wait()
+
+
+def test_bytes_only_read_ended_at_its_deadline_is_a_timeout_not_the_files_bytes(model_dir):
+    # A dd that never returns (a frozen disk, a stuck mount), first on PATH: timeout ends it at
+    # the deadline (1 s for a 2 s limit) and the read reports a timeout; no describing script
+    # runs after it (the caller's time is spent).
+    config = model_dir / "config.json"
+    config.write_bytes(NEW)
+    fake = model_dir / "bin"
+    fake.mkdir()
+    # It starts a child of its own: timeout ends the whole group, not only the process it ran.
+    (fake / "dd").write_text(f"#!/bin/sh\nsleep {STUCK_S} &\nwait\n")
+    (fake / "dd").chmod(0o755)
+    counting = CountingTransport(with_path(fake))
+    started = time.monotonic()
+    with pytest.raises(RemoteStepFailed) as raised:
+        read_remote_config(counting, str(config), metadata=False, remote_hash=False, timeout=2)
+    assert raised.value.step == "timeout"
+    assert time.monotonic() - started < 2.5
+    assert len(counting.commands) == 1
+    assert "deadline" in raised.value.message
+    assert stuck_processes() == [], "the stuck dd and its child were ended at the deadline"
+
+
+STUCK_S = "3599.5"  # a sleep no other test starts
+
+
+def stuck_processes() -> list[str]:
+    found = subprocess.run(["pgrep", "-af", f"sleep {STUCK_S}"], capture_output=True, text=True)
+    return found.stdout.splitlines()
 
 
 @pytest.mark.parametrize("keep", [0, 5])

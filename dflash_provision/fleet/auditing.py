@@ -1,4 +1,6 @@
-"""Audit: read every host's config in parallel and classify it (one connection, one exec each)."""
+"""Audit: read every host's config in parallel and classify it (one connection each; one exec for a
+file that is there to read, one more for the read script to describe anything else: see
+remote/ops.plain_read_argv)."""
 
 from __future__ import annotations
 
@@ -59,7 +61,9 @@ def audit_on(
                 transport,
                 member.target.config_path,
                 metadata=False,
-                remote_hash=False,  # one process less per host; the bytes are hashed here
+                # The bytes are hashed here, and a plain config costs the host one bounded dd
+                # under timeout, run by its login shell: no sh, script or watchdog subshell.
+                remote_hash=False,
             )
     except DflashProvisionError as exc:
         audit.timings.read_s = time.monotonic() - t0

@@ -102,7 +102,6 @@ mark=     # this write's mark, once created (see "Mark")
 renaming= # set right before mv: from then on the temp file's absence means it was renamed
 backup=
 old=missing
-old_size=
 stdin_done=0
 result=failed
 

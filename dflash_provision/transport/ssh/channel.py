@@ -20,6 +20,7 @@ import paramiko
 
 from dflash_provision.errors import RemoteStepFailed
 from dflash_provision.transport.base import CommandResult
+from dflash_provision.transport.ssh.channel_deadlines import EXEC_DEADLINES
 from dflash_provision.transport.ssh.login_errors import reason_text
 
 _POLL_S = 0.2  # how often blocked channel reads/writes look at the deadline
@@ -76,29 +77,25 @@ def _exec_within(channel: paramiko.Channel, command: str, limit: float) -> bool:
     """``channel.exec_command`` with a deadline; False when it expired first. paramiko waits
     for the server's answer to the exec request without one, so a host that freezes after
     opening the session would hold the caller forever; closing the channel wakes that wait
-    (paramiko then raises), and only a timer thread can do it while exec_command blocks. The
-    timer lives for the request only."""
-    fired = threading.Event()
+    (paramiko then raises), and only another thread can do it while exec_command blocks: the
+    process's deadline thread (channel_deadlines.py), not a thread per request."""
 
     def expire() -> None:
-        fired.set()
         # The connection may be gone already (the host froze, then dropped it): closing then
-        # raises, in this timer thread, where nobody would catch it.
+        # raises, in the deadline thread, where nobody would catch it.
         with contextlib.suppress(paramiko.SSHException, OSError, EOFError):
             channel.close()
 
-    timer = threading.Timer(max(0.0, limit), expire)
-    timer.daemon = True
-    timer.start()
+    deadline = EXEC_DEADLINES.add(limit, expire)
     try:
         channel.exec_command(command)
     except (paramiko.SSHException, OSError, EOFError):
-        if fired.is_set():
+        if deadline.fired:
             return False
         raise
     finally:
-        timer.cancel()
-    return not fired.is_set()
+        deadline.cancel()
+    return not deadline.fired
 
 
 def _exchange(

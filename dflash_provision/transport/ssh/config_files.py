@@ -9,7 +9,9 @@ accept-new append) is read again by the next connection.
 from __future__ import annotations
 
 import hashlib
+import os
 import threading
+import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
@@ -19,14 +21,29 @@ from dflash_provision.transport.ssh.config_include import expand_includes, inclu
 from dflash_provision.transport.ssh.paramiko_import import enable_match_exec, needs_match_exec
 
 _T = TypeVar("_T")
-_Stamp = bytes | None
+_Stat = tuple[int, int, int, int, int] | None
+_Digest = bytes | None
+
+#: How long after a file's last change its stat is trusted alone (see FileCache). Timestamps
+#: come from a coarse clock (a few ms; 2 s on FAT): a change within the same tick as the one we
+#: saw would leave them as they were, so a file changed this recently is checked by digest.
+_SETTLED_NS = 2_000_000_000
 
 
-def _stamp(path: str) -> _Stamp:
-    """What identifies one version of a file: the sha256 of its bytes (None when it does not
-    exist). Reading and hashing a few kilobytes costs microseconds; parsing is what costs. Unlike
-    size + mtime, a digest cannot miss an in-place rewrite of the same length within one clock
-    tick (known_hosts lines for one key type all have the same length)."""
+def _stat(path: str) -> _Stat:
+    """What changes whenever the file does: device, inode, size, mtime and ctime (None when it
+    does not exist). ctime cannot be set back by anyone: a write, a rename over the file or a
+    ``touch -d`` all give it the time of the change."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns, st.st_ctime_ns)
+
+
+def _digest(path: str) -> _Digest:
+    """The sha256 of the file's bytes (None when it does not exist): what identifies one
+    version of it when its stat cannot (a same-length rewrite within one clock tick)."""
     try:
         with open(path, "rb") as handle:
             return hashlib.sha256(handle.read()).digest()
@@ -34,13 +51,36 @@ def _stamp(path: str) -> _Stamp:
         return None
 
 
+def _settled(stats: tuple[_Stat, ...], seen_at_ns: int) -> bool:
+    """Every file's last change was at least _SETTLED_NS before ``seen_at_ns``: any later change
+    gives it another ctime, so an unchanged stat means unchanged bytes."""
+    return all(st is None or st[4] < seen_at_ns - _SETTLED_NS for st in stats)
+
+
+class _Entry(Generic[_T]):
+    __slots__ = ("digests", "seen_at_ns", "stats", "value")
+
+    def __init__(
+        self, stats: tuple[_Stat, ...], digests: tuple[_Digest, ...], value: _T, seen_at_ns: int
+    ) -> None:
+        self.stats = stats
+        self.digests = digests
+        self.value = value
+        self.seen_at_ns = seen_at_ns
+
+
 class FileCache(Generic[_T]):
     """``parse(path)`` once per version of the file(s) it depends on, shared by all threads.
 
     ``depends(path)`` lists the files whose versions decide the value (default: ``path``).
-    Parsing happens under the lock so a fleet's first N connections do not all parse at once;
-    the stamp is taken before parsing, so a file that changes meanwhile is parsed again next time
-    (a file whose bytes change in between is parsed at least as new as its stamp).
+    Parsing happens under the lock so a fleet's first N connections do not all parse at once.
+    A version is told by the files' stat (one ``stat`` each per connection, whatever their
+    size: a fleet's known_hosts grows with the fleet, and reading and hashing it for every
+    connection cost ~0.1 ms of CPU per host at 254 lines) as long as the files last changed
+    well before it was taken (``_settled``, git's answer to "racily clean" entries); otherwise
+    by the sha256 of their bytes, so that a same-length rewrite within one clock tick is never
+    missed. The stat is taken before reading, so a file that changes meanwhile is read again
+    next time.
     """
 
     def __init__(
@@ -51,16 +91,22 @@ class FileCache(Generic[_T]):
         self._parse = parse
         self._depends = depends or (lambda path: (path,))
         self._lock = threading.Lock()
-        self._entries: dict[str, tuple[tuple[_Stamp, ...], _T]] = {}
+        self._entries: dict[str, _Entry[_T]] = {}
 
     def get(self, path: str) -> _T:
-        stamps = tuple(_stamp(p) for p in self._depends(path))
+        files = self._depends(path)
+        now = time.time_ns()  # the clock file times come from
+        stats = tuple(_stat(p) for p in files)
         with self._lock:
             hit = self._entries.get(path)
-            if hit is not None and hit[0] == stamps:
-                return hit[1]
+            if hit is not None and hit.stats == stats and _settled(stats, hit.seen_at_ns):
+                return hit.value
+            digests = tuple(_digest(p) for p in files)
+            if hit is not None and hit.digests == digests:
+                hit.stats, hit.seen_at_ns = stats, now  # the same bytes: a newer stat of them
+                return hit.value
             value = self._parse(path)
-            self._entries[path] = (stamps, value)
+            self._entries[path] = _Entry(stats, digests, value, now)
             return value
 
     def clear(self) -> None:
