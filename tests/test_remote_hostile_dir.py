@@ -111,14 +111,29 @@ def test_push_into_a_directory_another_user_owns_works_and_keeps_its_files_priva
     assert sorted(os.listdir(directory)) == [".dflash-backups", "config.json"]
 
 
-def test_planted_scratch_file_symlink_never_truncates_a_root_only_file(ssh_host):
+@pytest.mark.parametrize(
+    ("made_by", "why"),
+    [
+        ("the user", "owned by uid 65534"),
+        # Root's own name and owner, but mode 0777 (another root tool's mkdir under umask 0):
+        # a push that finds its directory there describes it from inside with one stat, and
+        # must refuse it as the first push's way does.
+        ("root, mode 0777", "others may write in it (mode 777)"),
+    ],
+)
+def test_planted_scratch_file_symlink_never_truncates_a_root_only_file(ssh_host, made_by, why):
     directory = hostile_model_dir(ssh_host)
-    backups = planted_backup_dir(directory)
+    if made_by == "the user":
+        backups = planted_backup_dir(directory)
+    else:
+        backups = directory / ".dflash-backups"
+        backups.mkdir()
+        backups.chmod(0o777)
     plant_link(backups / "config.json.out", "/root/secret")
     result = push(ssh_host)
     assert (ssh_host.root_dir / "secret").read_bytes() == SECRET
     assert_refused_untouched(result, directory)
-    assert "owned by uid 65534" in result.message
+    assert why in result.message
 
 
 def test_backup_dir_symlink_never_makes_pruning_delete_files_elsewhere(ssh_host):
@@ -308,21 +323,6 @@ def test_write_outcome_names_the_trust_step_for_an_untrusted_backup_dir(ssh_host
     assert outcome.status is WriteStatus.FAILED
     assert (outcome.failed_step, outcome.reason) == ("trust", "unsafe-dir")
     assert "remove it" in outcome.message
-
-
-def test_a_backup_dir_others_may_write_is_refused_whichever_way_the_write_enters_it(ssh_host):
-    # Root's own name and owner, but mode 0777 (another root tool's mkdir under umask 0): the
-    # hostile user could plant links in it. A push that finds its directory already there
-    # describes it from inside with one stat; it must refuse it as the first push's way does.
-    directory = hostile_model_dir(ssh_host)
-    backups = directory / ".dflash-backups"
-    backups.mkdir()
-    backups.chmod(0o777)
-    plant_link(backups / "config.json.out", "/root/secret")
-    result = push(ssh_host)
-    assert (ssh_host.root_dir / "secret").read_bytes() == SECRET
-    assert_refused_untouched(result, directory)
-    assert "others may write in it (mode 777)" in result.message
 
 
 def test_a_backup_dir_swapped_for_roots_own_directory_elsewhere_is_refused(ssh_host):
