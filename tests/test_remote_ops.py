@@ -604,6 +604,7 @@ def test_write_with_keep_zero_leaves_no_backup_but_still_returns_old_bytes(trans
     outcome = write_remote_config(transport, str(config), NEW, keep_backups=0)
     assert outcome.old_data == OLD
     assert list_remote_backups(transport, str(config)) == []
+    assert outcome.backup is None, "no backup is named that is not there"
 
 
 def test_write_refuses_a_symlinked_destination_unless_told_to_follow(transport, model_dir):

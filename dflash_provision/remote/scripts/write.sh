@@ -544,7 +544,9 @@ if [ "$old" = present ]; then
 			fail_tool backup 20 "keep a backup of $dest in $bdir" "$err"
 		}
 	fi
-	say "backup $backup"
+	# With --keep-backups 0 it only carries the old bytes to the caller and goes once they are
+	# sent: not a backup to name.
+	[ "$keep" -eq 0 ] || say "backup $backup"
 fi
 
 # --- rename -----------------------------------------------------------------------------------
