@@ -27,6 +27,7 @@ import pytest
 from dflash_provision.check.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError, RemoteStepFailed
 from dflash_provision.fleet import FleetRun, audit, authority_loader
+from dflash_provision.fleet.run import CountingTransport
 from dflash_provision.inventory import FleetMember
 from dflash_provision.place.target import parse_target
 from dflash_provision.remote.ops import ReadStatus, RemoteRead, read_remote_config
@@ -36,6 +37,7 @@ from dflash_provision.transport.factory import Connector, open_transport
 from testbed import samples
 from testbed.hosts import Host
 from testbed.lxc import Container
+from tests.fixtures.after_rename import install_tool
 from tests.fixtures.ssh import client_options
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
@@ -48,26 +50,18 @@ STUCK = "sleep 3598.5"
 WRITER = "sleep 3597.5"
 
 
-class Recording(Transport):
-    """Runs through ``inner`` and keeps every argv (the commands a read sent)."""
+class Recording(CountingTransport):
+    """The fleet's counting transport that also keeps every argv (the commands a read sent)."""
 
     def __init__(self, inner: Transport) -> None:
-        self.inner = inner
-        self.description = inner.description
+        super().__init__(inner)
         self.commands: list[list[str]] = []
-
-    @property
-    def command_timeout(self) -> float:
-        return self.inner.command_timeout
 
     def run(
         self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
     ) -> CommandResult:
         self.commands.append(list(argv))
-        return self.inner.run(argv, stdin=stdin, timeout=timeout)
-
-    def close(self) -> None:
-        self.inner.close()
+        return super().run(argv, stdin=stdin, timeout=timeout)
 
 
 @pytest.fixture
@@ -193,12 +187,8 @@ def test_a_plain_read_that_hangs_is_ended_at_its_deadline_with_its_process_group
     directory = ssh_host.root_dir / "models" / "X"
     directory.mkdir(parents=True)
     (directory / "config.json").write_bytes(REFERENCE)
-    fake = ssh_host.dir / "hangbin"
-    fake.mkdir()
     # A dd that never returns and has a child of its own (as a tool stuck on a frozen disk).
-    (fake / "dd").write_text(f"#!/bin/sh\n{STUCK} &\nwait\n")
-    (fake / "dd").chmod(0o755)
-    ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
+    install_tool(ssh_host, "dd", f"#!/bin/sh\n{STUCK} &\nwait\n")
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
     with open_transport(target, client_options(ssh_host)) as transport:
         recording = Recording(transport)

@@ -42,6 +42,7 @@ from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from testbed.hosts import Host
+from tests.fixtures.after_rename import install_tool
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.ssh import client_options, host_args, session_sshd_pids
 
@@ -267,11 +268,7 @@ def test_connection_killed_mid_write_keeps_old_file_and_leaves_no_temp(ssh_host)
 
 def test_write_that_does_not_take_effect_exits_remote_failed(ssh_host):
     seed(ssh_host)
-    fake = ssh_host.dir / "fakebin"
-    fake.mkdir()
-    (fake / "mv").write_text("#!/bin/sh\n# reports success, changes nothing\nexit 0\n")
-    (fake / "mv").chmod(0o755)
-    ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
+    install_tool(ssh_host, "mv", "#!/bin/sh\n# reports success, changes nothing\nexit 0\n")
     assert ssh_host.client is not None
     result = run_cli(
         "push",

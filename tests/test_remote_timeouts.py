@@ -33,6 +33,7 @@ from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from testbed.hosts import Host
 from testbed.lxc import Container
+from tests.fixtures.after_rename import install_tool
 from tests.fixtures.ssh import client_options, session_sshd_pids
 from tests.fixtures.transports import busybox_transport
 
@@ -70,11 +71,7 @@ def test_write_that_hangs_is_ended_at_its_deadline_and_leaves_nothing_behind(ssh
     directory = ssh_host.root_dir / "models" / "X"
     directory.mkdir(parents=True)
     (directory / "config.json").write_bytes(INCIDENT)
-    fake = ssh_host.dir / "hangbin"
-    fake.mkdir()
-    (fake / "sha256sum").write_text(HANGING_TOOL)
-    (fake / "sha256sum").chmod(0o755)
-    ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
+    install_tool(ssh_host, "sha256sum", HANGING_TOOL)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
     with open_transport(target, client_options(ssh_host)) as transport:
         outcome = write_or_timeout(transport, target.config_path, REFERENCE, timeout=6)
@@ -97,11 +94,7 @@ def test_read_that_hangs_is_ended_at_its_deadline_and_leaves_no_process(ssh_host
     directory = ssh_host.root_dir / "models" / "X"
     directory.mkdir(parents=True)
     (directory / "config.json").write_bytes(INCIDENT)
-    fake = ssh_host.dir / "hangbin"
-    fake.mkdir()
-    (fake / "head").write_text(HANGING_TOOL)
-    (fake / "head").chmod(0o755)
-    ssh_host.exec(["mount", "--bind", str(fake), "/usr/local/bin"], check=True)
+    install_tool(ssh_host, "head", HANGING_TOOL)
     target = parse_target(f"{ssh_host.alias}:{MODEL}")
     with open_transport(target, client_options(ssh_host)) as transport:
         with pytest.raises(RemoteStepFailed) as raised:
