@@ -16,6 +16,7 @@ from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
+from dflash_provision.cli._env import parse_env
 from dflash_provision.cli._runtime import fix_command, port_option
 from dflash_provision.errors import ExitCode
 from dflash_provision.source.authority import SourceSpec
@@ -179,18 +180,6 @@ def _split_command(text: str) -> list[str]:
     if not parts:
         raise UsageError("--vllm: empty command")
     return parts
-
-
-def parse_env(items: tuple[str, ...]) -> dict[str, str]:
-    from dflash_provision.errors import UsageError
-
-    env: dict[str, str] = {}
-    for item in items:
-        name, eq, value = item.partition("=")
-        if not eq or not name:
-            raise UsageError(f"--env {item.split('=')[0]!r}: expected NAME=VALUE")
-        env[name] = value
-    return env
 
 
 class _Progress:

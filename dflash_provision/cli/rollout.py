@@ -25,14 +25,6 @@ from dflash_provision.transport.factory import Connector
 if TYPE_CHECKING:
     from dflash_provision.rollout.record import HostState, Rollout
 
-# Connection options and whether they take a value: the printed --resume/--abort commands
-# repeat them (not the env values: those are never stored).
-_CONNECTION_FLAGS = {
-    "--connect-timeout": True, "--command-timeout": True, "--ssh-config": True, "-F": True,
-    "--known-hosts": True, "--identity": True, "--private-key": True, "--lxc-path": True,
-    "--no-agent": False, "--sudo": False, "--accept-new-host-key": False,
-}  # fmt: skip
-
 
 @click.command("rollout")
 @fleet_options
@@ -127,10 +119,16 @@ def command(
         _status(store, opts["status"], opts["as_json"])
         return
     if opts["resume_id"] or opts["abort_id"]:
+        from dflash_provision.rollout.engine import refuse_closed
+        from dflash_provision.rollout.plan import members_again
+
         rollout = store.load(opts["resume_id"] or opts["abort_id"])
-        engine = _engine(rollout, _members_of(rollout), connection, store, opts)
+        if opts["abort_id"]:
+            refuse_closed(rollout)
+        members = members_again(rollout, _recorded_selection(rollout).members(), connection.ssh)
+        engine = _engine(rollout, members, connection, store, opts)
         with _interruptible(ctx, engine.rollout, opts["prometheus"]):
-            engine.abort() if opts["abort_id"] else _resume(engine)
+            engine.abort() if opts["abort_id"] else engine.resume()
         _finish(ctx, engine.rollout, opts["as_json"])
         return
     new = _new_config(selection)
@@ -138,7 +136,7 @@ def command(
     if opts["dry_run"]:
         _dry_run(ctx, members, new, connection, opts)
         return
-    rollout = _new_rollout(selection, members, new, opts)
+    rollout = _new_rollout(selection, members, new, connection, opts)
     engine = _engine(rollout, members, connection, store, opts)
     with _interruptible(ctx, engine.rollout, opts["prometheus"]):
         engine.start()
@@ -186,21 +184,6 @@ def _write_prometheus(rollout: Rollout, path: Path | None) -> None:
         raise LocalWriteFailed(f"--prometheus {path}: {exc.strerror or exc}") from None
 
 
-def _resume(engine: Any) -> Any:
-    from dflash_provision.errors import UsageError
-    from dflash_provision.rollout.record import CHANGED, State
-
-    r = engine.rollout
-    if r.state in (State.BATCH, State.PAUSED):
-        return engine.run_batches()
-    before_writes = (State.PLANNED, State.PREFLIGHT, State.BASELINE, State.INTERRUPTED)
-    if r.state in before_writes and not any(h.phase in CHANGED for h in r.hosts):
-        for host in r.hosts:
-            host.phase = "pending"
-        return engine.start()
-    raise UsageError(f"rollout {r.id} is {r.state.value}: nothing to resume")
-
-
 def _new_config(selection: FleetSelection) -> Any:
     from dflash_provision.errors import UsageError
     from dflash_provision.place.push import check_authority
@@ -236,55 +219,39 @@ def _gate(opts: dict[str, Any]) -> Any:
 
 
 def _new_rollout(
-    selection: FleetSelection, members: list[Any], new: Any, opts: dict[str, Any]
+    selection: FleetSelection,
+    members: list[Any],
+    new: Any,
+    connection: Connector,
+    opts: dict[str, Any],
 ) -> Rollout:
     from dataclasses import asdict
 
     from dflash_provision.history import utc_now
     from dflash_provision.rollout.batches import parse_batches
-    from dflash_provision.rollout.record import HostState, Rollout
+    from dflash_provision.rollout.plan import Settings, connection_args, new_rollout
     from dflash_provision.rollout.store import new_id
 
-    hosts = [HostState(m.name, m.target.display(), m.target.config_path) for m in members]
     sel = asdict(selection)
     sel["inventory"] = str(selection.inventory.absolute()) if selection.inventory else None
-    return Rollout(
+    settings = Settings(
         id=new_id(),
         created_at=utc_now(),
-        source=new.label,
-        new_config=new.data.decode("utf-8"),
-        new_sha256=new.sha256,
         batches=parse_batches(opts["batches"]),
         gate=_gate(opts),
-        hosts=hosts,
         rollback_all=opts["rollback_all"],
-        check={"min_acceptance": opts["min_acceptance"], "selection": sel},
-        connection_args=_connection_args(sys.argv[1:]),
+        selection=sel,
+        connection_args=connection_args(sys.argv[1:]),
     )
+    return new_rollout(members, new, settings, connection.ssh)
 
 
-def _connection_args(argv: list[str]) -> list[str]:
-    kept: list[str] = []
-    it = iter(argv)
-    for arg in it:
-        name = arg.split("=", 1)[0]
-        if name in _CONNECTION_FLAGS:
-            kept.append(arg)
-            if _CONNECTION_FLAGS[name] and "=" not in arg:
-                kept.append(next(it, ""))
-    return kept
-
-
-def _members_of(rollout: Rollout) -> list[Any]:
-    """The rollout's hosts again, from the selection it recorded (inventory, --limit, TARGETs)."""
-    from pathlib import Path
-
+def _recorded_selection(rollout: Rollout) -> FleetSelection:
+    """The selection the rollout recorded (inventory, --limit, TARGETs): its hosts again."""
     sel = dict(rollout.check.get("selection") or {})
     sel["inventory"] = Path(sel["inventory"]) if sel.get("inventory") else None
     sel["targets"] = tuple(sel.get("targets") or ())
-    members = FleetSelection(**sel).members()
-    wanted = {h.name for h in rollout.hosts}
-    return [m for m in members if m.name in wanted]
+    return FleetSelection(**sel)
 
 
 def _engine(
@@ -292,7 +259,7 @@ def _engine(
 ) -> Any:
     from dataclasses import replace
 
-    from dflash_provision.cli.launch import parse_env
+    from dflash_provision.cli._env import parse_env
     from dflash_provision.rollout.engine import Engine, Options
 
     settings = replace(_settings(opts), min_acceptance=rollout.gate.min_acceptance)
@@ -373,24 +340,17 @@ def _dry_run(
 ) -> None:
     """The plan: batches, each host's change and whether its server restarts, the gate. Only
     reads (pre-flight); writes nothing, restarts nothing, records nothing."""
-    from dflash_provision.cli.launch import parse_env
-    from dflash_provision.errors import DflashProvisionError
-    from dflash_provision.rollout import host_ops
-    from dflash_provision.rollout.batches import parse_batches, split
+    from dflash_provision.cli._env import parse_env
+    from dflash_provision.rollout.batches import parse_batches
+    from dflash_provision.rollout.plan import dry_run
 
-    run = make_run(connection)
-    env = parse_env(opts["env_items"])
-    planned: list[tuple[str, Any]] = []
-    for member in members:
-        try:
-            with run.open(member) as transport:
-                host, _ = host_ops.inspect(transport, member, new, env, transport.command_timeout)
-            planned.append((member.name, host))
-        except DflashProvisionError as exc:
-            planned.append((member.name, exc.message))
-    good = [host for _, host in planned if not isinstance(host, str)]
-    click.echo(f"plan: {new.label} (sha256 {new.sha256[:12]}) to {len(good)} host(s)")
-    for number, batch in enumerate(split(good, parse_batches(opts["batches"])), start=1):
+    plan = dry_run(
+        members, new, make_run(connection), parse_env(opts["env_items"]),
+        parse_batches(opts["batches"]),
+    )  # fmt: skip
+    count = sum(len(batch) for batch in plan.batches)
+    click.echo(f"plan: {new.label} (sha256 {new.sha256[:12]}) to {count} host(s)")
+    for number, batch in enumerate(plan.batches, start=1):
         click.echo(f"batch {number}: {', '.join(h.name for h in batch)}")
         for h in batch:
             restart = f"server restarted (port {h.port})" if h.restart else (
@@ -399,9 +359,8 @@ def _dry_run(
                 f" (+{len(h.diff) - 3} more)" if len(h.diff) > 3 else ""
             )
             click.echo(f"  {h.name}: {change or 'no change'}; {restart}")
-    for name, why in planned:
-        if isinstance(why, str):
-            click.echo(f"pre-flight failed: {name}: {why}")
+    for name, why in plan.failed:
+        click.echo(f"pre-flight failed: {name}: {why}")
     click.echo(f"gate: {_gate(opts).describe()}")
 
-    ctx.exit(0 if len(good) == len(planned) else int(ExitCode.ROLLOUT_REFUSED))
+    ctx.exit(0 if plan.ok else int(ExitCode.ROLLOUT_REFUSED))

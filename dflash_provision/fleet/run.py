@@ -77,6 +77,9 @@ class CountingTransport(Transport):
     def close(self) -> None:
         self.inner.close()
 
+    def host_key(self) -> str | None:
+        return self.inner.host_key()
+
 
 class FleetRun:
     """State shared by the workers of one audit or repair: authorities and verdict caches."""

@@ -12,20 +12,23 @@ A host that fails while its batch passes (within ``--max-fail-percentage``) is r
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.errors import DflashProvisionError, ExitCode, UsageError
 from dflash_provision.rollout import host_ops
 from dflash_provision.rollout.batches import split
+from dflash_provision.rollout.identity import HostMismatch, Identity, same_place
 from dflash_provision.rollout.record import CHANGED, Figures, HostState, Rollout, State
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
+    from dflash_provision.fleet.run import CountingTransport
     from dflash_provision.inventory import FleetMember
     from dflash_provision.rollout.store import RolloutStore
     from dflash_provision.runtime.check import CheckSettings
@@ -99,6 +102,29 @@ class Engine:
         )  # fmt: skip
         return _Labelled(recording, f"rollout {self.rollout.id}: {what}")
 
+    @contextlib.contextmanager
+    def _open(self, host: HostState) -> Iterator[CountingTransport]:
+        """A connection to ``host`` that is the machine the record saved: its host key is
+        recorded on the first connection (pre-flight) and must match on every later one
+        (HostMismatch: nothing is run there)."""
+        transport = self.run.open(self.members[host.name])
+        with transport:
+            self._check_key(host, transport.host_key())
+            yield transport
+
+    def _check_key(self, host: HostState, key: str | None) -> None:
+        if host.identity is None:  # a record from before identities: nothing to compare
+            return
+        saved = Identity.from_dict(host.identity)
+        if saved.host_key is None:
+            with self._lock:
+                host.identity = saved.with_key(key).to_dict()
+        elif key is not None and key != saved.host_key:
+            raise HostMismatch(
+                f"{host.name}: the host key is not the one this rollout began with "
+                f"({saved.host_key} → {key}): another machine answers there; nothing was done"
+            )
+
     def _set(self, host: HostState, phase: str, detail: str | None = None) -> None:
         host.phase = phase
         if detail is not None:
@@ -127,7 +153,7 @@ class Engine:
     # -- start: pre-flight and baseline -------------------------------------------------------
 
     def start(self) -> State:
-        self.store.refuse_held(self.rollout)
+        self.store.hold(self.rollout)  # RolloutHeld (nothing recorded) when a host is taken
         try:
             if self._measure_fleet() is not None:
                 return self.rollout.state
@@ -154,6 +180,20 @@ class Engine:
         self.rollout.add_wall("preflight_s", time.monotonic() - started)
         if self._refuse_or_exclude_failed("pre-flight failed on"):
             return self.rollout.state
+        named = [
+            (h.name, Identity.from_dict(h.identity))
+            for h in self.rollout.hosts
+            if h.identity and h.phase == "pending"
+        ]
+        pairs = same_place(named)  # now with host keys: one machine under two addresses
+        if pairs:
+            first, second, why = pairs[0]
+            self._state(
+                State.REFUSED,
+                f"{first} and {second} are the same host and drafter file ({why}): keep one of "
+                "them; nothing was written",
+            )
+            return self.rollout.state
         self._state(State.BASELINE)
         started = time.monotonic()
         self._each([h for h in self.rollout.hosts if h.phase == "pending"], self._baseline_host)
@@ -177,14 +217,14 @@ class Engine:
     def _preflight_host(self, host: HostState) -> None:
         member = self.members[host.name]
         try:
-            with self.run.open(member) as transport:
+            with self._open(host) as transport:
                 fresh, old = host_ops.inspect(
                     transport, member, self.new, self.options.env, transport.command_timeout
                 )
         except DflashProvisionError as exc:
             self._set(host, "preflight_failed", exc.message)
             return
-        fresh.phase = "pending"
+        fresh.phase, fresh.identity = "pending", host.identity
         self.old[host.name] = old or b""
         with self._lock:
             index = self.rollout.hosts.index(host)
@@ -220,7 +260,7 @@ class Engine:
         member = self.members[host.name]
         started = time.monotonic()
         try:
-            with self.run.open(member) as transport, self._journal("rollout", host, what) as rec:
+            with self._open(host) as transport, self._journal("rollout", host, what) as rec:
                 verdict, _ = host_ops.measure(
                     transport,
                     member,
@@ -291,7 +331,7 @@ class Engine:
         member = self.members[host.name]
         new = self.new
         try:
-            with self.run.open(member) as transport:
+            with self._open(host) as transport:
                 if host.phase == "writing":  # cut off during the write: what does it hold?
                     sha = host_ops.current_sha(transport, member, transport.command_timeout)
                     host.phase = "written" if sha == new.sha256 else "pending"
@@ -360,7 +400,7 @@ class Engine:
         member = self.members[host.name]
         self._set(host, "rolling_back")
         try:
-            with self.run.open(member) as transport:
+            with self._open(host) as transport:
                 started = time.monotonic()
                 with self._journal("rollback", host, "restore the old bytes") as rec:
                     host_ops.restore(transport, member, host, self.options.keep_backups, rec)
@@ -390,17 +430,63 @@ class Engine:
         from dflash_provision.source.authority import Authority
 
         member = self.members[host.name]
-        with self.run.open(member) as transport:
-            read = read_remote_config(transport, member.target.config_path)
+        try:
+            with self._open(host) as transport:
+                read = read_remote_config(transport, member.target.config_path)
+        except DflashProvisionError as exc:
+            host.detail = f"after rollback: {exc.message}"
+            return
         old = Authority(label="the previous config", data=read.data or b"")
         verdict = self._measure(host, old, host.baseline, "after rollback")
         if verdict is not None:
             host.after = verdict.figures
 
+    def resume(self) -> State:
+        """Continue from the last saved step: a batch or a pause goes on where it stood; a
+        rollout stopped before any write (refused, interrupted) starts again from pre-flight.
+        Either way its hosts are taken again (hold) and must still be the machines the record
+        saved (a host key that changed is refused before anything runs)."""
+        r = self.rollout
+        if r.state in (State.BATCH, State.PAUSED):
+            self.store.hold(r)
+            self._verify_keys([h for h in r.hosts if h.phase != "excluded"])
+            return self.run_batches()
+        before_writes = (State.PLANNED, State.PREFLIGHT, State.BASELINE, State.INTERRUPTED,
+                         State.REFUSED)  # fmt: skip
+        if r.state in before_writes and not any(h.phase in CHANGED for h in r.hosts):
+            for host in r.hosts:
+                host.phase = "pending"
+            return self.start()
+        raise UsageError(f"rollout {r.id} is {r.state.value}: nothing to resume")
+
+    def _verify_keys(self, hosts: Sequence[HostState]) -> None:
+        """HostMismatch naming every host whose SSH server is not the one the record saved,
+        before anything is done (a host that cannot be reached now is left to its step)."""
+        mismatched: list[str] = []
+
+        def verify(host: HostState) -> None:
+            try:
+                with self._open(host):
+                    pass
+            except HostMismatch as exc:
+                with self._lock:
+                    mismatched.append(exc.message)
+            except DflashProvisionError:
+                pass
+
+        self._each(hosts, verify)
+        if mismatched:
+            raise HostMismatch(
+                f"rollout {self.rollout.id}: refused: " + "; ".join(sorted(mismatched))
+            )
+
     def abort(self) -> State:
         r = self.rollout
-        self.save("abort: putting back every host this rollout changed")
+        refuse_closed(r)
         hosts = [h for h in r.hosts if h.phase in CHANGED and h.phase != "rolled_back"]
+        self.store.hold(r)  # RolloutHeld when a newer open rollout holds one of its hosts
+        self._verify_keys(hosts)
+        self.save("abort: putting back every host this rollout changed")
         self._each(hosts, self._roll_back_host)
         stuck = [h.name for h in r.hosts if h.phase == "rollback_failed"]
         if stuck:
@@ -430,6 +516,30 @@ class _Labelled:
             self.recording.status = "failed"
             self.recording.message = f"{self.message}: {getattr(exc, 'message', exc)}"
         return self.block.__exit__(kind, exc, tb)
+
+
+def refuse_closed(r: Rollout) -> None:
+    """RolloutRefused when ``r`` is no longer open: --abort puts back only what an open
+    rollout holds (a finished one's hosts may be another rollout's by now)."""
+    if r.state.open:
+        return
+    from dflash_provision.rollout.store import RolloutRefused
+
+    raise RolloutRefused(f"rollout {r.id} is {r.state.value}: {_not_open_hint(r)}")
+
+
+def _not_open_hint(r: Rollout) -> str:
+    """Why --abort does nothing for a rollout that is no longer open, and what does."""
+    if r.state == State.COMPLETED:
+        inventory = (r.check.get("selection") or {}).get("inventory") or "INVENTORY"
+        kept = sorted({h.backup for h in r.hosts if h.backup})
+        where = f" (each host kept its old file: {', '.join(kept)})" if kept else ""
+        return (
+            "--abort undoes only an open rollout; a completed one is undone by a new rollout "
+            f"of the previous config: `dflash-provision rollout -i {inventory} --from "
+            f"PREVIOUS.json`{where}"
+        )
+    return "--abort undoes only an open rollout (planned, in a batch, paused or rollback_failed)"
 
 
 def _old_doc(transport: object, member: FleetMember) -> dict[str, object]:

@@ -91,6 +91,9 @@ class HostState:
     after: Figures = field(default_factory=Figures)
     detail: str = ""
     timings: dict[str, float] = field(default_factory=dict)  # write_s, restart_s, check_s
+    # Where the name led when the rollout began (identity.Identity as a dict): the host the
+    # record speaks of, whatever the inventory says later. None in records from before it.
+    identity: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -17,7 +17,8 @@ from pathlib import Path
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, LocalWriteFailed, UsageError
 from dflash_provision.history import BUSY_TIMEOUT_S, default_db_path, describe_failure
-from dflash_provision.rollout.record import Rollout, State
+from dflash_provision.rollout.identity import Identity
+from dflash_provision.rollout.record import HostState, Rollout, State
 
 _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rollouts (id TEXT PRIMARY KEY, created_at TEXT NOT NULL,"
@@ -27,11 +28,15 @@ _SCHEMA = (
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
 
-class RolloutHeld(DflashProvisionError):
-    """A host is held by another open rollout."""
+class RolloutRefused(DflashProvisionError):
+    """The rollout cannot start, resume or abort (exit 31); nothing was done."""
 
     def __init__(self, message: str) -> None:
         super().__init__(message, exit_code=ExitCode.ROLLOUT_REFUSED)
+
+
+class RolloutHeld(RolloutRefused):
+    """A host is held by another open rollout."""
 
 
 def new_id() -> str:
@@ -54,7 +59,7 @@ class RolloutStore:
     def save(self, rollout: Rollout) -> None:
         """Replace the record; LocalWriteFailed when it cannot be kept (the rollout then
         stops: a step that is not journaled first could not be resumed or undone)."""
-        now = datetime.now(UTC).isoformat(timespec="seconds")
+        now = _now()
         text = json.dumps(rollout.to_dict(), sort_keys=True)
         conn = self._connect()
         try:
@@ -96,21 +101,71 @@ class RolloutStore:
     def open_rollouts(self) -> list[Rollout]:
         conn = self._connect()
         try:
-            rows = conn.execute("SELECT state, record FROM rollouts").fetchall()
+            return _open_rollouts(conn)
         finally:
             conn.close()
-        return [Rollout.from_dict(json.loads(r[1])) for r in rows if State(r[0]).open]
+
+    def hold(self, rollout: Rollout) -> None:
+        """Take ``rollout``'s hosts and save it, in ONE write transaction: RolloutHeld when
+        another open rollout holds one of them. Check and insert under the database's write
+        lock, so two rollouts started at the same moment cannot both find the hosts free."""
+        text = json.dumps(rollout.to_dict(), sort_keys=True)
+        conn = self._connect()
+        try:
+            conn.execute("BEGIN IMMEDIATE")  # waits (busy timeout) for any other writer
+            try:
+                _refuse_held(rollout, _open_rollouts(conn))
+                conn.execute(
+                    "INSERT OR REPLACE INTO rollouts (id, created_at, updated_at, state, record)"
+                    " VALUES (?, ?, ?, ?, ?)",
+                    (rollout.id, rollout.created_at, _now(), rollout.state.value, text),
+                )
+                conn.execute("COMMIT")
+            except BaseException:
+                conn.execute("ROLLBACK")
+                raise
+        except sqlite3.Error as exc:
+            raise LocalWriteFailed(describe_failure(self.path, exc)) from None
+        finally:
+            conn.close()
 
     def refuse_held(self, rollout: Rollout) -> None:
-        """RolloutHeld when an open rollout other than this one holds one of its hosts."""
-        mine = {(h.target, h.path) for h in rollout.hosts}
-        for other in self.open_rollouts():
-            if other.id == rollout.id:
-                continue
-            held = sorted(h.name for h in other.hosts if (h.target, h.path) in mine)
-            if held:
-                raise RolloutHeld(
-                    f"rollout {other.id} ({other.state.value}) still holds {', '.join(held)}: "
-                    f"finish it with `{other.command('--resume')}{other.env_hint()}` or undo "
-                    f"it with `{other.command('--abort')}{other.env_hint()}`"
-                )
+        """RolloutHeld when an open rollout other than this one holds one of its hosts (a
+        read only: ``hold`` is the check that counts)."""
+        _refuse_held(rollout, self.open_rollouts())
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")
+
+
+def _open_rollouts(conn: sqlite3.Connection) -> list[Rollout]:
+    rows = conn.execute("SELECT state, record FROM rollouts").fetchall()
+    return [Rollout.from_dict(json.loads(r[1])) for r in rows if State(r[0]).open]
+
+
+def _refuse_held(rollout: Rollout, open_rollouts: list[Rollout]) -> None:
+    mine = [h for h in rollout.hosts if h.phase != "excluded"]
+    for other in open_rollouts:
+        if other.id == rollout.id:
+            continue
+        theirs = [h for h in other.hosts if h.phase != "excluded"]
+        held = sorted({h.name for h in theirs for m in mine if same_host(h, m)})
+        if held:
+            raise RolloutHeld(
+                f"rollout {other.id} ({other.state.value}) still holds {', '.join(held)}: "
+                f"finish it with `{other.command('--resume')}{other.env_hint()}` or undo "
+                f"it with `{other.command('--abort')}{other.env_hint()}`"
+            )
+
+
+def same_host(a: HostState, b: HostState) -> bool:
+    """The same drafter file on the same machine: by the places the records saved (address
+    after ssh_config, port, container, path), else (older records) by the TARGET and path."""
+    if a.identity and b.identity:
+        one, two = Identity.from_dict(a.identity), Identity.from_dict(b.identity)
+        if one.place == two.place:
+            return True
+        keys = one.host_key and one.host_key == two.host_key
+        return bool(keys) and (one.container, one.path) == (two.container, two.path)
+    return (a.target, a.path) == (b.target, b.path)

@@ -60,6 +60,11 @@ class Transport(abc.ABC):
     def close(self) -> None:  # noqa: B027 - optional hook, most transports hold nothing
         """Release connections. Safe to call twice."""
 
+    def host_key(self) -> str | None:
+        """The SSH server's host key as ``TYPE SHA256:...`` (connecting first), None where no
+        SSH server is involved (this machine): what identifies the machine a rollout acts on."""
+        return None
+
     def __enter__(self) -> Transport:
         return self
 
@@ -104,3 +109,6 @@ class WrappingTransport(Transport):
 
     def close(self) -> None:
         self.inner.close()
+
+    def host_key(self) -> str | None:
+        return self.inner.host_key()

@@ -105,6 +105,13 @@ class SshTransport(Transport):
         with self._lock:
             self._close_clients()
 
+    def host_key(self) -> str | None:
+        active = self._connected().get_transport()
+        if active is None:  # closed under us: cannot tell (the caller's next run says why)
+            return None
+        key = active.get_remote_server_key()
+        return f"{key.get_name()} {key.fingerprint}"
+
     def _close_clients(self) -> None:
         client, self._client = self._client, None
         gateway, self._gateway = self._gateway, None
