@@ -45,7 +45,7 @@ class ExitCode(IntEnum):
     PAUSED = 28  # a check was inconclusive: the rollout waits for --resume
     ABORTED = 29  # --abort put every host this rollout changed back, proved
     ROLLBACK_FAILED = 30  # a rollback could not be proved: the hosts named need a hand
-    ROLLOUT_REFUSED = 31  # not started: pre-flight failed on a host, or an open rollout holds it
+    ROLLOUT_REFUSED = 31  # refused, nothing done: pre-flight, a hold, a host changed (--resume)
     INTERRUPTED = 130  # Ctrl-C: the shell's 128 + SIGINT; what was done is printed and recorded
 
 

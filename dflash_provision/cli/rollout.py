@@ -5,7 +5,8 @@ the config, restart the server with its recorded launch, run every runtime-check
 the gate; a failed batch is rolled back (proved), an inconclusive check pauses. The rollout is a
 record in the history database, saved before each step (``--status``, ``--resume``,
 ``--abort``). Exit codes: 0 completed, 27 rolled back, 28 paused (inconclusive), 29 aborted,
-30 a rollback not proved, 31 not started (pre-flight failed, or an open rollout holds a host).
+30 a rollback not proved, 31 refused (pre-flight failed, a host held, named twice or no
+longer the one the record saved, or --abort of a rollout that is not open).
 """
 
 from __future__ import annotations
