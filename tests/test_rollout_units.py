@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -96,3 +97,72 @@ def test_a_restart_never_asks_for_the_v2_runner_env_that_launch_set_itself() -> 
     recorded = ["VLLM_USE_V2_MODEL_RUNNER", "HF_TOKEN", "VLLM_CPU_KVCACHE_SPACE"]
     assert missing_env(recorded, {"VLLM_CPU_KVCACHE_SPACE": "1"}, full_only) == ["HF_TOKEN"]
     assert missing_env(recorded, {"HF_TOKEN": "x", "VLLM_CPU_KVCACHE_SPACE": "1"}, full_only) == []
+
+
+def test_the_printed_commands_repeat_only_the_connection_flags() -> None:
+    from dflash_provision.rollout.plan import connection_args
+
+    argv = ["rollout", "-i", "fleet.yaml", "--from", "new.json", "--ssh-config", "my config"]
+    argv += ["--env", "TOKEN=secret", "--connect-timeout=5", "--no-agent", "--batches", "1"]
+    assert connection_args(argv) == ["--ssh-config", "my config", "--connect-timeout=5",
+                                     "--no-agent"]  # fmt: skip
+
+
+def _member(name: str, spec: str) -> Any:
+    from dflash_provision.inventory import FleetMember
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.source.authority import SourceSpec
+
+    return FleetMember(name, parse_target(spec), SourceSpec())
+
+
+def test_resume_finds_the_hosts_the_record_saved_or_refuses_naming_each_change() -> None:
+    """The record keeps where each name led (after ssh_config); today's inventory must lead to
+    the same places: a host re-pointed or dropped is refused, never followed."""
+    from dflash_provision.rollout.identity import HostMismatch
+    from dflash_provision.rollout.plan import Settings, members_again, new_rollout
+    from dflash_provision.source.authority import Authority
+    from dflash_provision.transport.options import SshOptions
+
+    ssh = SshOptions(ssh_config_path=None)
+    began = [_member("h01", "/srv/a"), _member("h02", "/srv/b"), _member("h03", "/srv/c")]
+    settings = Settings("r1", "2026-01-01T00:00:00Z", ["1"], Gate(), False, {})
+    rollout = new_rollout(began, Authority("new", b"{}"), settings, ssh)
+    assert [m.name for m in members_again(rollout, began, ssh)] == ["h01", "h02", "h03"]
+    today = [_member("h01", "/srv/x"), _member("h03", "/srv/c")]
+    with pytest.raises(HostMismatch) as refused:
+        members_again(rollout, today, ssh)
+    message = refused.value.message
+    assert refused.value.exit_code == ExitCode.ROLLOUT_REFUSED
+    assert "h01 leads elsewhere now (path /srv/a/config.json → /srv/x/config.json)" in message
+    assert "h02 is no longer in the inventory (the rollout began with it as " in message
+    assert "\n" not in message
+
+
+def test_one_host_under_two_names_is_refused_when_the_rollout_is_made() -> None:
+    from dflash_provision.rollout.identity import HostMismatch
+    from dflash_provision.rollout.plan import Settings, new_rollout
+    from dflash_provision.source.authority import Authority
+    from dflash_provision.transport.options import SshOptions
+
+    twice = [_member("a", "/srv/m"), _member("b", "/srv/n"), _member("c", "/srv/m/config.json")]
+    settings = Settings("r1", "2026-01-01T00:00:00Z", ["1"], Gate(), False, {})
+    with pytest.raises(HostMismatch, match=r"^a and c are the same host and drafter file \("):
+        new_rollout(twice, Authority("new", b"{}"), settings, SshOptions(ssh_config_path=None))
+
+
+def test_holds_see_the_saved_places_not_the_names(tmp_path: Path) -> None:
+    """Two records naming one machine differently (an alias and its address) share a host."""
+    from dflash_provision.rollout.identity import Identity
+
+    store = RolloutStore(tmp_path / "history.sqlite")
+    first = _rollout("r1", State.PAUSED, "gpu1")
+    second = _rollout("r2", State.PLANNED, "10.0.0.1")
+    for rollout in (first, second):
+        rollout.hosts[0].identity = Identity(
+            "10.0.0.1", 22, "root", None, "/m/config.json"
+        ).to_dict()
+    store.hold(first)
+    with pytest.raises(RolloutHeld, match=r"rollout r1 \(paused\) still holds gpu1"):
+        store.hold(second)
+    assert [r[0] for r in store.all()] == ["r1"]  # the refused one was not recorded
