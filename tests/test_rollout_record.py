@@ -10,9 +10,11 @@ is aborted at its end)."""
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 import json
 import os
+import shlex
 import sqlite3
 import subprocess
 import sys
@@ -31,7 +33,7 @@ from testbed.vllm_standin_install import CONTROL_ENV, install_standin, write_con
 from tests.fixtures.cli import Cli, Done, cli_env
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR
 from tests.fixtures.standin_places import Place, launch_standin
-from tests.test_rollout_standin import GOOD, RULES, UNSURE, Bed
+from tests.test_rollout_standin import GOOD, RULES, UNSURE, Bed, _variant
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -251,3 +253,108 @@ def test_abort_of_a_completed_rollout_leaves_a_newer_paused_rollouts_hosts_alone
     aborted = bed.rollout("--abort", newer_id)
     assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
     assert h02.config() == GOOD
+
+
+def _pid(bed: Bed, place: Place) -> int:
+    done = bed.cli.run("status", place.target, "--json", *bed.ssh)
+    assert done.returncode == 0, done.stdout + done.stderr
+    return int(json.loads(done.stdout)["pid"])
+
+
+def test_a_config_every_host_already_runs_restarts_nothing(bed: Bed) -> None:
+    current = bed.places[0].config()
+    same = [p for p in bed.places if p.config() == current]
+    inventory = _write_inventory(bed.tmp / "same.yaml", [p.name for p in same])
+    pids = [_pid(bed, p) for p in same]
+    done, doc = bed.rollout_json("-i", inventory, "--from", bed.config_file(current, "same"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert doc["message"] == (
+        "every host already holds and runs this config: nothing written, no server restarted"
+    )
+    assert all(h["phase"] == "passed" for h in doc["hosts"])
+    assert [_pid(bed, p) for p in same] == pids  # the same processes serve: none restarted
+    rows = json.loads(bed.cli.run("history", "--op", "rollout", "--json").stdout)
+    steps = {r["message"].split(": ")[1] for r in rows
+             if r["message"].startswith(f"rollout {doc['id']}: ")}  # fmt: skip
+    assert steps == {"baseline"}  # measured, never written nor restarted
+
+
+def test_a_write_cut_off_by_a_controller_kill_has_its_row_completed_at_resume(bed: Bed) -> None:
+    import signal
+
+    from tests.fixtures.after_rename import fault_after_rename, release, wait_renamed
+
+    h01 = bed.places[0]
+    host = h01.where
+    assert isinstance(host, Host)
+    inventory = _write_inventory(bed.tmp / "cut.yaml", ["h01"])
+    new = bed.config_file(_variant(max_position_embeddings=65536), "cut")
+    argv = [sys.executable, "-m", "dflash_provision", "rollout", "-i", inventory, "--from", new,
+            "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh]  # fmt: skip
+    for flag in (".renamed", ".release"):
+        (host.root_dir / flag).unlink(missing_ok=True)
+    fault_after_rename(host, "hold")  # the write renames its file into place, then waits
+    try:
+        proc = subprocess.Popen(
+            argv, cwd=bed.cli.workdir, env=cli_env(home=bed.cli.workdir / "home"), text=True,
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        )  # fmt: skip
+        try:
+            wait_renamed(host, timeout=300)
+            proc.send_signal(signal.SIGKILL)  # the controller dies inside the write
+        finally:
+            _, err = proc.communicate(timeout=120)
+    finally:
+        release(host)
+        host.exec(["umount", "-l", "/usr/local/bin"], check=True)  # the held sync may linger
+    rollout_id = err.split()[1].rstrip(":")
+    assert h01.config() == Path(new).read_bytes()  # the rename had happened
+
+    def write_row() -> dict[str, Any]:
+        """The row of the rollout's write to h01: "started" until closed."""
+        created = _state(bed, rollout_id)["created_at"]
+        rows = json.loads(bed.cli.run("history", "--op", "rollout", "--json").stdout)
+        write = f"rollout {rollout_id}: write"
+        mine = [
+            r for r in rows
+            if r["host"] == "h01" and r["started_at"] >= created
+            and (r["status"] == "started" or r["message"].startswith(write))
+        ]  # fmt: skip
+        assert len(mine) == 1, mine
+        return dict(mine[0])
+
+    assert write_row()["status"] == "started"  # left as the kill found it
+    resumed = bed.rollout("--resume", rollout_id)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    row = write_row()
+    assert row["status"] == "written", row
+    assert row["sha256_after"] == hashlib.sha256(Path(new).read_bytes()).hexdigest()
+    assert row["message"].startswith(
+        f"rollout {rollout_id}: write: cut off (the controller stopped); --resume found the new "
+        "config ("
+    ), row
+
+
+def test_a_host_whose_launched_server_died_fails_pre_flight(bed: Bed) -> None:
+    """Last in the module: h03's server is left stopped."""
+    h03 = bed.places[2]
+    before = h03.config()
+    h03.run(["kill", "-KILL", str(_pid(bed, h03))])  # it crashes: its pidfile stays
+    inventory = _write_inventory(bed.tmp / "dead.yaml", ["h03"])
+    new = bed.config_file(_variant(max_position_embeddings=40960), "dead")
+    done, doc = bed.rollout_json("-i", inventory, "--from", new)
+    assert done.returncode == ExitCode.ROLLOUT_REFUSED, done.stdout + done.stderr
+    assert doc["message"] == "pre-flight failed on h03: nothing was written"
+    detail = doc["hosts"][0]["detail"]
+    assert f"the server launched for {DRAFTER_DIR} on port " in detail
+    assert " is dead (its pidfile names a process that is gone" in detail
+    assert h03.config() == before
+    # The fix the detail gives when the server is meant to stay down, pasted as printed.
+    stop = detail.split("`")[1]
+    assert stop.startswith("dflash-provision stop h03:")
+    stopped = bed.cli.run(*shlex.split(stop)[1:], *bed.ssh)
+    assert stopped.returncode in (0, ExitCode.NOT_RUNNING), stopped.stdout + stopped.stderr
+    done, doc = bed.rollout_json("-i", inventory, "--from", new)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert doc["hosts"][0]["restart"] is False  # now a host without a server: the file only
+    assert h03.config() == Path(new).read_bytes()

@@ -359,6 +359,8 @@ def _dry_run(
             change = "; ".join(h.diff[:3]) + (
                 f" (+{len(h.diff) - 3} more)" if len(h.diff) > 3 else ""
             )
+            if h.old_sha256 == h.new_sha256:
+                restart = "nothing to write; no restart once its baseline passes"
             click.echo(f"  {h.name}: {change or 'no change'}; {restart}")
     for name, why in plan.failed:
         click.echo(f"pre-flight failed: {name}: {why}")

@@ -42,6 +42,9 @@ _UNDECIDED = frozenset(
 )
 _FAILED = frozenset({"failed", "rolled_back", "rollback_failed"})
 
+#: The detail of a host that already held and ran the new config.
+UNCHANGED = "already holds and runs this config: nothing written, not restarted"
+
 EXIT_CODES = {
     State.COMPLETED: ExitCode.OK,
     State.ROLLED_BACK: ExitCode.ROLLED_BACK,
@@ -291,6 +294,13 @@ class Engine:
             r.add_wall(f"batch{number}_s", time.monotonic() - started)
             if outcome != "passed":
                 return r.state
+        if all(h.phase == "passed" and h.detail == UNCHANGED for h in r.hosts):
+            self._state(
+                State.COMPLETED,
+                "every host already holds and runs this config: nothing written, no server "
+                "restarted",
+            )
+            return r.state
         alone = [h.name for h in r.hosts if h.phase == "rolled_back"]
         left = [h.name for h in r.hosts if h.phase == "excluded"]
         within = f"; restored alone (failed within the tolerance): {', '.join(alone)}"
@@ -334,14 +344,22 @@ class Engine:
             with self._open(host) as transport:
                 if host.phase == "writing":  # cut off during the write: what does it hold?
                     sha = host_ops.current_sha(transport, member, transport.command_timeout)
+                    self._finish_cut_off_write(host, sha)
                     host.phase = "written" if sha == new.sha256 else "pending"
+                if host.phase == "pending" and self._unchanged(host):
+                    self._set(host, "passed", UNCHANGED)
+                    host.new = host.baseline
+                    return
                 if host.phase == "pending":
                     self._set(host, "writing")
                     started = time.monotonic()
                     with self._journal("rollout", host, "write") as rec:
+                        host.write_row = rec.id  # for --resume, should the controller die now
+                        self.save()
                         host.backup = host_ops.write(
                             transport, member, new, self.options.keep_backups, rec
                         )
+                    host.write_row = None  # closed by the journal block
                     host_ops.timed(host, "write_s", started)
                     self._set(
                         host, "written", f"proved by read-back; old file kept as {host.backup}"
@@ -371,6 +389,34 @@ class Engine:
             return
         host.new = verdict.figures
         self._set(host, verdict.outcome, verdict.detail)
+
+    def _unchanged(self, host: HostState) -> bool:
+        """The host already holds the new bytes and its server was proved to run them (the
+        baseline passed measured against them; no server: the file is all there is): nothing
+        to write, nothing to restart."""
+        if host.old_sha256 != self.rollout.new_sha256:
+            return False
+        return not host.restart or host.baseline.source == "measured"
+
+    def _finish_cut_off_write(self, host: HostState, sha: str | None) -> None:
+        """The journal row of a write the controller died in (still "started") closed with
+        what the host holds now: the write happened or it did not."""
+        from dflash_provision.history import FAILED, default_store
+
+        if host.write_row is None:
+            return
+        if sha == self.rollout.new_sha256:
+            status, found = "written", "the new config"
+        else:
+            status, found = FAILED, "the old config" if sha == host.old_sha256 else "other bytes"
+        default_store().record_finish(
+            host.write_row,
+            status=status,
+            sha256_after=sha,
+            message=f"rollout {self.rollout.id}: write: cut off (the controller stopped); "
+            f"--resume found {found} ({(sha or 'no file')[:12]})",
+        )
+        host.write_row = None
 
     # -- rollback and abort -------------------------------------------------------------------
 

@@ -5,6 +5,7 @@ write, restart with the recorded launch, restore the old bytes. Nothing here sav
 from __future__ import annotations
 
 import json
+import shlex
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
@@ -53,8 +54,16 @@ def inspect(
         host.diff = render_changes(semantic_diff(json.loads(current.data), new.document))
     except ValueError:
         host.diff = ["the file on the host does not parse: replaced whole"]
-    live = [s for s in for_drafter(launched(transport, timeout=timeout), target.model_dir)]
-    live = [s for s in live if s.alive]
+    mine = for_drafter(launched(transport, timeout=timeout), target.model_dir)
+    live = [s for s in mine if s.alive]
+    dead = [s for s in mine if s.dead]
+    if dead and not live:  # crashed: writing "file only" would leave it ungated
+        raise StepFailed(
+            f"the server launched for {target.model_dir} on port {dead[0].port} is dead (its "
+            "pidfile names a process that is gone: crashed, killed or a reboot): start it "
+            "again with launch, or, if it is meant to stay down, `dflash-provision stop "
+            f"{shlex.quote(target.display())} --port {dead[0].port}`"
+        )
     if len(live) > 1:
         raise StepFailed(f"{target.model_dir} is served on several ports: {[s.port for s in live]}")
     model: str | None = None
@@ -161,8 +170,6 @@ def measure(
     baseline: Figures | None,
 ) -> tuple[Verdict, CheckReport]:
     """Every runtime-check stage, judged by the rollout's gate."""
-    import shlex
-
     from dflash_provision.runtime.check import push_fix_command, run_check
 
     fix = push_fix_command(member.target, shlex.join(member.source.push_options()))

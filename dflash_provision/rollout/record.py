@@ -94,6 +94,7 @@ class HostState:
     # Where the name led when the rollout began (identity.Identity as a dict): the host the
     # record speaks of, whatever the inventory says later. None in records from before it.
     identity: dict[str, Any] | None = None
+    write_row: int | None = None  # the history row of a write in flight (closed at --resume)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -30,6 +30,9 @@ class Launched:
     port: int
     alive: bool
     record: LaunchRecord
+    # Its pidfile names a server that is gone: it crashed, was killed or the host rebooted
+    # (`stop` removes the pidfile, so a server stopped on purpose is not dead).
+    dead: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,7 +57,7 @@ def launched(transport: Transport, *, timeout: float | None = None) -> list[Laun
             record = LaunchRecord.from_json(parts[3])
         except RemoteStepFailed:
             continue
-        found.append(Launched(int(parts[1]), parts[2] == "1", record))
+        found.append(Launched(int(parts[1]), parts[2] == "1", record, dead=parts[2] == "x"))
     return found
 
 
