@@ -145,7 +145,9 @@ def fleet_options(func: F) -> F:
 def make_run(connection: Connector) -> FleetRun:
     from dflash_provision.fleet import FleetRun, authority_loader
 
-    return FleetRun(authority_loader(), connector=connection)
+    run = FleetRun(authority_loader(), connector=connection)
+    run.stopping.announce = lambda line: click.echo(line, err=True)  # what Ctrl-C waits for
+    return run
 
 
 class ProgressDisplay:

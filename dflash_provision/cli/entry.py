@@ -32,5 +32,29 @@ def main() -> None:
         gc.enable()
     try:
         run()
+    except SystemExit as done:
+        _end_now_if_abandoned(done.code)
+        raise
     finally:
         gc.freeze()  # the process is ending: nothing left is worth a last walk
+
+
+def _end_now_if_abandoned(code: object) -> None:
+    """After a Ctrl-C that abandoned hosts in flight (a fleet command's second Ctrl-C), their
+    threads would hold the process, and the prompt, until their own timeouts end (a host hung
+    at the SSH banner: the whole --connect-timeout), and a third Ctrl-C would print Python's
+    traceback from the interpreter's exit. What was done is printed and recorded by now (the
+    history commits every row): end the process at once."""
+    import contextlib
+    import os
+    import threading
+
+    if code != int(ExitCode.INTERRUPTED):
+        return
+    others = [t for t in threading.enumerate() if t is not threading.main_thread()]
+    if not any(t.is_alive() and not t.daemon for t in others):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
+            stream.flush()
+    os._exit(int(ExitCode.INTERRUPTED))

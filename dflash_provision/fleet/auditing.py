@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, TypeVar
 from dflash_provision.check.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.classify import classify_exception
-from dflash_provision.fleet.interrupt import NOT_STARTED, FleetInterrupted, collect_after_interrupt
+from dflash_provision.fleet.interrupt import (
+    NOT_STARTED,
+    FleetInterrupted,
+    Stopping,
+    collect_after_interrupt,
+)
 from dflash_provision.fleet.results import HostAudit
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
 from dflash_provision.inventory import FleetMember
@@ -202,7 +207,8 @@ def for_each_host(
     except KeyboardInterrupt:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)
-        raise collect_after_interrupt([m.name for m in members], futures) from None
+        waiting = stop if isinstance(stop, Stopping) else None
+        raise collect_after_interrupt([m.name for m in members], futures, waiting) from None
     except BaseException:
         stop.set()
         pool.shutdown(wait=False, cancel_futures=True)

@@ -2,19 +2,42 @@
 
 The first Ctrl-C sets the run's ``stopping`` event (no worker contacts a new host, and repair
 starts no new write: it checks the event between its audit and its write), cancels the hosts
-still queued, and waits for the hosts in flight: their writes finish (each bounded by the
-command timeout) and are reported. A second Ctrl-C stops that wait: the hosts still in flight
-are reported as abandoned (their threads still end within their timeouts, closing their
-connections and proxy processes, before the process exits).
+still queued, says which hosts are in flight and how long it waits for them (``Stopping``: at
+most one step of each, bounded by the connection and command timeouts), and waits: their writes
+finish and are reported. A second Ctrl-C stops that wait, and so does its deadline: the hosts
+still in flight are reported as abandoned, and the console script ends the process at once
+(cli/entry.py) instead of waiting for their threads (a host hung at the SSH banner would hold
+the prompt for its whole timeout).
 """
 
 from __future__ import annotations
 
 import concurrent.futures
 import contextlib
-from collections.abc import Sequence
+import threading
+from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import Any
+
+
+class Stopping(threading.Event):
+    """A fleet run's stop flag, set by the first Ctrl-C, with how long that Ctrl-C waits for the
+    hosts in flight (``wait_s``, ``bound`` says where the figure comes from) and how it tells
+    the user (``announce``: the CLI's stderr; None: silent)."""
+
+    def __init__(self, wait_s: float, bound: str) -> None:
+        super().__init__()
+        self.wait_s, self.bound = wait_s, bound
+        self.announce: Callable[[str], None] | None = None
+
+    def waiting_line(self, in_flight: Sequence[str]) -> str:
+        more = f" and {len(in_flight) - 5} more" if len(in_flight) > 5 else ""
+        names = ", ".join(in_flight[:5]) + more
+        return (
+            f"Ctrl-C: no new host is contacted; waiting for {len(in_flight)} host(s) in flight "
+            f"({names}) to end their step, at most {self.wait_s:.0f} s ({self.bound}); "
+            "Ctrl-C again to abandon them"
+        )
 
 
 class FleetInterrupted(KeyboardInterrupt):
@@ -51,13 +74,17 @@ NOT_STARTED: Any = object()
 
 
 def collect_after_interrupt(
-    names: Sequence[str], futures: dict[Future[Any], int]
+    names: Sequence[str], futures: dict[Future[Any], int], stopping: Stopping | None = None
 ) -> FleetInterrupted:
-    """Wait for the futures still running (a second Ctrl-C stops waiting) and sort every host
-    into done / not started / abandoned. The queued ones must already be cancelled."""
-    running = [f for f in futures if not f.done()]
+    """Wait for the futures still running (at most ``stopping.wait_s``; a second Ctrl-C stops
+    waiting) and sort every host into done / not started / abandoned. The queued ones must
+    already be cancelled."""
+    running = sorted((f for f in futures if not f.done()), key=lambda f: futures[f])
+    wait_s = stopping.wait_s if stopping is not None else None
+    if running and stopping is not None and stopping.announce is not None:
+        stopping.announce(stopping.waiting_line([names[futures[f]] for f in running]))
     with contextlib.suppress(KeyboardInterrupt):  # the second Ctrl-C: abandon those in flight
-        concurrent.futures.wait(running)
+        concurrent.futures.wait(running, timeout=wait_s)
     done: dict[int, Any] = {}
     not_started: list[str] = []
     abandoned: list[str] = []

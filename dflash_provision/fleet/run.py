@@ -7,6 +7,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.fleet.interrupt import Stopping
 from dflash_provision.inventory import FleetMember
 from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.transport.base import CommandResult, Transport
@@ -95,8 +96,14 @@ class FleetRun:
         ssh = self.connector.ssh
         self.handshake_timeout = min(ssh.connect_timeout, ssh.banner_timeout)
         self._cpu_lock = threading.Lock()
-        #: Set on Ctrl-C: no new host is contacted and no new write starts (fleet/interrupt.py).
-        self.stopping = threading.Event()
+        #: Set on Ctrl-C: no new host is contacted and no new write starts (fleet/interrupt.py);
+        #: the hosts in flight get one step: a connection (each of its three steps within
+        #: --connect-timeout) and two commands (repair's read and write).
+        self.stopping = Stopping(
+            3 * ssh.connect_timeout + 2 * ssh.command_timeout,
+            f"--connect-timeout {ssh.connect_timeout:g} s per connection step, "
+            f"--command-timeout {ssh.command_timeout:g} s per command",
+        )
         self.validations = 0  # how many times validate_config ran (tests, benchmark)
 
     def authority(self, member: FleetMember) -> Authority:

@@ -222,6 +222,7 @@ def check_fleet(
         workers,
         "runtime-check",
         progress,
+        run.stopping,
     )
 
 
