@@ -271,7 +271,7 @@ def test_a_config_every_host_already_runs_restarts_nothing(bed: Bed) -> None:
     assert doc["message"] == (
         "every host already holds and runs this config: nothing written, no server restarted"
     )
-    assert all(h["phase"] == "passed" for h in doc["hosts"])
+    assert all(h["phase"] == "unchanged" for h in doc["hosts"])
     assert [_pid(bed, p) for p in same] == pids  # the same processes serve: none restarted
     rows = json.loads(bed.cli.run("history", "--op", "rollout", "--json").stdout)
     steps = {r["message"].split(": ")[1] for r in rows

@@ -42,7 +42,7 @@ _UNDECIDED = frozenset(
 )
 _FAILED = frozenset({"failed", "rolled_back", "rollback_failed"})
 
-#: The detail of a host that already held and ran the new config.
+#: The detail of a host that already held and ran the new config (phase "unchanged").
 UNCHANGED = "already holds and runs this config: nothing written, not restarted"
 
 EXIT_CODES = {
@@ -294,7 +294,7 @@ class Engine:
             r.add_wall(f"batch{number}_s", time.monotonic() - started)
             if outcome != "passed":
                 return r.state
-        if all(h.phase == "passed" and h.detail == UNCHANGED for h in r.hosts):
+        if all(h.phase == "unchanged" for h in r.hosts):
             self._state(
                 State.COMPLETED,
                 "every host already holds and runs this config: nothing written, no server "
@@ -347,7 +347,7 @@ class Engine:
                     self._finish_cut_off_write(host, sha)
                     host.phase = "written" if sha == new.sha256 else "pending"
                 if host.phase == "pending" and self._unchanged(host):
-                    self._set(host, "passed", UNCHANGED)
+                    self._set(host, "unchanged", UNCHANGED)
                     host.new = host.baseline
                     return
                 if host.phase == "pending":
@@ -576,16 +576,21 @@ def refuse_closed(r: Rollout) -> None:
 
 def _not_open_hint(r: Rollout) -> str:
     """Why --abort does nothing for a rollout that is no longer open, and what does."""
+    import shlex
+
     if r.state == State.COMPLETED:
-        inventory = (r.check.get("selection") or {}).get("inventory") or "INVENTORY"
-        kept = sorted({h.backup for h in r.hosts if h.backup})
-        where = f" (each host kept its old file: {', '.join(kept)})" if kept else ""
+        selection = r.check.get("selection") or {}
+        hosts = [*(["-i", selection["inventory"]] if selection.get("inventory") else [])]
+        hosts += list(selection.get("targets") or ())
+        where = shlex.join(hosts) if hosts else "-i INVENTORY"
         return (
             "--abort undoes only an open rollout; a completed one is undone by a new rollout "
-            f"of the previous config: `dflash-provision rollout -i {inventory} --from "
-            f"PREVIOUS.json`{where}"
+            f"of the previous config: `dflash-provision rollout {where} --from PREVIOUS.json` "
+            "(each host kept its old file in .dflash-backups)"
         )
-    return "--abort undoes only an open rollout (planned, in a batch, paused or rollback_failed)"
+    if r.state in (State.REFUSED, State.INTERRUPTED):
+        return "it wrote nothing: there is nothing to undo"
+    return "its hosts were put back already (--abort undoes only an open rollout)"
 
 
 def _old_doc(transport: object, member: FleetMember) -> dict[str, object]:

@@ -29,10 +29,14 @@ def prometheus_text(rollout: Rollout, *, timestamp: float) -> str:
         )
     metric("dflash_rollout_batch", "The batch the rollout reached (0: none started).")
     lines.append(f"dflash_rollout_batch{prometheus_labels(rollout=rid)} {rollout.batch}")
-    metric("dflash_rollout_host_passed", "1 when the host passed the rollout's gate.")
+    metric(
+        "dflash_rollout_host_passed",
+        "1 when the host passed the rollout's gate (or already ran the config: unchanged).",
+    )
     for h in rollout.hosts:
         labels = prometheus_labels(rollout=rid, host=h.name, batch=str(h.batch))
-        lines.append(f"dflash_rollout_host_passed{labels} {int(h.phase == 'passed')}")
+        passed = h.phase in ("passed", "unchanged")
+        lines.append(f"dflash_rollout_host_passed{labels} {int(passed)}")
     metric("dflash_rollout_acceptance_rate", "Acceptance before, with and after the rollout.")
     for h in rollout.hosts:
         for when, figures in (

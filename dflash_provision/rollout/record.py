@@ -5,7 +5,9 @@ A rollout's ``state`` goes ``planned → preflight → baseline → batch → co
 restored), ``rollback_failed`` (a restore could not be proved) or ``aborted``. Each host keeps
 its own ``phase``: ``pending → writing → written → restarting → restarted → checking →
 passed | failed | inconclusive``, and on the way back ``rolling_back → rolled_back |
-rollback_failed``; ``excluded`` hosts failed pre-flight and were left out on request. A phase
+rollback_failed``; ``excluded`` hosts failed pre-flight and were left out on request;
+``unchanged`` hosts already held the new bytes and their server was proved to run them (nothing
+written, nothing restarted, nothing to roll back). A phase
 ending in ``-ing`` was started and not known to be finished: ``--resume`` and ``--abort`` read
 the host again before acting on it.
 """
