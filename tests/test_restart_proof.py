@@ -9,6 +9,8 @@ Every test starts from every host serving REFERENCE through ``fresh``."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -17,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from dflash_provision.cli._connect import SSH_CONFIG_ENV
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.vllm_standin_install import (
@@ -26,7 +29,7 @@ from testbed.vllm_standin_install import (
     standin_container,
     write_control,
 )
-from tests.fixtures.cli import Cli, Done
+from tests.fixtures.cli import ENTRY_POINT, Cli, Done, cli_env
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port
 from tests.fixtures.standin_places import CONFIG, Place
 
@@ -47,6 +50,10 @@ def _variant(mask: int) -> bytes:
 
 
 BAD, UNSURE = _variant(BAD_MASK), _variant(UNSURE_MASK)
+#: A harmless change (the stand-in serves its default 60 %).
+GOOD = (
+    json.dumps({**json.loads(REFERENCE), "max_position_embeddings": 131072}, indent=2) + "\n"
+).encode()
 
 
 @dataclass
@@ -80,20 +87,21 @@ class Bed:
     def run(self, *args: str, cli: Cli | None = None) -> Done:
         return (cli or self.cli).run(*args, *self.ssh)
 
-    def fresh(self, place: Place, *, vllm: str | None = None) -> None:
+    def fresh(self, place: Place, *, vllm: str | None = None, loaded: bytes = REFERENCE) -> None:
         """Whatever ran is ended (by its process group: a wrapper's pidfile is refused by
-        stop), the file is REFERENCE, and ``launch`` starts the stand-in with its control env."""
+        stop), the file is ``loaded``, and ``launch`` starts the stand-in with its control env
+        on it."""
         kill = (
             f'for f in {STATE}/*/pid; do [ -f "$f" ] || continue; '
             'p=$(cut -d" " -f1 "$f"); kill -KILL -"$p" 2>/dev/null; rm -f "$f"; done; '
             f"rm -rf {DRAFTER_DIR}/.dflash-backups; sleep 0.5"
         )
         place.run(["sh", "-c", kill])
-        place.put(CONFIG, REFERENCE)
+        place.put(CONFIG, loaded)
         write_control(place.where, CONTROL, RULES)
         standin = self.standins[place.name]
         done = self.run(
-            "launch", place.target, "--model", TARGET_DIR, "--from", self.file(REFERENCE, "ref"),
+            "launch", place.target, "--model", TARGET_DIR, "--from", self.file(loaded, "loaded"),
             "--vllm", vllm or standin.vllm, "--python", standin.python,
             "--port", str(free_port()), "--env", f"{CONTROL_ENV}={CONTROL}",
             "--ready-timeout", "300", "--no-check",
@@ -168,7 +176,7 @@ def test_a_canary_pushed_without_a_restart_is_named_and_rolled_back_to_what_ran(
     assert h01.config() == BAD  # on disk; its server still runs REFERENCE (60 %)
     done = bed.run(
         "rollout", "-i", bed.inventory("pushed", [h01, h02]), "--from", bed.file(BAD, "bad"),
-        "--batches", "1,100%", "--json",
+        "--batches", "1,100%", "--json", "--env", f"{CONTROL_ENV}={CONTROL}",
     )  # fmt: skip
     assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
     assert "h01: pre-flight ok" in done.stderr and "is not the config its server loaded" in (
@@ -206,8 +214,9 @@ def test_a_rollback_the_gate_cannot_prove_is_rollback_failed(bed: Bed) -> None:
             {"by_mask_token": {**RULES["by_mask_token"], ref_mask: {"impossible_counters": True}}},
         )
         done = bed.run(
-            "rollout", "-i", inventory, "--from", bed.file(BAD, "bad"), "--json", cli=own
-        )
+            "rollout", "-i", inventory, "--from", bed.file(BAD, "bad"), "--json",
+            "--env", f"{CONTROL_ENV}={CONTROL}", cli=own,
+        )  # fmt: skip
     finally:
         bed.fresh(h02)
     assert done.returncode == ExitCode.ROLLBACK_FAILED, done.stdout + done.stderr
@@ -221,7 +230,7 @@ def test_a_rollback_the_gate_cannot_prove_is_rollback_failed(bed: Bed) -> None:
 def test_a_rollout_without_env_keeps_each_servers_environment(bed: Bed) -> None:
     inventory = bed.inventory("noenv", bed.places)
     before = {p.name: server_pid(p) for p in bed.places}
-    done = bed.run("rollout", "-i", inventory, "--from", bed.file(_variant(248070), "good"))
+    done = bed.run("rollout", "-i", inventory, "--from", bed.file(GOOD, "good"))
     assert done.returncode == 0, done.stdout + done.stderr
     for place in bed.places:
         assert server_pid(place) != before[place.name]
@@ -257,5 +266,68 @@ def test_resume_and_abort_without_env_keep_each_servers_environment(bed: Bed) ->
     aborted = bed.run("rollout", "--abort", rollout_id)
     assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
     assert h03.config() == REFERENCE
+    assert server_pid(h03) != before
+    assert server_env(h03).get(CONTROL_ENV) == CONTROL
+
+
+def _paste(bed: Bed, line: str) -> subprocess.CompletedProcess[str]:
+    """``line`` run by a shell as a user pastes it: the installed ``dflash-provision`` on PATH,
+    the test bed's ssh_config from the environment (fix lines carry no connection options)."""
+    env = cli_env(
+        home=bed.cli.workdir / "home",
+        env={
+            "PATH": f"{Path(ENTRY_POINT).parent}:{os.environ['PATH']}",
+            SSH_CONFIG_ENV: bed.ssh[1],
+        },
+    )
+    return subprocess.run(
+        ["sh", "-c", line], cwd=bed.cli.workdir, env=env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["doctor", "runtime-check"])
+def test_every_fix_line_pasted_does_what_it_says(bed: Bed, command: str) -> None:
+    h01 = bed.places[0]
+    ref = bed.file(REFERENCE, "ref")
+    h01.put(CONFIG, GOOD)  # put there by hand: not what its server loaded
+    before = server_pid(h01)
+    done = bed.run(command, h01.target, "--from", ref)
+    assert done.returncode != 0, done.stdout
+    fixes = [line.split("fix: ", 1)[1] for line in done.stdout.splitlines() if "fix: " in line]
+    assert fixes, done.stdout
+    for fix in fixes:
+        assert fix.startswith("dflash-provision ") and "MODEL" not in fix, fix
+        pasted = _paste(bed, fix)
+        assert pasted.returncode == 0, fix + "\n" + pasted.stdout + pasted.stderr
+    assert h01.config() == REFERENCE
+    if command == "doctor":  # the file link: push, then restart so the server reads it
+        assert any("--restart" in fix for fix in fixes), fixes
+        assert server_pid(h01) != before  # restarted, keeping its environment
+        assert server_env(h01).get(CONTROL_ENV) == CONTROL
+    again = bed.run(command, h01.target, "--from", ref)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_launch_restart_alone_reuses_the_recorded_launch_and_refuses_a_missing_model(
+    bed: Bed,
+) -> None:
+    h03 = bed.places[2]  # in the container
+    before = server_pid(h03)
+    record = json.loads(h03.run(["sh", "-c", f"cat {STATE}/*/launch.json"]))
+    wrong = bed.run(
+        "launch", h03.target, "--model", "/root/models/Qwen3.6-27B-typo",
+        "--from", bed.file(REFERENCE, "ref"), "--vllm", record["vllm_cmd"][0],
+        "--python", record["python"], "--port", str(record["port"]), "--restart", "--no-check",
+    )  # fmt: skip
+    assert wrong.returncode == ExitCode.USAGE, wrong.stdout + wrong.stderr
+    assert "/root/models/Qwen3.6-27B-typo: no such directory" in wrong.stderr
+    assert server_pid(h03) == before  # nothing was stopped
+    done = bed.run("launch", h03.target, "--restart")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "proved: pid " in done.stdout
+    assert f"num_spec_tokens {record['num_speculative_tokens']}" in done.stdout
+    after = json.loads(h03.run(["sh", "-c", f"cat {STATE}/*/launch.json"]))
+    assert after["argv"] == record["argv"]
     assert server_pid(h03) != before
     assert server_env(h03).get(CONTROL_ENV) == CONTROL

@@ -300,6 +300,10 @@ class Engine:
                     sha = host_ops.current_sha(transport, member, transport.command_timeout)
                     host.phase = "written" if sha == new.sha256 else "pending"
                 if host.phase == "pending":
+                    # --resume included: nothing is written where the restart would be refused
+                    host_ops.restart_possible(
+                        transport, host, self.options.env, self.env_seen.get(host.name)
+                    )
                     self._set(host, "writing")
                     started = time.monotonic()
                     with self._journal("rollout", host, "write") as rec:
@@ -367,6 +371,11 @@ class Engine:
         self._set(host, "rolling_back")
         try:
             with self.run.open(member) as transport:
+                # --abort included: the file is not restored where the restart would be refused
+                host_ops.restart_possible(
+                    transport, host, self.options.env, self.env_seen.get(host.name),
+                    may_be_down=True,
+                )  # fmt: skip
                 started = time.monotonic()
                 with self._journal("rollback", host, "restore the old bytes") as rec:
                     host_ops.restore(transport, member, host, self.options.keep_backups, rec)

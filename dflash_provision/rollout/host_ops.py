@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -94,32 +93,38 @@ def restart_checks(
         raise StepFailed(exc.reason) from None
 
 
-def missing_env(recorded: Iterable[str], given: Iterable[str], doc: dict[str, Any]) -> list[str]:
-    """The env names a restart needs values for that the user did not give again.
-
-    Launch sets the V2 runner's env itself (for mixed attention), so a record that names it
-    needs no value from the user whatever the new config's layout: ``restart_env`` adds it
-    again when the new config needs it (a mixed old config and an all-full new one asked for
-    ``--env VLLM_USE_V2_MODEL_RUNNER=...`` before)."""
+def restart_possible(
+    transport: Transport,
+    host: HostState,
+    env: dict[str, str],
+    remembered: dict[str, str] | None,
+    *,
+    may_be_down: bool = False,
+) -> None:
+    """:func:`restart_checks` for a host of a rollout, run before its file is touched (a
+    resumed batch's write, a rollback's restore), so a restart that would be refused never
+    follows a change of the file. ``may_be_down``: a rollback, whose server may have died on
+    the new config: then its env values must be in ``remembered`` (this run) or ``env``."""
     from dflash_provision.runtime.preflight import V2_RUNNER_ENV
+    from dflash_provision.runtime.process import probe_port
+    from dflash_provision.runtime.restart import server_down
 
-    return sorted(set(recorded) - {V2_RUNNER_ENV} - set(given) - _auto_env(doc))
-
-
-def _auto_env(doc: dict[str, Any]) -> set[str]:
-    """Env names launch sets itself for this config (the V2 runner for mixed attention)."""
-    from dflash_provision.runtime.preflight import runtime_env
-
-    return set(runtime_env(doc, {})[1])
-
-
-def restart_env(doc: dict[str, Any], record: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-    """The env a restart passes: the recorded NAMES, values from --env, plus what launch adds
-    for this config (as launch would for it)."""
-    from dflash_provision.runtime.preflight import runtime_env
-
-    given = {n: env[n] for n in record.get("env_names", []) if n in env}
-    return runtime_env(doc, given)[0]
+    if not host.restart or host.launch is None or host.port is None:
+        return
+    names = [str(n) for n in host.launch.get("env_names", [])]
+    timeout = transport.command_timeout
+    if may_be_down:
+        state = probe_port(transport, host.port, timeout=timeout)
+        if server_down(state):
+            known = {**(remembered or {}), **env}
+            missing = [n for n in names if n not in known and n != V2_RUNNER_ENV]
+            if missing:
+                raise StepFailed(
+                    f"the server on port {host.port} has exited: its env values cannot be "
+                    "read again; give them with " + " ".join(f"--env {n}=..." for n in missing)
+                )
+            return
+    restart_checks(transport, names, host.port, {**(remembered or {}), **env}, timeout)
 
 
 def _validate_there(

@@ -62,6 +62,12 @@ def refused(message: str, exit_code: ExitCode = ExitCode.PORT_TAKEN) -> RestartF
     )
 
 
+def server_down(state: PortState) -> bool:
+    """Nothing of the port's server runs: its pidfile names an exited process, or is gone (a
+    stop that ran, a start that failed), and nothing listens."""
+    return not state.listening and (state.pid_problem == "gone" or state.pid is None)
+
+
 def old_server(transport: Transport, state: PortState) -> int:
     """The pid of the server a restart would stop, or RestartFailed saying what was found."""
     where = f"port {state.port} on {transport.description}"
@@ -262,7 +268,7 @@ def restart_recorded(
     timeout = transport.command_timeout
     skip = frozenset({V2_RUNNER_ENV})
     state = probe_port(transport, port, timeout=timeout)
-    down = may_be_down and state.pid_problem == "gone" and not state.listening
+    down = may_be_down and server_down(state)
     if down:
         values = {**(remembered or {}), **env}
         missing = [n for n in record.env_names if n not in values and n not in skip]
