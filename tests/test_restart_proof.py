@@ -113,6 +113,12 @@ def server_pid(place: Place) -> str:
     return place.run(["sh", "-c", f"cat {STATE}/*/pid"]).split()[0]
 
 
+def running_record(place: Place) -> dict[str, Any]:
+    """The launch record of the port whose server runs (the one with a pidfile)."""
+    script = f'for d in {STATE}/*; do [ -f "$d/pid" ] && cat "$d/launch.json"; done; true'
+    return dict(json.loads(place.run(["sh", "-c", script])))
+
+
 def server_env(place: Place) -> dict[str, str]:
     """The running server's own environment, as the user would look at it."""
     text = place.run(["sh", "-c", f"tr '\\000' '\\n' </proc/{server_pid(place)}/environ"])
@@ -314,7 +320,7 @@ def test_launch_restart_alone_reuses_the_recorded_launch_and_refuses_a_missing_m
 ) -> None:
     h03 = bed.places[2]  # in the container
     before = server_pid(h03)
-    record = json.loads(h03.run(["sh", "-c", f"cat {STATE}/*/launch.json"]))
+    record = running_record(h03)
     wrong = bed.run(
         "launch", h03.target, "--model", "/root/models/Qwen3.6-27B-typo",
         "--from", bed.file(REFERENCE, "ref"), "--vllm", record["vllm_cmd"][0],
@@ -327,7 +333,7 @@ def test_launch_restart_alone_reuses_the_recorded_launch_and_refuses_a_missing_m
     assert done.returncode == 0, done.stdout + done.stderr
     assert "proved: pid " in done.stdout
     assert f"num_spec_tokens {record['num_speculative_tokens']}" in done.stdout
-    after = json.loads(h03.run(["sh", "-c", f"cat {STATE}/*/launch.json"]))
+    after = running_record(h03)
     assert after["argv"] == record["argv"]
     assert server_pid(h03) != before
     assert server_env(h03).get(CONTROL_ENV) == CONTROL
