@@ -19,6 +19,10 @@ Pre-flight, before anything starts (each refusal names its fix):
 Then: the port's state decides. Our server with the same launch → "already-running" (waits for
 its readiness too); a different launch of ours → refused unless ``restart``; a process we did not
 start holding the port → always refused. Start (process.start_server), wait (readiness).
+``restart`` with our server running replaces it whatever it runs, through runtime/restart.py: its
+env values read from it (``--env`` overriding), an absolute model directory and the drafter
+directory checked on the target, all before the stop; then stop, start, wait and the proof (a
+restart not proved is "failed", exit 20). With nothing of ours on the port it is a plain start.
 """
 
 from __future__ import annotations
