@@ -111,6 +111,6 @@ class RolloutStore:
             if held:
                 raise RolloutHeld(
                     f"rollout {other.id} ({other.state.value}) still holds {', '.join(held)}: "
-                    f"finish it with `{other.command('--resume')}{other.env_hint()}` or undo "
-                    f"it with `{other.command('--abort')}{other.env_hint()}`"
+                    f"finish it with `{other.command('--resume')}` or undo "
+                    f"it with `{other.command('--abort')}`"
                 )
