@@ -70,7 +70,8 @@ _CONNECTION_FLAGS = {
     "env_items",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Env values for restarted servers (the launch recorded only the NAMES).",
+    help="Env values for restarted servers, overriding those read from each running server "
+    "(the launch recorded only the NAMES; needed where they cannot be read).",
 )
 @click.option(
     "--ready-timeout",
