@@ -9,8 +9,9 @@ follows from the config it LOADED (the incident's mask_token_id serves ~1 %).
   "cannot tell" when the counters decide nothing (exit 26, never a pass); its requests are
   made on the host (the hosts live in network namespaces: the controller's loopback has no
   such server);
-- ``server`` restarts with the recorded launch, refuses (leaving the server running) when an
-  env value is missing, and changes nothing in check mode;
+- ``server`` restarts with the recorded launch keeping each server's env (read on the host),
+  proves the new process, fails (leaving the server running) behind a site wrapper whose
+  argv is not the recorded one, and changes nothing in check mode;
 - the example playbook ``dflash.provision.provision`` repairs a drifted host batch by batch,
   and a bad config fails the first batch and stops the play before the next.
 
@@ -213,27 +214,68 @@ def test_runtime_check_with_a_bad_option_is_one_clear_line(bed: Bed) -> None:
     assert "max_regression: 'lots' is not a fraction such as 10% or 0.1" in done.output
 
 
-def test_server_restart_refuses_without_the_env_value_and_leaves_the_server_running(
-    bed: Bed,
-) -> None:
+def server_env(place: Place) -> dict[str, str]:
+    """The running server's own environment, as the user would look at it."""
+    text = place.run(["sh", "-c", f"tr '\\000' '\\n' </proc/{server_pid(place)}/environ"])
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+def test_server_restart_keeps_the_servers_env_and_proves_the_new_process(bed: Bed) -> None:
     before = {p.name: server_pid(p) for p in bed.places}
-    refused = bed.play.run(bed.task("server", "state: restarted"))
-    assert refused.returncode != 0
-    for place in bed.places:
-        row = refused.of(place.name, "t")
-        assert row["outcome"] == "failed"
-        assert f"launched with env {CONTROL_ENV}" in row["result"]["msg"], row["result"]["msg"]
-    checked = bed.play.run(bed.task("server", f"env:\n  {CONTROL_ENV}: {CONTROL}"), "--check")
+    checked = bed.play.run(bed.task("server", "state: restarted"), "--check")
     assert checked.returncode == 0, checked.output[-3000:]
     assert all(r["result"]["changed"] for r in bed.results(checked).values())
     assert {p.name: server_pid(p) for p in bed.places} == before  # nothing was restarted
-    done = bed.play.run(bed.task("server", f"env:\n  {CONTROL_ENV}: {CONTROL}"))
+    # No env given: the values are read from each running server, on its host.
+    done = bed.play.run(bed.task("server", "state: restarted"))
     assert done.returncode == 0, done.output[-3000:]
     for place in bed.places:
         result = done.of(place.name, "t")["result"]
-        assert result["changed"] is True and "ready" in result["msg"], result
+        assert result["changed"] is True and "proved" in result["msg"], result
+        assert f"pid {before[place.name]} gone" in result["evidence"], result
         assert result["drafter_sha256"] == hashlib.sha256(REFERENCE).hexdigest()
         assert server_pid(place) != before[place.name]
+        assert server_env(place).get(CONTROL_ENV) == CONTROL
+
+
+def test_server_restart_behind_a_site_wrapper_fails_and_leaves_the_old_server(bed: Bed) -> None:
+    """A wrapper that appends arguments: the running argv is not the recorded one, so stop is
+    refused; the module must fail saying so, never report the old server as restarted."""
+    h01 = bed.places[0]
+    standin = install_standin(h01.where, "/root/standin")
+    wrapper = "/root/standin/vllm-site"
+    h01.put(wrapper, f'#!/bin/sh\nexec {standin.vllm} "$@" --max-model-len 4096\n'.encode())
+    h01.run(["chmod", "755", wrapper])
+    _end_server(h01)
+    wrapped = Standin(wrapper, standin.python)
+    launch_standin(bed.cli, h01, wrapped, bed.ssh, str(bed.play.tmp / "authoritative.json"))
+    try:
+        before = server_pid(h01)
+        done = bed.play.run(bed.task("server", "state: restarted", hosts=h01.name))
+        assert done.returncode != 0, done.output[-3000:]
+        row = done.of(h01.name, "t")
+        assert row["outcome"] == "failed", row
+        assert "stop would be refused" in row["result"]["msg"], row["result"]["msg"]
+        assert "the server was left running" in row["result"]["msg"]
+        assert server_pid(h01) == before
+    finally:
+        _end_server(h01)
+        launch_standin(bed.cli, h01, standin, bed.ssh, str(bed.play.tmp / "authoritative.json"))
+
+
+def _end_server(place: Place) -> None:
+    """End the launched server by its process group (stop refuses a wrapper's pidfile)."""
+    state = "/root/.local/state/dflash-provision/vllm"
+    place.run(["sh", "-c", f"kill -KILL -$(cut -d' ' -f1 {state}/*/pid); rm -rf {state}/*"])
+    place.run(["sleep", "0.5"])
+
+
+@dataclass
+class Standin:
+    """What launch_standin reads of a stand-in install."""
+
+    vllm: str
+    python: str
 
 
 def test_the_example_playbook_repairs_restarts_and_proves_in_batches(bed: Bed) -> None:

@@ -83,8 +83,7 @@ def test_authoritative_config_link_the_fix_is_at_the_source() -> None:
 def test_file_on_disk_link_push_for_a_wrong_file_one_revision_for_weights_that_do_not_fit() -> None:
     report = doctor(a=failed("a", "differs", status="present", diff=["x: 1 → 2"]))
     assert link(report, "file on disk").fix == (
-        f"{PUSH}, then dflash-provision launch gpu1:{DRAFTER} --model /root/models/Qwen3.6-27B "
-        "--port 8000 --restart (the server read the old file at start-up)"
+        f"{PUSH} && dflash-provision launch gpu1:{DRAFTER} --port 8000 --restart"
     )
     mismatch = "num_hidden_layers: config 5, weights 4"
     weights = {"checked": True, "ok": False, "mismatches": [mismatch], "detail": ""}

@@ -3,7 +3,6 @@ report, and the hold an open rollout has on its hosts (a real SQLite history dat
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -82,21 +81,6 @@ def test_an_open_rollout_holds_its_hosts_until_it_ends(tmp_path: Path) -> None:
     store.save(_rollout("r1", State.ABORTED, "h01", "h02"))
     store.refuse_held(_rollout("r2", State.PLANNED, "h02"))  # ended: the hold is gone
     assert store.load("r1").state is State.ABORTED
-
-
-def test_a_restart_never_asks_for_the_v2_runner_env_that_launch_set_itself() -> None:
-    """A server launched with a mixed sliding/full drafter has VLLM_USE_V2_MODEL_RUNNER in its
-    launch record (launch added it); a new config with only full attention does not need it,
-    and the user never gave it: pre-flight must not ask for its value. Other recorded names
-    without a value are still asked for."""
-    from dflash_provision.rollout.host_ops import missing_env
-    from testbed import samples
-
-    full_only = json.loads(samples.REFERENCE_DRAFTER.read_bytes())
-    full_only["layer_types"] = ["full_attention"] * len(full_only["layer_types"])
-    recorded = ["VLLM_USE_V2_MODEL_RUNNER", "HF_TOKEN", "VLLM_CPU_KVCACHE_SPACE"]
-    assert missing_env(recorded, {"VLLM_CPU_KVCACHE_SPACE": "1"}, full_only) == ["HF_TOKEN"]
-    assert missing_env(recorded, {"HF_TOKEN": "x", "VLLM_CPU_KVCACHE_SPACE": "1"}, full_only) == []
 
 
 def test_the_printed_commands_repeat_only_the_connection_flags() -> None:

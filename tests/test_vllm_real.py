@@ -927,3 +927,43 @@ def test_a_rollout_that_breaks_two_real_servers_is_rolled_back_and_they_serve_as
     finally:
         for name, port in zip(names, ports, strict=True):
             bed.cli("stop", bed.target(name), "--port", str(port), *bed.ssh_options())
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
+def test_a_restart_whose_stop_is_refused_fails_and_the_old_server_keeps_serving(
+    bed: RealBed, port: int
+) -> None:
+    """A site wrapper that appends an argument: the running vLLM's argv is not the recorded
+    one, so stop refuses its pidfile; ``launch TARGET --restart`` must fail saying so, the
+    old server still serving (never reported restarted)."""
+    wrapper = bed.host.root_dir / "vllm-site"
+    wrapper.write_text(f'#!/bin/sh\nexec {bed.env.vllm} "$@" --max-num-seqs 4\n')
+    wrapper.chmod(0o755)
+    env_args = [a for item in SERVER_ENV for a in ("--env", item)]
+    launched = bed.cli(
+        "launch", bed.target("agreeing"), "--model", TARGET_DIR,
+        "--from", bed.authority("agreeing"), "--vllm", "/root/vllm-site",
+        "--num-speculative-tokens", str(NUM_SPEC), "--port", str(port),
+        "--ready-timeout", READY_TIMEOUT_S, "--no-check", *env_args, *bed.ssh_options(),
+        "--", *SERVE_ARGS,
+    )  # fmt: skip
+    assert launched.returncode == 0, launched.output
+    before = bed.cli("status", bed.target("agreeing"), "--port", str(port), "--json",
+                     *bed.ssh_options())  # fmt: skip
+    pid = json.loads(before.stdout)["pid"]
+    try:
+        restarted = bed.cli(
+            "launch", bed.target("agreeing"), "--restart", "--port", str(port), *bed.ssh_options()
+        )
+        assert restarted.returncode == ExitCode.PORT_TAKEN, restarted.output
+        assert "stop would be refused" in restarted.stderr
+        assert "the old server keeps running" in restarted.stderr
+        after = bed.cli("status", bed.target("agreeing"), "--port", str(port), "--json",
+                        *bed.ssh_options())  # fmt: skip
+        assert json.loads(after.stdout)["pid"] == pid
+        assert json.loads(after.stdout)["state"] == "ready"  # still serving
+    finally:
+        # stop refuses this pidfile too: end the server by its process group, as a user would
+        bed.host.exec(["sh", "-c", f"kill -TERM -{pid}; sleep 5; kill -KILL -{pid}"], timeout=60)

@@ -31,9 +31,11 @@ def port_option(func: F) -> F:
     return click.option(
         "--port",
         type=click.IntRange(1, 65535),
-        default=8000,
-        show_default=True,
-        help="The server's port on the target (it listens on 127.0.0.1 only).",
+        default=None,
+        help=(
+            "The server's port on the target (it listens on 127.0.0.1 only). Default: 8000; "
+            "with --restart alone, the port launch started TARGET's drafter directory on."
+        ),
     )(func)
 
 

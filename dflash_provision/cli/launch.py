@@ -18,7 +18,7 @@ from dflash_provision.cli._connect import (
 )
 from dflash_provision.cli._env import parse_env
 from dflash_provision.cli._runtime import fix_command, port_option
-from dflash_provision.errors import ExitCode
+from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
@@ -45,12 +45,20 @@ F = TypeVar("F", bound=Callable[..., Any])
         "sliding/full drafter gets VLLM_USE_V2_MODEL_RUNNER=1. Waits for /health (reached "
         "through the SSH connection, or inside the container), then runs runtime-check. The "
         "same launch again reports 'already running'; a different one needs --restart. "
+        "`launch TARGET --restart` with no --model restarts the recorded launch as it was (its "
+        "command line; its env values read from the running server, --env overriding; "
+        "--num-speculative-tokens and --vllm may change) with the drafter file on disk, and "
+        "proves it: the old process gone, a new one running that command line, its engine "
+        "start-up record naming the drafter and N. "
         "Arguments after `--` go to `vllm serve`. TARGET as for push: root@gpu1:/models/X, "
         "gpu1/lxc:c1:/models/X, /local/dir."
     ),
 )
 @click.argument("target_spec", metavar="TARGET")
-@click.option("--model", required=True, help="The target model, as `vllm serve` takes it.")
+@click.option(
+    "--model",
+    help="The target model, as `vllm serve` takes it (required unless --restart alone).",
+)
 @authority_options
 @click.option(
     "--num-speculative-tokens",
@@ -61,9 +69,8 @@ F = TypeVar("F", bound=Callable[..., Any])
 @click.option(
     "--vllm",
     "vllm_cmd",
-    default="vllm",
-    show_default=True,
-    help="The vLLM command on the target (split like a shell would: 'venv/bin/python -m X').",
+    help="The vLLM command on the target (split like a shell would: 'venv/bin/python -m X'). "
+    "Default: vllm.",
 )
 @click.option(
     "--python",
@@ -76,7 +83,12 @@ F = TypeVar("F", bound=Callable[..., Any])
     metavar="NAME=VALUE",
     help="Environment for the server (repeatable). Only NAMES are recorded.",
 )
-@click.option("--restart", is_flag=True, help="Replace a different launch running on the port.")
+@click.option(
+    "--restart",
+    is_flag=True,
+    help="Replace the server running on the port (proved, or exit 20); alone: restart its "
+    "recorded launch.",
+)
 @click.option(
     "--force",
     is_flag=True,
@@ -104,11 +116,11 @@ F = TypeVar("F", bound=Callable[..., Any])
 def command(
     ctx: click.Context,
     target_spec: str,
-    model: str,
+    model: str | None,
     authority_spec: SourceSpec,
     num_speculative_tokens: int | None,
-    port: int,
-    vllm_cmd: str,
+    port: int | None,
+    vllm_cmd: str | None,
     python: str | None,
     env_items: tuple[str, ...],
     restart: bool,
@@ -125,12 +137,28 @@ def command(
     from dflash_provision.runtime.preflight import LaunchRequest
 
     target = parse_target(target_spec)
+    if model is None:
+        if not restart:
+            raise UsageError("--model is required (`launch TARGET --restart` alone restarts the "
+                             "recorded launch)")  # fmt: skip
+        if extra_args or python or force:
+            raise UsageError(
+                "`launch TARGET --restart` without --model reuses the recorded command line: "
+                "give --model to change the arguments after --, --python or --force"
+            )
+        _restart_recorded(
+            ctx, connection, target, port, parse_env(env_items),
+            num_speculative_tokens, None if vllm_cmd is None else _split_command(vllm_cmd),
+            ready_timeout, stop_timeout, authority_spec, no_check=no_check, as_json=as_json,
+        )  # fmt: skip
+        return
+    port = 8000 if port is None else port
     authority = authority_spec.load()
     request = LaunchRequest(
         model=model,
         port=port,
         num_speculative_tokens=num_speculative_tokens,
-        vllm_cmd=tuple(_split_command(vllm_cmd)),
+        vllm_cmd=tuple(_split_command(vllm_cmd or "vllm")),
         python=python,
         env=parse_env(env_items),
         extra_args=extra_args,
@@ -170,9 +198,63 @@ def command(
         ctx.exit(int(check.exit_code))
 
 
-def _split_command(text: str) -> list[str]:
-    from dflash_provision.errors import UsageError
+def _restart_recorded(
+    ctx: click.Context,
+    connection: Connector,
+    target: Target,
+    port: int | None,
+    env: dict[str, str],
+    num_speculative_tokens: int | None,
+    vllm_cmd: list[str] | None,
+    ready_timeout: float,
+    stop_timeout: float,
+    authority_spec: SourceSpec,
+    *,
+    no_check: bool,
+    as_json: bool,
+) -> None:
+    """``launch TARGET --restart`` alone (runtime/restart.py restart_launch), then
+    runtime-check when an authority is named (--from/--repo/--lock, or ./dflash.lock)."""
+    from dflash_provision.runtime.restart import Overrides, restart_launch
+    from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
+    overrides = Overrides(num_speculative_tokens, None if vllm_cmd is None else tuple(vllm_cmd))
+    timeout = connection.ssh.command_timeout
+    with connection.open(target) as transport:
+        done, record = restart_launch(
+            transport, target, port, env, overrides, ready_timeout=ready_timeout,
+            stop_timeout=stop_timeout, timeout=timeout,
+        )  # fmt: skip
+        message = f"restarted with its recorded launch on port {record.port}, proved: "
+        message += done.evidence
+        check = None
+        named = authority_spec.is_set or DEFAULT_LOCK_PATH.is_file()
+        if not as_json:
+            click.echo(message)
+            click.echo(f"  command     {shlex.join(record.argv)}")
+            if not named and not no_check:
+                click.echo("  runtime-check skipped: no authority named (--from, --repo, --lock)")
+        if named and not no_check:
+            from dflash_provision.runtime.preflight import LaunchRequest
+
+            request = LaunchRequest(
+                model=record.model, port=record.port, python=record.python,
+                command_timeout=timeout,
+            )  # fmt: skip
+            check = _runtime_check(
+                transport, target, authority_spec.load(), request, as_json=as_json
+            )
+    if as_json:
+        data = {
+            "launch": {"status": "restarted", "message": message, "record": record.to_dict()},
+            "runtime_check": check.to_dict() if check else None,
+        }
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+    if check is not None:
+        ctx.exit(int(check.exit_code))
+
+
+def _split_command(text: str) -> list[str]:
     try:
         parts = shlex.split(text)
     except ValueError as exc:

@@ -63,7 +63,8 @@ if TYPE_CHECKING:
     "env_items",
     multiple=True,
     metavar="NAME=VALUE",
-    help="Env values for restarted servers (the launch recorded only the NAMES).",
+    help="Env values for restarted servers, overriding those read from each running server "
+    "(the launch recorded only the NAMES; needed where they cannot be read).",
 )
 @click.option(
     "--ready-timeout",
@@ -155,14 +156,14 @@ def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> I
         if rollout.state.value == "interrupted":  # before any write: holds no host
             click.echo(
                 f"interrupted: rollout {rollout.id}: {rollout.message}; start it again with "
-                f"`{rollout.command('--resume')}{rollout.env_hint()}` or run a new rollout",
+                f"`{rollout.command('--resume')}` or run a new rollout",
                 err=True,
             )
             ctx.exit(int(ExitCode.INTERRUPTED))
         click.echo(
             f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
-            f"with `{rollout.command('--resume')}{rollout.env_hint()}` or undo it with "
-            f"`{rollout.command('--abort')}{rollout.env_hint()}`",
+            f"with `{rollout.command('--resume')}` or undo it with "
+            f"`{rollout.command('--abort')}`",
             err=True,
         )
         ctx.exit(int(ExitCode.INTERRUPTED))
@@ -288,9 +289,7 @@ def _finish(ctx: click.Context, rollout: Rollout, as_json: bool) -> None:
     code = int(EXIT_CODES.get(rollout.state, 1))
     _show(rollout, as_json, code)
     if rollout.state.value == "paused":
-        click.echo(
-            f"paused: resume with: {rollout.command('--resume')}{rollout.env_hint()}", err=True
-        )
+        click.echo(f"paused: resume with: {rollout.command('--resume')}", err=True)
     elif rollout.state.value == "rollback_failed":
         click.echo(f"ROLLBACK NOT PROVED: {rollout.message}", err=True)
     ctx.exit(code)

@@ -1,7 +1,8 @@
 """``dflash.provision.server``: restart the vLLM server that ``dflash-provision launch`` started
 for a host's drafter directory, with its recorded launch (the same argv and env names; env
-values are given again in ``env`` and never stored), and wait until it is ready, as
-``rollout`` restarts a host.
+values are read from the running server on the host, ``env`` overrides, nothing is stored),
+wait until it is ready and prove it (the old process gone, a new one running the recorded
+argv, its own engine record naming the drafter and N), as ``rollout`` restarts a host.
 
 Everything that can refuse is checked before the server is stopped (its launch record, the
 config on disk, the env values the record names), so a refused restart leaves the old server
@@ -15,7 +16,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, RemoteStepFailed, UsageError
+from dflash_provision.errors import (
+    DflashProvisionError,
+    ExitCode,
+    RemoteStepFailed,
+    RuntimeFailure,
+    UsageError,
+)
 from dflash_provision.playbook.common import (
     HOST_OPTIONS,
     HostArgs,
@@ -78,7 +85,7 @@ def restart_server(
 
 def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool) -> dict[str, Any]:
     from dflash_provision.remote.ops import read_remote_config
-    from dflash_provision.rollout.host_ops import missing_env, restart_recorded
+    from dflash_provision.rollout.host_ops import StepFailed, restart_checks, restart_recorded
 
     transport, target = open_host(runner, host, args.host)
     server = _the_launch(transport, target, args.port)
@@ -96,12 +103,12 @@ def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool)
             "writes the authoritative one)",
             step="read",
         ) from None
-    missing = missing_env(server.record.env_names, args.env, doc)
-    if missing:
-        raise UsageError(
-            f"its server was launched with env {', '.join(missing)}: give the values again in "
-            "env (values are never stored); the server was left running"
-        )
+    # Before anything stops: the port's server is the launch's, its env values readable from
+    # it (or given in env). Check mode checks it too.
+    try:
+        restart_checks(transport, server.record.env_names, server.port, args.env, timeout)
+    except StepFailed as exc:
+        raise UsageError(f"{exc.message}; the server was left running") from None
     out: dict[str, Any] = {
         "changed": True,
         "failed": False,
@@ -112,16 +119,25 @@ def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool)
     }
     if check_mode:
         return {**out, "msg": f"check mode: would restart the server on port {server.port}"}
-    restart_recorded(
-        transport,
-        server.record.to_dict(),
-        server.port,
-        doc,
-        args.env,
-        args.ready_timeout,
-        sha256=current.sha256,
-    )
-    return {**out, "msg": f"restarted on port {server.port} with its recorded launch: ready"}
+    try:
+        done = restart_recorded(
+            transport,
+            server.record.to_dict(),
+            server.port,
+            doc,
+            args.env,
+            args.ready_timeout,
+            sha256=current.sha256,
+        )
+    except StepFailed as exc:
+        raise RuntimeFailure(
+            f"restart of port {server.port}: {exc.message}", exit_code=ExitCode.LAUNCH_FAILED
+        ) from None
+    return {
+        **out,
+        "evidence": done.evidence,
+        "msg": f"restarted on port {server.port} with its recorded launch, proved: {done.evidence}",
+    }
 
 
 def _the_launch(transport: Transport, target: Target, port: int | None) -> Launched:

@@ -80,6 +80,9 @@ class Engine:
         self.run, self.store, self.options, self.progress = run, store, options, progress
         self._lock = threading.Lock()
         self.old: dict[str, bytes] = {}  # each host's old bytes (pre-flight; for the baseline)
+        # The env values each host's restart passed (read from its running server): in memory
+        # only, for the rollback of a server that died on the new config; never saved.
+        self.env_seen: dict[str, dict[str, str]] = {}
 
     @property
     def new(self) -> Authority:
@@ -233,7 +236,8 @@ class Engine:
             index = self.rollout.hosts.index(host)
             self.rollout.hosts[index] = fresh
         restart = f"restart on port {fresh.port}" if fresh.restart else "file only (no launch)"
-        self.save(f"{host.name}: pre-flight ok, {len(fresh.diff)} change(s), {restart}")
+        note = f"; NOTE: {fresh.detail}" if fresh.detail else ""
+        self.save(f"{host.name}: pre-flight ok, {len(fresh.diff)} change(s), {restart}{note}")
 
     def _baseline_host(self, host: HostState) -> None:
         if not host.restart:
@@ -351,6 +355,10 @@ class Engine:
                     host.new = host.baseline
                     return
                 if host.phase == "pending":
+                    # --resume included: nothing is written where the restart would be refused
+                    host_ops.restart_possible(
+                        transport, host, self.options.env, self.env_seen.get(host.name)
+                    )
                     self._set(host, "writing")
                     started = time.monotonic()
                     with self._journal("rollout", host, "write") as rec:
@@ -372,13 +380,15 @@ class Engine:
                         return
                     self._set(host, "restarting")
                     started = time.monotonic()
-                    with self._journal("rollout", host, "restart with the recorded launch"):
-                        host_ops.restart(
+                    with self._journal("rollout", host, "restart with the recorded launch") as rec:
+                        done = host_ops.restart(
                             transport, host, new.document, self.options.env,
                             self.options.ready_timeout, sha256=new.sha256,
                         )  # fmt: skip
+                        rec.message = f"{rec.message}: {done.evidence}"
+                    self.env_seen[host.name] = done.env
                     host_ops.timed(host, "restart_s", started)
-                    self._set(host, "restarted")
+                    self._set(host, "restarted", done.evidence)
         except DflashProvisionError as exc:
             self._set(host, "failed", exc.message)
             return
@@ -447,18 +457,26 @@ class Engine:
         self._set(host, "rolling_back")
         try:
             with self._open(host) as transport:
+                # --abort included: the file is not restored where the restart would be refused
+                host_ops.restart_possible(
+                    transport, host, self.options.env, self.env_seen.get(host.name),
+                    may_be_down=True,
+                )  # fmt: skip
                 started = time.monotonic()
                 with self._journal("rollback", host, "restore the old bytes") as rec:
                     host_ops.restore(transport, member, host, self.options.keep_backups, rec)
                 host_ops.timed(host, "write_s", started)
                 current = host_ops.current_sha(transport, member, transport.command_timeout)
-                if current != host.old_sha256:
-                    raise host_ops.StepFailed("the file does not hold the old bytes after restore")
+                if current != host_ops.return_sha(host):
+                    raise host_ops.StepFailed(
+                        "the file does not hold what the server ran before after restore"
+                    )
                 if host.restart:
                     started = time.monotonic()
                     host_ops.restart(
                         transport, host, _old_doc(transport, member), self.options.env,
-                        self.options.ready_timeout, sha256=current,
+                        self.options.ready_timeout, sha256=current, may_be_down=True,
+                        remembered=self.env_seen.get(host.name),
                     )  # fmt: skip
                     host_ops.timed(host, "restart_s", started)
         except DflashProvisionError as exc:
@@ -466,12 +484,22 @@ class Engine:
             self._set(host, "rollback_failed", f"{exc.message}; by hand: {fix}")
             return
         if host.restart:
-            self._measure_after(host)
+            verdict = self._measure_after(host)
+            if verdict is None or verdict.outcome != "passed":
+                why = verdict.detail if verdict is not None else host.detail
+                fix = self.rollout.command("--abort")
+                self._set(
+                    host,
+                    "rollback_failed",
+                    f"restored and restarted, but the gate after rollback says: {why}; "
+                    f"not proved: measure again and finish with {fix}",
+                )
+                return
         self._set(
             host, "rolled_back", f"old bytes restored, proved; acceptance {host.after.show()}"
         )
 
-    def _measure_after(self, host: HostState) -> None:
+    def _measure_after(self, host: HostState) -> host_ops.Verdict | None:
         from dflash_provision.remote.ops import read_remote_config
         from dflash_provision.source.authority import Authority
 
@@ -486,6 +514,7 @@ class Engine:
         verdict = self._measure(host, old, host.baseline, "after rollback")
         if verdict is not None:
             host.after = verdict.figures
+        return verdict
 
     def resume(self) -> State:
         """Continue from the last saved step: a batch or a pause goes on where it stood; a

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import shlex
 import time
-from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
@@ -19,6 +18,7 @@ if TYPE_CHECKING:
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.push import PushResult
     from dflash_provision.runtime.check import CheckReport, CheckSettings
+    from dflash_provision.runtime.restart import RestartDone
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
@@ -71,45 +71,69 @@ def inspect(
         host.restart, host.port = True, live[0].port
         host.launch = live[0].record.to_dict()
         model = live[0].record.model
-        missing = missing_env(live[0].record.env_names, env, new.document)
-        if missing:
-            raise StepFailed(
-                "its server was launched with env "
-                + ", ".join(missing)
-                + ": give the values again with "
-                + " ".join(f"--env {n}=..." for n in missing)
-                + " (values are never stored)"
+        restart_checks(transport, live[0].record.env_names, live[0].port, env, timeout)
+        ran = live[0].record.drafter_sha256
+        if ran and ran != current.sha256:
+            host.detail = (
+                f"its file (sha256 {str(current.sha256)[:12]}) is not the config its server "
+                f"loaded (sha256 {ran[:12]}, launch record): a rollback returns to what ran"
             )
     _validate_there(transport, member, new, model, timeout)
     return host, current.data
 
 
-def missing_env(recorded: Iterable[str], given: Iterable[str], doc: dict[str, Any]) -> list[str]:
-    """The env names a restart needs values for that the user did not give again.
-
-    Launch sets the V2 runner's env itself (for mixed attention), so a record that names it
-    needs no value from the user whatever the new config's layout: ``restart_env`` adds it
-    again when the new config needs it (a mixed old config and an all-full new one asked for
-    ``--env VLLM_USE_V2_MODEL_RUNNER=...`` before)."""
+def restart_checks(
+    transport: Transport, env_names: list[str], port: int, env: dict[str, str], timeout: float
+) -> None:
+    """What a restart refuses on, checked before anything is written or stopped: the port's
+    server is the launch's (its stop would not be refused), and the values of its env names
+    can be read from it or were given with --env (read and dropped: never kept)."""
     from dflash_provision.runtime.preflight import V2_RUNNER_ENV
+    from dflash_provision.runtime.process import probe_port
+    from dflash_provision.runtime.restart import RestartFailed, old_server, server_env
 
-    return sorted(set(recorded) - {V2_RUNNER_ENV} - set(given) - _auto_env(doc))
+    try:
+        state = probe_port(transport, port, timeout=timeout)
+        old_server(transport, state)
+        server_env(
+            transport, state, env_names, env, skip=frozenset({V2_RUNNER_ENV}), timeout=timeout
+        )
+    except RestartFailed as exc:
+        raise StepFailed(exc.reason) from None
 
 
-def _auto_env(doc: dict[str, Any]) -> set[str]:
-    """Env names launch sets itself for this config (the V2 runner for mixed attention)."""
-    from dflash_provision.runtime.preflight import runtime_env
+def restart_possible(
+    transport: Transport,
+    host: HostState,
+    env: dict[str, str],
+    remembered: dict[str, str] | None,
+    *,
+    may_be_down: bool = False,
+) -> None:
+    """:func:`restart_checks` for a host of a rollout, run before its file is touched (a
+    resumed batch's write, a rollback's restore), so a restart that would be refused never
+    follows a change of the file. ``may_be_down``: a rollback, whose server may have died on
+    the new config: then its env values must be in ``remembered`` (this run) or ``env``."""
+    from dflash_provision.runtime.preflight import V2_RUNNER_ENV
+    from dflash_provision.runtime.process import probe_port
+    from dflash_provision.runtime.restart import server_down
 
-    return set(runtime_env(doc, {})[1])
-
-
-def restart_env(doc: dict[str, Any], record: dict[str, Any], env: dict[str, str]) -> dict[str, str]:
-    """The env a restart passes: the recorded NAMES, values from --env, plus what launch adds
-    for this config (as launch would for it)."""
-    from dflash_provision.runtime.preflight import runtime_env
-
-    given = {n: env[n] for n in record.get("env_names", []) if n in env}
-    return runtime_env(doc, given)[0]
+    if not host.restart or host.launch is None or host.port is None:
+        return
+    names = [str(n) for n in host.launch.get("env_names", [])]
+    timeout = transport.command_timeout
+    if may_be_down:
+        state = probe_port(transport, host.port, timeout=timeout)
+        if server_down(state):
+            known = {**(remembered or {}), **env}
+            missing = [n for n in names if n not in known and n != V2_RUNNER_ENV]
+            if missing:
+                raise StepFailed(
+                    f"the server on port {host.port} has exited: its env values cannot be "
+                    "read again; give them with " + " ".join(f"--env {n}=..." for n in missing)
+                )
+            return
+    restart_checks(transport, names, host.port, {**(remembered or {}), **env}, timeout)
 
 
 def _validate_there(
@@ -253,6 +277,14 @@ def current_sha(transport: Transport, member: FleetMember, timeout: float) -> st
     return read.sha256
 
 
+def return_sha(host: HostState) -> str | None:
+    """The bytes a rollback returns the host to: what its server loaded at baseline (the
+    launch record's drafter sha256: the evidence of what ran), else the bytes found before the
+    write (a host without a launched server)."""
+    ran = (host.launch or {}).get("drafter_sha256") if host.restart else None
+    return ran if isinstance(ran, str) and ran else host.old_sha256
+
+
 def restore(
     transport: Transport,
     member: FleetMember,
@@ -260,20 +292,21 @@ def restore(
     keep: int,
     recording: Recording | None = None,
 ) -> None:
-    """Put the old bytes back from the backup push kept (the one whose sha256 is the old
-    file's), through the write protocol and its read-back; nothing to do when the file holds
+    """Put back what the host ran (:func:`return_sha`) from a backup push kept with those
+    bytes, through the write protocol and its read-back; nothing to do when the file holds
     them already. StepFailed when it cannot be proved."""
     from dflash_provision.place.push import list_backups, rollback_config
     from dflash_provision.remote.proof import WriteOptions
 
     timeout = transport.command_timeout
-    if current_sha(transport, member, timeout) == host.old_sha256:
+    want = return_sha(host)
+    if current_sha(transport, member, timeout) == want:
         return
     backups = list_backups(transport, member.target, timeout=timeout)
-    chosen = next((b for b in reversed(backups) if b.sha256 == host.old_sha256), None)
+    chosen = next((b for b in reversed(backups) if b.sha256 == want), None)
     if chosen is None:
         raise StepFailed(
-            f"no backup with the old bytes (sha256 {str(host.old_sha256)[:12]}) in "
+            f"no backup with the bytes to return to (sha256 {str(want)[:12]}) in "
             f"{member.target.model_dir}/.dflash-backups"
         )
     result = rollback_config(
@@ -281,7 +314,7 @@ def restore(
     )
     journal_outcome(result, recording)
     proved = result.readback.sha256 if result.readback else None
-    if not result.ok or proved != host.old_sha256:
+    if not result.ok or proved != want:
         raise StepFailed(f"restore of {chosen.name} not proved: {result.message or result.status}")
 
 
@@ -293,11 +326,16 @@ def restart(
     ready_s: float,
     *,
     sha256: str | None,
-) -> None:
+    may_be_down: bool = False,
+    remembered: dict[str, str] | None = None,
+) -> RestartDone:
     """Stop the host's server and start it again with its recorded launch (see
     :func:`restart_recorded`)."""
     assert host.launch is not None and host.port is not None
-    restart_recorded(transport, host.launch, host.port, doc, env, ready_s, sha256=sha256)
+    return restart_recorded(
+        transport, host.launch, host.port, doc, env, ready_s, sha256=sha256,
+        may_be_down=may_be_down, remembered=remembered,
+    )  # fmt: skip
 
 
 def restart_recorded(
@@ -309,35 +347,21 @@ def restart_recorded(
     ready_s: float,
     *,
     sha256: str | None,
-) -> None:
-    """Stop the server on ``port`` and start it again with its recorded launch (same argv, env
-    names), then wait until it is ready; StepFailed with vLLM's own line when it is not."""
-    from datetime import UTC, datetime
+    may_be_down: bool = False,
+    remembered: dict[str, str] | None = None,
+) -> RestartDone:
+    """runtime/restart.py's restart_recorded; StepFailed saying what was found when it is
+    refused or not proved."""
+    from dflash_provision.runtime.restart import RestartFailed
+    from dflash_provision.runtime.restart import restart_recorded as restart_proved
 
-    from dflash_provision.runtime.access import open_server
-    from dflash_provision.runtime.process import start_server, stop_server
-    from dflash_provision.runtime.readiness import wait_ready
-    from dflash_provision.runtime.records import LaunchRecord
-
-    # The same command line and env names; the record names the drafter bytes it now reads.
-    now = datetime.now(UTC).isoformat(timespec="seconds")
-    fields = {"pid": None, "drafter_sha256": sha256 or "", "started_at": now}
-    record = LaunchRecord.from_dict({**launch, **fields})
-    timeout = transport.command_timeout
-    stop_server(transport, port, command_timeout=timeout)
-    outcome = start_server(transport, record, restart_env(doc, launch, env), timeout=timeout)
-    with open_server(transport, port, python=record.python) as access:
-        ready = wait_ready(
-            transport,
-            access,
-            port,
-            log_offset=outcome.log_offset,
-            timeout=ready_s,
-            command_timeout=timeout,
-        )
-    if not ready.ready:
-        why = ready.fatal_lines[0] if ready.fatal_lines else ready.outcome
-        raise StepFailed(f"the server did not come back ready: {why}")
+    try:
+        return restart_proved(
+            transport, launch, port, doc, env, ready_s, sha256=sha256,
+            may_be_down=may_be_down, remembered=remembered,
+        )  # fmt: skip
+    except RestartFailed as exc:
+        raise StepFailed(exc.message) from None
 
 
 def timed(host: HostState, key: str, started: float) -> None:

@@ -177,12 +177,3 @@ class Rollout:
         import shlex
 
         return shlex.join(["dflash-provision", "rollout", verb, self.id, *self.connection_args])
-
-    def env_hint(self) -> str:
-        """``--env NAME=...`` for every env name the restarted servers were launched with
-        (launch's own VLLM_USE_V2_MODEL_RUNNER aside: the rollout sets it as launch does)."""
-        from dflash_provision.runtime.preflight import V2_RUNNER_ENV
-
-        names = sorted({n for h in self.hosts if h.launch for n in h.launch.get("env_names", [])})
-        names = [n for n in names if n != V2_RUNNER_ENV]
-        return "".join(f" --env {n}=..." for n in names)

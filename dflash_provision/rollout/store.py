@@ -154,8 +154,8 @@ def _refuse_held(rollout: Rollout, open_rollouts: list[Rollout]) -> None:
         if held:
             raise RolloutHeld(
                 f"rollout {other.id} ({other.state.value}) still holds {', '.join(held)}: "
-                f"finish it with `{other.command('--resume')}{other.env_hint()}` or undo "
-                f"it with `{other.command('--abort')}{other.env_hint()}`"
+                f"finish it with `{other.command('--resume')}` or undo "
+                f"it with `{other.command('--abort')}`"
             )
 
 

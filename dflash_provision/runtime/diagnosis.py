@@ -145,14 +145,12 @@ class _Facts:
         return shlex.quote(self.ctx.target.display())
 
     def restart(self, extra: str = "") -> str:
-        """launch --restart for this target: the server reads its drafter once, at start-up."""
+        """launch --restart for this target (its recorded launch, as it was, with ``extra``):
+        the server reads its drafter once, at start-up."""
         c = self.stage("c")
         port = _dict(c.data if c else {}).get("port")
         where = f" --port {port}" if isinstance(port, int) else ""
-        return (
-            f"dflash-provision launch {self.target} --model {shlex.quote(self.model)}{where}"
-            f"{extra} --restart"
-        )
+        return f"dflash-provision launch {self.target}{where}{extra} --restart"
 
     @property
     def model(self) -> str:
@@ -222,7 +220,7 @@ def _retrained(f: _Facts) -> Cause:
 def _file_on_disk(f: _Facts) -> Cause:
     a = f.stage("a")
     text = "the file on disk is not the authoritative config"
-    fix = f"{f.ctx.push_fix}, then {f.restart()}"
+    fix = f"{f.ctx.push_fix} && {f.restart()}"
     if a is None:
         return Cause(text, "stage a not run", fix, Verdict.OPEN)
     if a.passed:
@@ -295,7 +293,7 @@ def _loader(f: _Facts) -> Cause:
     fix = (
         "make the config survive the loader (use_sliding_window: true with sliding layers, "
         f"layer_types written out; `dflash-provision validate FILE` names each field), "
-        f"{f.ctx.push_fix}, then {f.restart()}"
+        f"{f.ctx.push_fix} && {f.restart()}"
     )
     cliff = frozenset({Shape.CLIFF})
     effective = _dict(f.probe.get("effective"))

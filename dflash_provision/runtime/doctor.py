@@ -207,12 +207,9 @@ def _missing(name: str) -> Link:
 
 def _restart_fix(target: Target, c: StageResult, settings: CheckSettings) -> str:
     """A server reads the drafter config once, at start-up: after a push it must restart."""
-    argv = c.data.get("argv") or []
-    model = settings.model or server_model(SimpleServer(argv)) or "MODEL"
-    return (
-        f"dflash-provision launch {shlex.quote(target.display())} --model {shlex.quote(model)} "
-        f"--port {settings.port} --restart (the server read the old file at start-up)"
-    )
+    port = c.data.get("port")
+    port = port if isinstance(port, int) else settings.port
+    return f"dflash-provision launch {shlex.quote(target.display())} --port {port} --restart"
 
 
 @dataclass

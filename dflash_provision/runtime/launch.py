@@ -19,6 +19,10 @@ Pre-flight, before anything starts (each refusal names its fix):
 Then: the port's state decides. Our server with the same launch → "already-running" (waits for
 its readiness too); a different launch of ours → refused unless ``restart``; a process we did not
 start holding the port → always refused. Start (process.start_server), wait (readiness).
+``restart`` with our server running replaces it whatever it runs, through runtime/restart.py: its
+env values read from it (``--env`` overriding), an absolute model directory and the drafter
+directory checked on the target, all before the stop; then stop, start, wait and the proof (a
+restart not proved is "failed", exit 20). With nothing of ours on the port it is a plain start.
 """
 
 from __future__ import annotations
@@ -26,11 +30,11 @@ from __future__ import annotations
 import json
 import shlex
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, Literal
 
-from dflash_provision.errors import DflashProvisionError, ExitCode, RuntimeFailure
+from dflash_provision.errors import DflashProvisionError, ExitCode, RuntimeFailure, UsageError
 from dflash_provision.place.target import Target
 from dflash_provision.runtime.access import open_server
 from dflash_provision.runtime.preflight import LaunchRequest, Preflight, preflight
@@ -152,6 +156,13 @@ def launch(
     timeout = request.command_timeout
     try:
         check_env(request.env)
+        if request.restart:
+            # vLLM could not start from a directory that is not there: an outage, not a restart
+            from dflash_provision.runtime.restart import missing_dirs
+
+            gone = missing_dirs(transport, [request.model, target.model_dir], timeout=timeout)
+            if gone:
+                raise UsageError(f"{', '.join(gone)}: no such directory on {transport.description}")
         pre = preflight(transport, target, authority, request)
         state = probe_port(transport, request.port, timeout=timeout)
         record = build_record(transport, request, pre, state.state_dir)
@@ -175,31 +186,75 @@ def launch(
     if preflight_passed is not None:
         preflight_passed(pre, record)
     status: LaunchStatus = "started"
+    if state.ours and request.restart:
+        return _restart(transport, target, request, pre, state, record, progress)
     if state.ours:
         if state.record is not None and state.record.same_launch(record):
             return _await(
                 transport, target, request, pre, state.record, "already-running", None, progress
             )
-        if not request.restart:
-            raise _different(state, record, transport)
-        stop_server(
-            transport,
-            request.port,
-            timeout=request.stop_timeout,
-            command_timeout=timeout,
-            state=state,
-        )
-        status = "restarted"
-    try:
-        outcome = start_server(transport, record, pre.env, timeout=timeout)
-    except DflashProvisionError as exc:
-        if status == "restarted":
-            exc.message += f" (--restart had already stopped the previous server, pid {state.pid})"
-        raise
+        raise _different(state, record, transport)
+    outcome = start_server(transport, record, pre.env, timeout=timeout)
     record = record.with_pid(outcome.pid)
     if outcome.status == "running":  # another launch won the race: judge it as ours above
         return _await(transport, target, request, pre, record, "already-running", None, progress)
     return _await(transport, target, request, pre, record, status, outcome.log_offset, progress)
+
+
+def _restart(
+    transport: Transport,
+    target: Target,
+    request: LaunchRequest,
+    pre: Preflight,
+    state: PortState,
+    record: LaunchRecord,
+    progress: Progress | None,
+) -> LaunchResult:
+    """``--restart`` of our running server (runtime/restart.py): its env values read from it
+    (``--env`` overriding) before anything stops, stop (anything but "stopped" fails), start
+    ("already running" is never a start), wait, prove; a restart not proved is "failed"."""
+    from dflash_provision.runtime.preflight import V2_RUNNER_ENV
+    from dflash_provision.runtime.restart import (
+        RestartFailed,
+        old_server,
+        prove,
+        server_env,
+        start_new,
+        stop_old,
+    )
+
+    timeout = request.command_timeout
+    old_names = state.record.env_names if state.record is not None else []
+    try:
+        old_pid = old_server(transport, state)
+        skip = frozenset({V2_RUNNER_ENV}) if V2_RUNNER_ENV in pre.env else frozenset()
+        env = server_env(transport, state, old_names, pre.env, skip=skip, timeout=timeout)
+        check_env(env)
+    except DflashProvisionError as exc:
+        if not isinstance(exc, RestartFailed):
+            exc.message += _left_running(transport, request.port, timeout)
+        raise
+    record = replace(record, env_names=sorted(env))
+    stop_old(transport, state, stop_timeout=request.stop_timeout, command_timeout=timeout)
+    try:
+        outcome = start_new(transport, record, env, old_pid=old_pid, timeout=timeout)
+    except DflashProvisionError as exc:
+        if not isinstance(exc, RestartFailed):
+            exc.message += f" (--restart had already stopped the previous server, pid {old_pid})"
+        raise
+    record = record.with_pid(outcome.pid)
+    result = _await(
+        transport, target, request, pre, record, "restarted", outcome.log_offset, progress
+    )
+    if not result.ok:
+        return result
+    try:
+        proof = prove(transport, record, state, timeout=timeout)
+    except RestartFailed as exc:
+        result.status, result.message = "failed", exc.message
+        return result
+    result.message += f"; proved: {proof.evidence}"
+    return result
 
 
 def _await(

@@ -24,7 +24,7 @@ def file_fix(a: StageResult, push_fix: str, restart: str) -> str:
     status = a.data.get("status")
     path = a.data.get("path") or "config.json"
     if a.data.get("diff") or status in _NO_FILE:
-        return f"{push_fix}, then {restart}"
+        return f"{push_fix} && {restart}"
     if weights_only(a):
         return a.fix or weights_fix(restart)  # stage a's own fix names the directory
     if status == "dir-missing":
@@ -35,8 +35,8 @@ def file_fix(a: StageResult, push_fix: str, restart: str) -> str:
     if status == "permission-denied":
         return f"connect as a user who can read {path} (or add --sudo)"
     if status in ("not-regular", "too-large", "error"):
-        return f"replace {path} with the authoritative regular file: {push_fix}, then {restart}"
-    return a.fix or f"{push_fix}, then {restart}"
+        return f"replace {path} with the authoritative regular file: {push_fix} && {restart}"
+    return a.fix or f"{push_fix} && {restart}"
 
 
 def weights_only(a: StageResult) -> bool:

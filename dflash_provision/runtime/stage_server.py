@@ -222,15 +222,14 @@ def _server_fix(ctx: CheckContext, problems: list[str], port: int) -> str:
     server read it at start-up)."""
     target = shlex.quote(ctx.target.display())
     wrong_file = ctx.disk is not None and ctx.disk.data != ctx.authority.data
-    first = f"{ctx.push_fix}, then " if wrong_file else ""
-    model = server_model(ctx.server) or "MODEL"
+    first = f"{ctx.push_fix} && " if wrong_file else ""
     size, _ = block_size_of(ctx.auth_doc)
     n = (
         f" --num-speculative-tokens {size - 1}"
         if size and any("num_speculative_tokens" in p for p in problems)
         else ""
     )
-    launch = f"dflash-provision launch {target} --model {shlex.quote(model)} --port {port}"
+    launch = f"dflash-provision launch {target} --port {port}"
     return f"{first}{launch}{n} --restart"
 
 

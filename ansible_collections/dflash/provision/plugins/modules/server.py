@@ -13,10 +13,17 @@ short_description: Restart the vLLM server dflash-provision launch started, with
 description:
   - Finds the launch record of the server that dflash-provision launch started for I(path) on
     the host, stops that server and starts it again with the same command line and env names,
-    then waits until it is ready, as dflash-provision rollout restarts a host.
+    then waits until it is ready and proves it, as dflash-provision rollout restarts a host.
+  - The env values are read on the host from the running server's /proc/PID/environ at the
+    moment of the restart (the login must be the server's user or root); I(env) overrides them;
+    nothing is stored.
   - Everything that can refuse is checked before the server is stopped (one launch record, the
-    config on disk parses, a value in I(env) for every env name the record holds), so a refused
-    restart leaves the old server running.
+    config on disk parses, the pidfile names the launch's own server, so that stop would not be
+    refused, e.g. behind a site wrapper that adds arguments; each env value readable or in
+    I(env)), so a refused restart leaves the old server running.
+  - Proved means the old process (pid and start time) is gone, a new one runs the recorded
+    command line, its own engine start-up record names the drafter and N, and it answers;
+    anything else fails the task with what was found (exit_code 20).
   - Check mode reports what would be restarted and touches nothing.
 version_added: "0.1.0"
 author: dflash-provision maintainers
@@ -32,7 +39,8 @@ options:
     description: The server's port, when the drafter is launched on several.
     type: int
   env:
-    description: Values for the env names the launch record holds (values are never stored).
+    description: Values for env names the launch record holds, overriding those read from the
+      running server (values are never stored).
     type: dict
   ready_timeout:
     description: Seconds to wait for /health.
@@ -65,5 +73,9 @@ drafter_sha256:
 argv:
   description: The recorded command line it was started with.
   type: list
+  returned: success
+evidence:
+  description: What proved the restart (old pid gone, new pid, its engine record).
+  type: str
   returned: success
 """

@@ -1,0 +1,339 @@
+"""A restart is proved or it failed; a rollback returns to what the server ran and is judged; a
+restart keeps the server's environment (issue 30 items 1-3), on real sshd hosts of the test bed
+(h01, h02) and an LXC busybox container behind one (h03-ct), each serving the vLLM STAND-IN (a
+test double) started by ``dflash-provision launch``; its acceptance follows from the config it
+LOADED (the incident's mask_token_id serves ~1 %).
+
+Every test starts from every host serving REFERENCE through ``fresh``."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from dflash_provision.cli._connect import SSH_CONFIG_ENV
+from dflash_provision.errors import ExitCode
+from testbed import samples
+from testbed.vllm_standin_install import (
+    CONTROL_ENV,
+    StandinInstall,
+    install_standin,
+    standin_container,
+    write_control,
+)
+from tests.fixtures.cli import ENTRY_POINT, Cli, Done, cli_env
+from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port
+from tests.fixtures.standin_places import CONFIG, Place
+
+pytestmark = [pytest.mark.integration, pytest.mark.root, pytest.mark.lxc]
+
+BAD_MASK, UNSURE_MASK = 248064, 248071
+RULES = {"by_mask_token": {str(BAD_MASK): {"acceptance": 0.01},
+                           str(UNSURE_MASK): {"impossible_counters": True}}}  # fmt: skip
+STATE = "/root/.local/state/dflash-provision/vllm"
+#: A site's wrapper: runs vLLM with the arguments it is given, plus two of its own.
+WRAPPER = "/root/standin/vllm-site"
+
+
+def _variant(mask: int) -> bytes:
+    doc = json.loads(REFERENCE)
+    doc["dflash_config"] = {**doc["dflash_config"], "mask_token_id": mask}
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+BAD, UNSURE = _variant(BAD_MASK), _variant(UNSURE_MASK)
+#: A harmless change (the stand-in serves its default 60 %).
+GOOD = (
+    json.dumps({**json.loads(REFERENCE), "max_position_embeddings": 131072}, indent=2) + "\n"
+).encode()
+
+
+@dataclass
+class Bed:
+    places: list[Place]
+    standins: dict[str, StandinInstall]
+    cli: Cli
+    tmp: Path
+    ssh: list[str]
+
+    def file(self, data: bytes, name: str) -> str:
+        path = self.tmp / f"{name}.json"
+        path.write_bytes(data)
+        return str(path)
+
+    def inventory(self, name: str, places: list[Place]) -> str:
+        path = self.tmp / f"{name}.yaml"
+        lines = []
+        for place in places:
+            if place.name.endswith("-ct"):
+                host, rest = place.target.split("/lxc:", 1)
+                lines.append(
+                    f"  - {{name: {place.name}, address: {host}, "
+                    f"container: 'lxc:{rest.split(':')[0]}'}}\n"
+                )
+            else:
+                lines.append(f"  - {place.name}\n")
+        path.write_text(f"defaults:\n  path: {DRAFTER_DIR}\nhosts:\n{''.join(lines)}")
+        return str(path)
+
+    def run(self, *args: str, cli: Cli | None = None) -> Done:
+        return (cli or self.cli).run(*args, *self.ssh)
+
+    def fresh(self, place: Place, *, vllm: str | None = None, loaded: bytes = REFERENCE) -> None:
+        """Whatever ran is ended (by its process group: a wrapper's pidfile is refused by
+        stop), the file is ``loaded``, and ``launch`` starts the stand-in with its control env
+        on it."""
+        kill = (
+            f'for f in {STATE}/*/pid; do [ -f "$f" ] || continue; '
+            'p=$(cut -d" " -f1 "$f"); kill -KILL -"$p" 2>/dev/null; rm -f "$f"; done; '
+            f"rm -rf {DRAFTER_DIR}/.dflash-backups; sleep 0.5"
+        )
+        place.run(["sh", "-c", kill])
+        place.put(CONFIG, loaded)
+        write_control(place.where, CONTROL, RULES)
+        standin = self.standins[place.name]
+        done = self.run(
+            "launch", place.target, "--model", TARGET_DIR, "--from", self.file(loaded, "loaded"),
+            "--vllm", vllm or standin.vllm, "--python", standin.python,
+            "--port", str(free_port()), "--env", f"{CONTROL_ENV}={CONTROL}",
+            "--ready-timeout", "300", "--no-check",
+        )  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
+def server_pid(place: Place) -> str:
+    return place.run(["sh", "-c", f"cat {STATE}/*/pid"]).split()[0]
+
+
+def running_record(place: Place) -> dict[str, Any]:
+    """The launch record of the port whose server runs (the one with a pidfile)."""
+    script = f'for d in {STATE}/*; do [ -f "$d/pid" ] && cat "$d/launch.json"; done; true'
+    return dict(json.loads(place.run(["sh", "-c", script])))
+
+
+def server_env(place: Place) -> dict[str, str]:
+    """The running server's own environment, as the user would look at it."""
+    text = place.run(["sh", "-c", f"tr '\\000' '\\n' </proc/{server_pid(place)}/environ"])
+    return dict(line.split("=", 1) for line in text.splitlines() if "=" in line)
+
+
+@pytest.fixture(scope="module")
+def bed(make_fleet: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bed]:
+    fleet = make_fleet(2)
+    tmp = tmp_path_factory.mktemp("restart-proof")
+    container = standin_container(fleet.hosts[1])
+    try:
+        places = [Place(h.alias, h, f"{h.alias}:{DRAFTER_DIR}") for h in fleet.hosts]
+        places.append(
+            Place("h03-ct", container, f"{fleet.hosts[1].alias}/lxc:{container.name}:{DRAFTER_DIR}")
+        )
+        assert fleet.hosts[0].client is not None
+        ssh = ["--ssh-config", str(fleet.hosts[0].client.ssh_config), "--no-agent"]
+        (tmp / "work").mkdir()
+        bed = Bed(places, {}, Cli(tmp / "work"), tmp, ssh)
+
+        def prepare(place: Place) -> None:
+            bed.standins[place.name] = install_standin(place.where, "/root/standin")
+            place.put(f"{TARGET_DIR}/config.json", samples.REFERENCE_TARGET.read_bytes())
+            bed.fresh(place)
+
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(prepare, places))
+        yield bed
+    finally:
+        container.destroy()
+
+
+def test_a_site_wrapper_that_appends_words_is_never_taken_for_a_restart(bed: Bed) -> None:
+    h01 = bed.places[0]
+    vllm = bed.standins[h01.name].vllm
+    h01.put(WRAPPER, f'#!/bin/sh\nexec {vllm} "$@" --max-model-len 4096\n'.encode())
+    h01.run(["chmod", "755", WRAPPER])
+    bed.fresh(h01, vllm=WRAPPER)
+    try:
+        before = server_pid(h01)
+        done = bed.run(
+            "rollout", "-i", bed.inventory("wrapped", [h01]), "--from", bed.file(BAD, "bad"),
+            "--env", f"{CONTROL_ENV}={CONTROL}",
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLOUT_REFUSED, done.stdout + done.stderr
+        assert "stop would be refused" in done.stderr, done.stderr
+        assert "not the command line its launch record holds" in done.stderr
+        assert server_pid(h01) == before  # the old server, untouched
+        assert h01.config() == REFERENCE  # and the bad config never written
+    finally:
+        bed.fresh(h01)
+
+
+def test_a_canary_pushed_without_a_restart_is_named_and_rolled_back_to_what_ran(
+    bed: Bed,
+) -> None:
+    h01, h02 = bed.places[:2]
+    pushed = bed.run("push", h01.target, "--from", bed.file(BAD, "bad"))
+    assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+    assert h01.config() == BAD  # on disk; its server still runs REFERENCE (60 %)
+    done = bed.run(
+        "rollout", "-i", bed.inventory("pushed", [h01, h02]), "--from", bed.file(BAD, "bad"),
+        "--batches", "1,100%", "--json", "--env", f"{CONTROL_ENV}={CONTROL}",
+    )  # fmt: skip
+    assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+    assert "h01: pre-flight ok" in done.stderr and "is not the config its server loaded" in (
+        done.stderr
+    )
+    assert h01.config() == REFERENCE  # what its server ran, not the bytes before the write
+    check = bed.run("runtime-check", h01.target, "--from", bed.file(REFERENCE, "ref"), "--json")
+    assert check.returncode == 0, check.stdout + check.stderr
+    stages = {s["stage"]: s for s in json.loads(check.stdout)["stages"]}
+    assert stages["e"]["data"]["acceptance_rate"] == pytest.approx(0.6, abs=0.02)
+    host = {h["name"]: h for h in json.loads(done.stdout)["hosts"]}["h01"]
+    assert host["phase"] == "rolled_back"
+    assert host["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+
+
+def test_a_rollback_the_gate_cannot_prove_is_rollback_failed(bed: Bed) -> None:
+    h02 = bed.places[1]
+    ref_mask = str(json.loads(REFERENCE)["dflash_config"]["mask_token_id"])
+    inventory = bed.inventory("unproved", [h02])
+    # A history of its own: the rollout this test leaves open holds h02 only there.
+    (bed.tmp / "unproved").mkdir()
+    own = Cli(bed.tmp / "unproved")
+    write_control(h02.where, CONTROL, {"by_mask_token": {ref_mask: {"acceptance": 0.45}}})
+    try:
+        recorded = bed.run(
+            "runtime-check", "-i", inventory, "--from", bed.file(REFERENCE, "ref"),
+            "--reset-reference", cli=own,
+        )  # fmt: skip
+        assert recorded.returncode == 0, recorded.stdout + recorded.stderr
+        # From now on the counters of REFERENCE decide nothing: the baseline is the recorded
+        # reference, and after the rollback nothing can prove the host is back.
+        write_control(
+            h02.where,
+            CONTROL,
+            {"by_mask_token": {**RULES["by_mask_token"], ref_mask: {"impossible_counters": True}}},
+        )
+        done = bed.run(
+            "rollout", "-i", inventory, "--from", bed.file(BAD, "bad"), "--json",
+            "--env", f"{CONTROL_ENV}={CONTROL}", cli=own,
+        )  # fmt: skip
+    finally:
+        bed.fresh(h02)
+    assert done.returncode == ExitCode.ROLLBACK_FAILED, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    host = doc["hosts"][0]
+    assert host["phase"] == "rollback_failed", host
+    assert "gate after rollback" in host["detail"] and "rollout --abort" in host["detail"]
+    assert "rolled back, proved" not in done.stdout + done.stderr
+
+
+def test_a_rollout_without_env_keeps_each_servers_environment(bed: Bed) -> None:
+    inventory = bed.inventory("noenv", bed.places)
+    before = {p.name: server_pid(p) for p in bed.places}
+    done = bed.run("rollout", "-i", inventory, "--from", bed.file(GOOD, "good"))
+    assert done.returncode == 0, done.stdout + done.stderr
+    for place in bed.places:
+        assert server_pid(place) != before[place.name]
+        assert server_env(place).get(CONTROL_ENV) == CONTROL, place.name
+    for place in bed.places:
+        bed.fresh(place)
+
+
+def test_resume_and_abort_without_env_keep_each_servers_environment(bed: Bed) -> None:
+    inventory = bed.inventory("resume", bed.places)
+    control = f"{CONTROL_ENV}={CONTROL}"
+    try:
+        paused = bed.run("rollout", "-i", inventory, "--from", bed.file(UNSURE, "unsure"),
+                         "--env", control, "--batches", "1,100%")  # fmt: skip
+        assert paused.returncode == ExitCode.PAUSED, paused.stdout + paused.stderr
+        rollout_id = paused.stderr.split("--resume ")[1].split()[0]
+        for place in bed.places:  # whatever made the counters undecidable is gone
+            write_control(place.where, CONTROL, {})
+        resumed = bed.run("rollout", "--resume", rollout_id)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        for place in bed.places:
+            assert place.config() == UNSURE
+            assert server_env(place).get(CONTROL_ENV) == CONTROL, place.name
+    finally:
+        for place in bed.places:
+            bed.fresh(place)
+    h03 = bed.places[2]
+    paused = bed.run("rollout", "-i", bed.inventory("abort", [h03]), "--from",
+                     bed.file(UNSURE, "unsure"), "--env", control)  # fmt: skip
+    assert paused.returncode == ExitCode.PAUSED, paused.stdout + paused.stderr
+    rollout_id = paused.stderr.split("--resume ")[1].split()[0]
+    before = server_pid(h03)
+    aborted = bed.run("rollout", "--abort", rollout_id)
+    assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+    assert h03.config() == REFERENCE
+    assert server_pid(h03) != before
+    assert server_env(h03).get(CONTROL_ENV) == CONTROL
+
+
+def _paste(bed: Bed, line: str) -> subprocess.CompletedProcess[str]:
+    """``line`` run by a shell as a user pastes it: the installed ``dflash-provision`` on PATH,
+    the test bed's ssh_config from the environment (fix lines carry no connection options)."""
+    env = cli_env(
+        home=bed.cli.workdir / "home",
+        env={
+            "PATH": f"{Path(ENTRY_POINT).parent}:{os.environ['PATH']}",
+            SSH_CONFIG_ENV: bed.ssh[1],
+        },
+    )
+    return subprocess.run(
+        ["sh", "-c", line], cwd=bed.cli.workdir, env=env, capture_output=True, text=True,
+        timeout=600, check=False,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize("command", ["doctor", "runtime-check"])
+def test_every_fix_line_pasted_does_what_it_says(bed: Bed, command: str) -> None:
+    h01 = bed.places[0]
+    ref = bed.file(REFERENCE, "ref")
+    h01.put(CONFIG, GOOD)  # put there by hand: not what its server loaded
+    before = server_pid(h01)
+    done = bed.run(command, h01.target, "--from", ref)
+    assert done.returncode != 0, done.stdout
+    fixes = [line.split("fix: ", 1)[1] for line in done.stdout.splitlines() if "fix: " in line]
+    assert fixes, done.stdout
+    for fix in fixes:
+        assert fix.startswith("dflash-provision ") and "MODEL" not in fix, fix
+        pasted = _paste(bed, fix)
+        assert pasted.returncode == 0, fix + "\n" + pasted.stdout + pasted.stderr
+    assert h01.config() == REFERENCE
+    if command == "doctor":  # the file link: push, then restart so the server reads it
+        assert any("--restart" in fix for fix in fixes), fixes
+        assert server_pid(h01) != before  # restarted, keeping its environment
+        assert server_env(h01).get(CONTROL_ENV) == CONTROL
+    again = bed.run(command, h01.target, "--from", ref)
+    assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_launch_restart_alone_reuses_the_recorded_launch_and_refuses_a_missing_model(
+    bed: Bed,
+) -> None:
+    h03 = bed.places[2]  # in the container
+    before = server_pid(h03)
+    record = running_record(h03)
+    wrong = bed.run(
+        "launch", h03.target, "--model", "/root/models/Qwen3.6-27B-typo",
+        "--from", bed.file(REFERENCE, "ref"), "--vllm", record["vllm_cmd"][0],
+        "--python", record["python"], "--port", str(record["port"]), "--restart", "--no-check",
+    )  # fmt: skip
+    assert wrong.returncode == ExitCode.USAGE, wrong.stdout + wrong.stderr
+    assert "/root/models/Qwen3.6-27B-typo: no such directory" in wrong.stderr
+    assert server_pid(h03) == before  # nothing was stopped
+    done = bed.run("launch", h03.target, "--restart")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "proved: pid " in done.stdout
+    assert f"num_spec_tokens {record['num_speculative_tokens']}" in done.stdout
+    after = running_record(h03)
+    assert after["argv"] == record["argv"]
+    assert server_pid(h03) != before
+    assert server_env(h03).get(CONTROL_ENV) == CONTROL
