@@ -323,6 +323,7 @@ def _serve_stages(
             ctx,
             result,
             present=after.present,
+            exported=after.vllm_metrics or before.vllm_metrics,
             gate=_gate(ctx, settings, prompts, result),
             prompts=len(prompts),
             earlier=earlier,

@@ -183,9 +183,11 @@ def stage_acceptance(
     prompts: int,
     earlier: dict[str, StageResult],
     num_spec: int | None,
+    exported: bool = True,
 ) -> StageResult:
     """e: acceptance over the smoke prompts' counter difference: inconclusive when the counters
-    are no evidence (a restart, impossible figures, too few draft tokens), else against
+    are no evidence (a restart, impossible figures, too few draft tokens, no ``vllm:`` metrics
+    at all, a sampling setting stage c found fabricates them), else against
     ``gate.min_acceptance`` and the reference (see runtime/reference.py)."""
     name = STAGE_NAMES["e"]
     min_acceptance = gate.min_acceptance
@@ -202,9 +204,23 @@ def stage_acceptance(
         f"{delta.drafts:g} drafts, {delta.draft_tokens:g} draft tokens, {delta.accepted:g} accepted"
     ]
     warnings = _traffic_warnings(acceptance) + list(gate.notes)
+    if not exported:
+        why = (
+            "cannot tell whether the server speculates: its /metrics has no vllm: metric at all"
+            f"{_stats_off(ctx)}; serve without --disable-log-stats to have acceptance measured"
+        )
+        return StageResult("e", name, StageStatus.INCONCLUSIVE, why, [why], data, warnings=warnings)
     if not present:
         why = "the server exports no spec-decode metrics: it is not speculating"
         return StageResult("e", name, StageStatus.FAILED, why, [why], data, warnings=warnings)
+    c = earlier.get("c")
+    fabricated = c.data.get("figures_not_evidence") if c is not None else None
+    if isinstance(fabricated, str):
+        why = f"the acceptance figures are no evidence: {fabricated}"
+        evidence.append(why)
+        return StageResult(
+            "e", name, StageStatus.INCONCLUSIVE, why, evidence, data, warnings=warnings
+        )
     undecided = _no_evidence(acceptance, gate.min_draft_tokens)
     if undecided is not None:
         evidence.append(undecided)
@@ -239,6 +255,15 @@ def stage_acceptance(
         causes=acceptance_causes(ctx, earlier, data, num_spec),
         warnings=warnings,
     )
+
+
+def _stats_off(ctx: CheckContext) -> str:
+    from dflash_provision.runtime.vllm_argv import has_switch
+
+    argv = [str(a) for a in getattr(ctx.server, "argv", None) or []]
+    if has_switch(argv, "--disable-log-stats"):
+        return " (it was started with --disable-log-stats, which removes them)"
+    return " (--disable-log-stats removes them; so may a proxy in front of it)"
 
 
 def _traffic_warnings(acceptance: Any) -> list[str]:
