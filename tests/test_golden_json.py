@@ -104,7 +104,8 @@ RULES = {"by_mask_token": {str(BAD_MASK): {"acceptance": 0.01}}}
 def _variant(**changes: Any) -> bytes:
     doc = json.loads(REFERENCE)
     if "mask_token_id" in changes:
-        doc["dflash_config"] = {**doc["dflash_config"], "mask_token_id": changes.pop("mask_token_id")}
+        mask = changes.pop("mask_token_id")
+        doc["dflash_config"] = {**doc["dflash_config"], "mask_token_id": mask}
     doc.update(changes)
     return (json.dumps(doc, indent=2) + "\n").encode()
 

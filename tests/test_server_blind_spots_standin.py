@@ -66,8 +66,9 @@ def test_the_json_formatters_records_are_read_as_vllms_own(bed: Bed) -> None:
     code, report = bed.check_json()
     c = stages(report)["c"]
     assert code == 0, json.dumps(report)[:2000]
-    assert "aux layers [2, 17, 32, 47, 62] from speculative config = target_layer_ids + 1" in (
-        c["evidence"]
+    assert (
+        "aux layers [2, 17, 32, 47, 62] from speculative config = target_layer_ids + 1"
+        in (c["evidence"])
     )
     assert c["data"]["log"]["json_records"] > 0
 

@@ -146,7 +146,10 @@ def judge(
     if rules.reference is not None and figures.mean_length is not None and figures.sane:
         drop = regression(rules.reference, figures.mean_length)
     finding = _finding(figures, rules, seen, drop)
-    return AcceptanceVerdict(_OUTCOME[finding], finding, figures, rules, seen, drop)
+    outcome = _OUTCOME[finding]
+    if outcome is Outcome.INCONCLUSIVE:
+        drop = None  # figures that decide nothing are compared with nothing
+    return AcceptanceVerdict(outcome, finding, figures, rules, seen, drop)
 
 
 def _finding(
@@ -221,8 +224,13 @@ def judge_check(
         max_regression=max_regression if baseline is not None else None,
     )
     judged = verdict.with_rules(rules)
-    if judged.finding is Finding.REGRESSED and judged.regression is not None:
-        assert mean is not None and baseline_mean_length is not None and max_regression is not None
+    if (
+        judged.finding is Finding.REGRESSED
+        and judged.regression is not None
+        and mean is not None
+        and baseline_mean_length is not None
+        and max_regression is not None
+    ):
         detail = (
             f"mean acceptance length {mean:.2f} is {judged.regression:.0%} below baseline "
             f"{baseline_mean_length:.2f} (--max-regression {max_regression:.0%})"
