@@ -102,19 +102,54 @@ COMPLETION_FAILURE = "DFlash drafter expects 256 concatenated aux hidden feature
 # logging in vLLM's format
 
 
+_LEVEL_RANK = {"DEBUG": 10, "INFO": 20, "WARNING": 30, "ERROR": 40, "CRITICAL": 50}
+
+
+@dataclass(frozen=True)
+class LogStyle:
+    """How vLLM 0.32's logger (vllm/logger.py) writes: its level (``VLLM_LOGGING_LEVEL``,
+    ``--log-level``, ``--logging-config.log_level``: records below it are not written), a
+    ``VLLM_LOGGING_PREFIX`` before each record, and ``--logging-config.formatter json``
+    (pythonjsonlogger's JsonFormatter with JSON_FORMAT's keys, uvicorn's lines too)."""
+
+    level: str = "INFO"
+    prefix: str = ""
+    json: bool = False
+
+
 class VllmLog:
     """Lines like ``(APIServer pid=12) INFO 12-01 05:45:00 [api_server.py:1839] message``."""
 
-    def __init__(self) -> None:
+    def __init__(self, style: LogStyle | None = None) -> None:
         self._lock = threading.Lock()
         self.pid = os.getpid()
+        self.style = style or LogStyle()
+
+    def enabled(self, level: str) -> bool:
+        return _LEVEL_RANK.get(level, 20) >= _LEVEL_RANK.get(self.style.level, 20)
 
     def line(self, level: str, where: str, message: str, *, proc: str = "APIServer") -> None:
+        if not self.enabled(level):
+            return
+        if self.style.json:
+            self._write(sys.stdout, self._json(level, f"vllm.{where.split('.')[0]}", message))
+            return
         stamp = time.strftime("%m-%d %H:%M:%S")
-        prefix = f"({proc} pid={self.pid}) {level} {stamp} [{where}] "
+        prefix = f"{self.style.prefix}({proc} pid={self.pid}) {level} {stamp} [{where}] "
         # vLLM's NewLineFormatter: a message's inner line breaks become "\r\n" + the prefix.
         text = prefix + message.replace("\n", "\r\n" + prefix) + "\n"
         self._write(sys.stdout, text)
+
+    def _json(self, level: str, name: str, message: str) -> str:
+        record = {
+            "asctime": time.strftime("%Y-%m-%d %H:%M:%S,000"),
+            "levelname": level,
+            "name": name,
+            "processName": "MainProcess",
+            "process": self.pid,
+            "message": message,
+        }
+        return json.dumps(record) + "\n"
 
     def info(self, where: str, message: str, *, proc: str = "APIServer") -> None:
         self.line("INFO", where, message, proc=proc)
@@ -127,10 +162,21 @@ class VllmLog:
 
     def access(self, client: str, request_line: str, status: int, phrase: str) -> None:
         """uvicorn's access line, as vLLM's API server prints it."""
+        if self.style.json:
+            message = f'{client} - "{request_line}" {status}'
+            self._write(sys.stdout, self._json("INFO", "uvicorn.access", message))
+            return
         text = (
             f'(APIServer pid={self.pid}) INFO:     {client} - "{request_line}" {status} {phrase}\n'
         )
         self._write(sys.stdout, text)
+
+    def uvicorn(self, message: str) -> None:
+        """uvicorn's own (not vLLM's) INFO line: its level is --uvicorn-log-level's."""
+        if self.style.json:
+            self._write(sys.stdout, self._json("INFO", "uvicorn.error", message))
+            return
+        self.raw(f"(APIServer pid={self.pid}) INFO:     {message}")
 
     def raw(self, text: str, *, stderr: bool = False) -> None:
         self._write(sys.stderr if stderr else sys.stdout, text.rstrip("\n") + "\n")
@@ -555,6 +601,7 @@ class Draft:
     block_size: int | None
     vocab_size: int | None
     config: Any  # the drafter config as transformers loaded it
+    synthetic: tuple[float, ...] | None = None  # rejection_sample_method 'synthetic''s rates
 
     @property
     def drafts_always_rejected(self) -> bool:
@@ -643,6 +690,8 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
     draft model, as in vLLM: its failures come after the "Initializing" line.
     """
     method = spec.get("method")
+    if method is None:
+        method = infer_method(spec.get("model"))
     if method != "dflash":
         raise StartupFailure(
             "ValueError",
@@ -670,6 +719,7 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
         n = target_layers or int(getattr(config, "num_target_layers", 0) or FALLBACK_LAYERS)
         aux, from_config = (2, n // 2, n - 3), False
     architectures = getattr(config, "architectures", None) or ["DFlashDraftModel"]
+    synthetic = _sampling(spec, tokens)
     return Draft(
         method="dflash",
         path=path,
@@ -680,7 +730,53 @@ def resolve_draft(spec: dict[str, Any], target_layers: int | None) -> Draft:
         block_size=_block_size(config),
         vocab_size=getattr(config, "vocab_size", None),
         config=config,
+        synthetic=synthetic,
     )
+
+
+def infer_method(model: Any) -> str:
+    """vLLM 0.32's SpeculativeConfig.__post_init__ for a config without ``method``: the drafter's
+    path, lower-cased: ``eagle-`` → eagle, ``eagle3`` → eagle3, ``dflash`` → dflash, ``dspark``
+    → dspark, else draft_model (the architecture checks matter only for models not emulated)."""
+    path = str(model or "").lower()
+    for needle, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash")):
+        if needle in path:
+            return method
+    return "dspark" if "dspark" in path else "draft_model"
+
+
+_REJECTION_METHODS = ("standard", "synthetic", "block")  # vLLM 0.32 ('fly' came in 0.33)
+
+
+def _sampling(spec: dict[str, Any], n: int) -> tuple[float, ...] | None:
+    """vLLM 0.32's rejection/draft sampling settings (vllm/config/speculative.py): an unknown
+    value is refused at start-up; 'synthetic' needs exactly one of synthetic_acceptance_rates
+    and synthetic_acceptance_length and returns the per-position rates it fabricates."""
+    method = spec.get("rejection_sample_method", "standard")
+    if method not in _REJECTION_METHODS:
+        raise StartupFailure(
+            "ValidationError",
+            f"rejection_sample_method: Input should be 'standard', 'synthetic' or 'block' "
+            f"[input_value={method!r}]",
+        )
+    if spec.get("draft_sample_method", "greedy") not in ("greedy", "probabilistic"):
+        raise StartupFailure(
+            "ValidationError", "draft_sample_method: Input should be 'greedy' or 'probabilistic'"
+        )
+    if method != "synthetic":
+        return None
+    rates, length = spec.get("synthetic_acceptance_rates"), spec.get("synthetic_acceptance_length")
+    if (rates is None) == (length is None):
+        raise StartupFailure(
+            "ValueError",
+            "rejection_sample_method='synthetic' requires exactly one of "
+            "synthetic_acceptance_rates or synthetic_acceptance_length.",
+        )
+    if rates is not None:
+        return tuple(float(r) for r in rates)[:n]
+    drafts = float(length) - 1  # _acceptance_length_to_rates: the minimum-variance schedule
+    full = int(drafts)
+    return tuple(([1.0] * full + [drafts - full] + [0.0] * n)[:n])
 
 
 # --------------------------------------------------------------------------------------------
@@ -949,6 +1045,16 @@ def metrics_text(
     return "\n".join(out) + "\n"
 
 
+STATS_OFF_METRICS = (
+    "# HELP python_gc_objects_collected_total Objects collected during gc\n"
+    "# TYPE python_gc_objects_collected_total counter\n"
+    'python_gc_objects_collected_total{generation="0"} 1234.0\n'
+    "# HELP process_open_fds Number of open file descriptors.\n"
+    "# TYPE process_open_fds gauge\n"
+    "process_open_fds 42.0\n"
+)
+
+
 # --------------------------------------------------------------------------------------------
 # the server
 
@@ -971,6 +1077,8 @@ class Engine:
         per position)."""
         if self.draft is None:
             return None
+        if self.draft.synthetic is not None:
+            return self.draft.synthetic  # fabricated: whatever the drafter proposes
         if self.draft.drafts_always_rejected:
             return 0.0
         return control.per_position_acceptance or control.acceptance
@@ -1185,12 +1293,17 @@ class Handler(BaseHTTPRequestHandler):
                 engine.counters.draft(acceptance)
         for _ in range(control.foreign_requests):
             engine.counters.generate(8, 4, acceptance)
-        text = metrics_text(
-            engine.counters,
-            engine.args.served_name,
-            speculative=acceptance is not None,
-            impossible=control.impossible_counters,
-        )
+        if engine.args.other.get("--disable-log-stats"):
+            # vLLM 0.32 (v1/engine/async_llm.py): log_stats False creates no StatLoggerManager,
+            # so no vllm: metric exists; /metrics still serves prometheus_client's own.
+            text = STATS_OFF_METRICS
+        else:
+            text = metrics_text(
+                engine.counters,
+                engine.args.served_name,
+                speculative=acceptance is not None,
+                impossible=control.impossible_counters,
+            )
         text = padded(text, control.hostile.metrics_bytes)
         self._reply(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
@@ -1449,9 +1562,32 @@ hostile modes metrics_drip_s, completion_drip_s, health_drip_s, metrics_bytes, v
 """
 
 
+def log_style(args: ServeArgs) -> LogStyle:
+    """vLLM 0.32's logging settings from the environment and the command line (the command
+    line's LoggingConfig fields over the variables, as create_logging_config does)."""
+    level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO").upper()
+    formatter = "text"
+    given = args.other.get("--logging-config")
+    if isinstance(given, str):
+        try:
+            doc = json.loads(given)
+        except ValueError:
+            doc = {}
+        if isinstance(doc, dict):
+            level = str(doc.get("log_level", level)).upper()
+            formatter = str(doc.get("formatter", formatter))
+    for key in ("--logging-config.log-level", "--log-level"):
+        if isinstance(args.other.get(key), str):
+            level = str(args.other[key]).upper()
+    if isinstance(args.other.get("--logging-config.formatter"), str):
+        formatter = str(args.other["--logging-config.formatter"])
+    prefix = os.environ.get("VLLM_LOGGING_PREFIX", "")
+    return LogStyle(level=level, prefix=prefix, json=formatter == "json")
+
+
 def serve(args: ServeArgs) -> int:
     """Run until SIGTERM/SIGINT (exit 0) or a start-up failure (exit 1)."""
-    log = VllmLog()
+    log = VllmLog(log_style(args))
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
@@ -1479,9 +1615,13 @@ def serve(args: ServeArgs) -> int:
         return 1
     _announce(log, args)
     threads = [
-        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True),
-        threading.Thread(target=_log_stats_forever, args=(engine, _stats_interval()), daemon=True),
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True)
     ]
+    if not args.other.get("--disable-log-stats"):  # no stat loggers at all (vLLM 0.32)
+        stats = threading.Thread(
+            target=_log_stats_forever, args=(engine, _stats_interval()), daemon=True
+        )
+        threads.append(stats)
     for thread in threads:
         thread.start()
     while not stop.wait(0.5):
@@ -1489,8 +1629,8 @@ def serve(args: ServeArgs) -> int:
     log.info("launcher.py:110", "Shutting down FastAPI HTTP server.")
     server.shutdown()
     server.server_close()
-    log.raw(f"(APIServer pid={log.pid}) INFO:     Application shutdown complete.")
-    log.raw(f"(APIServer pid={log.pid}) INFO:     Finished server process [{log.pid}]")
+    log.uvicorn("Application shutdown complete.")
+    log.uvicorn(f"Finished server process [{log.pid}]")
     return 0
 
 
@@ -1509,7 +1649,7 @@ def _announce(log: VllmLog, args: ServeArgs) -> None:
         "Waiting for application startup.",
         "Application startup complete.",
     ):
-        log.raw(f"(APIServer pid={log.pid}) INFO:     {message}")
+        log.uvicorn(message)
 
 
 def main(argv: list[str] | None = None) -> int:

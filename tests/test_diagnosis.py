@@ -12,8 +12,11 @@ import pytest
 
 from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import curve
+from dflash_provision.runtime.acceptance_gate import AcceptanceRules, judge
 from dflash_provision.runtime.curve import Shape, classify
-from dflash_provision.runtime.diagnosis import acceptance_causes, first_fix
+from dflash_provision.runtime.diagnosis import diagnose, first_fix, render_causes
+from dflash_provision.runtime.metrics import Acceptance, SpecCounters
+from dflash_provision.runtime.reference import from_figures
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
@@ -58,6 +61,25 @@ def healthy_earlier(**overrides: StageResult) -> dict[str, StageResult]:
 
 def acceptance_data(per_position: list[float], rate: float, **extra: Any) -> dict[str, Any]:
     return {"acceptance_rate": rate, "per_position": per_position, **extra}
+
+
+def verdict_of(data: dict[str, Any]) -> Any:
+    """The gate's verdict on figures shaped like ``data`` (rate, curve, mean length, a
+    reference): what stage e hands the diagnosis."""
+    rate = data["acceptance_rate"]
+    mean = data.get("mean_acceptance_length", 1.0 + rate * 15)
+    counted = SpecCounters(drafts=100, draft_tokens=1500, accepted=rate * 1500, present=True)
+    figures = Acceptance(counted, rate, mean, tuple(data["per_position"]))
+    ref = data.get("reference")
+    reference = from_figures(ref["recorded_at"], ref) if ref else None
+    return judge(figures, AcceptanceRules(0.10, reference=reference))
+
+
+def acceptance_causes(
+    context: CheckContext, earlier: dict[str, StageResult], data: dict[str, Any], num_spec: int
+) -> list[str]:
+    """Stage e's cause lines for figures shaped like ``data``."""
+    return render_causes(diagnose(context, earlier, verdict_of(data), num_spec))
 
 
 def live(causes: list[str]) -> list[str]:
@@ -152,7 +174,8 @@ def test_weights_that_do_not_fit_come_first_with_the_fields_that_disagree() -> N
     assert first.startswith("1. the weights do not fit the config or the target")
     assert "num_hidden_layers: config 5, weights 4" in first
     assert "ONE pinned revision" in first.rpartition("; fix: ")[2]
-    assert first_fix(causes) == first.rpartition("; fix: ")[2]
+    typed = diagnose(context, earlier, verdict_of(acceptance_data([0.3, 0.1], 0.03)), 15)
+    assert first_fix(typed.causes) == first.rpartition("; fix: ")[2]
 
 
 def test_without_a_weights_check_the_line_says_it_was_not_checked() -> None:

@@ -14,10 +14,13 @@ import pytest
 from dflash_provision.errors import ExitCode
 from dflash_provision.place.target import parse_target
 from dflash_provision.runtime.check import CheckReport, CheckSettings
+from dflash_provision.runtime.diagnosis import Cause, render_causes
+from dflash_provision.runtime.diagnosis import Verdict as CauseVerdict
 from dflash_provision.runtime.doctor import DoctorReport, Link, trace
 from dflash_provision.runtime.stages import StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
+from tests.test_diagnosis import verdict_of
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 TARGET_MODEL = samples.REFERENCE_TARGET.read_bytes()
@@ -160,14 +163,24 @@ def test_server_link_a_completion_that_never_answered_is_not_a_drafter_that_does
     assert link(doctor(c=c), "running server").fix == c.fix
 
 
+OPEN, RULED_OUT = CauseVerdict.OPEN, CauseVerdict.RULED_OUT
+
+
 def test_acceptance_link_the_fix_is_the_first_open_causes() -> None:
-    causes = [
-        "measured: every position is near zero",
-        "1. mask_token_id 248070 is not the token (...); fix: take mask_token_id from X",
-        "2. another target (...); fix: validate Y",
-        "ruled out: stage a passed (ok): the file on disk is not the authoritative config",
-    ]
-    e = StageResult("e", "acceptance", FAILED, "acceptance 1.1%", causes=causes)
+    ranked = (
+        Cause("mask_token_id 248070 is not the token", "...", "take mask_token_id from X", OPEN),
+        Cause("another target", "...", "validate Y", OPEN),
+        Cause("the file on disk is not the authoritative config", "stage a passed (ok)", "push",
+              RULED_OUT),
+    )  # fmt: skip
+    verdict = verdict_of({"acceptance_rate": 0.011, "per_position": [0.01]})
+    verdict = verdict.with_causes("measured: every position is near zero", ranked)
+    causes = render_causes(verdict)
+    assert (
+        causes[1]
+        == "1. mask_token_id 248070 is not the token (...); fix: take mask_token_id from X"
+    )
+    e = StageResult("e", "acceptance", FAILED, "acceptance 1.1%", causes=causes, acceptance=verdict)
     report = doctor(e=e)
     assert report.first_broken is link(report, "acceptance")
     assert link(report, "acceptance").fix == "take mask_token_id from X"

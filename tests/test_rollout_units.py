@@ -13,7 +13,10 @@ from dflash_provision.rollout.batches import parse_batches, split
 from dflash_provision.rollout.host_ops import judge
 from dflash_provision.rollout.record import Figures, Gate, HostState, Rollout, State
 from dflash_provision.rollout.store import RolloutHeld, RolloutStore
+from dflash_provision.runtime.acceptance_gate import AcceptanceRules
+from dflash_provision.runtime.acceptance_gate import judge as judge_acceptance
 from dflash_provision.runtime.check import CheckReport
+from dflash_provision.runtime.metrics import Acceptance, SpecCounters
 from dflash_provision.runtime.stages import StageResult, StageStatus
 
 
@@ -40,12 +43,21 @@ def test_bad_batches_are_a_usage_error(spec: str) -> None:
 
 
 def _report(*statuses: str, rate: float = 0.6, mean: float = 5.0) -> CheckReport:
+    """A report whose stage e carries the acceptance gate's verdict on these figures (as stage e
+    makes it), the other stages as given."""
     report = CheckReport("t", 8000, "x")
+    counted = SpecCounters(drafts=100, draft_tokens=1500, accepted=rate * 1500, present=True)
+    verdict = judge_acceptance(
+        Acceptance(counted, rate, mean, ()), AcceptanceRules(0.10, min_draft_tokens=32)
+    )
     for key, status in zip("abcde", statuses, strict=True):
-        data = {"acceptance_rate": rate, "mean_acceptance_length": mean} if key == "e" else {}
-        report.stages.append(
-            StageResult(key, key, StageStatus(status), f"{key} {status}", data=data)
-        )
+        if key == "e" and status != "inconclusive":
+            result = StageResult(
+                key, key, StageStatus(verdict.outcome.value), "e", acceptance=verdict
+            )
+        else:
+            result = StageResult(key, key, StageStatus(status), f"{key} {status}")
+        report.stages.append(result)
     return report
 
 

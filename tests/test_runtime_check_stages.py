@@ -16,12 +16,12 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import fleet_check, vllm_log
 from dflash_provision.runtime.check import CheckReport
-from dflash_provision.runtime.diagnosis import acceptance_causes
 from dflash_provision.runtime.stage_disk import compare_effective, compare_vllm_draft
 from dflash_provision.runtime.stage_server import stage_server
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
+from tests.test_diagnosis import acceptance_causes, verdict_of
 
 REFERENCE = samples.load_json(samples.REFERENCE_DRAFTER)
 DRAFTER = "/root/models/Qwen3.6-27B-DFlash"
@@ -139,7 +139,7 @@ def test_stage_c_names_what_the_command_line_gets_wrong(spec: Any, words: str) -
 
 def test_causes_lead_with_what_a_failed_stage_found() -> None:
     earlier = {"a": StageResult("a", "file on disk", StageStatus.FAILED, "differs (11 fields)")}
-    causes = acceptance_causes(ctx(), earlier, {"acceptance_rate": 0.01}, 15)
+    causes = acceptance_causes(ctx(), earlier, {"acceptance_rate": 0.01, "per_position": []}, 15)
     assert causes[0].startswith("measured: acceptance 1.0% is near zero")
     assert causes[1].startswith("1. the file on disk") and "stage a failed (differs" in causes[1]
     assert any("(stage b not run)" in c for c in causes)
@@ -172,7 +172,7 @@ def test_an_inconclusive_stage_is_never_a_pass_and_a_failure_outranks_it() -> No
 
 def test_fleet_prometheus_text_has_per_host_acceptance_only_when_measured(tmp_path: Path) -> None:
     good = report_with("passed passed passed passed passed")
-    good.stages[4].data = {"acceptance_rate": 0.6, "mean_acceptance_length": 3.4}
+    good.stages[4].acceptance = verdict_of({"acceptance_rate": 0.6, "per_position": [0.6]})
     rows = [
         fleet_check.HostCheck("g1", "east", "g1:/m", "/m/config.json",
                               fleet_check.HostVerdict.PASSED, "", good),

@@ -16,8 +16,10 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
 from dflash_provision.place.target import parse_target
 from dflash_provision.runtime import fleet_check, metrics, reference
+from dflash_provision.runtime.acceptance_gate import AcceptanceRules as AcceptanceGate
+from dflash_provision.runtime.acceptance_gate import Observed
 from dflash_provision.runtime.check import CheckReport
-from dflash_provision.runtime.stage_traffic import AcceptanceGate, stage_acceptance
+from dflash_provision.runtime.stage_traffic import stage_acceptance
 from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
@@ -142,7 +144,7 @@ def judge(before: str, after: str, gate: AcceptanceGate, own: int = 3) -> StageR
         own_requests=own,
     )
     return stage_acceptance(
-        ctx(), result, present=True, gate=gate, prompts=3, earlier={}, num_spec=K
+        ctx(), result, rules=gate, observed=Observed(), prompts=3, earlier={}, num_spec=K
     )
 
 

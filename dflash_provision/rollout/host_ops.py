@@ -202,41 +202,21 @@ def measure(
 
 
 def judge(report: CheckReport, gate: Gate, baseline: Figures | None) -> Verdict:
-    """passed: a-d pass, acceptance >= the minimum, mean length not down by more than
-    max_regression against the baseline; inconclusive: no stage failed but one could not tell."""
-    stage_e = report.stage("e")
-    data = stage_e.data if stage_e is not None else {}
-    rate, mean = data.get("acceptance_rate"), data.get("mean_acceptance_length")
-    figures = Figures(
-        rate if isinstance(rate, float) else None,
-        mean if isinstance(mean, float) else None,
-        "measured",
+    """The rollout's gate on a host's check: the one acceptance gate
+    (runtime/acceptance_gate.judge_check) with the rollout's minimum, and its baseline's mean
+    acceptance length for --max-regression."""
+    from dflash_provision.runtime.acceptance_gate import judge_check
+
+    judged = judge_check(
+        report,
+        min_acceptance=gate.min_acceptance,
+        max_regression=gate.max_regression,
+        baseline_mean_length=baseline.mean_length if baseline else None,
     )
-    failed = [s for s in report.stages if s.failed and s.key != "e"]
-    if failed:
-        return Verdict("failed", figures, f"{failed[0].key}: {failed[0].summary}")
-    undecided = next((s for s in report.stages if s.inconclusive), None)
-    if undecided is not None:
-        return Verdict("inconclusive", Figures(), f"{undecided.key}: {undecided.summary}")
-    if figures.rate is None or figures.rate < gate.min_acceptance:
-        return Verdict(
-            "failed", figures, f"acceptance {figures.show()} < {gate.min_acceptance:.0%}"
-        )
-    if (
-        gate.max_regression is not None
-        and baseline
-        and baseline.mean_length
-        and figures.mean_length
-    ):
-        drop = (baseline.mean_length - figures.mean_length) / baseline.mean_length
-        if drop > gate.max_regression:
-            return Verdict(
-                "failed",
-                figures,
-                f"mean acceptance length {figures.mean_length:.2f} is {drop:.0%} below baseline "
-                f"{baseline.mean_length:.2f} (--max-regression {gate.max_regression:.0%})",
-            )
-    return Verdict("passed", figures, f"acceptance {figures.show()}")
+    if judged.outcome == "inconclusive":
+        return Verdict("inconclusive", Figures(), judged.detail)
+    figures = Figures(judged.rate, judged.mean_length, "measured")
+    return Verdict(judged.outcome, figures, judged.detail)
 
 
 def write(

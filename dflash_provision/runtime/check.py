@@ -27,13 +27,13 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.runtime.acceptance_gate import AcceptanceRules, AcceptanceVerdict, Observed
 from dflash_provision.runtime.access import ReplyUnusable, too_large
 from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
 from dflash_provision.runtime.stage_traffic import (
     SMOKE_PROMPTS,
-    AcceptanceGate,
     Completion,
     complete,
     cut_short,
@@ -112,14 +112,17 @@ class CheckReport:
         return next((s for s in self.stages if s.failed), None)
 
     @property
-    def acceptance(self) -> float | None:
-        """Stage e's rate, when it is evidence: an inconclusive stage's figures (too few draft
-        tokens) stay in its data but are no rate to show or alert on."""
+    def acceptance_verdict(self) -> AcceptanceVerdict | None:
+        """Stage e's verdict by the acceptance gate (None: no figures were measured)."""
         stage = self.stage("e")
-        if stage is None or stage.inconclusive:
-            return None
-        rate = stage.data.get("acceptance_rate")
-        return rate if isinstance(rate, float) else None
+        return stage.acceptance if stage is not None else None
+
+    @property
+    def acceptance(self) -> float | None:
+        """Stage e's rate, when it is evidence: an inconclusive verdict's figures (too few draft
+        tokens) stay in its data but are no rate to show or alert on."""
+        verdict = self.acceptance_verdict
+        return verdict.rate if verdict is not None else None
 
     @property
     def exit_code(self) -> ExitCode:
@@ -322,8 +325,8 @@ def _serve_stages(
         stage_e = stage_acceptance(
             ctx,
             result,
-            present=after.present,
-            gate=_gate(ctx, settings, prompts, result),
+            rules=_rules(ctx, settings, prompts, result),
+            observed=_observed(earlier, before, after),
             prompts=len(prompts),
             earlier=earlier,
             num_spec=num_spec,
@@ -332,12 +335,24 @@ def _serve_stages(
     return [stage_d, stage_e]
 
 
-def _gate(
+def _observed(earlier: dict[str, StageResult], before: Any, after: Any) -> Observed:
+    """What the server showed besides the figures: its metrics, and whether stage c found a
+    sampling setting that makes them no evidence."""
+    c = earlier.get("c")
+    not_evidence = c.data.get("figures_not_evidence") if c is not None else None
+    return Observed(
+        spec_counters=after.present,
+        vllm_metrics=after.vllm_metrics or before.vllm_metrics,
+        not_evidence=not_evidence if isinstance(not_evidence, str) else None,
+    )
+
+
+def _rules(
     ctx: CheckContext, settings: CheckSettings, prompts: list[str], result: Any
-) -> AcceptanceGate:
-    """Stage e's gate, with the newest acceptance reference for this host, drafter and prompts
+) -> AcceptanceRules:
+    """Stage e's rules, with the newest acceptance reference for this host, drafter and prompts
     (when references are on and the window is a clean measurement)."""
-    gate = AcceptanceGate(settings.min_acceptance, settings.min_draft_tokens)
+    gate = AcceptanceRules(settings.min_acceptance, settings.min_draft_tokens)
     if not settings.references or settings.reset_reference:
         return gate
     if result.foreign_requests or result.foreign_drafts:
@@ -363,14 +378,13 @@ def _record_reference(
 ) -> None:
     """Record a passing check's figures as the newest reference (runtime/reference.py): only a
     clean window (no other traffic) that did not fall below its reference, unless reset."""
-    stage_e = report.stage("e")
-    if not settings.references or not report.ok or stage_e is None or not stage_e.passed:
+    verdict = report.acceptance_verdict
+    if not settings.references or not report.ok or verdict is None or not verdict.passed:
         return
-    data = stage_e.data
-    if data.get("foreign_requests") or data.get("foreign_drafts"):
+    if not verdict.clean_window:
         return
-    drop = data.get("regression")
-    if isinstance(drop, float) and drop > 0 and not settings.reset_reference:
+    drop = verdict.regression
+    if drop is not None and drop > 0 and not settings.reset_reference:
         return
     from dflash_provision.history import default_store
     from dflash_provision.runtime import reference
@@ -380,15 +394,15 @@ def _record_reference(
         ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens
     )
     figures = reference.figures(
-        data,
+        verdict.figures,
         prompts=prompts,
         max_tokens=settings.max_tokens,
         vllm_version=reference.vllm_version(ctx),
         target_model=model,
     )
     message = (
-        f"acceptance reference: rate {data['acceptance_rate']:.1%}, mean acceptance length "
-        f"{data['mean_acceptance_length']:.2f}, {len(prompts)} prompt(s) x "
+        f"acceptance reference: rate {verdict.rate or 0.0:.1%}, mean acceptance length "
+        f"{verdict.mean_length or 0.0:.2f}, {len(prompts)} prompt(s) x "
         f"{settings.max_tokens} tokens, port {settings.port}, vLLM {figures['vllm_version'] or '?'}"
     )
     default_store().record_reference(key, figures, message=message, duration_s=report.duration_s)

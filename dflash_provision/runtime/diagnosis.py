@@ -19,13 +19,18 @@ from __future__ import annotations
 
 import enum
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.check.invariants import block_size_of
 from dflash_provision.runtime.curve import Curve, Shape, classify
 from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import CheckContext, StageResult
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.acceptance_gate import AcceptanceVerdict
+    from dflash_provision.runtime.reference import Reference
 
 FIX_MARK = "; fix: "
 RULED_OUT = "ruled out: "
@@ -76,20 +81,22 @@ def render(causes: list[Cause]) -> list[str]:
     return lines
 
 
-def first_fix(lines: list[str]) -> str | None:
-    """The fix of the first live cause of ``render``'s lines (doctor's acceptance link)."""
-    for line in lines:
-        if not line.startswith((RULED_OUT, MEASURED)) and FIX_MARK in line:
-            return line.rpartition(FIX_MARK)[2]
-    return None
+def first_fix(causes: Sequence[Cause]) -> str | None:
+    """The fix of the first live cause (doctor's acceptance link): the causes are ranked."""
+    return next((c.fix for c in causes if c.verdict is not Verdict.RULED_OUT), None)
 
 
-def acceptance_causes(
-    ctx: CheckContext, earlier: dict[str, StageResult], data: dict[str, Any], num_spec: int | None
-) -> list[str]:
-    """Stage e's causes, ranked by the evidence (see the module docstring)."""
-    curve = classify(data.get("per_position"), _number(data.get("acceptance_rate")))
-    facts = _Facts(ctx, earlier, data, num_spec, curve)
+def diagnose(
+    ctx: CheckContext,
+    earlier: dict[str, StageResult],
+    verdict: AcceptanceVerdict,
+    num_spec: int | None,
+) -> AcceptanceVerdict:
+    """``verdict`` with stage e's causes ranked by the evidence (see the module docstring) and
+    the line saying what the ranking rests on."""
+    figures = verdict.figures
+    curve = classify(list(figures.per_position), figures.rate)
+    facts = _Facts(ctx, earlier, verdict, num_spec, curve)
     causes = [
         _weights(facts),
         _file_on_disk(facts),
@@ -105,13 +112,13 @@ def acceptance_causes(
         _prompts(facts),
     ]
     measured = f"{MEASURED}{curve.detail}; {facts.against_reference()}"
-    return [measured, *render(rank([c for c in causes if c is not None], curve.shape))]
+    ranked = rank([c for c in causes if c is not None], curve.shape)
+    return verdict.with_causes(measured, tuple(ranked))
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        return None
-    return float(value)
+def render_causes(verdict: AcceptanceVerdict) -> list[str]:
+    """Stage e's cause lines: what the ranking rests on, then each cause with its fix."""
+    return [verdict.measured, *render(list(verdict.causes))] if verdict.measured else []
 
 
 def _dict(value: Any) -> dict[str, Any]:
@@ -120,11 +127,11 @@ def _dict(value: Any) -> dict[str, Any]:
 
 @dataclass
 class _Facts:
-    """What the causes read: the context, the earlier stages and stage e's own data."""
+    """What the causes read: the context, the earlier stages and stage e's verdict."""
 
     ctx: CheckContext
     earlier: dict[str, StageResult]
-    data: dict[str, Any]
+    verdict: AcceptanceVerdict
     num_spec: int | None
     curve: Curve
 
@@ -162,20 +169,18 @@ class _Facts:
         return _dict(b.data.get("probe")) if b else {}
 
     @property
-    def reference(self) -> dict[str, Any] | None:
-        ref = self.data.get("reference")
-        return ref if isinstance(ref, dict) else None
+    def reference(self) -> Reference | None:
+        return self.verdict.rules.reference
 
     def against_reference(self) -> str:
         ref = self.reference
         if ref is None:
             return "no acceptance reference for this drafter on this host yet"
-        mean = _number(self.data.get("mean_acceptance_length"))
-        was = _number(ref.get("mean_acceptance_length"))
-        drop = _number(self.data.get("regression"))
-        when = ref.get("recorded_at") or "an earlier check"
+        mean = self.verdict.figures.mean_length
+        drop = self.verdict.regression
+        when = ref.recorded_at or "an earlier check"
         now = f"{mean:.2f}" if mean is not None else "?"
-        then = f"{was:.2f}" if was is not None else "?"
+        then = f"{ref.mean_acceptance_length:.2f}"
         lower = f", {drop:.0%} lower" if drop is not None else ""
         return f"mean acceptance length {now} vs {then} in the reference of {when}{lower}"
 
@@ -338,13 +343,13 @@ def _vllm_windows(f: _Facts) -> Cause:
 def _vllm_changed(f: _Facts) -> Cause | None:
     """Only with a reference: the vLLM version it was measured with against today's."""
     ref = f.reference
-    if ref is None or not ref.get("vllm_version"):
+    if ref is None or not ref.vllm_version:
         return None
     c = f.stage("c")
     now = _dict(c.data.get("log") if c else None).get("engine_version") or _dict(
         f.probe.get("vllm")
     ).get("version")
-    then = ref["vllm_version"]
+    then = ref.vllm_version
     text = "the vLLM upgrade since the reference changed how the draft runs"
     fix = f"run the reference's vLLM {then} again to confirm: {f.restart(' --vllm PATH')}"
     seen = f"{f.against_reference()}; vLLM {then} then, {now or 'unknown'} now"

@@ -194,7 +194,8 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
     server that drafts nothing at all has no ranked causes: its log says why."""
     fix = None
     if e.failed:
-        fix = first_fix(e.causes) or (
+        causes = e.acceptance.causes if e.acceptance is not None else ()
+        fix = first_fix(causes) or (
             f"the server does not draft: its log says why (dflash-provision logs "
             f"{shlex.quote(target.display())}), then {restart}"
         )

@@ -350,11 +350,9 @@ def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
             lines.append(f"dflash_runtime_acceptance_rate{host_labels(row)} {rate:.6f}")
     metric("dflash_runtime_mean_acceptance_length", "1 + accepted tokens / drafts.")
     for row in rows:
-        stage = row.report.stage("e") if row.report else None
-        mean = (
-            stage.data.get("mean_acceptance_length") if stage and not stage.inconclusive else None
-        )
-        if isinstance(mean, float):
+        verdict = row.report.acceptance_verdict if row.report else None
+        mean = verdict.mean_length if verdict is not None else None
+        if mean is not None:
             lines.append(f"dflash_runtime_mean_acceptance_length{host_labels(row)} {mean:.6f}")
     _regression_gauge(rows, metric, host_labels, lines)
     metric("dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host.")
@@ -378,7 +376,7 @@ def _regression_gauge(
     name = "dflash_runtime_acceptance_regression"
     metric(name, "Relative drop of the mean acceptance length vs the reference (0.12 = 12 %).")
     for row in rows:
-        stage = row.report.stage("e") if row.report else None
-        drop = stage.data.get("regression") if stage and not stage.inconclusive else None
-        if isinstance(drop, (int, float)) and not isinstance(drop, bool):
-            lines.append(f"{name}{host_labels(row)} {float(drop):.6f}")
+        verdict = row.report.acceptance_verdict if row.report else None
+        drop = verdict.regression if verdict is not None else None
+        if drop is not None:
+            lines.append(f"{name}{host_labels(row)} {drop:.6f}")

@@ -92,6 +92,9 @@ class SpecCounters:
     present: bool = False  # False: the server exports none of the spec-decode metrics
     requests: float | None = None  # requests finished (all reasons); None: not exported
     created: float | None = None  # DRAFTS_CREATED summed over engines; None: not exported
+    # Any ``vllm:`` sample at all: without one (``--disable-log-stats`` removes vLLM's stat
+    # loggers, its Prometheus one included) the text cannot say whether the server speculates.
+    vllm_metrics: bool = False
 
     def minus(self, before: SpecCounters) -> SpecCounters:
         """What happened between ``before`` and this reading (a counter reset reads as 0)."""
@@ -156,8 +159,10 @@ def spec_counters(text: str) -> SpecCounters:
     present = False
     requests: float | None = None
     created: float | None = None
-    for sample in parse_prometheus(text, names=_READ):
-        if not math.isfinite(sample.value) or sample.value < 0:
+    vllm_metrics = False
+    for sample in parse_prometheus(text):
+        vllm_metrics = vllm_metrics or sample.name.startswith("vllm:")
+        if sample.name not in _READ or not math.isfinite(sample.value) or sample.value < 0:
             continue
         if sample.name == REQUESTS:
             requests = (requests or 0.0) + sample.value
@@ -181,6 +186,7 @@ def spec_counters(text: str) -> SpecCounters:
         present=present,
         requests=requests,
         created=created,
+        vllm_metrics=vllm_metrics,
     )
 
 

@@ -26,6 +26,7 @@ from dflash_provision.history import HostKey, ReferenceKey
 
 if TYPE_CHECKING:
     from dflash_provision.place.target import Target
+    from dflash_provision.runtime.metrics import Acceptance
     from dflash_provision.runtime.stages import CheckContext
     from dflash_provision.source.authority import Authority
 
@@ -103,7 +104,7 @@ def regression(reference: Reference, mean_length: float) -> float:
 
 
 def figures(
-    data: dict[str, Any],
+    measured: Acceptance,
     *,
     prompts: list[str],
     max_tokens: int,
@@ -112,11 +113,11 @@ def figures(
 ) -> dict[str, Any]:
     """What a passing check records: stage e's figures, the prompts, the vLLM version."""
     return {
-        "acceptance_rate": data.get("acceptance_rate"),
-        "mean_acceptance_length": data.get("mean_acceptance_length"),
-        "per_position": data.get("per_position"),
-        "drafts": data.get("drafts"),
-        "draft_tokens": data.get("draft_tokens"),
+        "acceptance_rate": measured.rate,
+        "mean_acceptance_length": measured.mean_length,
+        "per_position": list(measured.per_position),
+        "drafts": measured.delta.drafts,
+        "draft_tokens": measured.delta.draft_tokens,
         "prompts": prompts,
         "prompt_count": len(prompts),
         "max_tokens": max_tokens,

@@ -15,6 +15,7 @@ from typing import Any
 from dflash_provision.check.invariants import block_size_of
 from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
+from dflash_provision.runtime.vllm_argv import LOGGING_ENV, inferred_method, logging_settings
 
 # -- c: the running server ---------------------------------------------------------------------
 
@@ -59,10 +60,16 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
     if unknown and engine is not None:
         spec = _engine_spec(engine)  # vLLM's own record stands in for the unreadable argv
         evidence.append(f"{unknown}: judged by the engine's start-up record")
+    data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}
+    spec = _with_method(ctx, spec, evidence, data)
     problems += list(getattr(read, "problems", []) or [])
     problems += [] if unknown and not spec else _argv_problems(ctx, spec, read)
     problems += _log_problems(ctx, spec, evidence)
-    data = {"port": port, "pid": getattr(server, "pid", None), "argv": argv, "spec": spec}
+    fabricated, undecided = sampling_findings(spec, _version(ctx))
+    problems += fabricated
+    data["figures_not_evidence"] = fabricated[0] if fabricated else None
+    blind = _log_blind(ctx)
+    undecided += [blind] if blind else []
     warnings = _repeat_warnings(read, problems)
     if ctx.log is None:
         data["log"] = None
@@ -82,6 +89,11 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
         return StageResult(
             "c", name, StageStatus.INCONCLUSIVE, why, [*evidence, why], data, None, [], warnings
         )
+    if undecided:
+        return StageResult(
+            "c", name, StageStatus.INCONCLUSIVE, undecided[0], evidence + undecided, data,
+            None, [], warnings,
+        )  # fmt: skip
     n = spec.get("num_speculative_tokens")
     summary = f"dflash with {ctx.target.model_dir}, {n} speculative tokens, aux {ctx.expected_aux}"
     return StageResult("c", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings)
@@ -105,6 +117,94 @@ def _repeat_warnings(read: Any, problems: list[str]) -> list[str]:
         "the command line carries --speculative-config more than once (vLLM uses the last): "
         "pass it once so that every reader sees the same drafter"
     ]
+
+
+def _with_method(
+    ctx: CheckContext, spec: dict[str, Any], evidence: list[str], data: dict[str, Any]
+) -> dict[str, Any]:
+    """``spec`` with the method vLLM gives it when the command line names none (vllm_argv's
+    ``inferred_method``: from the drafter's path and its config's architectures)."""
+    if not spec or spec.get("method") is not None:
+        return spec
+    method, why = inferred_method(spec.get("model"), ctx.auth_doc.get("architectures"))
+    evidence.append(f"no method in the speculative config: vLLM infers {method!r} ({why})")
+    data["method_inferred"] = {"method": method, "why": why}
+    return {**spec, "method": method}
+
+
+# The sampling settings that make vLLM's acceptance figures something other than the target's
+# verdict on the drafter's tokens (vllm/config/speculative.py): the rate gate would judge them.
+_FABRICATED = {
+    "synthetic": (
+        "rejection_sample_method 'synthetic' fabricates acceptance: vLLM accepts drafts at the "
+        "configured synthetic rate, not by the target's verdict (vLLM 0.20+), so the acceptance "
+        "figures say nothing about the drafter"
+    ),
+    "fly": (
+        "rejection_sample_method 'fly' is lossy (vLLM 0.33+: entropy-gated acceptance of tokens "
+        "the target would not have produced), so acceptance overstates what the drafter earns "
+        "and the output differs from the target's"
+    ),
+}
+_LOSSY_RELEASE = "0.28."  # draft_sample_method 'probabilistic' was not lossless there
+
+
+def sampling_findings(spec: dict[str, Any], version: str | None) -> tuple[list[str], list[str]]:
+    """(failures, cannot-tell lines) of the speculative config's sampling settings: acceptance
+    counts only when it is the target's verdict on the drafter's own tokens."""
+    failures, undecided = [], []
+    fix = "; serve with the default (remove the key) to measure acceptance"
+    rejection = spec.get("rejection_sample_method")
+    if isinstance(rejection, str) and rejection in _FABRICATED:
+        failures.append(_FABRICATED[rejection] + fix)
+    if spec.get("draft_sample_method") == "probabilistic":
+        if version is not None and version.startswith(_LOSSY_RELEASE):
+            failures.append(
+                f"draft_sample_method 'probabilistic' is not lossless in vLLM {version}: its "
+                f"acceptance figures are no evidence{fix} (or use another vLLM release)"
+            )
+        elif version is None or not version[:1].isdigit() or ".dev" in version:
+            undecided.append(
+                "draft_sample_method 'probabilistic' was not lossless in vLLM 0.28, and this "
+                f"server's vLLM version is {version or 'unknown'}: cannot tell whether its "
+                "acceptance figures are evidence"
+            )
+    return failures, undecided
+
+
+def _version(ctx: CheckContext) -> str | None:
+    from dflash_provision.runtime.reference import vllm_version
+
+    return vllm_version(ctx)
+
+
+def _log_blind(ctx: CheckContext) -> str | None:
+    """Why the server's start-up log, read, holds no record stage c can use (no INFO record of
+    vLLM's before ready), naming the setting that explains it; None when it holds some (or when
+    there is no log to read: that is a warning, see stage_server)."""
+    facts = ctx.log
+    if facts is None or facts.info_records or facts.engine is not None or facts.aux is not None:
+        return None
+    server = ctx.server
+    argv = [str(a) for a in getattr(server, "argv", None) or []]
+    settings = logging_settings(argv)
+    record = getattr(server, "record", None)
+    env = [n for n in getattr(record, "env_names", None) or [] if n in LOGGING_ENV]
+    settings += [f"{name} set in its environment" for name in env]
+    if settings:
+        why = f"the server was started with {', '.join(settings)}"
+    elif facts.records:
+        why = f"its log holds {facts.records} vLLM record(s), none at INFO (a level above INFO?)"
+    else:
+        why = (
+            f"none of its {facts.lines_read} log line(s) is a vLLM record in the text or JSON "
+            "format (a VLLM_LOGGING_PREFIX or a custom logging config?)"
+        )
+    return (
+        "cannot tell which auxiliary layers and drafter the engine runs: its start-up log "
+        f"shows no readable INFO record ({why}); serve with vLLM's default logging (INFO, no "
+        "prefix; the JSON formatter is read too) to have them checked"
+    )
 
 
 def _engine_spec(engine: Any) -> dict[str, Any]:
@@ -163,7 +263,9 @@ def _log_problems(ctx: CheckContext, spec: dict[str, Any], evidence: list[str]) 
         )
         problems += _engine_disagrees(ctx, engine, spec)
     aux = facts.aux
-    if aux is None:
+    if aux is None and not facts.info_records and engine is None:
+        pass  # nothing readable at all: "cannot tell" (_log_blind), not a finding
+    elif aux is None:
         problems.append("the log never says which auxiliary layers the drafter reads")
     elif aux.fallback:
         problems.append(

@@ -1,5 +1,6 @@
 """runtime-check stages d (one real completion) and e (spec-decode acceptance over greedy smoke
-prompts); the causes named when acceptance fails come from runtime/diagnosis.py."""
+prompts, judged by runtime/acceptance_gate.py); the causes named when acceptance fails come from
+runtime/diagnosis.py."""
 
 from __future__ import annotations
 
@@ -8,8 +9,16 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.runtime.diagnosis import acceptance_causes
+from dflash_provision.runtime.acceptance_gate import (
+    AcceptanceRules,
+    AcceptanceVerdict,
+    Finding,
+    Observed,
+    judge,
+)
+from dflash_provision.runtime.diagnosis import diagnose, render_causes
 from dflash_provision.runtime.link_fixes import completion_fix
+from dflash_provision.runtime.metrics import Acceptance
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
@@ -162,86 +171,119 @@ def endpoint_failed(ctx: CheckContext, key: str, error: Any) -> StageResult:
     )
 
 
-@dataclass(frozen=True)
-class AcceptanceGate:
-    """What stage e judges against: the rate gate, the least evidence it takes, the reference
-    of an earlier pass and how far below it the mean acceptance length may fall."""
-
-    min_acceptance: float
-    min_draft_tokens: int = 0
-    reference: Any = None  # reference.Reference | None
-    max_regression: float | None = None  # None: a drop is a warning only
-    notes: tuple[str, ...] = ()  # e.g. why no reference was compared
-
-
 def stage_acceptance(
     ctx: CheckContext,
-    acceptance: Any,  # metrics.Acceptance
+    figures: Acceptance,
     *,
-    present: bool,
-    gate: AcceptanceGate,
+    rules: AcceptanceRules,
+    observed: Observed,
     prompts: int,
     earlier: dict[str, StageResult],
     num_spec: int | None,
 ) -> StageResult:
-    """e: acceptance over the smoke prompts' counter difference: inconclusive when the counters
-    are no evidence (a restart, impossible figures, too few draft tokens), else against
-    ``gate.min_acceptance`` and the reference (see runtime/reference.py)."""
+    """e: the smoke prompts' counter difference judged by the one acceptance gate
+    (runtime/acceptance_gate.py), rendered with its evidence; the likely causes of a failed gate
+    ranked by the diagnosis (runtime/diagnosis.py)."""
+    verdict = judge(figures, rules, observed)
     name = STAGE_NAMES["e"]
-    min_acceptance = gate.min_acceptance
-    data = acceptance.to_dict() | {
-        "min_acceptance": min_acceptance,
-        "min_draft_tokens": gate.min_draft_tokens,
-        "prompts": prompts,
-        "reference": gate.reference.to_dict() if gate.reference is not None else None,
-        "regression": None,
-    }
-    delta = acceptance.delta
+    data = stage_data(verdict, prompts)
+    delta = figures.delta
     evidence = [
-        f"{prompts} greedy prompt(s), {acceptance.expected_max_drafts} tokens: "
+        f"{prompts} greedy prompt(s), {figures.expected_max_drafts} tokens: "
         f"{delta.drafts:g} drafts, {delta.draft_tokens:g} draft tokens, {delta.accepted:g} accepted"
     ]
-    warnings = _traffic_warnings(acceptance) + list(gate.notes)
-    if not present:
-        why = "the server exports no spec-decode metrics: it is not speculating"
-        return StageResult("e", name, StageStatus.FAILED, why, [why], data, warnings=warnings)
-    undecided = _no_evidence(acceptance, gate.min_draft_tokens)
-    if undecided is not None:
-        evidence.append(undecided)
+    warnings = _traffic_warnings(figures) + list(rules.notes)
+    status = StageStatus(verdict.outcome.value)
+    early = _early_summary(ctx, verdict)
+    if early is not None:
+        if verdict.finding in (Finding.NO_VLLM_METRICS, Finding.NOT_SPECULATING):
+            evidence = [early]
+        else:
+            evidence.append(early)
         return StageResult(
-            "e", name, StageStatus.INCONCLUSIVE, undecided, evidence, data, warnings=warnings
+            "e", name, status, early, evidence, data, warnings=warnings, acceptance=verdict
         )
-    if acceptance.rate is None:
-        why = "no drafts were counted during the smoke prompts: the drafter is not drafting"
-        return StageResult("e", name, StageStatus.FAILED, why, evidence, data, warnings=warnings)
-    per_pos = ", ".join(f"{p:.3f}" for p in acceptance.per_position)
+    rate, mean = figures.rate, figures.mean_length
+    assert rate is not None and mean is not None  # a verdict past _early_summary has both
+    per_pos = ", ".join(f"{p:.3f}" for p in figures.per_position)
     evidence.append(
-        f"acceptance rate {acceptance.rate:.1%}, mean acceptance length "
-        f"{acceptance.mean_length:.2f}, per position {per_pos or '-'}"
+        f"acceptance rate {rate:.1%}, mean acceptance length {mean:.2f}, "
+        f"per position {per_pos or '-'}"
     )
-    summary = f"acceptance {acceptance.rate:.1%} is below --min-acceptance {min_acceptance:.1%}"
-    low = acceptance.rate < min_acceptance
-    regressed = _against_reference(acceptance, gate, data, evidence, warnings)
-    if not low and regressed is None:
-        summary = f"acceptance {acceptance.rate:.1%} (>= {min_acceptance:.1%})"
+    _reference_lines(verdict, evidence, warnings)
+    if verdict.passed:
+        summary = f"acceptance {rate:.1%} (>= {rules.min_acceptance:.1%})"
         return StageResult(
-            "e", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings
+            "e", name, status, summary, evidence, data, warnings=warnings, acceptance=verdict
         )
-    if not low and regressed is not None:
-        summary = regressed
+    summary = f"acceptance {rate:.1%} is below --min-acceptance {rules.min_acceptance:.1%}"
+    if verdict.finding is Finding.REGRESSED:
+        summary = f"{_versus(verdict)}: {verdict.regression:.1%} lower, more than --max-regression "
+        summary += f"{rules.max_regression:.1%}"
+    verdict = diagnose(ctx, earlier, verdict, num_spec)
     return StageResult(
-        "e",
-        name,
-        StageStatus.FAILED,
-        summary,
-        evidence,
-        data,
-        causes=acceptance_causes(ctx, earlier, data, num_spec),
-        warnings=warnings,
-    )
+        "e", name, status, summary, evidence, data,
+        causes=render_causes(verdict), warnings=warnings, acceptance=verdict,
+    )  # fmt: skip
 
 
-def _traffic_warnings(acceptance: Any) -> list[str]:
+def stage_data(verdict: AcceptanceVerdict, prompts: int) -> dict[str, Any]:
+    """Stage e's data in --json: the figures, the rules, the reference and the regression."""
+    rules = verdict.rules
+    return verdict.figures.to_dict() | {
+        "min_acceptance": rules.min_acceptance,
+        "min_draft_tokens": rules.min_draft_tokens,
+        "prompts": prompts,
+        "reference": rules.reference.to_dict() if rules.reference is not None else None,
+        "regression": verdict.regression,
+    }
+
+
+def _early_summary(ctx: CheckContext, verdict: AcceptanceVerdict) -> str | None:
+    """The summary of a verdict reached before any rate (no metrics, no evidence, no drafts)."""
+    figures = verdict.figures
+    finding = verdict.finding
+    if finding is Finding.NO_VLLM_METRICS:
+        return (
+            "cannot tell whether the server speculates: its /metrics has no vllm: metric at all"
+            f"{_stats_off(ctx)}; serve without --disable-log-stats to have acceptance measured"
+        )
+    if finding is Finding.NOT_SPECULATING:
+        return "the server exports no spec-decode metrics: it is not speculating"
+    if finding is Finding.FIGURES_NOT_EVIDENCE:
+        return f"the acceptance figures are no evidence: {verdict.observed.not_evidence}"
+    if finding is Finding.COUNTERS_RESTARTED:
+        return (
+            "the server restarted during the check (its counters began again: "
+            f"{'; '.join(figures.decreased[:4])}): no acceptance rate can be computed; "
+            "run the check again"
+        )
+    if finding is Finding.COUNTERS_IMPOSSIBLE:
+        return (
+            "the server's counters are impossible, so they are no evidence: "
+            f"{'; '.join(figures.impossible[:4])}"
+        )
+    if finding is Finding.TOO_FEW_DRAFT_TOKENS:
+        return (
+            f"only {figures.delta.draft_tokens:g} draft tokens during the check, fewer than "
+            f"--min-draft-tokens {verdict.rules.min_draft_tokens}: too few to judge (raise "
+            "--prompts or --max-tokens)"
+        )
+    if finding is Finding.NO_DRAFTS:
+        return "no drafts were counted during the smoke prompts: the drafter is not drafting"
+    return None
+
+
+def _stats_off(ctx: CheckContext) -> str:
+    from dflash_provision.runtime.vllm_argv import has_switch
+
+    argv = [str(a) for a in getattr(ctx.server, "argv", None) or []]
+    if has_switch(argv, "--disable-log-stats"):
+        return " (it was started with --disable-log-stats, which removes them)"
+    return " (--disable-log-stats removes them; so may a proxy in front of it)"
+
+
+def _traffic_warnings(acceptance: Acceptance) -> list[str]:
     """Other clients' traffic in the window. It does not change the verdict: their drafts come
     from the same server and drafter, so a collapse still shows (and a busy production server
     must stay checkable); but the window is no clean measurement, so no reference is compared
@@ -262,56 +304,25 @@ def _traffic_warnings(acceptance: Any) -> list[str]:
     return warnings
 
 
-def _no_evidence(acceptance: Any, min_draft_tokens: int) -> str | None:
-    """Why the counter difference cannot decide (inconclusive), else None."""
-    if acceptance.decreased:
-        return (
-            "the server restarted during the check (its counters began again: "
-            f"{'; '.join(acceptance.decreased[:4])}): no acceptance rate can be computed; "
-            "run the check again"
-        )
-    if acceptance.impossible:
-        return (
-            "the server's counters are impossible, so they are no evidence: "
-            f"{'; '.join(acceptance.impossible[:4])}"
-        )
-    tokens = acceptance.delta.draft_tokens
-    if 0 < tokens < min_draft_tokens:
-        return (
-            f"only {tokens:g} draft tokens during the check, fewer than --min-draft-tokens "
-            f"{min_draft_tokens}: too few to judge (raise --prompts or --max-tokens)"
-        )
-    return None
-
-
-def _against_reference(
-    acceptance: Any,
-    gate: AcceptanceGate,
-    data: dict[str, Any],
-    evidence: list[str],
-    warnings: list[str],
-) -> str | None:
-    """Compare the mean acceptance length with the reference; the failure summary when the drop
-    exceeds ``gate.max_regression``, else None (a smaller drop is a warning)."""
-    from dflash_provision.runtime.reference import regression
-
-    reference = gate.reference
-    if reference is None or acceptance.mean_length is None:
-        return None
-    drop = regression(reference, acceptance.mean_length)
-    data["regression"] = drop
-    versus = (
-        f"mean acceptance length {acceptance.mean_length:.2f} vs "
+def _versus(verdict: AcceptanceVerdict) -> str:
+    reference = verdict.rules.reference
+    assert reference is not None and verdict.figures.mean_length is not None
+    return (
+        f"mean acceptance length {verdict.figures.mean_length:.2f} vs "
         f"{reference.mean_acceptance_length:.2f} in the reference of {reference.recorded_at} "
         f"(vLLM {reference.vllm_version or '?'})"
     )
-    evidence.append(f"{versus}: {_change(drop)}")
-    if drop <= 0:
-        return None
-    if gate.max_regression is not None and drop > gate.max_regression:
-        return f"{versus}: {drop:.1%} lower, more than --max-regression {gate.max_regression:.1%}"
-    warnings.append(f"acceptance regressed: {versus}: {drop:.1%} lower")
-    return None
+
+
+def _reference_lines(verdict: AcceptanceVerdict, evidence: list[str], warnings: list[str]) -> None:
+    """The comparison with the reference as evidence; a drop the gate lets pass, a warning."""
+    drop = verdict.regression
+    if drop is None:
+        return
+    evidence.append(f"{_versus(verdict)}: {_change(drop)}")
+    limit = verdict.rules.max_regression
+    if drop > 0 and (limit is None or drop <= limit):
+        warnings.append(f"acceptance regressed: {_versus(verdict)}: {drop:.1%} lower")
 
 
 def _change(drop: float) -> str:

@@ -28,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dflash_provision.place.target import Target
     from dflash_provision.remote.ops import RemoteRead
+    from dflash_provision.runtime.acceptance_gate import AcceptanceVerdict
     from dflash_provision.runtime.vllm_log import LogFacts
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
@@ -56,6 +57,7 @@ class StageResult:
     causes: list[str] = field(default_factory=list)  # stage e: likely causes, in checking order
     warnings: list[str] = field(default_factory=list)
     duration_s: float = 0.0
+    acceptance: AcceptanceVerdict | None = None  # stage e: the gate's typed verdict
 
     @property
     def passed(self) -> bool:

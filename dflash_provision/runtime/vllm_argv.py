@@ -186,3 +186,99 @@ def _merge(into: dict[str, Any], keys: list[str], value: Any) -> None:
             node[key] = child
         node = child
     node[keys[-1]] = value
+
+
+# -- settings that hide what the server would otherwise show ------------------------------------
+
+#: vLLM's logging variables (vllm/envs.py, 0.32) that can leave no readable INFO record: a level
+#: above INFO, a prefix before vLLM's record format, a custom dictConfig, or no config at all.
+LOGGING_ENV = (
+    "VLLM_LOGGING_LEVEL",
+    "VLLM_LOGGING_PREFIX",
+    "VLLM_LOGGING_CONFIG_PATH",
+    "VLLM_CONFIGURE_LOGGING",
+)
+_QUIET_LEVELS = ("WARNING", "ERROR", "CRITICAL")
+
+
+def has_switch(argv: list[str], switch: str) -> bool:
+    """``vllm serve`` was given ``switch`` (``--disable-log-stats``; ``_`` spelled ``-`` too)."""
+    return any(canonical(arg).partition("=")[0] == switch for arg in serve_args(argv))
+
+
+def logging_settings(argv: list[str]) -> list[str]:
+    """The command line's logging options that change what vLLM's log shows (vLLM 0.32's
+    LoggingConfig: ``--log-level``, ``--logging-config[.FIELD]``, ``--log-config-file``), each
+    as written; empty when it leaves vLLM's records at INFO in a format vllm_log reads (the
+    default text one or the JSON formatter)."""
+    args = [canonical(a) for a in serve_args(argv)]
+    found: list[str] = []
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if not eq:
+            value = args[i + 1] if i + 1 < len(args) else ""
+        field_name = name.partition(".")[2].replace("-", "_")
+        shown = f"{name} {value}".strip()
+        if name == "--log-level" or field_name == "log_level":
+            if value.upper() in _QUIET_LEVELS:
+                found.append(shown)
+        elif _custom_logging(name, field_name, value):
+            found.append(shown)
+        elif name == "--logging-config":
+            found.extend(_logging_json(value))
+    return found
+
+
+def _custom_logging(name: str, field_name: str, value: str) -> bool:
+    """A custom dictConfig file, or vLLM told to configure no logging at all."""
+    if name == "--log-config-file" or field_name == "pylogging_config_file":
+        return True
+    return field_name == "configure_logging" and value.lower() in ("false", "0", "no")
+
+
+def _logging_json(text: str) -> list[str]:
+    try:
+        doc = json.loads(text)
+    except ValueError:
+        return [f"--logging-config {text[:200]}"]
+    if not isinstance(doc, dict):
+        return [f"--logging-config {text[:200]}"]
+    doc = {str(k).replace("-", "_"): v for k, v in doc.items()}
+    shown = f"--logging-config {text[:200]}"
+    level = doc.get("log_level")
+    if isinstance(level, str) and level.upper() in _QUIET_LEVELS:
+        return [shown]
+    if doc.get("pylogging_config_file") or doc.get("configure_logging") is False:
+        return [shown]
+    return []
+
+
+# -- the speculative method vLLM infers when the config names none -----------------------------
+
+
+def inferred_method(model: Any, architectures: Any) -> tuple[str, str]:
+    """The method vLLM gives a speculative config without ``method``, and why: vLLM 0.32's
+    ``SpeculativeConfig.__post_init__`` (vllm/config/speculative.py) looks at the drafter's
+    path, lower-cased, then its architectures, in this order: ``eagle-`` → eagle, ``eagle3`` →
+    eagle3, ``dflash`` or the MuseGlimmerAssistantModel architecture → dflash, ``dspark`` →
+    dspark; else (for the drafters this tool provisions) ``draft_model``: a plain draft model,
+    not DFlash. A dotted name without ``/`` is a custom proposer class."""
+    path = model if isinstance(model, str) else ""
+    archs = [str(a) for a in architectures] if isinstance(architectures, list) else []
+    lowered = path.lower()
+    parts = path.split(".")
+    if path and "/" not in path and len(parts) >= 2 and all(p.isidentifier() for p in parts):
+        return "custom_class", f"the drafter {path!r} reads as a proposer class's import path"
+    if path in ("ngram", "[ngram]"):
+        return "ngram", f"the drafter is {path!r}"
+    for needle, method in (("eagle-", "eagle"), ("eagle3", "eagle3"), ("dflash", "dflash")):
+        if needle in lowered:
+            return method, f"the drafter's path {path!r} contains {needle!r}"
+    if "MuseGlimmerAssistantModel" in archs:
+        return "dflash", "the drafter's architecture is MuseGlimmerAssistantModel"
+    if "dspark" in lowered:
+        return "dspark", f"the drafter's path {path!r} contains 'dspark'"
+    return "draft_model", (
+        f"neither the drafter's path {path!r} contains 'dflash' nor does its architecture "
+        f"({', '.join(archs) or 'none'}) name a DFlash model vLLM recognises"
+    )

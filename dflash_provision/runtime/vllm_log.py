@@ -24,11 +24,21 @@ ignored), whose MESSAGE starts with the phrase; never a continuation line of a m
 THIS launch: after the last ``==== dflash-provision launch`` line that ``launch`` writes before
 it starts the server, and before the server reports ready (vLLM's ``Starting vLLM server on``,
 or uvicorn's ``Application startup complete.``), when no client request can have been served.
-A log prefix set with VLLM_LOGGING_PREFIX is not understood (nothing would count).
+vLLM's JSON formatter (0.32+: ``--logging-config.formatter json``, pythonjsonlogger with the
+keys ``asctime levelname name processName process message``) writes one JSON object a line; such
+a line is a record when it parses as an object whose ``name`` is one of vLLM's loggers
+(``vllm...``; uvicorn's for the ready line) and whose ``levelname`` and ``message`` are strings
+(a message's line breaks are escaped, so there are no continuation lines).
+
+What this module cannot read, it counts rather than guesses: a prefix set with
+VLLM_LOGGING_PREFIX, a custom logging config, or a level above INFO (the start-up records are
+INFO) leave no readable INFO record before ready, and ``LogFacts.info_records`` is then 0;
+``unreadable_why`` names the setting that explains it (stage c says "cannot tell").
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
@@ -122,6 +132,9 @@ class LogFacts:
     launch: str | None = None  # the launch line this launch's start-up begins after
     ready: str | None = None  # the line where the server reported ready (start-up ends)
     not_records: int = 0  # start-up phrases seen outside a vLLM record (a client's text...)
+    records: int = 0  # vLLM's own records of this launch before ready (any level)
+    info_records: int = 0  # ... at INFO or DEBUG: where the start-up records would be
+    json_records: int = 0  # ... written by vLLM's JSON formatter
 
     def to_dict(self) -> dict[str, Any]:
         engine = self.engine
@@ -139,6 +152,9 @@ class LogFacts:
             "launch_line": self.launch,
             "ready_line": self.ready,
             "phrases_outside_records": self.not_records,
+            "records": self.records,
+            "info_records": self.info_records,
+            "json_records": self.json_records,
         }
 
 
@@ -206,16 +222,42 @@ def is_fatal(line: str) -> bool:
     return _FATAL.search(line[:MAX_LINE]) is not None
 
 
+_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def record_of(line: str) -> tuple[str, str] | None:
     """(level, message) of one of vLLM's own log records, or None for any other line."""
-    match = _RECORD.fullmatch(_ANSI.sub("", line[:MAX_LINE]).rstrip())
+    plain = _ANSI.sub("", line[:MAX_LINE]).rstrip()
+    if plain.startswith("{"):
+        return json_record_of(plain)
+    match = _RECORD.fullmatch(plain)
     return (match.group("level"), match.group("message")) if match else None
+
+
+def json_record_of(line: str, loggers: tuple[str, ...] = ("vllm",)) -> tuple[str, str] | None:
+    """(level, message) of a record of vLLM's JSON formatter (see the module docstring) whose
+    logger is one of ``loggers`` (or below one), else None."""
+    try:
+        doc = json.loads(line[:MAX_LINE])
+    except ValueError:
+        return None
+    if not isinstance(doc, dict):
+        return None
+    name, level, message = doc.get("name"), doc.get("levelname"), doc.get("message")
+    if not (isinstance(name, str) and isinstance(level, str) and isinstance(message, str)):
+        return None
+    if level not in _LEVELS or not any(name == n or name.startswith(n + ".") for n in loggers):
+        return None
+    return level, message[:MAX_LINE]
 
 
 def is_ready_line(line: str) -> bool:
     """The line where the API server reports that it serves (start-up is over)."""
     plain = _ANSI.sub("", line[:MAX_LINE]).rstrip()
     if _UVICORN_READY.fullmatch(plain):
+        return True
+    uvicorn = json_record_of(plain, ("uvicorn",)) if plain.startswith("{") else None
+    if uvicorn is not None and uvicorn[1].strip() == "Application startup complete.":
         return True
     record = record_of(plain)
     return record is not None and record[1].startswith(_READY_MESSAGES)
@@ -267,6 +309,10 @@ def parse_log(lines: Iterable[str | tuple[str, bool]]) -> LogFacts:
         if not continued and is_ready_line(line):
             facts.ready = line.strip()
             continue
+        if record is not None:
+            facts.records += 1
+            facts.info_records += record[0] in ("INFO", "DEBUG")
+            facts.json_records += line.lstrip().startswith("{")
         _startup_line(facts, line, message, record)
     return facts
 
