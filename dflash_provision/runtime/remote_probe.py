@@ -442,7 +442,7 @@ def _config_skeleton(spec: Any, model_config: Any) -> Any:
                 continue
         except ProbeTimeout:
             raise
-        except Exception:  # e.g. DeviceConfig() without a detectable device: not read here
+        except Exception:  # noqa: S112  # e.g. DeviceConfig() without a device: never read here
             continue
         object.__setattr__(config, item.name, value)
     object.__setattr__(config, "model_config", model_config)
