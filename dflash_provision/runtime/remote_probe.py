@@ -709,6 +709,7 @@ def cache_key(args: argparse.Namespace) -> str | None:
         args.model or "-",
         model,
         str(args.num_speculative_tokens),
+        str(args.vllm_only),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -758,6 +759,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--num-speculative-tokens", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
     parser.add_argument("--no-cache", action="store_true")
+    # launch's pre-flight asks only vLLM: the transformers load is stage b's
+    parser.add_argument("--vllm-only", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -807,9 +810,12 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     signal.setitimer(signal.ITIMER_REAL, max(args.timeout, 1.0))
     try:
         with _stdout_to_stderr():
-            answer["transformers"], answer["effective"] = probe_effective(
-                args.drafter, spec_doc is not None
-            )
+            if args.vllm_only:
+                answer["effective"] = {"error": "not asked (--vllm-only)", "config": None}
+            else:
+                answer["transformers"], answer["effective"] = probe_effective(
+                    args.drafter, spec_doc is not None
+                )
             answer["vllm"] = probe_vllm(args.drafter, args.model, args.num_speculative_tokens)
     except ProbeTimeout:
         where = "vllm" if answer["effective"]["error"] != "not reached" else "effective"

@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 from dflash_provision.runtime.vllm_features import Judgement
+
+if TYPE_CHECKING:
+    from dflash_provision.transport.base import Transport
 
 _MAX_PROBE_OUTPUT = 256 * 1024
 
@@ -125,10 +128,18 @@ def _stage_file_bytes(ctx: CheckContext) -> StageResult:
 
 
 def probe_command(
-    python: str, drafter_dir: str, model: str | None, num_spec: int | None, timeout: float
+    python: str,
+    drafter_dir: str,
+    model: str | None,
+    num_spec: int | None,
+    timeout: float,
+    *,
+    vllm_only: bool = False,
 ) -> list[str]:
     """argv for the target-side probe (its source goes on stdin, see remote_probe)."""
     argv = [python, "-", "--drafter", drafter_dir, "--timeout", f"{timeout:g}"]
+    if vllm_only:
+        argv.append("--vllm-only")
     if model:
         argv += ["--model", model]
     if num_spec is not None:
@@ -155,8 +166,23 @@ def run_probe(
     ctx: CheckContext, python: str, model: str | None, num_spec: int | None
 ) -> dict[str, Any] | str:
     """Run the probe on the target. The parsed JSON object, or a one-line error."""
-    budget = max(ctx.timeout, 30.0)
-    argv = probe_command(python, ctx.target.model_dir, model, num_spec, budget)
+    return run_probe_on(ctx.transport, ctx.target.model_dir, python, model, num_spec, ctx.timeout)
+
+
+def run_probe_on(
+    transport: Transport,
+    drafter_dir: str,
+    python: str,
+    model: str | None,
+    num_spec: int | None,
+    timeout: float,
+    *,
+    vllm_only: bool = False,
+) -> dict[str, Any] | str:
+    """The probe with ``python`` on the target (stage b, launch's pre-flight): its JSON
+    object, or a one-line error."""
+    budget = max(timeout, 30.0)
+    argv = probe_command(python, drafter_dir, model, num_spec, budget, vllm_only=vllm_only)
     try:
         source = probe_source()
     except ImportError:
@@ -164,7 +190,7 @@ def run_probe(
     from dflash_provision.runtime.bounded import EndedAtDeadline, run_bounded
 
     try:  # ended on the target at its deadline, not only abandoned here
-        result = run_bounded(ctx.transport, argv, stdin=source.encode(), timeout=budget + 15)
+        result = run_bounded(transport, argv, stdin=source.encode(), timeout=budget + 15)
     except EndedAtDeadline as exc:
         return f"the probe did not finish: {exc.message}"
     out = result.stdout[:_MAX_PROBE_OUTPUT]
