@@ -69,8 +69,8 @@ def test_a_resolver_that_raises_is_cannot_tell_never_a_pass() -> None:
 
 
 def test_use_swa_and_swa_window_size_are_the_drafters_windows() -> None:
-    doc = {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2,
-           "dflash_config": {"use_swa": True, "swa_window_size": 7, "target_layer_ids": [1]}}  # fmt: skip
+    inner = {"use_swa": True, "swa_window_size": 7, "target_layer_ids": [1]}
+    doc = {"num_hidden_layers": 2, "layer_types": ["full_attention"] * 2, "dflash_config": inner}
     assert intended_windows(doc) == [7, 7]
     draft = copy.deepcopy(V0_24)
     draft["attention"] = {"sliding": True, "reads": ["use_swa"], "error": None}
