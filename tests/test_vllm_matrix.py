@@ -35,6 +35,7 @@ def test_stage_b_fails_the_mixed_drafter_on_0_24_naming_the_incidents_bug(
     done = run_cli(
         "runtime-check", str(drafter), "--from", str(drafter / "config.json"),
         "--python", str(env.python), "--model", str(models.target), "--port", "18997", "--json",
+        "--command-timeout", "300",
         cwd=tmp_path, home=tmp_path / "home", timeout=600,
     )  # fmt: skip
     b = next(s for s in json.loads(done.stdout)["stages"] if s["stage"] == "b")

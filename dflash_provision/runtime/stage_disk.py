@@ -457,6 +457,9 @@ def _disk_doc(ctx: CheckContext) -> dict[str, Any] | None:
 def _vllm_part(
     ctx: CheckContext, vllm: dict[str, Any], model: str | None, evidence: list[str]
 ) -> Judgement:
+    if vllm.get("importable") is not True and "timed out" in str(vllm.get("error")):
+        # The probe ran out of time before vLLM answered: not a vLLM-less python.
+        return Judgement(unknowns=[f"cannot tell what vLLM runs: {vllm.get('error')}"])
     if not vllm.get("importable"):
         evidence.append(f"vLLM not importable by that python ({vllm.get('error')}): not resolved")
         return Judgement()
