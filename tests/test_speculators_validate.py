@@ -331,7 +331,7 @@ def test_stage_b_without_a_draft_for_a_speculators_drafter_fails_even_without_mo
 
     # The probe resolves a speculators drafter against its own verifier: no draft is an answer.
     timed_out = {"importable": True, "version": "0.32.0", "error": "probe timed out", "draft": None}
-    assert _vllm_part(spec_ctx(spec), timed_out, None, []) == [
+    assert _vllm_part(spec_ctx(spec), timed_out, None, []).problems == [
         "vLLM cannot resolve the draft config: probe timed out"
     ]
 

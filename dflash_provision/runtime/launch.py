@@ -10,11 +10,15 @@ Pre-flight, before anything starts (each refusal names its fix):
 3. ``num_speculative_tokens <= block_size - 1`` (default ``block_size - 1``);
 4. vLLM answers ``CMD --version`` on the target (the version goes into the record), and the
    port can be reached (in a container: its ``--python`` runs);
-5. a drafter mixing sliding and full attention layers gets ``VLLM_USE_V2_MODEL_RUNNER=1`` (vLLM's
-   V1 runner refuses such drafts with NotImplementedError). An explicit ``--env
-   VLLM_USE_V2_MODEL_RUNNER=0`` is refused. Whether the V2 runner can run on the target (on CPU it
-   needs Triton) only vLLM knows: its start-up error is then reported with its own log line.
-``force`` lets 2 and 3 pass with warnings (vLLM's own start-up then decides).
+5. the target's own vLLM is asked (``runtime.launch_probe``, the probe of runtime-check's stage
+   b run with the python of the ``--vllm`` command): a vLLM that would run the drafter otherwise
+   than trained (aux ids without the + 1, sliding layers as full attention) is refused; a layout
+   that no model runner of that vLLM can serve on this host is refused, naming which vLLM can;
+   ``VLLM_USE_V2_MODEL_RUNNER`` is set only where that vLLM needs it to pick the runner that
+   serves the layout and knows the variable; ``--speculative-config`` keys that vLLM would
+   reject are refused. Where the probe cannot answer (no vLLM for that python), a warning, and
+   the layout rule: a mixed drafter gets ``VLLM_USE_V2_MODEL_RUNNER=1``.
+``force`` lets 2, 3 and 5's "not as trained" pass with warnings (vLLM's own start-up decides).
 
 Then: the port's state decides. Our server with the same launch → "already-running" (waits for
 its readiness too); a different launch of ours → refused unless ``restart``; a process we did not
@@ -103,6 +107,7 @@ def build_record(
 ) -> LaunchRecord:
     """The record (and with it the exact argv) of this launch; pid is filled in on read."""
     spec = {
+        **request.speculative_extra,
         "method": "dflash",
         "model": pre.drafter_dir,
         "num_speculative_tokens": pre.num_speculative_tokens,

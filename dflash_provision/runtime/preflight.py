@@ -48,6 +48,8 @@ class LaunchRequest:
     stop_timeout: float = 30.0
     command_timeout: float = 60.0
     fix_command: str = "dflash-provision push TARGET"
+    #: More --speculative-config keys (launch sets method, model and num_speculative_tokens).
+    speculative_extra: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -107,7 +109,27 @@ def preflight(
     warnings += weights.warnings
     version = vllm_version(transport, request.vllm_cmd, timeout=timeout)
     check_access(transport, request.port, python=request.python, timeout=timeout)
-    env, added = runtime_env(doc, dict(request.env))
+    from dflash_provision.runtime.launch_probe import describe, plan_runner
+
+    plan = plan_runner(
+        transport,
+        target.model_dir,
+        doc,
+        request.model,
+        n,
+        dict(request.env),
+        vllm_cmd=request.vllm_cmd,
+        python=request.python,
+        speculative_keys=sorted(request.speculative_extra),
+        force=request.force,
+        timeout=timeout,
+    )
+    warnings += plan.warnings
+    if plan.answered:
+        env, added = plan.env, plan.added
+        notes += [describe(plan), *plan.notes]
+    else:  # the target's vLLM could not be asked: the layout rule, and vLLM decides
+        env, added = runtime_env(doc, dict(request.env))
     return Preflight(
         drafter_dir=target.model_dir,
         drafter_sha256=authority.sha256,
@@ -138,6 +160,12 @@ def _check_request(request: LaunchRequest) -> None:
             )
     if not request.vllm_cmd:
         raise UsageError("--vllm: empty command")
+    own = sorted(set(request.speculative_extra) & {"method", "model", "num_speculative_tokens"})
+    if own:
+        raise UsageError(
+            f"--speculative-config {', '.join(own)}: launch sets it itself "
+            "(the drafter is TARGET; use --num-speculative-tokens)"
+        )
 
 
 def _require_same_file(

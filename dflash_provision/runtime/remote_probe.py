@@ -59,7 +59,7 @@ from typing import Any
 
 PROBE_VERSION = 1
 #: Bump when the answer's content changes for the same inputs (invalidates cached answers).
-CACHE_FORMAT = "3"
+CACHE_FORMAT = "4"
 CACHE_ENV = "DFLASH_PROBE_CACHE"
 #: Config files larger than this are not hashed (nor cached): a drafter config is a few KB.
 MAX_KEYED_FILE = 1024 * 1024
@@ -200,18 +200,29 @@ def probe_speculators_effective(drafter: str) -> dict[str, Any]:
         return {"error": _error(exc), "config": None, "loader": "vllm"}
 
 
-def speculators_override(drafter: str, num_tokens: int | None) -> tuple[str, dict[str, Any]]:
-    """(verifier model, speculative config) the way ``vllm serve <drafter dir>`` builds them:
-    method and N from the drafter's speculators_config, N overridable, model locked."""
-    from vllm.transformers_utils.config import maybe_override_with_speculators
+def speculators_override(
+    drafter: str, model: str | None, num_tokens: int | None
+) -> tuple[str, dict[str, Any]]:
+    """(verifier model, speculative config) for a speculators-layout drafter, from vLLM's own
+    conversion of its config (``SpeculatorsConfig.extract_vllm_speculative_config``): method
+    and N from the file, N overridable, the model the drafter directory. Not
+    ``maybe_override_with_speculators``: from 0.33 it refuses a verifier that is not a Hub
+    repository, while ``vllm serve --model T --speculative-config {"model": DIR}`` (what a
+    server given --model runs) resolves a local one. The verifier is MODEL when given, else the
+    path the file names."""
+    from vllm.transformers_utils.configs.speculators.base import SpeculatorsConfig
 
-    override = {"num_speculative_tokens": num_tokens} if num_tokens is not None else None
-    model, _, spec = maybe_override_with_speculators(
-        model=drafter, tokenizer=None, trust_remote_code=False, vllm_speculative_config=override
-    )
-    if not isinstance(spec, dict):
-        raise RuntimeError("vLLM does not read this drafter as a speculators model")
-    return model, spec
+    doc = _config_doc(drafter)
+    if doc is None:
+        raise RuntimeError(f"{drafter}/config.json is not a readable JSON object")
+    spec = dict(SpeculatorsConfig.extract_vllm_speculative_config(config_dict=doc))
+    spec["model"] = drafter
+    if num_tokens is not None:
+        spec["num_speculative_tokens"] = num_tokens
+    verifier = model or speculators_verifier(doc)
+    if not verifier:
+        raise RuntimeError("the speculators config names no verifier and no --model was given")
+    return verifier, spec
 
 
 def target_layers(model: str | None) -> int | None:
@@ -241,6 +252,7 @@ def probe_vllm(drafter: str, model: str | None, num_tokens: int | None) -> dict[
         "version": getattr(vllm, "__version__", None),
         "error": None,
         "draft": None,
+        "speculative_keys": speculative_keys(),
     }
     if not model and speculators_doc(drafter) is None:
         answer["error"] = "no --model given: vLLM resolves a draft only against its target"
@@ -268,27 +280,33 @@ def resolve_draft(drafter: str, model: str | None, num_tokens: int | None) -> di
         "num_speculative_tokens": num_tokens or 1,
     }
     if speculators_doc(drafter) is not None:
-        verifier, spec_config = speculators_override(drafter, num_tokens)
         same = model and os.path.abspath(model) == os.path.abspath(drafter)
-        model = verifier if not model or same else model
+        model, spec_config = speculators_override(drafter, None if same else model, num_tokens)
     args = EngineArgs(
         model=model,
         max_model_len=256,  # the probe never serves; a small length skips KV-cache sizing checks
         speculative_config=spec_config,
     )
-    spec = args.create_speculative_config(args.create_model_config(), ParallelConfig())
+    model_config = args.create_model_config()
+    spec = args.create_speculative_config(model_config, ParallelConfig())
     if spec is None or spec.draft_model_config is None:
         raise RuntimeError("vLLM built no draft model config for this speculative config")
     hf_config = spec.draft_model_config.hf_config
     aux, aux_error = _aux_layers(spec)
+    attention = attention_support()
     layers: list[dict[str, Any]] | None = None
     mixed_error = layers_error = None
-    try:
-        layers, mixed_error = _layers(hf_config)
-    except ProbeTimeout:
-        raise
-    except Exception as exc:  # a vLLM build without this resolver still reports its hf_config
-        layers_error = _error(exc)
+    refusals: dict[str, str | None] = {}
+    if attention.get("sliding") is True:
+        try:
+            layers, refusals = _layers(hf_config)
+            mixed_error = refusals.get("v1")
+        except ProbeTimeout:
+            raise
+        except Exception as exc:  # the resolver itself failed: kept, and judged "cannot tell"
+            layers_error = _error(exc)
+    elif attention.get("sliding") is None:
+        layers_error = attention.get("error")
     return {
         "method": getattr(spec, "method", None),
         "num_speculative_tokens": getattr(spec, "num_speculative_tokens", None),
@@ -297,20 +315,279 @@ def resolve_draft(drafter: str, model: str | None, num_tokens: int | None) -> di
         "layers": layers,
         "layers_error": layers_error,
         "mixed_layout_error": mixed_error,
+        "attention": attention,
+        "runners": runners(spec, model_config, aux_by_runner(spec), refusals, attention),
         "hf_config": _hf_config_dict(hf_config),
     }
 
 
 def _aux_layers(spec: Any) -> tuple[list[int] | None, str | None]:
+    """The V2 runner's aux ids (kept as the answer's ``aux_layer_ids`` for older readers)."""
     try:
         from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import (
             get_eagle3_aux_layers_from_config,
         )
 
         ids = get_eagle3_aux_layers_from_config(spec)
+    except ProbeTimeout:
+        raise
     except Exception as exc:
         return None, _error(exc)
     return (list(ids) if ids else None), None
+
+
+# --------------------------------------------------------------------------------------------
+# feature detection: what this vLLM does with the drafter, found by calling its own code
+#
+# Each part is {"...": value, "error": None} or, when the helper it needs is missing or raises,
+# {"...": None, "error": why}: the caller reads None as "cannot tell", never as a pass.
+
+#: The module of vLLM's V1 model runner (removed in 0.34); its absence is a fact, not an error.
+V1_RUNNER_MODULE = "vllm.v1.worker.gpu_model_runner"
+#: The config keys a DFlash sliding-window resolver may read.
+SLIDING_KEYS = ("layer_types", "sliding_window", "use_swa", "swa_window_size")
+
+
+def _v1_runner_module() -> tuple[Any, bool | None, str | None]:
+    """(module or None, present: True/False/None for cannot tell, error)."""
+    import importlib
+
+    try:
+        return importlib.import_module(V1_RUNNER_MODULE), True, None
+    except ModuleNotFoundError as exc:
+        if exc.name == V1_RUNNER_MODULE:
+            return None, False, None
+        return None, None, _error(exc)
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return None, None, _error(exc)
+
+
+def aux_by_runner(spec: Any) -> dict[str, dict[str, Any]]:
+    """The aux hidden-state ids each model runner takes from this draft: V1's
+    ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (it reads only
+    ``self.speculative_config``) and V2's ``get_eagle3_aux_layers_from_config``."""
+    from types import SimpleNamespace
+
+    ids, error = _aux_layers(spec)
+    answer: dict[str, dict[str, Any]] = {"v2": {"ids": ids, "error": error}}
+    module, present, why = _v1_runner_module()
+    if present is False:
+        answer["v1"] = {"ids": None, "error": None, "absent": True}
+        return answer
+    try:
+        if module is None:
+            raise RuntimeError(why or "the V1 runner does not import")
+        method = module.GPUModelRunner._get_eagle3_aux_layers_from_config
+        v1 = method(SimpleNamespace(speculative_config=spec))
+        answer["v1"] = {"ids": list(v1) if v1 else None, "error": None}
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        answer["v1"] = {"ids": None, "error": _error(exc)}
+    return answer
+
+
+def attention_support() -> dict[str, Any]:
+    """Whether this vLLM's DFlash model applies per-layer sliding windows, and which keys it
+    reads. ``sliding``: True (``qwen3_dflash._resolve_layer_attention`` exists), False (its DFlash
+    model has no sliding-window code at all: every layer runs full attention, as in 0.20-0.24),
+    None (cannot tell: the model does not import, or it mentions windows another way)."""
+    import inspect
+
+    try:
+        from vllm.model_executor.models import qwen3_dflash
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return {"sliding": None, "reads": None, "error": f"qwen3_dflash: {_error(exc)}"}
+    resolve = getattr(qwen3_dflash, "_resolve_layer_attention", None)
+    try:
+        source = inspect.getsource(resolve if callable(resolve) else qwen3_dflash)
+    except (OSError, TypeError) as exc:  # no source shipped: cannot read what it does
+        return {"sliding": None, "reads": None, "error": f"qwen3_dflash source: {_error(exc)}"}
+    if callable(resolve):
+        reads = [key for key in SLIDING_KEYS if f'"{key}"' in source or f"'{key}'" in source]
+        return {"sliding": True, "reads": reads, "error": None}
+    if "sliding" not in source.lower() and "swa" not in source.lower():
+        return {"sliding": False, "reads": [], "error": None}
+    return {
+        "sliding": None,
+        "reads": None,
+        "error": "qwen3_dflash has sliding-window code but no _resolve_layer_attention: this "
+        "probe cannot tell how it applies the windows",
+    }
+
+
+def _config_skeleton(spec: Any, model_config: Any) -> Any:
+    """A VllmConfig holding its fields' defaults and the real model, parallel and speculative
+    configs, without __post_init__ (which would size memory and pick a platform): enough for its
+    runner-choice methods, which read only these."""
+    import dataclasses
+
+    from vllm.config import ParallelConfig, VllmConfig
+
+    config = VllmConfig.__new__(VllmConfig)
+    for item in dataclasses.fields(VllmConfig):
+        try:
+            if item.default_factory is not dataclasses.MISSING:
+                value = item.default_factory()
+            elif item.default is not dataclasses.MISSING:
+                value = item.default
+                getter = getattr(value, "get_default", None)  # a pydantic Field(...) default
+                if callable(getter):
+                    value = getter(call_default_factory=True)
+            else:
+                continue
+        except ProbeTimeout:
+            raise
+        except Exception:  # noqa: S112  # e.g. DeviceConfig() without a device: never read here
+            continue
+        object.__setattr__(config, item.name, value)
+    object.__setattr__(config, "model_config", model_config)
+    object.__setattr__(config, "parallel_config", ParallelConfig())
+    object.__setattr__(config, "speculative_config", spec)
+    return config
+
+
+@contextlib.contextmanager
+def _env_unset(name: str) -> Iterator[None]:
+    saved = os.environ.pop(name, None)
+    try:
+        yield
+    finally:
+        if saved is not None:
+            os.environ[name] = saved
+
+
+def _v2_refusal(config: Any, v1_present: bool | None) -> tuple[bool | None, str | None, str | None]:
+    """(V2 accepts this speculative config, why not, error) by vLLM's own check of it. A vLLM
+    whose V1 runner is gone (0.34) has no such check: V2 is its only runner."""
+    from vllm.config import VllmConfig
+
+    unsupported_of = getattr(VllmConfig, "_get_v2_model_runner_unsupported_features", None)
+    validate = getattr(VllmConfig, "_validate_v2_model_runner", None)
+    try:
+        if callable(unsupported_of):
+            unsupported = list(unsupported_of(config))
+            return not unsupported, (", ".join(map(str, unsupported)) or None), None
+        if callable(validate):  # up to 0.23: raises ValueError naming what it refuses
+            try:
+                validate(config)
+            except ValueError as exc:
+                return False, _error(exc), None
+            return True, None, None
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return None, None, _error(exc)
+    if v1_present is False:
+        return True, None, None
+    return None, None, "VllmConfig has no V2 runner check this probe knows"
+
+
+def _default_runner(config: Any, v1_present: bool | None) -> tuple[str | None, str | None]:
+    """The runner vLLM picks when VLLM_USE_V2_MODEL_RUNNER is not set, and an error."""
+    from vllm.config import VllmConfig
+
+    if v1_present is False:
+        return "v2", None
+    choice = getattr(VllmConfig, "use_v2_model_runner", None)
+    if not isinstance(choice, property) or choice.fget is None:
+        # up to 0.23: the variable alone decides, default 0
+        return ("v1" if v1_present else None), None
+    try:
+        with _env_unset("VLLM_USE_V2_MODEL_RUNNER"):
+            return ("v2" if choice.fget(config) else "v1"), None
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return None, _error(exc)
+
+
+def _env_known(name: str) -> bool | None:
+    try:
+        import vllm.envs as envs
+
+        return name in getattr(envs, "environment_variables", {})
+    except ProbeTimeout:
+        raise
+    except Exception:
+        return None
+
+
+def _triton() -> bool | None:
+    try:
+        from vllm.triton_utils import HAS_TRITON
+
+        return bool(HAS_TRITON)
+    except ProbeTimeout:
+        raise
+    except Exception:
+        return None
+
+
+def runners(
+    spec: Any,
+    model_config: Any,
+    aux: dict[str, dict[str, Any]],
+    refusals: dict[str, str | None],
+    attention: dict[str, Any],
+) -> dict[str, Any]:
+    """Which model runner would serve this drafter, and whether any can: for each runner
+    whether it exists, accepts the speculative method and the layout, and its aux ids; the
+    default runner; whether VLLM_USE_V2_MODEL_RUNNER is a variable this vLLM knows; Triton."""
+    _, v1_present, v1_error = _v1_runner_module()
+    answer: dict[str, Any] = {
+        "v1": {"present": v1_present, "error": v1_error, "aux": aux.get("v1")},
+        "v2": {"present": True, "error": None, "aux": aux.get("v2")},
+        "default": None,
+        "default_error": None,
+        "env_known": _env_known("VLLM_USE_V2_MODEL_RUNNER"),
+        "triton": _triton(),
+    }
+    try:
+        config = _config_skeleton(spec, model_config)
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        config = None
+        answer["default_error"] = answer["v2"]["error"] = _error(exc)
+    if config is not None:
+        accepts, why, error = _v2_refusal(config, v1_present)
+        answer["v2"].update(accepts_method=accepts, refusal=why, error=error)
+        answer["default"], answer["default_error"] = _default_runner(config, v1_present)
+    answer["v1"]["accepts_method"] = True if v1_present else None
+    for name in ("v1", "v2"):
+        if attention.get("sliding") is True:
+            answer[name]["layout_refusal"] = refusals.get(name)
+            answer[name]["accepts_layout"] = refusals.get(name) is None
+        elif attention.get("sliding") is False:  # no resolver: every layout runs (as full)
+            answer[name]["layout_refusal"] = None
+            answer[name]["accepts_layout"] = True
+        else:
+            answer[name]["layout_refusal"] = None
+            answer[name]["accepts_layout"] = None
+    return answer
+
+
+def speculative_keys() -> dict[str, Any]:
+    """The keys ``--speculative-config`` takes on this vLLM (SpeculativeConfig's init fields)
+    and whether it rejects others (its pydantic config's ``extra``)."""
+    import dataclasses
+
+    try:
+        from vllm.config import SpeculativeConfig
+
+        names = sorted(f.name for f in dataclasses.fields(SpeculativeConfig) if f.init)
+        pyd = getattr(SpeculativeConfig, "__pydantic_config__", None) or {}
+        extra = pyd.get("extra") if isinstance(pyd, dict) else None
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return {"keys": None, "forbids_unknown": None, "error": _error(exc)}
+    return {"keys": names, "forbids_unknown": extra == "forbid", "error": None}
 
 
 class _RunnerChoice:
@@ -321,29 +598,37 @@ class _RunnerChoice:
         self.use_v2_model_runner = v2
 
 
-def _layers(hf_config: Any) -> tuple[list[dict[str, Any]], str | None]:
-    """Per-layer (sliding_window, causal) from vLLM's own DFlash resolver.
+def _layers(hf_config: Any) -> tuple[list[dict[str, Any]], dict[str, str | None]]:
+    """Per-layer (sliding_window, causal) from vLLM's own DFlash resolver, and each runner's
+    refusal of the layout (0.25 refuses mixed layouts on both, 0.26+ on V1 only).
 
-    First as the default V1 runner sees it (a mixed layout raises; that message is returned),
-    then, when it did, as the V2 runner would, so every layer still gets an answer.
+    The layers are resolved as the runner that accepts the layout would (V1 first), so every
+    layer still gets an answer when one runner refuses it.
     """
     from vllm.model_executor.models import qwen3_dflash
 
     resolve = qwen3_dflash._resolve_layer_attention
     count = int(getattr(hf_config, "num_hidden_layers", 0) or 0)
-    original = qwen3_dflash.get_current_vllm_config
+    patchable = hasattr(qwen3_dflash, "get_current_vllm_config")
+    original = getattr(qwen3_dflash, "get_current_vllm_config", None)
+    refusals: dict[str, str | None] = {"v1": None, "v2": None}
     try:
-        qwen3_dflash.get_current_vllm_config = lambda: _RunnerChoice(v2=False)
-        mixed_error = _v1_refusal(resolve, hf_config) if count else None
-        qwen3_dflash.get_current_vllm_config = lambda: _RunnerChoice(v2=mixed_error is not None)
+        for name in ("v1", "v2"):
+            if patchable:
+                qwen3_dflash.get_current_vllm_config = lambda v2=(name == "v2"): _RunnerChoice(v2)
+            refusals[name] = _layout_refusal(resolve, hf_config) if count else None
+        use_v2 = refusals["v1"] is not None and refusals["v2"] is None
+        if patchable:
+            qwen3_dflash.get_current_vllm_config = lambda: _RunnerChoice(use_v2)
         layers = [_one_layer(resolve, hf_config, i) for i in range(count)]
     finally:
-        qwen3_dflash.get_current_vllm_config = original
-    return layers, mixed_error
+        if patchable:
+            qwen3_dflash.get_current_vllm_config = original
+    return layers, refusals
 
 
-def _v1_refusal(resolve: Any, hf_config: Any) -> str | None:
-    """The V1 runner's refusal of a mixed sliding/full layout, or None."""
+def _layout_refusal(resolve: Any, hf_config: Any) -> str | None:
+    """A runner's refusal of the whole layout (NotImplementedError), or None."""
     try:
         resolve(hf_config, 0)
     except NotImplementedError as exc:
@@ -424,6 +709,7 @@ def cache_key(args: argparse.Namespace) -> str | None:
         args.model or "-",
         model,
         str(args.num_speculative_tokens),
+        str(args.vllm_only),
     ]
     return hashlib.sha256("\0".join(parts).encode()).hexdigest()
 
@@ -473,6 +759,8 @@ def _parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--num-speculative-tokens", type=int, default=None)
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S)
     parser.add_argument("--no-cache", action="store_true")
+    # launch's pre-flight asks only vLLM: the transformers load is stage b's
+    parser.add_argument("--vllm-only", action="store_true")
     return parser.parse_args(argv)
 
 
@@ -522,9 +810,12 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     signal.setitimer(signal.ITIMER_REAL, max(args.timeout, 1.0))
     try:
         with _stdout_to_stderr():
-            answer["transformers"], answer["effective"] = probe_effective(
-                args.drafter, spec_doc is not None
-            )
+            if args.vllm_only:
+                answer["effective"] = {"error": "not asked (--vllm-only)", "config": None}
+            else:
+                answer["transformers"], answer["effective"] = probe_effective(
+                    args.drafter, spec_doc is not None
+                )
             answer["vllm"] = probe_vllm(args.drafter, args.model, args.num_speculative_tokens)
     except ProbeTimeout:
         where = "vllm" if answer["effective"]["error"] != "not reached" else "effective"

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import json
 from types import SimpleNamespace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
+from dflash_provision.runtime.vllm_features import Judgement
+
+if TYPE_CHECKING:
+    from dflash_provision.transport.base import Transport
 
 _MAX_PROBE_OUTPUT = 256 * 1024
-_SLIDING = "sliding_attention"
 
 # -- a: file on disk ---------------------------------------------------------------------------
 
@@ -125,10 +128,18 @@ def _stage_file_bytes(ctx: CheckContext) -> StageResult:
 
 
 def probe_command(
-    python: str, drafter_dir: str, model: str | None, num_spec: int | None, timeout: float
+    python: str,
+    drafter_dir: str,
+    model: str | None,
+    num_spec: int | None,
+    timeout: float,
+    *,
+    vllm_only: bool = False,
 ) -> list[str]:
     """argv for the target-side probe (its source goes on stdin, see remote_probe)."""
     argv = [python, "-", "--drafter", drafter_dir, "--timeout", f"{timeout:g}"]
+    if vllm_only:
+        argv.append("--vllm-only")
     if model:
         argv += ["--model", model]
     if num_spec is not None:
@@ -155,8 +166,23 @@ def run_probe(
     ctx: CheckContext, python: str, model: str | None, num_spec: int | None
 ) -> dict[str, Any] | str:
     """Run the probe on the target. The parsed JSON object, or a one-line error."""
-    budget = max(ctx.timeout, 30.0)
-    argv = probe_command(python, ctx.target.model_dir, model, num_spec, budget)
+    return run_probe_on(ctx.transport, ctx.target.model_dir, python, model, num_spec, ctx.timeout)
+
+
+def run_probe_on(
+    transport: Transport,
+    drafter_dir: str,
+    python: str,
+    model: str | None,
+    num_spec: int | None,
+    timeout: float,
+    *,
+    vllm_only: bool = False,
+) -> dict[str, Any] | str:
+    """The probe with ``python`` on the target (stage b, launch's pre-flight): its JSON
+    object, or a one-line error."""
+    budget = max(timeout, 30.0)
+    argv = probe_command(python, drafter_dir, model, num_spec, budget, vllm_only=vllm_only)
     try:
         source = probe_source()
     except ImportError:
@@ -164,7 +190,7 @@ def run_probe(
     from dflash_provision.runtime.bounded import EndedAtDeadline, run_bounded
 
     try:  # ended on the target at its deadline, not only abandoned here
-        result = run_bounded(ctx.transport, argv, stdin=source.encode(), timeout=budget + 15)
+        result = run_bounded(transport, argv, stdin=source.encode(), timeout=budget + 15)
     except EndedAtDeadline as exc:
         return f"the probe did not finish: {exc.message}"
     out = result.stdout[:_MAX_PROBE_OUTPUT]
@@ -202,57 +228,63 @@ def compare_effective(auth_doc: dict[str, Any], loaded: dict[str, Any]) -> list[
     return lines
 
 
-def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
-    """vLLM's own view of the draft vs the authoritative config: aux ids, windows, hf_config."""
-    from dflash_provision.check.speculators_layout import runtime_view
+def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any], version: str = "") -> list[str]:
+    """vLLM's own view of the draft vs the authoritative config: runners, aux ids, windows,
+    hf_config (the problems; :func:`judge_vllm_draft` also returns what it cannot tell)."""
+    return judge_vllm_draft(ctx, draft, version).problems
 
-    problems: list[str] = []
+
+def judge_vllm_draft(ctx: CheckContext, draft: dict[str, Any], version: str = "") -> Judgement:
+    """What the target's vLLM runs (vllm_features, from the probe's feature detection) against
+    the authoritative config, plus the draft hf_config's window fields."""
+    from dflash_provision.check.speculators_layout import runtime_view
+    from dflash_provision.runtime.vllm_features import (
+        judge_attention,
+        judge_aux,
+        judge_runners,
+    )
+
     auth = runtime_view(ctx.auth_doc)  # the speculators layout as vLLM converts it
-    aux = draft.get("aux_layer_ids")
-    if ctx.expected_aux is not None and aux is None:
-        why = f" ({draft['aux_error']})" if draft.get("aux_error") else ""
-        problems.append(
-            "vLLM takes no auxiliary layer ids from this config: it falls back to the model's "
-            f'defaults ("from model"), expected target_layer_ids + 1 = {ctx.expected_aux}{why}'
-        )
-    elif ctx.expected_aux is not None and aux != ctx.expected_aux:
-        problems.append(
-            f"vLLM's auxiliary layer ids {aux}, expected target_layer_ids + 1 = {ctx.expected_aux}"
-        )
-    layer_types = auth.get("layer_types")
-    window = auth.get("sliding_window")
-    for layer in _layers_of(draft):
-        index = layer.get("index")
-        if not isinstance(index, int) or not isinstance(layer_types, list):
-            continue
-        if index >= len(layer_types):
-            problems.append(f"vLLM builds layer {index}; layer_types has {len(layer_types)}")
-            continue
-        if layer.get("error"):
-            problems.append(f"vLLM refuses layer {index}: {layer['error']}")
-            continue
-        want = window if layer_types[index] == _SLIDING else None
-        if layer.get("sliding_window") != want:
-            problems.append(
-                f"vLLM layer {index}: window {layer.get('sliding_window')}, expected {want} "
-                f"({layer_types[index]})"
-            )
+    named = version or "on the target"
+    if isinstance(draft.get("runners"), dict):
+        result = judge_runners(draft, named)
+        result.extend(judge_aux(draft, ctx.target_layer_ids, named))
+    else:  # an older probe's answer: the one aux helper it called
+        result = Judgement(problems=_aux_problems(ctx, draft))
+    result.extend(judge_attention(draft, auth, named))
     hf_config = draft.get("hf_config")
     hf_config = hf_config if isinstance(hf_config, dict) else {}
     for name in ("layer_types", "sliding_window", "use_sliding_window", "max_window_layers"):
         if name not in auth:
             continue
         if name not in hf_config:
-            problems.append(
+            result.problems.append(
                 f"vLLM's draft hf_config has no {name} (authoritative {json.dumps(auth[name])}): "
                 "this vLLM build drops it (speculators conversion without PR #40898)"
             )
+            result.window_problem = True
         elif hf_config[name] != auth[name]:
-            problems.append(
+            result.problems.append(
                 f"vLLM's draft hf_config {name} {json.dumps(hf_config[name])}, authoritative "
                 f"{json.dumps(auth[name])}"
             )
-    return problems
+            result.window_problem = True
+    return result
+
+
+def _aux_problems(ctx: CheckContext, draft: dict[str, Any]) -> list[str]:
+    aux = draft.get("aux_layer_ids")
+    if ctx.expected_aux is not None and aux is None:
+        why = f" ({draft['aux_error']})" if draft.get("aux_error") else ""
+        return [
+            "vLLM takes no auxiliary layer ids from this config: it falls back to the model's "
+            f'defaults ("from model"), expected target_layer_ids + 1 = {ctx.expected_aux}{why}'
+        ]
+    if ctx.expected_aux is not None and aux != ctx.expected_aux:
+        return [
+            f"vLLM's auxiliary layer ids {aux}, expected target_layer_ids + 1 = {ctx.expected_aux}"
+        ]
+    return []
 
 
 def part(probe: dict[str, Any], name: str) -> dict[str, Any]:
@@ -287,19 +319,43 @@ def stage_loader(
         evidence.append("the probe's answer came from its cache on the target (same inputs)")
     data: dict[str, Any] = {"python": python, "probe": probe}
     loader, vs_authoritative = _loader_part(ctx, probe, python, evidence)
-    vllm = _vllm_part(ctx, part(probe, "vllm"), model, evidence)
-    problems = vs_authoritative + vllm
+    judged = _vllm_part(ctx, part(probe, "vllm"), model, evidence)
+    problems = vs_authoritative + judged.problems
     data.update(
         problems=problems,
         loader_problems=loader,
         authoritative_problems=vs_authoritative,
-        vllm_problems=vllm,
+        vllm_problems=judged.problems,
+        vllm_unknowns=judged.unknowns,
+        window_unknown=judged.window_unknown,
     )
     warnings = tap_spacing_warnings(ctx, probe)
     if problems:
         summary = f"{len(problems)} problem(s) on the target; first: {problems[0]}"
+        fix = judged.fix if judged.problems and problems[0] == judged.problems[0] else None
+        if fix is not None:
+            fix += ", then `dflash-provision launch ... --vllm PATH --restart`"
         return StageResult(
-            "b", name, StageStatus.FAILED, summary, evidence + problems, data, warnings=warnings
+            "b",
+            name,
+            StageStatus.FAILED,
+            summary,
+            evidence + problems + judged.unknowns,
+            data,
+            fix=fix,
+            warnings=warnings,
+        )
+    if judged.unknowns:
+        # A probe helper missing or raising is "cannot tell", never a pass (exit 26).
+        summary = f"cannot tell: {judged.unknowns[0]}"
+        return StageResult(
+            "b",
+            name,
+            StageStatus.INCONCLUSIVE,
+            summary,
+            evidence + judged.unknowns,
+            data,
+            warnings=warnings,
         )
     summary = "the target loads the authoritative values"
     return StageResult("b", name, StageStatus.PASSED, summary, evidence, data, warnings=warnings)
@@ -400,11 +456,15 @@ def _disk_doc(ctx: CheckContext) -> dict[str, Any] | None:
 
 def _vllm_part(
     ctx: CheckContext, vllm: dict[str, Any], model: str | None, evidence: list[str]
-) -> list[str]:
+) -> Judgement:
+    if vllm.get("importable") is not True and "timed out" in str(vllm.get("error")):
+        # The probe ran out of time before vLLM answered: not a vLLM-less python.
+        return Judgement(unknowns=[f"cannot tell what vLLM runs: {vllm.get('error')}"])
     if not vllm.get("importable"):
         evidence.append(f"vLLM not importable by that python ({vllm.get('error')}): not resolved")
-        return []
-    evidence.append(f"vLLM {vllm.get('version')} importable")
+        return Judgement()
+    version = str(vllm.get("version"))
+    evidence.append(f"vLLM {version} importable")
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
         from dflash_provision.check.speculators_layout import is_speculators
@@ -413,16 +473,31 @@ def _vllm_part(
         # it without --model, so no draft here is vLLM's refusal (or a timeout), not a skip.
         if model is None and not is_speculators(ctx.auth_doc):
             evidence.append("vLLM's resolution skipped: the target model is not known (--model)")
-            return []
-        return [f"vLLM cannot resolve the draft config: {vllm.get('error')}"]
+            return Judgement()
+        return Judgement(problems=[f"vLLM cannot resolve the draft config: {vllm.get('error')}"])
     evidence.append(
         f"vLLM resolves aux layer ids {draft.get('aux_layer_ids')}, windows "
         f"{[layer.get('sliding_window') for layer in _layers_of(draft)]}"
     )
+    attention = part(draft, "attention")
+    if attention.get("sliding") is True:
+        evidence.append(
+            f"vLLM {version} has per-layer DFlash sliding attention (reads "
+            f"{', '.join(map(str, attention.get('reads') or [])) or 'no window key'})"
+        )
+    from dflash_provision.runtime.vllm_features import serving_runners
+
+    serve, _, refused = serving_runners(draft)
+    if serve:
+        evidence.append(
+            "model runner(s) that serve this drafter: "
+            + ", ".join(n.upper() for n in serve)
+            + "".join(f"; {why}" for why in refused.values())
+        )
     if draft.get("mixed_layout_error"):
         # Not a wrong value: the V1 runner refuses mixed layouts; launch adds the V2 runner.
         evidence.append(
             f"mixed sliding/full layout: needs VLLM_USE_V2_MODEL_RUNNER=1 "
             f"({draft['mixed_layout_error']})"
         )
-    return compare_vllm_draft(ctx, draft)
+    return judge_vllm_draft(ctx, draft, version)
