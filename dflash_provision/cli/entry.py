@@ -14,9 +14,10 @@ from __future__ import annotations
 import gc
 import sys
 
-# errors.py is a leaf (only enum, which the interpreter has already imported at start-up): its
-# table is the one every module uses, this one too.
-from dflash_provision.errors import ExitCode
+#: errors.ExitCode.INTERRUPTED (tests/test_interrupt_at_start.py checks they agree). Not imported
+#: from there at module level: a Ctrl-C during that import, outside main()'s try, ended with
+#: Python's traceback; inside it, errors.py may be the very import that was interrupted.
+_INTERRUPTED = 130
 
 
 def main() -> None:
@@ -26,7 +27,7 @@ def main() -> None:
         from dflash_provision.cli.main import main as run
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
+        sys.exit(_INTERRUPTED)
     finally:
         gc.freeze()
         gc.enable()
