@@ -481,7 +481,8 @@ class Soak:
         model = hs.host.root_dir / c.MODEL.removeprefix("/root/")
         seen: set[int] = set()
         pages = 0
-        for path in [*model.iterdir(), *(model / ".dflash-backups").iterdir()]:
+        bdir = model / ".dflash-backups"
+        for path in [*model.iterdir(), *(bdir.iterdir() if bdir.is_dir() else ())]:
             with contextlib.suppress(OSError):
                 st = path.lstat()
                 if path.is_file() and st.st_ino not in seen:
@@ -529,7 +530,8 @@ class Soak:
             model = hs.host.root_dir / c.MODEL.removeprefix("/root/")
             names = [n for n in os.listdir(model) if n not in ("config.json", ".dflash-backups")]
             bdir = model / ".dflash-backups"
-            names += [f".dflash-backups/{n}" for n in os.listdir(bdir) if not _by_design(n)]
+            listed = os.listdir(bdir) if bdir.is_dir() else []
+            names += [f".dflash-backups/{n}" for n in listed if not _by_design(n)]
             for n in names:
                 key = n.split(".dflash-tmp.")[0] + ".dflash-tmp.*" if "dflash-tmp" in n else n
                 found[key] = found.get(key, 0) + 1
@@ -541,7 +543,7 @@ class Soak:
         kept: collections.Counter[str] = collections.Counter()
         for hs in self.hosts:
             bdir = hs.host.root_dir / c.MODEL.removeprefix("/root/") / ".dflash-backups"
-            for n in os.listdir(bdir):
+            for n in os.listdir(bdir) if bdir.is_dir() else []:
                 if _by_design(n):
                     kept[_design_kind(n)] += 1
         return kept
