@@ -26,10 +26,21 @@ sys.meta_path.insert(0, _InterruptOnImport())
 """
 
 
-# click: the CLI's own imports; dflash_provision.errors: the entry module's first import (issue 35
-# finding 3: it ran outside main()'s except KeyboardInterrupt).
-@pytest.mark.parametrize("module", ["click", "dflash_provision.errors"])
-@pytest.mark.parametrize("entry_point", [True, False], ids=["console-script", "python-m"])
+# click: the CLI's own imports; dflash_provision.errors and gc: the entry module's imports, which
+# ran outside main()'s except KeyboardInterrupt (issue 35 finding 3; gc: seen by the soak on a
+# loaded machine); the entry module itself (python -m: __main__.py's import of it).
+# (The console script's import of the entry module is pip's generated code, out of reach.)
+@pytest.mark.parametrize(
+    ("module", "entry_point"),
+    [
+        *[
+            (module, entry_point)
+            for module in ("click", "dflash_provision.errors", "gc")
+            for entry_point in (True, False)
+        ],
+        ("dflash_provision.cli.entry", False),
+    ],
+)
 def test_ctrl_c_while_importing_is_exit_130_without_traceback(
     tmp_path: Path, entry_point: bool, module: str
 ) -> None:

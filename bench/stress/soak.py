@@ -1,7 +1,8 @@
 """The fault soak (issue 35): the real CLI, several at a time, against testbed sshd hosts under a
 randomized, bounded, self-undoing fault schedule, checked all along and at the end.
 
-Operations (each a ``python -m dflash_provision`` process, from one of two controllers with their
+Operations (each a ``python -m dflash_provision`` process, or ansible-playbook running the
+drafter_config module, from one of two controllers with their
 own histories): push, rollback, repair and audit (``-i`` over 1-3 hosts), verify. Faults:
 
   cli-kill      SIGKILL of an operation's CLI process, 0.1-3 s after it started
@@ -40,7 +41,8 @@ that does not makes the run fail too. Exit 1 on any violation.
     make soak SOAK_ARGS="--minutes 30 --hosts 16"
 
 Rollout joins the operations once its restart work has landed: add it to ``OPERATIONS`` with
-an argv builder (``_argv_rollout``) and a judge (see ``_judge``); the Ansible module likewise.
+an argv in ``make_op`` and its claim in ``_judge`` (the Ansible drafter_config module, ``_ansible``,
+shows how a program other than the CLI joins).
 """
 
 from __future__ import annotations
@@ -54,6 +56,7 @@ import os
 import random
 import signal
 import sqlite3
+import subprocess
 import sys
 import tempfile
 import threading
@@ -65,7 +68,7 @@ from pathlib import Path
 from bench.stress import _common as c
 from testbed.hosts import Fleet, Host
 
-OPERATIONS = ("push", "rollback", "repair", "audit", "verify")
+OPERATIONS = ("push", "rollback", "repair", "audit", "verify", "ansible")
 HOST_FAULTS = ("script-kill", "freeze", "disk-full", "read-only", "sshd-restart", "burst")
 CLI_FAULTS = ("cli-kill", "cli-int")
 KINDS = ("corrupt", "leftovers", "contradicted", "over-bound", "traceback", "history")
@@ -89,6 +92,7 @@ BY_DESIGN = ("backup config.json.<UTC stamp>[.NNN]", "config.json.lock", "config
 class Example:
     at_s: float
     text: str
+    detail: str = ""  # printed under the first example (a traceback's last lines)
 
 
 @dataclass
@@ -114,6 +118,11 @@ class Op:
     bound: float = BOUND_S
     #: Called before the judge samples the hosts (the planted contradiction's other writer).
     before_judge: Callable[[], None] | None = None
+    #: A program other than the CLI (ansible-playbook) and its environment; ``results``: the
+    #: file its per-task results are written to (tests/fixtures/ansible_callbacks).
+    program: list[str] | None = None
+    env: dict[str, str] | None = None
+    results: Path | None = None
 
 
 class Soak:
@@ -168,10 +177,10 @@ class Soak:
     def now(self) -> float:
         return time.monotonic() - self.t0
 
-    def violation(self, kind: str, text: str) -> None:
+    def violation(self, kind: str, text: str, detail: str = "") -> None:
         with self.lock:
             bucket = self.planted if self.planting == kind else self.violations
-            bucket[kind].append(Example(self.now(), text))
+            bucket[kind].append(Example(self.now(), text, detail))
 
     def new_id(self) -> int:
         with self.lock:
@@ -277,8 +286,45 @@ class Soak:
                 "--workers",
                 "3",
             ],
+            "ansible": [],  # see _ansible
         }[kind]
-        return Op(self.new_id(), kind, home, hosts, cfg, [*argv, *self.flags], fault)
+        op = Op(self.new_id(), kind, home, hosts, cfg, [*argv, *self.flags], fault)
+        if kind == "ansible":
+            self._ansible(op)
+        return op
+
+    def _ansible(self, op: Op) -> None:
+        """The same write through the Ansible drafter_config module (ansible-playbook, its ssh
+        connection): a play on the op's host, its task result read from a callback's file."""
+        run = self.base / "ansible" / str(op.op_id)
+        run.mkdir(parents=True)
+        assert self.fleet.client is not None
+        name = op.hosts[0].host.alias
+        (run / "inventory.ini").write_text(
+            f"[fleet]\n{name} ansible_host={name}\n\n[fleet:vars]\n"
+            f"ansible_ssh_common_args='-F {self.fleet.client.ssh_config}'\n"
+        )
+        (run / "play.yml").write_text(
+            "- hosts: fleet\n  gather_facts: false\n  tasks:\n"
+            "    - name: soak\n      dflash.provision.drafter_config:\n"
+            f"        path: {c.MODEL}\n        from: {self.cfg_paths[op.cfg]}\n"
+        )
+        op.results = run / "results.jsonl"
+        op.program = [str(Path(sys.executable).with_name("ansible-playbook")), "-i",
+                      str(run / "inventory.ini"), str(run / "play.yml")]  # fmt: skip
+        op.env = {
+            **c.cli_env(op.home),
+            "ANSIBLE_COLLECTIONS_PATH": str(c.REPO_ROOT),
+            "ANSIBLE_CALLBACK_PLUGINS": str(c.REPO_ROOT / "tests/fixtures/ansible_callbacks"),
+            "ANSIBLE_CALLBACKS_ENABLED": "dflash_results",
+            "ANSIBLE_LOCAL_TEMP": str(run / "local"),
+            "ANSIBLE_HOME": str(run / "home"),
+            "ANSIBLE_SSH_CONTROL_PATH_DIR": str(run / "cp"),
+            "ANSIBLE_NOCOLOR": "1",
+            "DFLASH_RESULTS_FILE": str(op.results),
+        }
+        # ansible-playbook's own start-up (its plugins, a worker process) on a busy machine.
+        op.bound = BOUND_S + 30
 
     def run_op(self, op: Op, rng: random.Random | None = None) -> None:
         with self.lock:
@@ -290,7 +336,11 @@ class Soak:
         workdir = self.base / "work"
         workdir.mkdir(exist_ok=True)
         started = time.monotonic()
-        proc = c.cli_popen(op.argv, op.home, workdir)
+        if op.program is not None:
+            proc = subprocess.Popen(op.program, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, cwd=workdir, env=op.env)  # fmt: skip
+        else:
+            proc = c.cli_popen(op.argv, op.home, workdir)
         if op.fault:
             delay = (rng or self.rng).uniform(0.1, 3.0)
             timer = threading.Timer(delay, _signal, (proc, op.fault))
@@ -301,10 +351,16 @@ class Soak:
         if done is None or wall > op.bound:
             self.violation("over-bound", f"{label}: ran {wall:.1f} s, bound {op.bound:.0f} s")
         if done is not None and "Traceback" in done.stderr:
-            tail = done.stderr.strip().splitlines()[-1][:160]
-            self.violation("traceback", f"{label} (exit {done.returncode}): {tail}")
+            tail = done.stderr.strip().splitlines()
+            self.violation(
+                "traceback",
+                f"{label} (exit {done.returncode}): {tail[-1][:160]}",
+                detail="\n".join(tail[-40:]),
+            )
         doc = _json(done.stdout) if done is not None else None
-        writes = op.kind in ("push", "rollback", "repair")
+        if op.results is not None:
+            doc = _task_result(op.results)
+        writes = op.kind in ("push", "rollback", "repair", "ansible")
         lingering = writes and (done is None or done.returncode in (-9, 17) or doc is None)
         if op.before_judge is not None:
             op.before_judge()
@@ -344,9 +400,9 @@ class Soak:
         name = hs.host.name
         code = done.returncode if done is not None else None
         claim, holds = "", None  # holds: what the claim says of the bytes (a predicate)
-        if op.kind in ("push", "rollback") and isinstance(doc, dict):
+        if op.kind in ("push", "rollback", "ansible") and isinstance(doc, dict):
             claim = str(doc.get("status"))
-            if done is not None:
+            if done is not None and op.kind != "ansible":  # its rows carry a worker's pid
                 self.reported.append((op.home, done.pid, op.kind, name, claim))
             new = doc.get("new_sha256")
             if claim not in ("written", "unchanged"):
@@ -644,6 +700,8 @@ class Soak:
             line(f"{kind} (must be 0)", len(found))
             for ex in found[:3]:
                 print(f"    seed {self.seed} t={ex.at_s:.1f}s  {ex.text}", flush=True)
+            if found and found[0].detail:
+                print("      | " + found[0].detail.replace("\n", "\n      | "), flush=True)
         missed = [k for k in KINDS if not self.planted[k]]
         line("planted violations detected", f"{len(KINDS) - len(missed)} of {len(KINDS)}"
              + (f" (MISSED: {', '.join(missed)})" if missed else ""))  # fmt: skip
@@ -654,8 +712,6 @@ class Soak:
 
 
 def _signal(proc: object, fault: str) -> None:
-    import subprocess
-
     assert isinstance(proc, subprocess.Popen)
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
@@ -671,6 +727,20 @@ def _json(text: str) -> object:
         return json.loads(text)
     except ValueError:
         return None
+
+
+def _task_result(path: Path) -> dict[str, object] | None:
+    """The drafter_config task's result (push's fields), from the callback's file."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError:
+        return None
+    for line in reversed(lines):
+        doc = _json(line)
+        if isinstance(doc, dict) and isinstance(doc.get("result"), dict):
+            result: dict[str, object] = doc["result"]
+            return result if "status" in result else None
+    return None
 
 
 def _rows(home: Path) -> set[tuple[int, str, str, str]]:

@@ -11,26 +11,28 @@ collection's sight; objects made later are collected as usual.
 
 from __future__ import annotations
 
-import gc
-import sys
-
-#: errors.ExitCode.INTERRUPTED (tests/test_interrupt_at_start.py checks they agree). Not imported
-#: from there at module level: a Ctrl-C during that import, outside main()'s try, ended with
-#: Python's traceback; inside it, errors.py may be the very import that was interrupted.
+#: errors.ExitCode.INTERRUPTED (tests/test_interrupt_at_start.py checks they agree). Nothing is
+#: imported at module level: a Ctrl-C during an import here, outside main()'s try (errors.py,
+#: even gc on a loaded machine: the soak saw it), ended with Python's traceback.
 _INTERRUPTED = 130
 
 
 def main() -> None:
     """Import the CLI and run it; a Ctrl-C during the import is reported like one during a run."""
-    gc.disable()
     try:
-        from dflash_provision.cli.main import main as run
+        import gc
+
+        gc.disable()
+        try:
+            from dflash_provision.cli.main import main as run
+        finally:
+            gc.freeze()
+            gc.enable()
     except KeyboardInterrupt:
+        import sys  # always loaded already: the interpreter's own
+
         sys.stderr.write("interrupted\n")
         sys.exit(_INTERRUPTED)
-    finally:
-        gc.freeze()
-        gc.enable()
     try:
         run()
     finally:
