@@ -164,6 +164,9 @@ class Soak:
         self.planted: dict[str, list[Example]] = {k: [] for k in KINDS}
         self.reported: list[tuple[Path, int, str, str, str]] = []  # home, pid, op, host, status
         self.judged = 0
+        #: SIGINTs that landed in the interpreter's own start-up (site, runpy), before any of
+        #: the project's code ran: Python prints that traceback, nothing here can catch it.
+        self.startup_tracebacks = 0
         #: Why writes did not land, as the CLI named it (step/reason), with a first example:
         #: every failure should name its real cause (disk full, read-only, a frozen host, a
         #: cut-off session), not the step that noticed it.
@@ -307,7 +310,8 @@ class Soak:
         (run / "play.yml").write_text(
             "- hosts: fleet\n  gather_facts: false\n  tasks:\n"
             "    - name: soak\n      dflash.provision.drafter_config:\n"
-            f"        path: {c.MODEL}\n        from: {self.cfg_paths[op.cfg]}\n"
+            f"        path: {c.MODEL}\n        src: {self.cfg_paths[op.cfg]}\n"
+            f"        command_timeout: {COMMAND_TIMEOUT}\n"
         )
         op.results = run / "results.jsonl"
         op.program = [str(Path(sys.executable).with_name("ansible-playbook")), "-i",
@@ -350,13 +354,16 @@ class Soak:
         label = f"op {op.op_id} {op.kind} {' '.join(h.host.name for h in op.hosts)}"
         if done is None or wall > op.bound:
             self.violation("over-bound", f"{label}: ran {wall:.1f} s, bound {op.bound:.0f} s")
-        if done is not None and "Traceback" in done.stderr:
+        if done is not None and "Traceback" in done.stderr and not _in_python_startup(done):
             tail = done.stderr.strip().splitlines()
             self.violation(
                 "traceback",
                 f"{label} (exit {done.returncode}): {tail[-1][:160]}",
                 detail="\n".join(tail[-40:]),
             )
+        if done is not None and "Traceback" in done.stderr and _in_python_startup(done):
+            with self.lock:
+                self.startup_tracebacks += 1
         doc = _json(done.stdout) if done is not None else None
         if op.results is not None:
             doc = _task_result(op.results)
@@ -693,6 +700,7 @@ class Soak:
             print(f"    {n:5d}  {cause}    first: {self.cause_examples[cause]}", flush=True)
         line("leftovers before settling (cleaned by the next write)", _counts(before) or 0)
         line("kept by design after settling", _counts(kept) or 0)
+        line("Ctrl-C tracebacks in Python's own start-up (out of reach)", self.startup_tracebacks)
         bad = 0
         for kind in KINDS:
             found = self.violations[kind]
@@ -716,6 +724,13 @@ def _signal(proc: object, fault: str) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL if fault == "cli-kill" else signal.SIGINT)
+
+
+def _in_python_startup(done: c.Finished) -> bool:
+    """A KeyboardInterrupt traceback with no frame of this project: raised in the
+    interpreter's start-up (site's .pth files, runpy) before ``python -m dflash_provision`` ran
+    any of its code."""
+    return "KeyboardInterrupt" in done.stderr and "dflash_provision" not in done.stderr
 
 
 def _sha(data: bytes | None) -> str:
