@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2 prometheus prometheus-node-exporter
 
-.PHONY: install system-deps demo test test-slow test-vllm vllm-env vllm-matrix test-all lint format docs bench bench-latency bench-rollout bench-ansible stress clean
+.PHONY: install system-deps demo test test-slow test-vllm vllm-env vllm-matrix test-all lint format docs bench bench-latency bench-rollout bench-ansible stress soak clean
 
 # The package's bytecode is written here, as pip writes it for an installed wheel: an editable
 # install whose user sets PYTHONDONTWRITEBYTECODE would otherwise compile ~70 modules from source
@@ -111,6 +111,12 @@ stress: install system-deps
 	$(PY) -m bench.stress.crash $(STRESS_ARGS)
 	$(PY) -m bench.stress.concurrency $(STRESS_ARGS)
 	$(PY) -m bench.stress.fleet_load $(STRESS_ARGS)
+
+# The fault soak (issue 35): the real CLI, 3 at a time, against testbed hosts under a seeded,
+# self-undoing fault schedule; exits 1 on any violation (docs/reliability.md "The soak"). Root.
+# SOAK_ARGS="--minutes 30 --hosts 16 --seed N" (the seed is printed: the same one replays).
+soak: install system-deps
+	$(PY) -m bench.stress.soak $(SOAK_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache .mypy_cache .demo .demo-runtime

@@ -778,10 +778,16 @@ if [ "$3" = 1 ]; then dd if=/dev/zero of="$d/$4" bs=1024 2>/dev/null || true; fi
         )
         self._mounts.append(dir)
 
-    def undo_mounts(self) -> None:
-        """Unmount what ``fill_disk``/``make_readonly`` mounted, newest first."""
+    def undo_mounts(self, *, lazy: bool = False) -> None:
+        """Unmount what ``fill_disk``/``make_readonly`` mounted, newest first. ``lazy``: a
+        mount still in use (a process has its working directory there) is detached at once and
+        goes when the last user does (``umount -l``), instead of failing."""
         while self._mounts:
-            self._sh('umount "$1"', self._mounts.pop())
+            self._sh(
+                'umount "$1" || { [ "$2" = 1 ] && umount -l "$1"; }',
+                self._mounts.pop(),
+                "1" if lazy else "0",
+            )
 
     # -- container CLI emulators ----------------------------------------------------------------
 

@@ -245,6 +245,8 @@ def test_repair_cut_off_after_rename_journals_written_and_does_not_guess_the_old
     assert host["action"] == "wrote", host
     assert host["before"]["status"] == "error" and "cut off" in host["before"]["detail"], host
     assert host["after"]["status"] == "in_sync", host
+    # --json says what the host showed when the write was settled, as history does.
+    assert host["sha256_after"] == host["after"]["sha256"], host
     from dflash_provision.history import HistoryStore
 
     rows = HistoryStore(tmp_path / "history.sqlite3").query(op="repair", limit=None)

@@ -11,25 +11,28 @@ collection's sight; objects made later are collected as usual.
 
 from __future__ import annotations
 
-import gc
-import sys
-
-# errors.py is a leaf (only enum, which the interpreter has already imported at start-up): its
-# table is the one every module uses, this one too.
-from dflash_provision.errors import ExitCode
+#: errors.ExitCode.INTERRUPTED (tests/test_interrupt_at_start.py checks they agree). Nothing is
+#: imported at module level: a Ctrl-C during an import here, outside main()'s try (errors.py,
+#: even gc on a loaded machine: the soak saw it), ended with Python's traceback.
+_INTERRUPTED = 130
 
 
 def main() -> None:
     """Import the CLI and run it; a Ctrl-C during the import is reported like one during a run."""
-    gc.disable()
     try:
-        from dflash_provision.cli.main import main as run
+        import gc
+
+        gc.disable()
+        try:
+            from dflash_provision.cli.main import main as run
+        finally:
+            gc.freeze()
+            gc.enable()
     except KeyboardInterrupt:
+        import sys  # always loaded already: the interpreter's own
+
         sys.stderr.write("interrupted\n")
-        sys.exit(int(ExitCode.INTERRUPTED))
-    finally:
-        gc.freeze()
-        gc.enable()
+        sys.exit(_INTERRUPTED)
     try:
         run()
     except SystemExit as done:

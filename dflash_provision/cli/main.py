@@ -40,8 +40,19 @@ COMMANDS: dict[str, tuple[str, str]] = {
 DEBUG_ENV = "DFLASH_PROVISION_DEBUG"
 
 
+class _CtrlC(Exception):
+    """A Ctrl-C on its way out of a command, past click (which would print a blank line and
+    turn it into Abort): _run says ``interrupted``, as the docs promise."""
+
+
 class LazyGroup(click.Group):
     """A group whose subcommands are imported on first use."""
+
+    def invoke(self, ctx: click.Context) -> object:
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt as exc:
+            raise _CtrlC from exc
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return [name for name, (module, _) in COMMANDS.items() if _module_exists(module)]
@@ -124,10 +135,14 @@ def _run(argv: list[str] | None, state: dict[str, bool]) -> int:
             traceback.print_exc()
         click.echo(f"error: {exc.message}", err=True)
         return int(exc.exit_code)
-    except click.exceptions.Abort:
+    except _CtrlC:
+        click.echo("interrupted", err=True)
+        return int(ExitCode.INTERRUPTED)
+    except click.exceptions.Abort as exc:
         if debug():  # click turns an EOFError or Ctrl-C into Abort: show what it was
             traceback.print_exc()
-        click.echo("aborted", err=True)
+        ctrl_c = isinstance(exc.__cause__, KeyboardInterrupt)
+        click.echo("interrupted" if ctrl_c else "aborted", err=True)
         return int(ExitCode.INTERRUPTED)
     except click.ClickException as exc:
         exc.show()

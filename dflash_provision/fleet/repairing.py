@@ -230,6 +230,7 @@ def _write(
     """Push on the open connection; returns the repair (its ``before`` judged from the old file
     the write found) and push's read-back (if it got one)."""
     from dflash_provision.place.push import PushStatus, push_config
+    from dflash_provision.remote.ops import present_read
 
     started = time.monotonic()
     authority = run.authority(member)
@@ -255,6 +256,15 @@ def _write(
             recording.status, recording.message = "failed", message
             before = audit_on(run, member, transport, started)
             return HostRepair(before, RepairAction.FAILED, message), None
+        if _found_right_then_changed(outcome):
+            # No write happened (nothing to journal): the host was in sync when the write
+            # looked; another writer replaced the file before its read-back, which is the after.
+            recording.discard = True
+            found = present_read(path, authority.data)
+            before = audit_on(run, member, transport, started, read=found)
+            repair = HostRepair(before, RepairAction.SKIPPED_IN_SYNC, outcome.message)
+            repair.after = audit_on(run, member, transport, time.monotonic(), read=outcome.readback)
+            return repair, outcome.readback
         before = _before(run, member, transport, started, outcome)
         if outcome.status is PushStatus.UNCHANGED or (
             outcome.write is not None
@@ -275,7 +285,10 @@ def _write(
         outcome.journal_into(recording)
         repair = HostRepair(before, RepairAction.FAILED, sha256_before=outcome.old_sha256)
         repair.history_id = recording.id
-        repair.sha256_after = outcome.readback.sha256 if outcome.readback else None
+        # A cut-off write's is what the host showed when it was settled (as history keeps).
+        repair.sha256_after = (
+            outcome.readback.sha256 if outcome.readback else outcome.settled_sha256
+        )
         if outcome.ok:
             repair.action = RepairAction.WROTE
             repair.message = _describe_push(outcome, before)
@@ -284,6 +297,20 @@ def _write(
         recording.message = repair.message  # what was fixed, and where the old file is
         before.timings.write_s = time.monotonic() - started
     return repair, outcome.readback
+
+
+def _found_right_then_changed(outcome: PushResult) -> bool:
+    """The write found the authoritative bytes in place (wrote nothing), and its read-back then
+    saw another writer's file (push's ``replaced`` of an unchanged write)."""
+    from dflash_provision.place.push import PushStatus
+    from dflash_provision.remote.ops import WriteStatus
+
+    return (
+        outcome.status is PushStatus.REPLACED
+        and outcome.write is not None
+        and outcome.write.status is WriteStatus.UNCHANGED
+        and outcome.readback is not None
+    )
 
 
 def _before(

@@ -49,6 +49,7 @@ if TYPE_CHECKING:
 
 NOT_APPLIED_MESSAGE = "write did not take effect"
 REPLACED_MESSAGE = "replaced by a later write"
+CHANGED_UNDER_MESSAGE = "changed by another writer before its read-back"
 UNKNOWN_MESSAGE = "outcome unknown"
 _DEFAULT_WRITE = WriteOptions()
 
@@ -289,6 +290,18 @@ def _write_and_prove(
     # this is what a reader (vLLM) will see.
     readback = proof.readback
     assert readback is not None
+    if readback.data != data and outcome.status is WriteStatus.UNCHANGED:
+        # The write found these very bytes in place and wrote nothing; that path takes no lock,
+        # so another writer may rename its file in before this read-back: nothing failed to
+        # take effect here (no rename was tried), the file was replaced after this push found
+        # it right. Said as what happened, with what the file holds now.
+        result.status = PushStatus.REPLACED
+        result.failed_step = "readback"
+        result.message = (
+            f"unchanged (the file already held these bytes; nothing was written), then "
+            f"{CHANGED_UNDER_MESSAGE}: {_now_text(result.path, readback)}"
+        )
+        return result
     if readback.data != data:
         result.status = PushStatus.NOT_APPLIED
         result.failed_step = "readback"
@@ -348,6 +361,13 @@ def _read_hint(read: RemoteRead) -> str:
     if read.status is ReadStatus.PERMISSION_DENIED:
         return "; use --sudo, or log in as a user that can read it"
     return ""
+
+
+def _now_text(path: str, readback: RemoteRead) -> str:
+    """What ``path`` holds now, from its read-back: "P has sha256 X" or the read's status."""
+    if readback.present:
+        return f"{path} has sha256 {readback.sha256}"
+    return readback.describe()
 
 
 def _not_applied_message(path: str, readback: RemoteRead, data: bytes) -> str:

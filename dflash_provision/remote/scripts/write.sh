@@ -487,6 +487,22 @@ if [ "$hash" != "$want_sha" ]; then
 	size=$(stat -c %s "$tmp" 2>/dev/null)
 	[ -z "$size" ] || [ "$size" = "$want_size" ] ||
 		fail verify short-write "received $size of $want_size bytes (connection lost mid-write?)" 17
+	if [ -z "$hash" ]; then
+		# No hash at all: its output did not reach the scratch file (a disk with room for the
+		# temp file but not for these few bytes). Hash again into this shell's memory: the
+		# bytes received are fine when that works, and the cause is what writing the scratch
+		# file says (the disk is full, read-only...), not corrupted bytes.
+		set -- $(sha256sum "$tmp" 2>/dev/null)
+		if [ "${1:-}" = "$want_sha" ]; then
+			# (sha256sum says only "write error"; dd names the error.)
+			if err=$(dd if="$tmp" of="$errf" bs=512 count=1 2>&1); then
+				err="its output could not be written there, then could"
+			fi
+			err=${err%%"$nl"*}
+			: 2>/dev/null >"$errf"
+			fail verify "$(reason_of "$err")" "cannot keep the hash of the new file in $bdir: $err" 17
+		fi
+	fi
 	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
 fi
 [ -z "$old_hash" ] || say "old_sha256 $old_hash"
@@ -562,9 +578,11 @@ if [ -n "$nonce" ]; then
 		read -r state _ <"./$base.mark.$nonce" 2>/dev/null
 		[ "$state" != cancelled ] ||
 			fail rename cancelled "the push was already reported as not done (its connection was lost before this step)" 23
-		# Ours, half written (a full disk?): it can only say that this write failed.
+		# Ours, half written (a full disk?): it can only say that this write failed, and why
+		# (the same write again, appending, for the shell's words).
+		err=$( { echo failed >>"./$base.mark.$nonce"; } 2>&1)
 		[ ! -e "./$base.mark.$nonce" ] || echo failed 2>/dev/null >"./$base.mark.$nonce"
-		fail rename error "cannot record this write in $bdir/$base.mark.$nonce (disk full?)" 21
+		fail rename "$(reason_of "$err")" "cannot record this write in $bdir/$base.mark.$nonce: ${err:-disk full?}" 21
 	fi
 	set +C
 	mark=./$base.mark.$nonce
