@@ -34,7 +34,6 @@ from dflash_provision.plain_table import Cell, Column, TableSpec, rich_table
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from dflash_provision.history import HistoryEntry
 
 STATUS_STYLE: dict[HostStatus, str] = {
     HostStatus.IN_SYNC: "green",
@@ -149,28 +148,6 @@ def repair_spec(repairs: Sequence[HostRepair]) -> TableSpec:
 
 def repair_table(repairs: Sequence[HostRepair]) -> Table:
     return rich_table(repair_spec(repairs))
-
-
-def history_table(entries: Sequence[HistoryEntry]) -> Table:
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in ("when (UTC)", "who", "op", "host", "status", "sha256 before → after", "message"):
-        table.add_column(name, overflow="fold", no_wrap=name not in ("message",))
-    for e in entries:
-        status = (
-            Text("started (incomplete)", style="bold yellow")
-            if e.incomplete
-            else Text(e.status, style="green" if e.status in ("ok", "in_sync") else "red")
-        )
-        hashes = f"{(e.sha256_before or '-')[:12]} → {(e.sha256_after or '-')[:12]}"
-        # Escaped: a cell is data, never rich markup ("[h01:...]" would vanish as a tag).
-        when = e.started_at[:19].replace("T", " ")
-        cells = [escape(cell) for cell in (when, e.who, e.op, e.host, hashes, e.message)]
-        table.add_row(*cells[:4], status, *cells[4:])
-    return table
 
 
 # -- JSON ----------------------------------------------------------------------------------------

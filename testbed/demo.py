@@ -296,7 +296,9 @@ def clean_audit_step(d: Demo) -> None:
     d.t.heading("A clean audit, a Prometheus textfile for alerting, and the history")
     d.t.run(cli("audit", "-i", "fleet.yaml", "--prometheus", "dflash.prom"))
     d.t.run(["head", "-n", "4", "dflash.prom"])
-    d.t.say("The history table needs a wide terminal; one record as JSON, for scripts:")
+    d.t.say("The history (it fits the terminal: messages go under their row when narrow):")
+    d.t.run(cli("history", "-n", "4"))
+    d.t.say("One record as JSON, for scripts:")
     d.t.run(cli("history", "--op", "repair", "--host", d.hosts.members[1].name, "--json"))
 
 

@@ -131,7 +131,10 @@ def test_demo_never_cuts_a_path_json_or_label_it_shows(demo) -> None:  # type: i
 def test_demo_shows_json_as_valid_json(demo) -> None:  # type: ignore[no-untyped-def]
     out, _, _ = demo
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("$ dflash-provision history"))
+    start = next(
+        i for i, line in enumerate(lines)
+        if line.startswith("$ dflash-provision history") and line.endswith("--json")
+    )  # fmt: skip
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("  [exit "))
     shown = "\n".join(lines[start + 1 : end])
     records = json.loads(shown)  # as printed, wrapped to 80 columns

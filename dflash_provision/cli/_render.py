@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 _PIPE_WIDTH = 200
 
 
-def _pipe_width() -> int:
+def pipe_width() -> int:
+    """The width output is laid out for when stdout is not a terminal."""
     columns = os.environ.get("COLUMNS", "")
     return int(columns) if columns.isdigit() and int(columns) >= 40 else _PIPE_WIDTH
 
@@ -30,7 +31,7 @@ def echo_table(table: TableSpec, *lines: str) -> None:
     from dflash_provision.plain_table import plain_lines, rich_table
 
     if not sys.stdout.isatty():
-        plain = plain_lines(table, _pipe_width())
+        plain = plain_lines(table, pipe_width())
         if plain is not None:
             for line in [*plain, *lines]:
                 click.echo(line)
@@ -46,7 +47,7 @@ def echo_rich(*renderables: Any) -> None:
         for renderable in renderables:
             console.print(renderable, highlight=False)
         return
-    console = Console(width=_pipe_width(), soft_wrap=False, no_color=True, highlight=False)
+    console = Console(width=pipe_width(), soft_wrap=False, no_color=True, highlight=False)
     for renderable in renderables:
         if isinstance(renderable, str):  # a summary line: whole, never wrapped mid-phrase
             click.echo(renderable)
