@@ -112,11 +112,12 @@ def _run_demo(workdir: Path, *, keep: bool, runtime: bool) -> int:
     with HubStandin() as hub, throwaway_hosts((workdir / "fleet").resolve()) as hosts:
         set_up_shell(t, workdir, hub.url, hosts)
         demo = Demo(t, workdir.resolve(), hosts, hub)
-        for step in demo_steps(runtime=runtime):
-            step(demo)
-        if keep and not t.surprises:
-            print(f"\n{KEEP_MESSAGE}", flush=True)
-            wait_for_enter()
+        with demo.kept:
+            for step in demo_steps(runtime=runtime):
+                step(demo)
+            if keep and not t.surprises:
+                print(f"\n{KEEP_MESSAGE}", flush=True)
+                wait_for_enter()
     if t.surprises:
         print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
         return 1
