@@ -12,7 +12,11 @@ refused), then with a bad option; the Hub's own command (fetch) against a port t
 from __future__ import annotations
 
 import json
+import shlex
+import shutil
 import socket
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -23,7 +27,7 @@ from dflash_provision.cli.main import COMMANDS, cli
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host, refused_address
-from tests.fixtures.cli import Done, run_cli
+from tests.fixtures.cli import Done, cli_env, run_cli
 
 REF = str(samples.REFERENCE_DRAFTER)
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
@@ -163,3 +167,21 @@ def test_a_result_document_carries_its_exit_code(tmp_path: Path) -> None:
     assert (done.returncode, doc["status"]) == (ExitCode.DRIFT, "drifted")
     done = run_cli("validate", REF, "--json", cwd=tmp_path)
     assert the_document(done)["exit_code"] == ExitCode.OK
+
+
+@pytest.mark.skipif(shutil.which("script") is None, reason="needs script(1) for a terminal")
+def test_on_a_terminal_json_is_still_one_document(tmp_path: Path) -> None:
+    """A --json run on a terminal: no progress bar or colour codes around the document."""
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes(samples.REFERENCE_DRAFTER.read_bytes())
+    command = shlex.join(
+        [sys.executable, "-m", "dflash_provision", "audit", str(model), "--from", REF, "--json"]
+    )
+    done = subprocess.run(
+        ["script", "-qec", command, "/dev/null"], capture_output=True, text=True,
+        timeout=120, check=False, cwd=tmp_path,
+        env=cli_env(home=tmp_path / "home", env={"COLUMNS": "80"}),
+    )  # fmt: skip
+    doc = json.loads(done.stdout.replace("\r\n", "\n"))
+    assert (done.returncode, doc["exit_code"], doc["summary"]["hosts"]) == (0, 0, 1)

@@ -116,7 +116,8 @@ def completed(text: str, code: int) -> str:
 
 class HeldStdout:
     """sys.stdout for a --json run: what the command writes is held until it ends (its document
-    is completed then); everything else (isatty, encoding, fileno) is the real stream's."""
+    is completed then), and it is no terminal; everything else (encoding, fileno) is the real
+    stream's."""
 
     def __init__(self, stream: IO[str]) -> None:
         self.stream = stream
@@ -130,6 +131,10 @@ class HeldStdout:
 
     def flush(self) -> None:
         """Nothing reaches the real stream before the command ends."""
+
+    def isatty(self) -> bool:
+        """Held output is no terminal: no progress bar or colour codes in the document."""
+        return False
 
     def text(self) -> str:
         return "".join(self.held)
