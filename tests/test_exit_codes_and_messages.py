@@ -173,3 +173,14 @@ def test_an_unreadable_remote_file_exits_7_from_diff_verify_and_audit(
     assert audit.returncode == ExitCode.REMOTE_FAILED, audit.stdout + audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert "not a regular file" in host["detail"]
+
+
+@pytest.mark.parametrize("command", ["audit", "repair"])
+def test_an_inventory_given_without_dash_i_says_to_give_it_with_dash_i(
+    tmp_path: Path, command: str
+) -> None:
+    """`audit fleet.yaml` (-i forgotten) said the default dflash.lock was missing."""
+    (tmp_path / "fleet.yaml").write_text("hosts: [h01]\n")
+    done = Cli(tmp_path).run(command, "fleet.yaml")
+    line = the_error_line(done, ExitCode.USAGE, "with -i fleet.yaml")
+    assert "dflash.lock" not in line
