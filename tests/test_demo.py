@@ -371,6 +371,7 @@ DEMO_WITH_RUNTIME = DEMO.replace("runtime=False", "runtime=True")
 
 @pytest.mark.vllm
 @pytest.mark.slow
+@pytest.mark.timeout(7200)  # the demo, then its real-vLLM part again: four launches of vLLM
 def test_with_keep_the_real_vllm_steps_paste_after_the_demo(tmp_path: Path) -> None:
     """docs/demo.md: with --keep the hosts stay up and the transcript's lines can be pasted in
     order, the real-vLLM part (launch, runtime-check, doctor, stop on gpu01) included. The
