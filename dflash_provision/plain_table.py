@@ -11,6 +11,8 @@ markup or emoji codes. ``rich_table`` is the same table for rich, for the termin
 
 from __future__ import annotations
 
+import textwrap
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Literal
 
@@ -66,6 +68,47 @@ def plain_lines(table: TableSpec, width: int) -> list[str] | None:
             parts = [(cell[k] if k < len(cell) else "").ljust(w) for cell, w in cells]
             lines.append(GAP.join(parts).rstrip())
     return lines
+
+
+def needs_stacking(table: TableSpec, width: int) -> bool:
+    """Whether the last column, beside the others, would be narrower than its longest word:
+    rich would then fold a word (a path, a sha256) in the middle. ``stacked_lines`` then."""
+    head = _head_widths(table)
+    room = width - sum(head) - len(GAP) * len(head)
+    words = [w for row in table.rows for w in row[-1].text.split()]
+    return bool(words) and room < max(len(w) for w in words)
+
+
+def stacked_lines(
+    table: TableSpec, width: int, paint: Callable[[str, str], str] | None = None
+) -> list[str]:
+    """The table with its last column under each row, indented and wrapped between words to
+    ``width`` (journalctl's continuation lines): no word is cut, whatever the width. ``paint``
+    colours a cell's text by its style (on a terminal)."""
+    head = _head_widths(table)
+    headers = zip(table.columns[:-1], head, strict=True)
+    lines = [GAP.join(c.header.ljust(w) for c, w in headers).rstrip()]
+    for row in table.rows:
+        parts = []
+        for cell, w in zip(row[:-1], head, strict=True):
+            text = paint(cell.text, cell.style) if paint and cell.style else cell.text
+            parts.append(text + " " * (w - len(cell.text)))
+        lines.append(GAP.join(parts).rstrip())
+        for line in row[-1].text.split("\n"):
+            wrapped = textwrap.wrap(
+                line, max(width - 4, 20), break_long_words=False, break_on_hyphens=False
+            )
+            lines.extend("    " + part for part in wrapped)
+    return lines
+
+
+def _head_widths(table: TableSpec) -> list[int]:
+    """The widths of every column but the last (one-line cells)."""
+    count = len(table.columns) - 1
+    return [
+        max(len(table.columns[i].header), *(len(row[i].text) for row in table.rows))
+        for i in range(count)
+    ]
 
 
 def _same_in_rich(cell: Cell) -> bool:

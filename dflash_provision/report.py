@@ -34,7 +34,6 @@ from dflash_provision.plain_table import Cell, Column, TableSpec, rich_table
 if TYPE_CHECKING:
     from rich.table import Table
 
-    from dflash_provision.history import HistoryEntry
 
 STATUS_STYLE: dict[HostStatus, str] = {
     HostStatus.IN_SYNC: "green",
@@ -87,7 +86,8 @@ def repair_summary_line(repairs: Sequence[HostRepair], elapsed_s: float | None =
     counts = Counter(r.action for r in repairs)
     in_sync_now = sum(1 for r in repairs if r.final.status is HostStatus.IN_SYNC)
     parts = [f"{counts[a]} {a.value.replace('_', ' ')}" for a in RepairAction if counts[a]]
-    text = f"{len(repairs)} hosts: " + ", ".join(parts) + f"; {in_sync_now} in sync now"
+    hosts = f"{len(repairs)} host{'s' if len(repairs) != 1 else ''}"
+    text = f"{hosts}: " + ", ".join(parts or ["none"]) + f"; {in_sync_now} in sync now"
     return text + (f" ({elapsed_s:.1f} s)" if elapsed_s is not None else "")
 
 
@@ -107,11 +107,28 @@ REPAIR_COLUMNS = (
 )
 
 
+class _DiffOnce:
+    """A diff is printed in full for the first host that has it; a host with the very same
+    changes says so in one line (a fleet drifted one way is one diff, not one per host)."""
+
+    def __init__(self) -> None:
+        self.first: dict[tuple[str, ...], str] = {}
+
+    def detail(self, name: str, diff: Sequence[str]) -> str:
+        key = tuple(diff)
+        if key in self.first:
+            return f"the same {len(diff)} change(s) as {self.first[key]}"
+        self.first[key] = name
+        return "\n".join(diff)
+
+
 def audit_spec(audits: Sequence[HostAudit], *, show_diff: bool = True) -> TableSpec:
-    """Host, status, detail; drifted hosts list every changed field under the first line."""
+    """Host, status, detail; drifted hosts list every changed field under the first line, once
+    per distinct diff. ``show_diff=False`` (--brief): one line per host."""
     rows = []
+    once = _DiffOnce()
     for audit in audits:
-        detail = "\n".join(audit.diff) if show_diff and audit.diff else audit.detail
+        detail = once.detail(audit.name, audit.diff) if show_diff and audit.diff else audit.detail
         rows.append(
             (
                 Cell(audit.name, markup=True),
@@ -126,13 +143,16 @@ def audit_table(audits: Sequence[HostAudit], *, show_diff: bool = True) -> Table
     return rich_table(audit_spec(audits, show_diff=show_diff))
 
 
-def repair_spec(repairs: Sequence[HostRepair]) -> TableSpec:
-    """Host, what it was, what was done, what it is now, and the message."""
+def repair_spec(repairs: Sequence[HostRepair], *, show_diff: bool = True) -> TableSpec:
+    """Host, what it was, what was done, what it is now, and the message (a dry run's diff
+    once per distinct diff; ``show_diff=False``: its first line)."""
     rows = []
+    once = _DiffOnce()
     for r in repairs:
         now = None if r.action is RepairAction.WOULD_WRITE else r.final.status
         if r.action is RepairAction.WOULD_WRITE and r.before.diff:
-            detail = "\n".join(r.before.diff)
+            diff = r.before.diff
+            detail = once.detail(r.name, diff) if show_diff else r.before.detail
         else:
             detail = r.message
         rows.append(
@@ -149,28 +169,6 @@ def repair_spec(repairs: Sequence[HostRepair]) -> TableSpec:
 
 def repair_table(repairs: Sequence[HostRepair]) -> Table:
     return rich_table(repair_spec(repairs))
-
-
-def history_table(entries: Sequence[HistoryEntry]) -> Table:
-    from rich.markup import escape
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    for name in ("when (UTC)", "who", "op", "host", "status", "sha256 before → after", "message"):
-        table.add_column(name, overflow="fold", no_wrap=name not in ("message",))
-    for e in entries:
-        status = (
-            Text("started (incomplete)", style="bold yellow")
-            if e.incomplete
-            else Text(e.status, style="green" if e.status in ("ok", "in_sync") else "red")
-        )
-        hashes = f"{(e.sha256_before or '-')[:12]} → {(e.sha256_after or '-')[:12]}"
-        # Escaped: a cell is data, never rich markup ("[h01:...]" would vanish as a tag).
-        when = e.started_at[:19].replace("T", " ")
-        cells = [escape(cell) for cell in (when, e.who, e.op, e.host, hashes, e.message)]
-        table.add_row(*cells[:4], status, *cells[4:])
-    return table
 
 
 # -- JSON ----------------------------------------------------------------------------------------

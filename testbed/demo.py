@@ -112,11 +112,12 @@ def _run_demo(workdir: Path, *, keep: bool, runtime: bool) -> int:
     with HubStandin() as hub, throwaway_hosts((workdir / "fleet").resolve()) as hosts:
         set_up_shell(t, workdir, hub.url, hosts)
         demo = Demo(t, workdir.resolve(), hosts, hub)
-        for step in demo_steps(runtime=runtime):
-            step(demo)
-        if keep and not t.surprises:
-            print(f"\n{KEEP_MESSAGE}", flush=True)
-            wait_for_enter()
+        with demo.kept:
+            for step in demo_steps(runtime=runtime):
+                step(demo)
+            if keep and not t.surprises:
+                print(f"\n{KEEP_MESSAGE}", flush=True)
+                wait_for_enter()
     if t.surprises:
         print("\nDEMO FAILED: " + "; ".join(t.surprises), file=sys.stderr)
         return 1
@@ -296,7 +297,9 @@ def clean_audit_step(d: Demo) -> None:
     d.t.heading("A clean audit, a Prometheus textfile for alerting, and the history")
     d.t.run(cli("audit", "-i", "fleet.yaml", "--prometheus", "dflash.prom"))
     d.t.run(["head", "-n", "4", "dflash.prom"])
-    d.t.say("The history table needs a wide terminal; one record as JSON, for scripts:")
+    d.t.say("The history (it fits the terminal: messages go under their row when narrow):")
+    d.t.run(cli("history", "-n", "4"))
+    d.t.say("One record as JSON, for scripts:")
     d.t.run(cli("history", "--op", "repair", "--host", d.hosts.members[1].name, "--json"))
 
 

@@ -65,7 +65,7 @@ def runtime_demo_steps() -> list[Callable[[Demo], None]]:
 
 
 def runtime_step(d: Demo) -> None:
-    run_runtime(d.t, d.workdir, d.hub)
+    run_runtime(d.t, d.workdir, d.hub, kept=d.kept)
 
 
 @dataclass(frozen=True)
@@ -142,9 +142,17 @@ def install_vllm() -> VllmEnv:
     return env
 
 
-def run_runtime(t: Transcript, workdir: Path, hub: HubStandin | None) -> None:
+def run_runtime(
+    t: Transcript,
+    workdir: Path,
+    hub: HubStandin | None,
+    *,
+    kept: contextlib.ExitStack | None = None,
+) -> None:
     """Append the runtime steps to a demo transcript whose shell is in ``workdir`` and whose
-    HF_ENDPOINT is ``hub`` (the tiny drafter's config is published there, then fetched)."""
+    HF_ENDPOINT is ``hub`` (the tiny drafter's config is published there, then fetched).
+    ``kept``: the host gpu01 stays up until it is closed (the demo's --keep prompt: its lines
+    are pasted after the demo), else it goes at the end of this step."""
     from testbed import tiny_models
     from testbed.vllm_real import VllmEnvError
 
@@ -167,7 +175,8 @@ def run_runtime(t: Transcript, workdir: Path, hub: HubStandin | None) -> None:
         t.surprises.append("the runtime part needs the Hub stand-in")
         return
     hub.add_repo(TINY_REPO, {"config.json": (models.agreeing / "config.json").read_bytes()})
-    with runtime_host(workdir / "runtime-host") as host:
+    with contextlib.ExitStack() as own:
+        host = (kept or own).enter_context(runtime_host(workdir / "runtime-host"))
         _set_up_host(t, host, models, workdir)
         _runtime_steps(t, host, env)
 

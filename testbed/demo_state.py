@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -58,3 +59,7 @@ class Demo:
     workdir: Path
     hosts: DemoHosts
     hub: HubStandin | None = None  # the runtime part publishes the tiny drafter's config there
+    # What a step starts that must stay up as long as the Hub stand-in and the hosts (through
+    # --keep's prompt, so its lines can be pasted): the runtime step's host gpu01. Closed by
+    # the demo after the prompt, before the hosts.
+    kept: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)

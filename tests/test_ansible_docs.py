@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,17 +17,54 @@ import pytest
 
 REPO = Path(__file__).resolve().parent.parent
 MODULES = ("drafter_config", "drafter_facts", "runtime_check", "server")
+# Every module file the collection ships, found on disk: a new module is checked without being
+# added to a list here.
+SHIPPED = sorted(
+    p.stem
+    for p in (REPO / "ansible_collections/dflash/provision/plugins/modules").glob("*.py")
+    if not p.name.startswith("_")
+)
+
+
+def _ansible_doc(args: list[str], home: Path) -> subprocess.CompletedProcess[str]:
+    ansible_doc = Path(sys.executable).with_name("ansible-doc")
+    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(home)}
+    env["ANSIBLE_NOCOLOR"] = "1"
+    return subprocess.run(
+        [str(ansible_doc), *args],
+        capture_output=True, text=True, timeout=120, check=False, env=env,
+    )  # fmt: skip
 
 
 def _doc(name: str, home: Path) -> dict:  # type: ignore[type-arg]
-    ansible_doc = Path(sys.executable).with_name("ansible-doc")
-    env = {**os.environ, "ANSIBLE_COLLECTIONS_PATH": str(REPO), "ANSIBLE_HOME": str(home)}
-    done = subprocess.run(
-        [str(ansible_doc), "--json", f"dflash.provision.{name}"],
-        capture_output=True, text=True, timeout=120, check=False, env=env,
-    )  # fmt: skip
+    done = _ansible_doc(["--json", f"dflash.provision.{name}"], home)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)[f"dflash.provision.{name}"]  # type: ignore[no-any-return]
+
+
+def test_every_shipped_module_is_checked() -> None:
+    assert sorted(MODULES) == SHIPPED
+
+
+@pytest.mark.parametrize("name", SHIPPED)
+def test_ansible_doc_renders_every_module_as_text(name: str, tmp_path: Path) -> None:
+    """What a user types first: `ansible-doc dflash.provision.NAME`, the text page. --json does
+    not render the descriptions, so a description YAML read as a mapping (an item with ': ' in
+    it) passed --json and failed here with "Unable to retrieve documentation"."""
+    done = _ansible_doc([f"dflash.provision.{name}"], tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "ERROR" not in done.stderr, done.stderr
+    page = done.stdout
+    assert f"dflash.provision.{name}" in page.splitlines()[0]
+    doc = _doc(name, tmp_path)["doc"]
+    # Every option and the whole description are on the page (the text is re-wrapped: compare
+    # words).
+    listed = set(re.findall(r"^[-=] (\w+)", page, re.MULTILINE))  # '=' marks a required one
+    assert set(doc["options"]) <= listed
+    words = " ".join(page.split())
+    for item in doc["description"]:
+        assert isinstance(item, str), item
+        assert " ".join(item.split())[:40] in words, item
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -81,3 +81,29 @@ def test_docs_generation_is_one_command() -> None:
     assert re.search(r"^docs:.*\n\t.*-m dflash_provision\.cli\.docs > docs/cli\.md", makefile, re.M)
     ctx = click.Context(cli)
     assert all(cli.get_command(ctx, name) is not None for name in COMMANDS)
+
+
+def test_push_help_and_the_module_docs_put_the_read_back_in_the_write_command() -> None:
+    """The read-back is the write script's last step (one exec: tests/test_remote_ops.py's
+    test_unread_write_of_identical_bytes_is_one_exec_that_brings_them); the help and the Ansible
+    module said it was a command of its own, which sends a user reading a trace or a sudo log
+    looking for a second command that is not there."""
+    import ast
+
+    import yaml
+
+    push = " ".join(help_of("push").split())
+    assert "in one remote command" in push, push
+    assert not re.search(r"read (it )?back in another|separate read-back", push), push
+    module = ROOT / "ansible_collections/dflash/provision/plugins/modules/drafter_config.py"
+    namespace = {
+        node.targets[0].id: node.value.value
+        for node in ast.parse(module.read_text(encoding="utf-8")).body
+        if isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+        and isinstance(node.value, ast.Constant)
+    }  # fmt: skip
+    documentation = yaml.safe_load(str(namespace["DOCUMENTATION"]))
+    returned = yaml.safe_load(str(namespace["RETURN"]))
+    words = " ".join([*documentation["description"], returned["readback_sha256"]["description"]])
+    assert "separate read-back" not in words and "another command" not in words, words
+    assert "in one remote command" in " ".join(words.split()), words

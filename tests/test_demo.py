@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.errors import ExitCode
 from testbed.demo import CANNOT_RUN, KEEP_MESSAGE
 
 pytestmark = pytest.mark.integration
@@ -131,7 +132,10 @@ def test_demo_never_cuts_a_path_json_or_label_it_shows(demo) -> None:  # type: i
 def test_demo_shows_json_as_valid_json(demo) -> None:  # type: ignore[no-untyped-def]
     out, _, _ = demo
     lines = out.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("$ dflash-provision history"))
+    start = next(
+        i for i, line in enumerate(lines)
+        if line.startswith("$ dflash-provision history") and line.endswith("--json")
+    )  # fmt: skip
     end = next(i for i in range(start, len(lines)) if lines[i].startswith("  [exit "))
     shown = "\n".join(lines[start + 1 : end])
     records = json.loads(shown)  # as printed, wrapped to 80 columns
@@ -360,3 +364,57 @@ def test_the_vllm_install_progress_is_one_line_that_fits_80_columns() -> None:
     piped = io.StringIO()  # not a terminal: a line per report, each within 80 columns
     ProgressLine(piped)(reports[0])
     assert piped.getvalue().endswith("...\n") and len(piped.getvalue()) <= 81
+
+
+DEMO_WITH_RUNTIME = DEMO.replace("runtime=False", "runtime=True")
+
+
+@pytest.mark.vllm
+@pytest.mark.slow
+@pytest.mark.timeout(7200)  # the demo, then its real-vLLM part again: four launches of vLLM
+def test_with_keep_the_real_vllm_steps_paste_after_the_demo(tmp_path: Path) -> None:
+    """docs/demo.md: with --keep the hosts stay up and the transcript's lines can be pasted in
+    order, the real-vLLM part (launch, runtime-check, doctor, stop on gpu01) included. The
+    runtime step's host went down at the end of its step, before the prompt: its pasted
+    launch exited 5 (connection refused)."""
+    from tests.fixtures.runtime import ensure_env_or_skip
+
+    ensure_env_or_skip()  # installed once (minutes), reused: the demo then only checks it
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("HF_", "DFLASH_"))}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", DEMO_WITH_RUNTIME, str(tmp_path / "demo")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True, env=env, cwd=tmp_path,
+    )  # fmt: skip
+    assert proc.stdout is not None
+    transcript: list[str] = []
+    try:
+        for line in proc.stdout:
+            transcript.append(line)
+            if KEEP_MESSAGE in line:
+                break
+        out = "".join(transcript)
+        assert KEEP_MESSAGE in out, out[-3000:]
+        lines = shell_lines(out)
+        # The fleet part is pasted by test_the_transcript_pasted_into_a_shell_does_the_same;
+        # here its set-up lines, then the runtime part from its own set-up on.
+        start = next(i for i, (text, _) in enumerate(lines) if text.startswith("mkdir -p runtime"))
+        # Every set-up line before it (exports, cd, variables: later ones win), as a user
+        # who pastes only this part would.
+        script = [text for text, code in lines[:start] if code is None]
+        expected = []
+        for text, code in lines[start:]:
+            script.append(text)
+            if code is not None:
+                script.append('echo "EXIT $?"')
+                expected.append(code)
+        done = subprocess.run(
+            ["sh", "-c", "\n".join(script)], cwd=tmp_path, env=env, capture_output=True,
+            text=True, timeout=3600, check=False,
+        )  # fmt: skip
+        pasted = [int(c) for c in re.findall(r"^EXIT (\d+)$", done.stdout, re.MULTILINE)]
+        assert ExitCode.ACCEPTANCE_LOW in expected  # the runtime part's checks were pasted
+        assert pasted == expected, done.stdout[-3000:] + done.stderr[-2000:]
+    finally:
+        rest, errors = proc.communicate("\n", timeout=600)
+    assert proc.returncode == 0, "".join(transcript)[-3000:] + rest + errors

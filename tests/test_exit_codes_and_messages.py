@@ -21,6 +21,7 @@ from testbed.hosts import Host, refused_address
 from tests.fixtures.cli import Cli, run_cli, the_error_line
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
+REFERENCE_PATH = samples.REFERENCE_DRAFTER
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
 
 
@@ -57,6 +58,45 @@ def test_json_errors_are_whole_phrases_with_their_position() -> None:
     assert finding.message.endswith(tuple("0123456789"))
     (finding,) = parse_config(b'{"a": }').findings
     assert finding.message == "invalid JSON at line 1, column 7: Expecting value"
+
+
+def test_a_trailing_comma_is_named_at_the_comma(tmp_path: Path) -> None:
+    """The most common hand edit gone wrong. Python's decoder says "Expecting property name
+    enclosed in double quotes" at the closing brace, two lines below the comma to delete."""
+    text = REFERENCE.decode().rstrip().removesuffix("}").rstrip() + ",\n\n}\n"
+    (tmp_path / "edited.json").write_text(text)
+    comma_line = text[: text.rindex(",")].count("\n") + 1
+    done = Cli(tmp_path).run("validate", "edited.json", "--no-effective")
+    assert done.returncode == ExitCode.INVALID
+    assert f"invalid JSON at line {comma_line}, column " in done.stdout, done.stdout
+    assert "a trailing comma after the last key" in done.stdout and "delete it" in done.stdout
+    assert "Expecting property name" not in done.stdout
+    (finding,) = parse_config(b'{"layers": [1, 2, ],\n "a": 1}').findings
+    assert finding.message.startswith("invalid JSON at line 1, column 17: a trailing comma after")
+
+
+def test_a_port_written_as_scp_would_says_how_to_give_a_port(tmp_path: Path) -> None:
+    done = Cli(tmp_path).run("verify", "gpu1:2222:/root/models/X", "--from", str(REFERENCE_PATH))
+    line = the_error_line(done, ExitCode.USAGE, "ssh://gpu1:2222/root/models/X")
+    assert "must be absolute" not in line
+
+
+def test_push_to_a_mistyped_file_name_creates_nothing_and_names_the_directory(
+    tmp_path: Path, reference: Path
+) -> None:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_bytes(b"{}")
+    cli = Cli(tmp_path)
+    for extra in ([], ["--dry-run"]):
+        done = cli.run("push", str(model / "confg.json"), "--from", str(reference), *extra)
+        the_error_line(done, ExitCode.USAGE, "no confg.json", f"give the directory ({model})")
+        assert sorted(p.name for p in model.iterdir()) == ["config.json"]  # nothing created
+    # A file of another name that is there is the user's own: written as asked.
+    (model / "config.base.json").write_bytes(b"{}")
+    done = cli.run("push", str(model / "config.base.json"), "--from", str(reference))
+    assert done.returncode == ExitCode.OK, done.stderr
+    assert (model / "config.base.json").read_bytes() == REFERENCE
 
 
 def test_a_half_written_file_reads_as_a_whole_phrase_in_validate(tmp_path: Path) -> None:
@@ -133,3 +173,14 @@ def test_an_unreadable_remote_file_exits_7_from_diff_verify_and_audit(
     assert audit.returncode == ExitCode.REMOTE_FAILED, audit.stdout + audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert "not a regular file" in host["detail"]
+
+
+@pytest.mark.parametrize("command", ["audit", "repair"])
+def test_an_inventory_given_without_dash_i_says_to_give_it_with_dash_i(
+    tmp_path: Path, command: str
+) -> None:
+    """`audit fleet.yaml` (-i forgotten) said the default dflash.lock was missing."""
+    (tmp_path / "fleet.yaml").write_text("hosts: [h01]\n")
+    done = Cli(tmp_path).run(command, "fleet.yaml")
+    line = the_error_line(done, ExitCode.USAGE, "with -i fleet.yaml")
+    assert "dflash.lock" not in line

@@ -252,3 +252,65 @@ def test_history_cli_shows_json_and_filters(tmp_path):
     table = run_cli("history", "--last", "5", home=tmp_path, env={"COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     assert "incomplete" in table.stdout and "h01" in table.stdout
+
+
+def _narrow_history(home: Path) -> list[tuple[str, str, str, str, str]]:
+    """Records as a fleet leaves them: long host keys, a long failure message, an incomplete
+    write; (op, host, status, message, sha256 after) of each, newest first."""
+    store = HistoryStore(home / history.DB_FILENAME)
+    written = [
+        ("push", HostKey("gpu-node-017.dc2.example.com", "root", 2222), "written", "", "a" * 64),
+        ("audit", HostKey("gpu-node-018", container="lxc:vllm-1"), "drifted",
+         "2 field(s) differ from z-lab/Qwen3.6-27B-DFlash@0c6a2b7: layer_types, sliding_window",
+         "b" * 64),
+        ("repair", HostKey("h03"), "failed",
+         "connection to h03 (10.20.30.40 port 22) refused; the old file was left untouched", ""),
+    ]  # fmt: skip
+    for op, key, status, message, after in written:
+        entry = store.record_start(op, key, "/root/models/Qwen3.6-27B-DFlash/config.json")
+        store.record_finish(entry, status=status, message=message, sha256_after=after or None)
+    store.record_start("rollback", HostKey("gpu-node-019.dc2.example.com"), "/m/config.json")
+    rows = [(op, str(key), status, message, after) for op, key, status, message, after in written]
+    rows.append(("rollback", "gpu-node-019.dc2.example.com", "started (incomplete)", "", ""))
+    return rows[::-1]
+
+
+@pytest.mark.parametrize("columns", [80, 72])
+def test_history_at_80_columns_keeps_every_cell_whole(tmp_path: Path, columns: int) -> None:
+    """As `git log --oneline` or journalctl at 80 columns: no line wider than the terminal, no
+    cell cut (the table cut them to 'hos', 'statu', '06:44:2' and dropped the message); what
+    does not fit goes by priority (login, hash length, year, hashes) and the message (at 72
+    columns these hosts too) goes under its row, indented."""
+    rows = _narrow_history(tmp_path)
+    done = run_cli("history", home=tmp_path, env={"COLUMNS": str(columns)})
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert all(len(line) <= columns for line in lines), "\n".join(lines)
+    header, *body = lines
+    assert header.split()[:3] == ["when", "(UTC)", "op"] and "status" in header.split()
+    # One record per unindented line; its continuation lines are indented.
+    records: list[list[str]] = []
+    for line in body:
+        if line.startswith(" "):
+            records[-1].append(line.strip())
+        else:
+            records.append([line])
+    assert len(records) == len(rows)
+    for (op, host, status, message, _), (row, *more) in zip(rows, records, strict=True):
+        _date, clock, *cells = row.split()
+        assert len(clock) == 8 and clock.count(":") == 2, row  # HH:MM:SS, whole
+        shown = " ".join([*cells, *more])  # every cell whole, the message's words in order
+        for whole in (op, host, message):
+            assert whole in shown, (whole, shown)
+        assert status in shown or (status == "started (incomplete)" and "incomplete" in cells)
+
+
+def test_history_wide_keeps_the_one_line_table(tmp_path: Path) -> None:
+    rows = _narrow_history(tmp_path)
+    done = run_cli("history", home=tmp_path, env={"COLUMNS": "250"})
+    header, *body = done.stdout.splitlines()
+    assert header.split()[:4] == ["when", "(UTC)", "who", "op"] and header.endswith("message")
+    assert len(body) == len(rows)  # one line each: the message in its column
+    for (op, host, status, message, after), line in zip(rows, body, strict=True):
+        assert f"  {op}  " in line and f"  {host}  " in line and status in line
+        assert line.endswith(message or after[:12] or "→ -")

@@ -133,8 +133,11 @@ def test_diff_json_prints_only_json_and_refuses_an_infinite_number(tmp_path: Pat
     bad = tmp_path / "a.json"
     bad.write_bytes(reference_with("rope_theta", "1e999999"))
     done = Cli(tmp_path).run("diff", "--json", str(bad), str(samples.REFERENCE_DRAFTER))
-    the_error_line(done, ExitCode.INVALID, "rope_theta", "overflows to infinity")
-    assert done.stdout == ""  # never "Infinity", which is not JSON
+    line = the_error_line(done, ExitCode.INVALID, "rope_theta", "overflows to infinity")
+    # Never "Infinity", which is not JSON: the one document is the refusal's (strict JSON).
+    doc = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
+    assert (doc["status"], doc["exit_code"]) == ("invalid", ExitCode.INVALID)
+    assert doc["error"] == line.removeprefix("error: ")
 
 
 def test_diff_json_output_always_parses_as_strict_json(tmp_path: Path) -> None:

@@ -208,6 +208,8 @@ def test_hub_down_with_nothing_cached_exits_14_without_the_clients_retry_delay(
     [line] = error_lines(proc)
     assert "cannot reach" in line
     assert closed_port_url in line
+    # The next step, as exit 15's message gives one.
+    assert "check the network, HF_ENDPOINT and any proxy (HTTPS_PROXY), then run again" in line
     # huggingface_hub alone would back off 1+2+4+8+8 s before giving up.
     assert elapsed < 10, f"took {elapsed:.1f}s"
 

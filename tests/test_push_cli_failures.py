@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import subprocess
 import time
 from collections.abc import Iterator
@@ -100,9 +101,50 @@ def test_key_the_host_does_not_accept_exits_auth_and_names_host_and_key(
         "h01",
         h01.address,
         str(wrong),
-        "check the key (-i KEY), the user, and authorized_keys on h01",
+        "check the key (--identity KEY), the user, and authorized_keys on h01",
     )
     assert snapshot(in_root(h01, model)) == before
+
+
+@pytest.mark.parametrize("command", ["verify", "audit", "diff", "status"])
+@pytest.mark.parametrize("key", ["wrong", "none"])
+def test_following_the_login_errors_key_hint_logs_in(
+    hosts: Fleet, cli: Cli, model: str, tmp_path: Path, command: str, key: str
+) -> None:
+    """A login error names the flag that gives a key; that flag, typed as the hint spells it,
+    must log in with every command (-i was advised: the inventory in audit, a usage error;
+    deprecated in verify, a warning)."""
+    h01 = hosts.host("h01")
+    assert hosts.client is not None
+    seed(in_root(h01, model), REFERENCE)
+    home = tmp_path / "user-home"  # no ~/.ssh keys: only what the command line gives
+    home.mkdir()
+    config = tmp_path / "ssh_config"
+    config.write_text(
+        f"Host h01\n    HostName {h01.address}\n    Port {h01.port}\n    User root\n"
+        "    IdentitiesOnly yes\n"
+        f"    UserKnownHostsFile {hosts.client.known_hosts}\n"
+    )
+    source = {"status": [], "diff": [REF]}.get(command, ["--from", REF])
+    args = [command, f"h01:{model}", *source, "--ssh-config", str(config), "--no-agent"]
+    given: list[str] = []
+    if key == "wrong":
+        wrong = tmp_path / "id_not_authorized"
+        subprocess.run(
+            ["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(wrong)],
+            check=True, timeout=30,
+        )  # fmt: skip
+        given = ["--identity", str(wrong)]
+    env = {"HOME": str(home)}
+    refused = cli.run(*args, *given, env=env)
+    assert refused.returncode in (ExitCode.AUTH, ExitCode.UNREACHABLE), refused.stderr
+    said = refused.stdout + refused.stderr  # audit's table says it on stdout
+    hint = re.search(r"(?:check the key \(|give one with )(-\S+) KEY", " ".join(said.split()))
+    assert hint, said
+    followed = cli.run(*args, hint.group(1), str(hosts.client.identity), env=env)
+    logged_in = ExitCode.NOT_RUNNING if command == "status" else ExitCode.OK  # no server there
+    assert followed.returncode == logged_in, followed.stdout + followed.stderr
+    assert followed.stderr.strip() == "", followed.stderr  # no deprecation warning either
 
 
 def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(

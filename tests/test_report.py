@@ -179,7 +179,7 @@ def test_repair_table_shows_before_action_and_after():
     )
     text = render(report.repair_table([fixed]))
     assert re.search(r"h02\s+drifted\s+wrote\s+in_sync\s+fixed 2 field\(s\)", text)
-    assert report.repair_summary_line([fixed]) == "1 hosts: 1 wrote; 1 in sync now"
+    assert report.repair_summary_line([fixed]) == "1 host: 1 wrote; 1 in sync now"
 
 
 # -- piped tables without rich (plain_table.py) --------------------------------------------------

@@ -178,6 +178,9 @@ def test_config_path_is_decided_from_the_spec_alone(
         ("h/lxc:c1:rel", "absolute"),
         ("h/lxc::/m", "KIND:NAME:/path"),
         ("h:/m/..", "directory or a .json file"),
+        # A port as scp would have it: how to give one, not "the path must be absolute".
+        ("gpu1:2222:/root/models/X", "give it as ssh://gpu1:2222/root/models/X"),
+        ("ops@gpu1:2222/m", "give it as ssh://ops@gpu1:2222/m"),
     ],
 )
 def test_bad_spec_is_refused_with_one_line_usage_error(spec: str, words: str) -> None:

@@ -60,10 +60,33 @@ def _paths_of(doc: Any, prefix: list[str | int]) -> dict[int, list[str | int]]:
 def json_error_text(exc: json.JSONDecodeError) -> str:
     """The decoder's message as one whole phrase with its position. Some of its messages end in
     "at" and expect the position after them ("Unterminated string starting at")."""
+    trailing = _trailing_comma(exc.doc, exc.pos)
+    if trailing is not None:
+        return trailing
     where = f"line {exc.lineno}, column {exc.colno}"
     if exc.msg.endswith(" at"):
         return f"invalid JSON: {exc.msg[:1].lower()}{exc.msg[1:]} {where}"
     return f"invalid JSON at {where}: {exc.msg}"
+
+
+def _trailing_comma(text: str, pos: int) -> str | None:
+    """The most common hand edit gone wrong, a comma after the last key or item, said as such
+    at the comma: the decoder says "Expecting property name enclosed in double quotes" at the
+    closing brace (before Python 3.13), which names neither the comma nor where it is."""
+    comma = pos if text[pos : pos + 1] == "," else len(text[:pos].rstrip()) - 1
+    if comma < 0 or text[comma : comma + 1] != ",":
+        return None
+    after = text[comma + 1 :].lstrip()[:1]
+    before = text[:comma].rstrip()[-1:]
+    if after not in ("}", "]") or before in ("{", "[", ","):
+        return None
+    line = text.count("\n", 0, comma) + 1
+    column = comma - (text.rfind("\n", 0, comma) + 1) + 1
+    last = "key" if after == "}" else "item"
+    return (
+        f"invalid JSON at line {line}, column {column}: a trailing comma after the last {last} "
+        f"(before the closing '{after}'); JSON allows none: delete it"
+    )
 
 
 def parse_config(data: bytes, *, layer: Layer = "parse", what: str = "") -> ParseResult:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -96,6 +96,7 @@ class FleetSelection:
             refuse_key_as_inventory(self.inventory)
             members += load_members(self.inventory, (), overrides)
         if self.targets or not members:  # no hosts at all: load_members says so
+            _check_targets(self.targets)  # a mistyped TARGET is the news, not a missing lock
             if self.targets and not source.is_set:
                 # The same rule and message as push (SourceSpec.or_default_lock).
                 source = default if default is not None else source.or_default_lock()
@@ -140,6 +141,21 @@ def fleet_options(func: F) -> F:
     for option in reversed(_FLEET_OPTIONS):
         decorated = option(decorated)
     return click.argument("targets", nargs=-1, metavar="[TARGET]...")(decorated)  # type: ignore[return-value]
+
+
+def _check_targets(targets: Sequence[str]) -> None:
+    """Each TARGET parses; an inventory file given as one (``audit fleet.yaml``, -i forgotten)
+    says how to give it."""
+    from dflash_provision.errors import UsageError
+    from dflash_provision.place.target import parse_target
+
+    for spec in targets:
+        if ":" not in spec and not spec.startswith(("/", "./", "../")) and Path(spec).is_file():
+            raise UsageError(
+                f"{spec} is a file, not a TARGET (host:/path or /dir): an inventory is given "
+                f"with -i {spec}"
+            )
+        parse_target(spec)
 
 
 def make_run(connection: Connector) -> FleetRun:

@@ -19,7 +19,8 @@ if TYPE_CHECKING:
 _PIPE_WIDTH = 200
 
 
-def _pipe_width() -> int:
+def pipe_width() -> int:
+    """The width output is laid out for when stdout is not a terminal."""
     columns = os.environ.get("COLUMNS", "")
     return int(columns) if columns.isdigit() and int(columns) >= 40 else _PIPE_WIDTH
 
@@ -27,15 +28,44 @@ def _pipe_width() -> int:
 def echo_table(table: TableSpec, *lines: str) -> None:
     """A table then summary lines; piped, a table that fits is printed without importing rich
     (the same text: plain_table.py)."""
-    from dflash_provision.plain_table import plain_lines, rich_table
+    from dflash_provision.plain_table import (
+        needs_stacking,
+        plain_lines,
+        rich_table,
+        stacked_lines,
+    )
 
-    if not sys.stdout.isatty():
-        plain = plain_lines(table, _pipe_width())
+    tty = sys.stdout.isatty()
+    width = _terminal_width() if tty else pipe_width()
+    if needs_stacking(table, width):  # a word would be cut: the detail under each row
+        for line in [*stacked_lines(table, width, _paint if tty else None), *lines]:
+            click.echo(line)
+        return
+    if not tty:
+        plain = plain_lines(table, pipe_width())
         if plain is not None:
             for line in [*plain, *lines]:
                 click.echo(line)
             return
     echo_rich(rich_table(table), *lines)
+
+
+def _terminal_width() -> int:
+    import shutil
+
+    return shutil.get_terminal_size().columns
+
+
+def _paint(text: str, style: str) -> str:
+    """A rich style of this project's tables ("bold red", "dim", "green") as click's."""
+    words = style.split()
+    colours = [w for w in words if w not in ("bold", "dim")]
+    return click.style(
+        text,
+        fg=colours[0] if colours else None,
+        bold=True if "bold" in words else None,
+        dim=True if "dim" in words else None,
+    )
 
 
 def echo_rich(*renderables: Any) -> None:
@@ -46,7 +76,7 @@ def echo_rich(*renderables: Any) -> None:
         for renderable in renderables:
             console.print(renderable, highlight=False)
         return
-    console = Console(width=_pipe_width(), soft_wrap=False, no_color=True, highlight=False)
+    console = Console(width=pipe_width(), soft_wrap=False, no_color=True, highlight=False)
     for renderable in renderables:
         if isinstance(renderable, str):  # a summary line: whole, never wrapped mid-phrase
             click.echo(renderable)

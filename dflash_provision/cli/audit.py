@@ -45,6 +45,11 @@ from dflash_provision.transport.factory import Connector
 @fleet_options
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
 @click.option(
+    "--brief",
+    is_flag=True,
+    help="One line per host: a drifted host's first change and how many more, not its diff.",
+)
+@click.option(
     "--prometheus",
     type=click.Path(dir_okay=False, path_type=Path),
     metavar="FILE",
@@ -56,6 +61,7 @@ def command(
     selection: FleetSelection,
     connection: Connector,
     as_json: bool,
+    brief: bool,
     prometheus: Path | None,
 ) -> None:
     """Check a whole fleet for drift in parallel: one SSH connection and one read per host,
@@ -89,7 +95,10 @@ def command(
             document["summary"].update(stopped.to_dict())
             click.echo(report.to_json(document))
         else:
-            echo_table(report.audit_spec(stopped.done), report.summary_line(stopped.done, elapsed))
+            echo_table(
+                report.audit_spec(stopped.done, show_diff=not brief),
+                report.summary_line(stopped.done, elapsed),
+            )
         click.echo(stopped.summary(len(members), "audited"), err=True)
         ctx.exit(int(ExitCode.INTERRUPTED))
     elapsed = time.monotonic() - started
@@ -98,7 +107,9 @@ def command(
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=code)
         click.echo(report.to_json(document))
     else:
-        echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
+        echo_table(
+            report.audit_spec(audits, show_diff=not brief), report.summary_line(audits, elapsed)
+        )
     # After the results are out: a textfile that cannot be written loses no audit.
     if prometheus is not None:
         try:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from dflash_provision.cli._flags import deprecated_spelling
-from dflash_provision.cli._render import echo_rich
+
+if TYPE_CHECKING:
+    from dflash_provision.history import HistoryEntry
 
 
 @click.command("history")
@@ -54,7 +57,6 @@ def command(
     killed or the controller crashed. Run `dflash-provision verify` on that host.
     """
     from dflash_provision.history import HostKey, check_home, default_db_path, default_store
-    from dflash_provision.report import history_table
 
     check_home()  # a DFLASH_PROVISION_HOME that is a file is an error, not "no history yet"
     entries = []
@@ -67,7 +69,7 @@ def command(
         click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
         return
     if entries:
-        echo_rich(history_table(entries))
+        _echo_table(entries)
         return
     if default_db_path().exists() and default_store().query(limit=1):
         # Rows exist, only none of them match: say what was asked, not that there is nothing.
@@ -75,3 +77,25 @@ def command(
         click.echo(f"no records match {' '.join(asked)} ({default_db_path()})")
         return
     click.echo(f"no history yet ({default_db_path()})")
+
+
+def _echo_table(entries: list[HistoryEntry]) -> None:
+    """One row per record, every cell whole at any width (cli/_history_view.py); on a terminal
+    its width and the status in colour, piped the pipe width (COLUMNS, else wide)."""
+    import shutil
+    import sys
+
+    from dflash_provision.cli._history_view import history_lines, plain
+    from dflash_provision.cli._render import pipe_width
+
+    if sys.stdout.isatty():
+        width = shutil.get_terminal_size().columns
+
+        def paint(text: str, colour: str) -> str:
+            return click.style(text, fg=colour)
+
+        lines = history_lines(entries, width, paint)
+    else:
+        lines = history_lines(entries, pipe_width(), plain)
+    for line in lines:
+        click.echo(line)

@@ -8,6 +8,7 @@ import importlib
 import os
 import sys
 import traceback
+from typing import Any
 
 import click
 
@@ -63,6 +64,10 @@ class LazyGroup(click.Group):
             return None
         module = importlib.import_module(f"dflash_provision.cli.{entry[0]}")
         command: click.Command = module.command
+        if isinstance(ctx.find_root().obj, dict):  # main's state: the --json error document
+            from dflash_provision.cli._json_document import remember_target
+
+            remember_target(command, ctx.find_root().obj)
         if command.epilog is None:  # the forms and exit codes, from one table (cli/_help.py)
             from dflash_provision.cli._help import epilog
 
@@ -118,48 +123,78 @@ def main(argv: list[str] | None = None) -> None:
     """Run the CLI, turning expected errors into one line on stderr and a documented exit code."""
     # The group's callback records --debug here; the errors below are caught after its context
     # has ended, so this dict is how the flag reaches them.
-    state: dict[str, bool] = {"debug": os.environ.get(DEBUG_ENV, "") not in ("", "0")}
-    sys.exit(_after_run(_run(argv, state)))
+    state: dict[str, Any] = {"debug": os.environ.get(DEBUG_ENV, "") not in ("", "0")}
+    sys.exit(_run(argv, state))
 
 
-def _run(argv: list[str] | None, state: dict[str, bool]) -> int:
-    """The command's exit code; every error has printed its one line by then."""
+def _run(argv: list[str] | None, state: dict[str, Any]) -> int:
+    """The exit code; every error has printed its one line by then (and, for a command given
+    --json, its JSON document is on stdout, with that code: cli/_json_document.py)."""
+    from dflash_provision.cli._json_document import json_command
 
+    args = list(sys.argv[1:] if argv is None else argv)
+    json_for = json_command(cli, args)
+    if json_for is None:
+        return _after_run(_run_command(args, state))
+    from dflash_provision.cli._json_document import (
+        HeldStdout,
+        completed,
+        error_document,
+        print_document,
+    )
+
+    held = HeldStdout(sys.stdout)
+    sys.stdout = held  # released, completed, when the command ends
+    try:
+        code = _after_run(_run_command(args, state))
+    finally:
+        sys.stdout = held.stream
+    printed = held.text()
+    failure = state.get("failure")
+    if printed.strip():
+        click.echo(completed(printed, code), nl=False)
+    elif failure is not None:
+        exc, line = failure
+        print_document(error_document(json_for, state, exc, code, line))
+    return code
+
+
+def _run_command(argv: list[str], state: dict[str, Any]) -> int:
     def debug() -> bool:
-        return state["debug"]
+        return bool(state["debug"])
+
+    def failed(exc: BaseException | None, line: str, code: int) -> int:
+        click.echo(line, err=True)
+        state["failure"] = (exc, line)
+        return code
 
     try:
         rv = cli.main(args=argv, standalone_mode=False, obj=state)
     except DflashProvisionError as exc:
         if debug():
             traceback.print_exc()
-        click.echo(f"error: {exc.message}", err=True)
-        return int(exc.exit_code)
+        return failed(exc, f"error: {exc.message}", int(exc.exit_code))
     except _CtrlC:
-        click.echo("interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
+        return failed(None, "interrupted", int(ExitCode.INTERRUPTED))
     except click.exceptions.Abort as exc:
         if debug():  # click turns an EOFError or Ctrl-C into Abort: show what it was
             traceback.print_exc()
         ctrl_c = isinstance(exc.__cause__, KeyboardInterrupt)
-        click.echo("interrupted" if ctrl_c else "aborted", err=True)
-        return int(ExitCode.INTERRUPTED)
+        return failed(None, "interrupted" if ctrl_c else "aborted", int(ExitCode.INTERRUPTED))
     except click.ClickException as exc:
         exc.show()
+        state["failure"] = (exc, f"error: {exc.format_message()}")
         return int(ExitCode.USAGE if isinstance(exc, click.UsageError) else exc.exit_code)
     except click.exceptions.Exit as exc:
         return int(exc.exit_code)
     except KeyboardInterrupt:
-        click.echo("interrupted", err=True)
-        return int(ExitCode.INTERRUPTED)
+        return failed(None, "interrupted", int(ExitCode.INTERRUPTED))
     except Exception as exc:  # the last net: a bug still ends in one line
         if debug():
             traceback.print_exc()
         if _wraps_ctrl_c(exc):
-            click.echo("interrupted", err=True)
-            return int(ExitCode.INTERRUPTED)
-        click.echo(unexpected_error_line(exc, traceback_shown=debug()), err=True)
-        return int(ExitCode.ERROR)
+            return failed(None, "interrupted", int(ExitCode.INTERRUPTED))
+        return failed(exc, unexpected_error_line(exc, traceback_shown=debug()), int(ExitCode.ERROR))
     return int(rv) if isinstance(rv, int) else 0
 
 

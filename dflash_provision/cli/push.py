@@ -16,8 +16,9 @@ from dflash_provision.transport.factory import Connector
 @click.command(
     "push",
     help=(
-        "Write the authoritative config to TARGET atomically (lock, temp file, fsync, backup, "
-        "rename, fsync dir) in one remote command, then read it back in another and compare. "
+        "Write the authoritative config to TARGET atomically in one remote command (lock, temp "
+        "file, fsync, backup, rename, fsync dir), which then opens the file again by its path "
+        "and sends its bytes back to be compared with those meant (the read-back). "
         "Prints the semantic diff applied, or 'unchanged'. TARGET is e.g. root@gpu1:/models/X, "
         "gpu1/lxc:c1:/models/X or /local/dir. A symlinked config.json is refused unless "
         "--follow-symlinks (then the file it points to is replaced and the link kept)."

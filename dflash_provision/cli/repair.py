@@ -53,6 +53,11 @@ from dflash_provision.transport.factory import Connector
     "--mkdir", is_flag=True, help="Create the model directory on hosts where it is missing."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--brief",
+    is_flag=True,
+    help="One line per host: a drifted host's first change and how many more, not its diff.",
+)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -63,6 +68,7 @@ def command(
     keep_backups: int,
     mkdir: bool,
     as_json: bool,
+    brief: bool,
 ) -> None:
     """Audit a fleet, then push to every host whose file is not the authoritative bytes (a
     same_values file, the right values in other bytes, included), through the full write
@@ -105,7 +111,7 @@ def command(
             click.echo(report.to_json(document))
         else:
             echo_table(
-                report.repair_spec(stopped.done),
+                report.repair_spec(stopped.done, show_diff=not brief),
                 report.repair_summary_line(stopped.done, elapsed),
             )
         click.echo(stopped.summary(len(members), "handled"), err=True)
@@ -118,5 +124,8 @@ def command(
         )
         click.echo(report.to_json(document))
     else:
-        echo_table(report.repair_spec(repairs), report.repair_summary_line(repairs, elapsed))
+        echo_table(
+            report.repair_spec(repairs, show_diff=not brief),
+            report.repair_summary_line(repairs, elapsed),
+        )
     ctx.exit(int(code))

@@ -227,9 +227,36 @@ def push_config(
         forced=force and bool(warnings),
         validation=report,
     )
+    if not unread:
+        _refuse_a_new_file_of_another_name(transport, target, timeout=write.timeout)
     if dry_run:
         return _dry_run(transport, result, authority.data, mkdir=write.mkdir, timeout=write.timeout)
     return _write_and_prove(transport, result, authority.data, write, unread=unread)
+
+
+def _refuse_a_new_file_of_another_name(
+    transport: Transport, target: Target, *, timeout: float | None
+) -> None:
+    """``h01:/models/X/confg.json``: a target naming a .json file vLLM does not read, that is
+    not there. Writing it would create a stray file beside config.json and report success; a
+    file of that name that exists is the user's own and is written as asked. One more read,
+    only for such a name."""
+    from dflash_provision.place.target import CONFIG_FILENAME
+
+    name = target.config_path.rsplit("/", 1)[-1]
+    if name == CONFIG_FILENAME:
+        return
+    current = read_remote_config(transport, target.config_path, timeout=timeout, metadata=False)
+    if current.status not in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
+        return
+    from dataclasses import replace
+
+    directory = replace(target, path=target.model_dir).display()
+    raise UsageError(
+        f"target {target}: there is no {name} there and vLLM reads {CONFIG_FILENAME}; "
+        f"refusing to create a file of another name: give the directory ({directory}) to "
+        f"write its {CONFIG_FILENAME}"
+    )
 
 
 def _dry_run(

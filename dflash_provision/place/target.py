@@ -208,7 +208,24 @@ def _parse_scp_like(spec: str) -> Target:
         container, path = _container_and_path(rest[slash + 1 :], spec)
         return Target(spec, host, user, None, container, path)
     host = _hostname(rest[:colon], spec)
+    _refuse_port_in_scp_form(user, host, rest[colon + 1 :], spec)
     return Target(spec, host, user, None, None, _remote_path(rest[colon + 1 :], spec))
+
+
+_PORT_THEN_PATH = re.compile(r"([0-9]{1,5}):?(/.*)", re.DOTALL)
+
+
+def _refuse_port_in_scp_form(user: str | None, host: str, after: str, spec: str) -> None:
+    """``gpu1:2222:/path`` (or ``gpu1:2222/path``): a port typed as scp has none. Say how a port
+    is given instead of "the path must be absolute", which sends the user looking at the path."""
+    match = _PORT_THEN_PATH.fullmatch(after)
+    if match is None:
+        return
+    userhost = f"{user}@{host}" if user else host
+    raise UsageError(
+        f"target {_show(spec)}: host:/path carries no port; give it as "
+        f"ssh://{userhost}:{match.group(1)}{match.group(2)} (or as Port in ssh_config)"
+    )
 
 
 def _parse_url(spec: str) -> Target:

@@ -419,7 +419,9 @@ def _raise_mapped(
         raise HubError(
             f"{where}: cannot reach the Hub at {where.shown_endpoint} "
             f"({unreachable or 'no answer'}) "
-            f"and the file is not in the cache ({where.cache_dir})",
+            f"and the file is not in the cache ({where.cache_dir}); check the network, "
+            "HF_ENDPOINT and any proxy (HTTPS_PROXY), then run again: once fetched, the file "
+            "is served from the cache while the Hub is down",
             exit_code=ExitCode.HUB_UNREACHABLE,
         ) from None
     if isinstance(exc, EntryNotFoundError):

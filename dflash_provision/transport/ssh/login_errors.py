@@ -83,15 +83,16 @@ def map_connect_error(
         tried = ", ".join(endpoint.identity_files) or "no key files"
         agent = " and the ssh agent" if opts.use_agent and not endpoint.identities_only else ""
         return AuthError(
-            f"authentication to {label} failed (tried {tried}{agent}); check the key (-i KEY), "
-            f"the user, and authorized_keys on {endpoint.alias}",
+            f"authentication to {label} failed (tried {tried}{agent}); check the key "
+            f"(--identity KEY), the user, and authorized_keys on {endpoint.alias}",
             reason="auth",
         )
     if isinstance(exc, paramiko.SSHException) and "No authentication methods available" in str(exc):
-        # paramiko's words when it had no key at all to offer (no -i, no default key, no agent).
+        # paramiko's words when it had no key at all to offer (no --identity, no default key, no
+        # agent). --identity, not -i: -i is the inventory in the fleet commands.
         return AuthError(
-            f"no SSH key to log in to {label} with: give one with -i KEY or IdentityFile, put "
-            "one in ~/.ssh (id_ed25519, id_ecdsa, id_rsa), or load it into ssh-agent",
+            f"no SSH key to log in to {label} with: give one with --identity KEY or IdentityFile, "
+            "put one in ~/.ssh (id_ed25519, id_ecdsa, id_rsa), or load it into ssh-agent",
             reason="auth",
         )
     waited = _handshake_timeout(exc, phase, opts)

@@ -12,10 +12,11 @@ short_description: Make a DFlash drafter's config.json the authoritative one, pr
 description:
   - Resolves and validates the authoritative config on the controller with the dflash-provision
     library (a lock file, a Hub repo at a commit, or a local file), then writes it on the host
-    with dflash-provision push's protocol through the play's connection (lock, temp file in the
-    directory, fsync, rename, directory fsync, backup, separate read-back compared with the
-    bytes meant) and records the write in the dflash-provision history.
-  - Runs on hosts without Python (busybox containers): the host side is POSIX sh.
+    with dflash-provision push's protocol through the play's connection, in one remote command
+    (lock, temp file in the directory, fsync, backup, rename, directory fsync, then the read-back
+    of the file opened again by its path, compared with the bytes meant), and records the write
+    in the dflash-provision history.
+  - Runs on hosts without Python (busybox containers); the host side is POSIX sh.
 version_added: "0.1.0"
 author: dflash-provision maintainers
 extends_documentation_fragment:
@@ -63,7 +64,8 @@ backup:
   type: str
   returned: success
 readback_sha256:
-  description: The sha256 the separate read-back found.
+  description: The sha256 the read-back found (the file opened again by its path, in the write's
+    own command).
   type: str
   returned: success
 proof:
