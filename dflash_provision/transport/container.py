@@ -127,7 +127,7 @@ class ContainerTransport(WrappingTransport):
     ) -> CommandResult:
         result = super().run(argv, stdin=stdin, timeout=timeout)
         if self.kind == "docker" and docker_exec.command_not_found(
-            result.exit_status, result.stderr.decode("utf-8", "replace")
+            result.exit_status, (result.stdout + result.stderr).decode("utf-8", "replace")
         ):
             return replace(result, exit_status=127)
         return result

@@ -56,7 +56,8 @@ _PODMAN_NOT_RUNNING = re.compile(
 # ``docker exec`` exits 126 for a command the container does not have (dockerd 20.10, both
 # clients), where sh, lxc-attach and ``docker run`` say 127: "OCI runtime exec failed: exec
 # failed: unable to start container process: exec: "X": executable file not found in $PATH" or,
-# for a path, "... stat /bin/X: no such file or directory".
+# for a path, "... stat /bin/X: no such file or directory". With -i the client prints that line
+# on stdout, ending in CR LF (measured, both clients): both streams are searched.
 _EXEC_NOT_FOUND = re.compile(
     r'^OCI runtime exec failed: .*exec: "[^"\n]*": (?:executable file not found in \$PATH|'
     r"stat [^\n]*: no such file or directory)",
@@ -109,6 +110,7 @@ def container_state(kind: str, stderr: str) -> str | None:
     return None
 
 
-def command_not_found(exit_status: int, stderr: str) -> bool:
-    """The container has no such command (docker exec's 126 for what sh calls 127)."""
-    return exit_status == 126 and _EXEC_NOT_FOUND.search(stderr) is not None
+def command_not_found(exit_status: int, output: str) -> bool:
+    """The container has no such command (docker exec's 126 for what sh calls 127); ``output``
+    is stdout and stderr together."""
+    return exit_status == 126 and _EXEC_NOT_FOUND.search(output) is not None
