@@ -14,9 +14,10 @@ from dflash_provision.errors import ExitCode
 TARGET_FORM = (
     "TARGET: [USER@]HOST:/PATH over SSH (HOST may be an ~/.ssh/config alias; "
     "ssh://[USER@]HOST[:PORT]/PATH carries a port), HOST/KIND:NAME:/PATH inside a container on "
-    "that host (KIND lxc, pct, incus or lxd), KIND:NAME:/PATH in a container here, or a local "
-    "/PATH. PATH is the model directory or its .json file. E.g. root@gpu1:/root/models/X, "
-    "gpu1/lxc:c1:/root/models/X, pve1/pct:101:/root/models/X, /srv/models/X."
+    "that host (KIND lxc, pct, incus, lxd, docker or podman), KIND:NAME:/PATH in a container "
+    "here, or a local /PATH. PATH is the model directory or its .json file. E.g. "
+    "root@gpu1:/root/models/X, gpu1/lxc:c1:/root/models/X, pve1/pct:101:/root/models/X, "
+    "gpu1/docker:vllm:/models/X, /srv/models/X."
 )
 SOURCE_FORM = (
     "SOURCE: a local config.json file, a directory holding one, a Hub repo id OWNER/NAME[@REV], "
