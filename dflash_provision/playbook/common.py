@@ -124,9 +124,7 @@ def open_host(runner: ShellRunner, host: str, where: HostArgs) -> tuple[Transpor
         from dflash_provision.transport.container import ContainerTransport
 
         ref = parse_container_ref(where.container)
-        transport = ContainerTransport(
-            transport, ref.kind, ref.name, docker_host=where.docker_host
-        )
+        transport = ContainerTransport(transport, ref.kind, ref.name, docker_host=where.docker_host)
         name = f"{host}/{ref.display()}"
     return transport, parse_target(f"{name}:{where.path}")
 
