@@ -199,6 +199,27 @@ class DockerDaemon:
         )
         return DockerContainer(self, name)
 
+    def run_once(
+        self,
+        command: Sequence[str],
+        *,
+        image: str | None = None,
+        volumes: Sequence[tuple[str | Path, str, str]] = (),
+        environment: dict[str, str] | None = None,
+        network: str = "none",
+        timeout: float = 300,
+    ) -> subprocess.CompletedProcess[str]:
+        """``docker run --rm`` in the foreground (as an init container runs): its exit status and
+        output. ``volumes``: (source, path inside, ``ro`` or ``rw``)."""
+        args = ["run", "--rm", "--network", network]
+        for source, inside, mode in volumes:
+            args += ["-v", f"{source}:{inside}:{mode}"]
+        for name, value in (environment or {}).items():
+            args += ["-e", f"{name}={value}"]
+        return self.docker(
+            *args, image or self.busybox_image(), *command, timeout=timeout, check=False
+        )
+
     def stop(self, timeout: float = STOP_TIMEOUT_S) -> None:
         """Remove every container, then end dockerd by its pid. Safe to call twice."""
         process, self._process = self._process, None
