@@ -22,7 +22,7 @@ from dflash_provision.source.authority import SourceSpec
 @click.argument("drafter_dir", metavar="DRAFTER_DIR")
 @click.option(
     "--target-config",
-    "target_config",
+    "target_source",
     required=True,
     metavar="PATH",
     help="The target model's config.json (or its directory) on the volume: the drafter must "
@@ -51,7 +51,7 @@ from dflash_provision.source.authority import SourceSpec
 )
 def command(
     drafter_dir: str,
-    target_config: str,
+    target_source: str,
     authority_spec: SourceSpec,
     mkdir: bool,
     keep_backups: int,
@@ -67,9 +67,9 @@ def command(
     from dflash_provision.source.authority import load_local
 
     require_pinned(authority_spec)
-    target_path = Path(target_config)
+    target_path = Path(target_source)
     if not target_path.exists():
-        raise UsageError(f"--target-config {target_config}: no such file or directory")
+        raise UsageError(f"--target-config {target_source}: no such file or directory")
     target = load_local(target_path)
     authority = authority_spec.load()
     result = prepare_drafter(
