@@ -19,7 +19,8 @@ own mount namespace: give paths every host sees (not a host's /root).
 
 Clean-up: ``stop()`` removes every container (``docker rm -f``), then ends dockerd by its pid
 (SIGTERM, SIGKILL at the deadline); dockerd ends its containerd. dockerd is started through
-testbed.hosts' launcher, so it is killed if this Python process dies first.
+testbed.hosts' launcher with SIGTERM as its parent-death signal, so if this Python process dies
+first dockerd still kills its containers (``--shutdown-timeout=2``) and ends.
 """
 
 from __future__ import annotations
@@ -111,7 +112,11 @@ class DockerDaemon:
         ]
         began = time.monotonic()
         with self.log.open("ab") as log:
-            self._process = _popen(argv, stdout=log, stderr=subprocess.STDOUT)
+            # SIGTERM if this process dies first: dockerd then kills its containers and ends
+            # containerd (SIGKILL would leave the containers' shims and processes running).
+            self._process = _popen(
+                argv, stdout=log, stderr=subprocess.STDOUT, death_signal=signal.SIGTERM
+            )
         deadline = began + timeout
         while True:
             if self._process.poll() is not None:
