@@ -21,21 +21,37 @@ $(VENV)/.installed: pyproject.toml
 
 # sshd, LXC and busybox back the real-component tests and the demo fleet; prometheus (promtool)
 # and node_exporter the monitoring tests, which start their own on free loopback ports: the
-# services Debian starts on :9090 / :9100 at install are stopped and disabled.
+# services Debian starts on :9090 / :9100 at install are stopped and disabled. docker.io (dockerd,
+# docker, runc) backs the docker:NAME tests, which start their own dockerd on a socket under a
+# temp dir (testbed/docker.py): the system's docker.service is stopped and disabled the same way,
+# and docker.io comes without its recommends (needrestart would restart services after apt runs).
+APT_NO_RECOMMENDS := docker.io
 system-deps:
 	@if [ "$$(id -u)" = 0 ]; then \
-	  missing=""; \
+	  missing=""; lean=""; \
 	  for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
-	  if [ -n "$$missing" ]; then \
-	    echo "apt-get install$$missing"; \
-	    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null; \
-	    case "$$missing" in *prometheus*) ;; *) false ;; esac && \
+	  for p in $(APT_NO_RECOMMENDS); do dpkg -s $$p >/dev/null 2>&1 || lean="$$lean $$p"; done; \
+	  if [ -n "$$missing$$lean" ]; then \
+	    echo "apt-get install$$missing$$lean"; \
+	    apt-get update -qq || exit 1; \
+	    if [ -n "$$missing" ]; then \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing >/dev/null || exit 1; \
+	    fi; \
+	    if [ -n "$$lean" ]; then \
+	      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	        $$lean >/dev/null || exit 1; \
+	    fi; \
 	    if command -v systemctl >/dev/null && [ -d /run/systemd/system ]; then \
-	      systemctl disable --now -q prometheus prometheus-node-exporter 2>/dev/null || true; \
+	      case "$$missing" in *prometheus*) \
+	        systemctl disable --now -q prometheus prometheus-node-exporter 2>/dev/null || true;; \
+	      esac; \
+	      case "$$lean" in *docker.io*) \
+	        systemctl disable --now -q docker.socket docker.service 2>/dev/null || true;; \
+	      esac; \
 	    fi; \
 	  fi; \
 	else \
-	  echo "not root: skipping apt packages ($(APT_PACKAGES)); tests that need them are skipped"; \
+	  echo "not root: skipping apt packages ($(APT_PACKAGES) $(APT_NO_RECOMMENDS)); tests that need them are skipped"; \
 	fi
 
 demo: install system-deps

@@ -42,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import fcntl
+import functools
 import getpass
 import os
 import secrets
@@ -274,10 +275,11 @@ def _sshd_config(
 # processes
 
 
-def _die_with_parent() -> None:
-    """preexec_fn: SIGKILL this child when the launching thread's process goes away."""
+def _die_with_parent(sig: int = signal.SIGKILL) -> None:
+    """preexec_fn: send ``sig`` (default SIGKILL) to this child when the launching thread's
+    process goes away."""
     libc = ctypes.CDLL(None, use_errno=True)
-    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    libc.prctl(_PR_SET_PDEATHSIG, sig, 0, 0, 0)
 
 
 # PR_SET_PDEATHSIG fires when the *thread* that forked exits, so every launch goes through one
@@ -286,7 +288,11 @@ _launcher: ThreadPoolExecutor | None = None
 _launcher_lock = threading.Lock()
 
 
-def _popen(argv: list[str], *, stdout: Any, stderr: Any) -> subprocess.Popen[bytes]:
+def _popen(
+    argv: list[str], *, stdout: Any, stderr: Any, death_signal: int = signal.SIGKILL
+) -> subprocess.Popen[bytes]:
+    """Start ``argv`` from the launcher thread; it gets ``death_signal`` when this process dies
+    (SIGKILL; a daemon that must clean up after itself, as dockerd, asks for SIGTERM)."""
     global _launcher
     with _launcher_lock:
         if _launcher is None:
@@ -297,7 +303,7 @@ def _popen(argv: list[str], *, stdout: Any, stderr: Any) -> subprocess.Popen[byt
         stdin=subprocess.DEVNULL,
         stdout=stdout,
         stderr=stderr,
-        preexec_fn=_die_with_parent,  # PR_SET_PDEATHSIG: see _die_with_parent
+        preexec_fn=functools.partial(_die_with_parent, death_signal),  # see _die_with_parent
         cwd="/",
     )
     return future.result(timeout=30)

@@ -8,6 +8,7 @@ _FIXTURE_MODULES = [
     "tests.fixtures.configs",
     "tests.fixtures.cli",
     "tests.fixtures.standin",
+    "tests.fixtures.docker",
 ]
 
 pytest_plugins = [m for m in _FIXTURE_MODULES if importlib.util.find_spec(m) is not None]

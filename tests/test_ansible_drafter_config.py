@@ -191,6 +191,32 @@ def test_the_drafter_inside_an_lxc_container_behind_the_host(make_fleet, tmp_pat
         assert container.attach(["cat", CONFIG]).stdout.encode() == REFERENCE
 
 
+@pytest.mark.docker
+def test_the_drafter_inside_a_docker_container_behind_the_host(  # type: ignore[no-untyped-def]
+    make_fleet, docker_daemon, tmp_path: Path
+) -> None:
+    """``container: docker:NAME`` with ``docker_host`` (the test bed's own dockerd, whose socket
+    the host's docker does not know): the same protocol through ``docker exec -i`` on the host
+    (a busybox image: no python, no bash), proved by reading the file inside the container."""
+    from tests.fixtures.docker import unique_container_name
+
+    fleet = make_fleet(1)
+    host = fleet.hosts[0]
+    (tmp_path / "authoritative.json").write_bytes(REFERENCE)
+    with docker_daemon.container(unique_container_name("ans")) as container:
+        container.exec(["sh", "-c", f"mkdir -p {DRAFTER} && cat > {CONFIG}"], INCIDENT)
+        source = (
+            f"src: authoritative.json\n        container: docker:{container.name}"
+            f"\n        docker_host: {docker_daemon.host_url}"
+        )
+        done = Play(fleet, tmp_path, hosts=[host.alias]).run(_playbook(source))
+        assert done.returncode == 0, done.output[-3000:]
+        result = done.of(host.alias, TASK)["result"]
+        assert result["status"] == "written" and result["changed"] is True, result
+        assert result["target"].startswith(f"{host.alias}/docker:{container.name}:")
+        assert container.exec(["cat", CONFIG]).stdout.encode() == REFERENCE
+
+
 def test_a_source_that_fails_validation_is_refused_on_the_controller(bed) -> None:  # type: ignore[no-untyped-def]
     fleet, play = bed
     h01 = fleet.hosts[0]

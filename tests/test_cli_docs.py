@@ -60,7 +60,7 @@ def test_audit_help_lists_every_code_an_audit_returns() -> None:
     assert exit_codes_in(help_of("audit")) >= {0, 2, 3, 4, 5, 6, 7, 8, 9, *range(10, 17), 130}
 
 
-@pytest.mark.parametrize("name", [n for n in COMMANDS if n not in ("fetch", "history")])
+@pytest.mark.parametrize("name", [n for n in COMMANDS if n not in ("fetch", "history", "init")])
 def test_every_command_that_reaches_a_target_names_the_target_forms(name: str) -> None:
     text = help_of(name)
     assert "TARGET:" in text and "/KIND:NAME:/PATH" in text, text

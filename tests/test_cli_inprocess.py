@@ -106,6 +106,11 @@ BAD_VALUES = [
     ("logs", ["/m", "--last", "0"], "'--last' / '-n': 0 is not in the range 1<=x<=100000."),
     ("runtime-check", ["--min-acceptance", "2"], "2.0 is not in the range 0.0<=x<=1.0."),
     ("doctor", ["/m", "--prompts", "65"], "'--prompts': 65 is not in the range 1<=x<=64."),
+    (
+        "init",
+        ["/m", "--target-config", "t", "--keep-backups", "-1"],
+        "-1 is not in the range x>=0.",
+    ),
 ]
 
 

@@ -19,9 +19,11 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from testbed import samples
+from testbed.docker import DockerDaemon
 from testbed.hosts import Fleet, Host, missing_prerequisites
 from testbed.lxc import busybox_container
 from tests.fixtures.cli import Cli, the_error_line
+from tests.fixtures.docker import ModelsContainer
 from tests.fixtures.login_users import (
     LoginUser,
     add_private_login_users,
@@ -182,6 +184,29 @@ def test_lxc_container_as_non_root_login_exits_auth_needs_root_then_works_with_s
         pushed = cli.run("push", spec, "--from", REF, "--sudo", *sudo_host.args())
         assert pushed.returncode == 0, pushed.stderr
         assert (directory / "config.json").read_bytes() == REFERENCE
+
+
+@pytest.mark.docker
+def test_docker_container_as_non_root_login_exits_auth_needs_root_then_works_with_sudo(
+    sudo_host: SudoHost, cli: Cli, docker_daemon: DockerDaemon, docker_models: ModelsContainer
+) -> None:
+    # The daemon's socket is closed to a login outside the docker group (here: not even its
+    # directory can be entered): docker says "permission denied while trying to connect".
+    directory = docker_models.models / "X"
+    before = seed(directory)
+    spec = f"{sudo_host.nopasswd.name}@h01/docker:{docker_models.name}:/models/X"
+    daemon = ["--docker-host", docker_daemon.host_url]
+    proc = cli.run("push", spec, "--from", REF, *daemon, *sudo_host.args())
+    the_error_line(
+        proc, ExitCode.AUTH, docker_models.name, "h01", "may not use docker", "--sudo",
+        "docker group",
+    )  # fmt: skip
+    assert proc.stdout == ""
+    assert snapshot(directory) == before
+
+    pushed = cli.run("push", spec, "--from", REF, "--sudo", *daemon, *sudo_host.args())
+    assert pushed.returncode == 0, pushed.stderr
+    assert (directory / "config.json").read_bytes() == REFERENCE
 
 
 def test_ansible_become_repairs_as_root_for_that_host_only(

@@ -100,6 +100,12 @@ def _connection_option_list(old_short_identity: bool) -> list[Callable[[F], F]]:
             "--lxc-path",
             help="Classic LXC container directory on the host (lxc-attach -P).",
         ),
+        click.option(
+            "--docker-host",
+            metavar="URL",
+            help="The Docker daemon of docker:NAME targets on the host, as docker -H "
+            "(e.g. unix:///run/user/1000/docker.sock; default: docker's own there).",
+        ),
     ]
 
 
@@ -194,7 +200,9 @@ def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
-        kwargs["connection"] = Connector(ssh=ssh, lxc_path=kwargs.pop("lxc_path"))
+        kwargs["connection"] = Connector(
+            ssh=ssh, lxc_path=kwargs.pop("lxc_path"), docker_host=kwargs.pop("docker_host")
+        )
         return func(*args, **kwargs)
 
     for option in reversed(_connection_option_list(old_short_identity)):

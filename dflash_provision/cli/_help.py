@@ -14,9 +14,10 @@ from dflash_provision.errors import ExitCode
 TARGET_FORM = (
     "TARGET: [USER@]HOST:/PATH over SSH (HOST may be an ~/.ssh/config alias; "
     "ssh://[USER@]HOST[:PORT]/PATH carries a port), HOST/KIND:NAME:/PATH inside a container on "
-    "that host (KIND lxc, pct, incus or lxd), KIND:NAME:/PATH in a container here, or a local "
-    "/PATH. PATH is the model directory or its .json file. E.g. root@gpu1:/root/models/X, "
-    "gpu1/lxc:c1:/root/models/X, pve1/pct:101:/root/models/X, /srv/models/X."
+    "that host (KIND lxc, pct, incus, lxd, docker or podman), KIND:NAME:/PATH in a container "
+    "here, or a local /PATH. PATH is the model directory or its .json file. E.g. "
+    "root@gpu1:/root/models/X, gpu1/lxc:c1:/root/models/X, pve1/pct:101:/root/models/X, "
+    "gpu1/docker:vllm:/models/X, /srv/models/X."
 )
 SOURCE_FORM = (
     "SOURCE: a local config.json file, a directory holding one, a Hub repo id OWNER/NAME[@REV], "
@@ -34,6 +35,11 @@ FLEET_FORM = (
     "some) and/or plain TARGETs (forms under TARGET). The key file is --identity KEY."
 )
 REPO_FORM = "REPO_ID: OWNER/NAME or OWNER/NAME@REV (a branch, tag or commit sha)."
+INIT_FORM = (
+    "DRAFTER_DIR: an absolute path on this machine. Pinned source: --lock FILE, --repo "
+    "OWNER/NAME --revision COMMIT (40 hex digits), or --from FILE. See docs/containers.md for "
+    "a pod's init container."
+)
 
 # One-line meanings, short enough for a help screen.
 MEANING: dict[int, str] = {
@@ -101,6 +107,7 @@ COMMAND_HELP: dict[str, tuple[tuple[str, ...], tuple[int, ...]]] = {
         (FLEET_FORM, TARGET_FORM, AUTHORITY_FORM),
         (*_BASE, 3, *_CONNECT, 9, *_HUB, 27, 28, 29, 30, 31, 130),
     ),
+    "init": ((INIT_FORM,), (*_BASE, 3, 7, *_HUB, 17)),
 }
 
 # What a code means for one command, where it says more than MEANING (fleet roll-ups).
@@ -116,6 +123,8 @@ _SPECIFIC: dict[tuple[str, int], str] = {
     ("status", 22): "the port is held by a process this login cannot see",
     ("launch", 130): "Ctrl-C during the readiness wait: the server keeps starting (stop named)",
     ("runtime-check", 9): "checked, but the acceptance reference could not be recorded",
+    ("init", 3): "the drafter config is invalid or does not fit --target-config: nothing written",
+    ("init", 7): "the write failed or was not proved (permission, disk full, read-only, no dir)",
 }
 
 

@@ -36,6 +36,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     ),
     "doctor": ("doctor", "Trace the config pipeline for one target; name the first broken link."),
     "rollout": ("rollout", "Roll a new drafter config across a fleet in gated batches."),
+    "init": ("init", "In a pod's init container: the pinned drafter config, validated, written."),
 }
 
 DEBUG_ENV = "DFLASH_PROVISION_DEBUG"

@@ -215,6 +215,7 @@ _INHERITED_VALUES = {
     "ssh_config": "--ssh-config",
     "known_hosts": "--known-hosts",
     "lxc_path": "--lxc-path",
+    "docker_host": "--docker-host",
 }
 _INHERITED_FLAGS = {
     "accept_new_host_key": "--accept-new-host-key",

@@ -27,7 +27,7 @@ Three ways to name a fleet, all producing ``list[FleetMember]``:
            hosts:
              - name: pve1-101
                address: pve1
-               container: pct:101                    # lxc:NAME, pct:VMID, incus:NAME, lxd:NAME
+               container: pct:101    # lxc:NAME pct:VMID incus:NAME lxd:NAME docker:NAME podman:NAME
                path: /root/models/Qwen3.6-27B-DFlash
          lab:
            drafter:

@@ -18,15 +18,18 @@ Target syntax (one spec names one model directory or one ``*.json`` file)::
       pct    Proxmox VE (pct exec)        NAME is the numeric VMID, 100..999999999
       incus  Incus (incus exec)           NAME is a hostname label ([A-Za-z][A-Za-z0-9-]*, <=63)
       lxd    LXD (lxc exec)               NAME as for incus
+      docker Docker (docker exec -i)      NAME or ID ([A-Za-z0-9][A-Za-z0-9_.-]+, Docker's rule)
+      podman Podman (podman exec -i)      NAME or ID as for docker
 
 Examples: ``gpu1:/root/models/Qwen3-8B-DFlash``, ``ssh://ops@10.0.0.5:2222/srv/m/config.json``,
-``pve1/pct:101:/root/models/X``, ``lxc:c1:/models/X``, ``root@[fd00::5]:/models/X``.
+``pve1/pct:101:/root/models/X``, ``lxc:c1:/models/X``, ``gpu1/docker:vllm:/models/X``,
+``root@[fd00::5]:/models/X``.
 
 How the grammar stays unambiguous: the remote path always starts with ``/``, so the first ``:``
 of an scp-like spec ends the host part (or, with ``/``, the host ends at the first ``/`` and a
-container follows). A spec starting with ``lxc:``/``pct:``/``incus:``/``lxd:`` followed by a name
-(not ``/``) is a local container; ``lxc:/path`` is a host called "lxc". In the ``ssh://`` form a
-path beginning ``/KIND:NAME:/`` selects a container.
+container follows). A spec starting with a KIND and ``:`` followed by a name (not ``/``) is a
+local container; ``lxc:/path`` is a host called "lxc" (and ``docker:/path`` one called
+"docker"). In the ``ssh://`` form a path beginning ``/KIND:NAME:/`` selects a container.
 
 The path is absolute. If its last component ends with ``.json`` the target is that file,
 otherwise it is the model directory and the file is ``<path>/config.json`` (decided from the
@@ -43,19 +46,22 @@ from typing import Literal
 
 from dflash_provision.errors import UsageError
 
-ContainerKind = Literal["lxc", "pct", "incus", "lxd"]
-CONTAINER_KINDS: tuple[ContainerKind, ...] = ("lxc", "pct", "incus", "lxd")
+ContainerKind = Literal["lxc", "pct", "incus", "lxd", "docker", "podman"]
+CONTAINER_KINDS: tuple[ContainerKind, ...] = ("lxc", "pct", "incus", "lxd", "docker", "podman")
 CONFIG_FILENAME = "config.json"
 
 _LXC_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")
 # Incus and LXD instance names must be valid hostname labels.
 _INCUS_NAME = re.compile(r"[A-Za-z](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 _VMID = re.compile(r"[1-9][0-9]{2,8}")
+# Docker's and Podman's own rule for container names (two characters at least); a container ID
+# (12 or 64 hex digits) matches it too.
+_DOCKER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]+")
 # Host names and ~/.ssh/config aliases; a leading "-" could pass for an option somewhere.
 _HOSTNAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*")
 _IPV6 = re.compile(r"[0-9A-Fa-f:.]+(?:%[A-Za-z0-9_.-]+)?")
 _USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]*\$?")
-_LOCAL_CONTAINER = re.compile(r"(lxc|pct|incus|lxd):([^/][^:]*):(.*)", re.DOTALL)
+_LOCAL_CONTAINER = re.compile(r"(lxc|pct|incus|lxd|docker|podman):([^/][^:]*):(.*)", re.DOTALL)
 _FORBIDDEN_CHARS = ("\x00", "\n", "\r")
 
 
@@ -307,6 +313,12 @@ def _container(kind: str, name: str, spec: str) -> ContainerRef:
             raise UsageError(
                 f"target {_show(spec)}: {_show(name)} is not a valid LXC container name "
                 "(letters, digits, '_', '.', '-'; starting with a letter or digit)"
+            )
+    elif kind in ("docker", "podman"):
+        if not _DOCKER_NAME.fullmatch(name):
+            raise UsageError(
+                f"target {_show(spec)}: {_show(name)} is not a valid {kind} container name or ID "
+                "(two or more letters, digits, '_', '.', '-'; starting with a letter or digit)"
             )
     elif not _INCUS_NAME.fullmatch(name):
         raise UsageError(

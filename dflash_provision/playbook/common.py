@@ -18,7 +18,7 @@ if TYPE_CHECKING:
     from dflash_provision.transport.base import Transport
 
 #: The options every module has: the drafter directory and how the host is reached.
-HOST_OPTIONS = ("path", "container", "command_timeout")
+HOST_OPTIONS = ("path", "container", "docker_host", "command_timeout")
 #: The authoritative source, as the CLI's --lock, --repo/--revision, --from.
 SOURCE_OPTIONS = ("lock", "repo", "revision", "src")
 DEFAULT_COMMAND_TIMEOUT = 60.0
@@ -31,6 +31,7 @@ class HostArgs:
     path: str
     container: str | None = None
     command_timeout: float = DEFAULT_COMMAND_TIMEOUT  # each remote command (--command-timeout)
+    docker_host: str | None = None  # a docker:NAME container's daemon (--docker-host)
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def parse_host(args: Mapping[str, Any]) -> HostArgs:
         check=lambda v: v > 0,
         meaning="seconds > 0",
     )
-    return HostArgs(path, text(args, "container"), limit)
+    return HostArgs(path, text(args, "container"), limit, text(args, "docker_host"))
 
 
 def parse_source(args: Mapping[str, Any]) -> SourceArgs:
@@ -123,7 +124,7 @@ def open_host(runner: ShellRunner, host: str, where: HostArgs) -> tuple[Transpor
         from dflash_provision.transport.container import ContainerTransport
 
         ref = parse_container_ref(where.container)
-        transport = ContainerTransport(transport, ref.kind, ref.name)
+        transport = ContainerTransport(transport, ref.kind, ref.name, docker_host=where.docker_host)
         name = f"{host}/{ref.display()}"
     return transport, parse_target(f"{name}:{where.path}")
 

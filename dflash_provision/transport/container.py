@@ -7,6 +7,8 @@ the container, and stdin, stdout, stderr and the exit status pass through unchan
     pct    pct exec VMID -- argv...
     incus  incus exec NAME -- argv...
     lxd    lxc exec NAME -- argv...
+    docker docker [-H DOCKER_HOST] exec -i -- NAME argv...   (see transport.docker_exec)
+    podman podman exec -i -- NAME argv...
 
 ``lxc-attach`` keeps the caller's environment by default (measured with LXC 5.0: the SSH
 session's PATH, HOME, LANG... leak in), so we clear it and set a plain PATH: busybox containers
@@ -17,20 +19,33 @@ ContainerError with one line; when it says this login may not use it (classic LX
 user; the Incus/LXD socket closed to it), AuthError: the fix is a different login or ``--sudo``,
 not the container (and a fleet audit must not file it as "container not running"). Any other
 result (including the tool's exit 127 for a command that does not exist inside) is returned as
-it is.
+it is; ``docker exec``'s 126 for such a command becomes the 127 every other tool says.
+
+Docker and Podman: a container that is missing, stopped (exited, created), paused or restarting
+is a ContainerError, as is a Docker daemon that cannot be reached (the container cannot be
+either); a daemon socket closed to this login is an AuthError.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 
 from dflash_provision.errors import AuthError, ContainerError
 from dflash_provision.place.target import ContainerKind
+from dflash_provision.transport import docker_exec
 from dflash_provision.transport.base import CommandResult, Transport, WrappingTransport
 
 CONTAINER_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-TOOLS: dict[str, str] = {"lxc": "lxc-attach", "pct": "pct", "incus": "incus", "lxd": "lxc"}
+TOOLS: dict[str, str] = {
+    "lxc": "lxc-attach",
+    "pct": "pct",
+    "incus": "incus",
+    "lxd": "lxc",
+    "docker": "docker",
+    "podman": "podman",
+}
 _DIAGNOSE_TIMEOUT_S = 15.0
 
 # What the tools print when the container is not there or not running (measured for LXC 5.0:
@@ -56,7 +71,13 @@ class ContainerTransport(WrappingTransport):
     """Runs argv inside container ``name`` of ``kind`` on the machine ``inner`` reaches."""
 
     def __init__(
-        self, inner: Transport, kind: ContainerKind, name: str, *, lxc_path: str | None = None
+        self,
+        inner: Transport,
+        kind: ContainerKind,
+        name: str,
+        *,
+        lxc_path: str | None = None,
+        docker_host: str | None = None,
     ) -> None:
         if kind not in TOOLS:
             raise ValueError(f"unknown container kind {kind!r}")
@@ -64,6 +85,8 @@ class ContainerTransport(WrappingTransport):
         self.kind = kind
         self.name = name
         self.lxc_path = lxc_path  # classic LXC only: lxc-attach -P (default /var/lib/lxc)
+        # docker only: docker -H (default: docker's own, $DOCKER_HOST or /var/run/docker.sock)
+        self.docker_host = docker_host
         self.tool = TOOLS[kind]
         self.description = f"{kind}:{name} on {inner.description}"
 
@@ -81,6 +104,8 @@ class ContainerTransport(WrappingTransport):
                 "--",
                 *argv,
             ]
+        if self.kind in docker_exec.DOCKER_KINDS:
+            return docker_exec.exec_argv(self.tool, self.name, argv, docker_host=self.docker_host)
         return [self.tool, "exec", self.name, "--", *argv]
 
     def _lxc_path_args(self) -> list[str]:
@@ -93,6 +118,20 @@ class ContainerTransport(WrappingTransport):
             if problem:
                 raise ContainerError(problem)
 
+    def run(
+        self,
+        argv: Sequence[str],
+        *,
+        stdin: bytes | None = None,
+        timeout: float | None = None,
+    ) -> CommandResult:
+        result = super().run(argv, stdin=stdin, timeout=timeout)
+        if self.kind == "docker" and docker_exec.command_not_found(
+            result.exit_status, (result.stdout + result.stderr).decode("utf-8", "replace")
+        ):
+            return replace(result, exit_status=127)
+        return result
+
     # -- recognising the wrapper's own failures -------------------------------------------------
 
     def _raise_if_access_denied(self, result: CommandResult) -> None:
@@ -102,6 +141,12 @@ class ContainerTransport(WrappingTransport):
         if self.kind == "lxc" and _LXC_NOT_ROOT.search(stderr):
             raise AuthError(
                 f"{where}: lxc-attach needs root on {host}: use --sudo or log in as root",
+                reason="needs-root",
+            )
+        if self.kind == "docker" and docker_exec.socket_denied(stderr):
+            raise AuthError(
+                f"{where}: this login may not use docker on {host} (the Docker daemon's socket "
+                "refused it): use --sudo, log in as root, or add the user to the docker group",
                 reason="needs-root",
             )
         if self.kind in ("incus", "lxd") and _INCUS_SOCKET_DENIED.search(stderr):
@@ -123,6 +168,8 @@ class ContainerTransport(WrappingTransport):
             if f"lxc-attach: {self.name}: " in stderr and "Failed to get init pid" in stderr:
                 return self._diagnose_lxc(where)
             return None
+        if self.kind in docker_exec.DOCKER_KINDS:
+            return self._docker_problem(where, stderr)
         if self.kind == "pct":
             if _PCT_MISSING.search(stderr):
                 return f"{where} does not exist"
@@ -134,6 +181,33 @@ class ContainerTransport(WrappingTransport):
         if _INCUS_STOPPED.search(stderr):
             return f"{where} is not running"
         return None
+
+    def _docker_problem(self, where: str, stderr: str) -> str | None:
+        daemon = docker_exec.daemon_unreachable(stderr)
+        if daemon is not None:
+            return (
+                f"{where}: cannot reach the Docker daemon at {daemon} (is dockerd running? "
+                "--docker-host names another socket)"
+            )
+        state = docker_exec.container_state(self.kind, stderr)
+        if state == "missing":
+            return f"{where} does not exist"
+        if state == "not-running":
+            return self._diagnose_docker(where)
+        if state is not None:
+            return f"{where} is not running (state {state})"
+        return None
+
+    def _diagnose_docker(self, where: str) -> str:
+        """The refusal names no state: ``docker inspect`` says which (exited, created, dead)."""
+        info = self.inner.run(
+            docker_exec.inspect_state_argv(self.tool, self.name, docker_host=self.docker_host),
+            timeout=_DIAGNOSE_TIMEOUT_S,
+        )
+        state = info.stdout.decode("utf-8", "replace").strip()
+        if info.exit_status == 0 and re.fullmatch(r"[a-z]{1,20}", state):
+            return f"{where} is not running (state {state})"
+        return f"{where} is not running"
 
     def _diagnose_lxc(self, where: str) -> str:
         """lxc-attach says the same for stopped and missing containers; lxc-info tells which."""

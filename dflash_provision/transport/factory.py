@@ -12,12 +12,14 @@ from dflash_provision.transport.options import HostRoute, SshOptions
 
 @dataclass(frozen=True)
 class Connector:
-    """How to reach targets: the SSH options (timeouts, keys, known_hosts, ``--sudo``...) and
+    """How to reach targets: the SSH options (timeouts, keys, known_hosts, ``--sudo``...),
     where classic LXC keeps its containers on the hosts (``lxc-attach -P``) when it is not the
-    default /var/lib/lxc."""
+    default /var/lib/lxc, and the Docker daemon docker:NAME targets use (``docker -H``) when it
+    is not docker's default there."""
 
     ssh: SshOptions = field(default_factory=SshOptions)
     lxc_path: str | None = None
+    docker_host: str | None = None
 
     def open(
         self, target: Target, route: HostRoute | None = None, *, sudo: bool = False
@@ -48,7 +50,11 @@ class Connector:
             from dflash_provision.transport.container import ContainerTransport
 
             transport = ContainerTransport(
-                transport, target.container.kind, target.container.name, lxc_path=self.lxc_path
+                transport,
+                target.container.kind,
+                target.container.name,
+                lxc_path=self.lxc_path,
+                docker_host=self.docker_host,
             )
         return transport
 
@@ -58,8 +64,11 @@ def open_transport(
     options: SshOptions | None = None,
     *,
     lxc_path: str | None = None,
+    docker_host: str | None = None,
     route: HostRoute | None = None,
     sudo: bool = False,
 ) -> Transport:
-    """``Connector(options, lxc_path).open(target, route, sudo=sudo)``, in one call."""
-    return Connector(options or SshOptions(), lxc_path).open(target, route, sudo=sudo)
+    """``Connector(options, lxc_path, docker_host).open(target, route, sudo=sudo)``, in one
+    call."""
+    connector = Connector(options or SshOptions(), lxc_path, docker_host)
+    return connector.open(target, route, sudo=sudo)

@@ -16,7 +16,13 @@ options:
     required: true
   container:
     description: The drafter (and its server) is inside this container on the host,
-      C(lxc:NAME), C(pct:ID) or C(incus:NAME) (as a target's HOST/KIND:NAME).
+      C(lxc:NAME), C(pct:ID), C(incus:NAME), C(lxd:NAME), C(docker:NAME) or C(podman:NAME)
+      (as a target's HOST/KIND:NAME).
+    type: str
+  docker_host:
+    description: The Docker daemon of a C(docker:NAME) container, as C(docker -H) and the CLI's
+      --docker-host (e.g. C(unix:///run/user/1000/docker.sock)); default docker's own on the
+      host.
     type: str
   command_timeout:
     description: Seconds each remote command may run (as the CLI's --command-timeout); at the

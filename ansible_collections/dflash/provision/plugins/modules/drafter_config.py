@@ -43,6 +43,13 @@ EXAMPLES = r"""
     path: /models/Qwen3.6-27B-DFlash
     src: files/config.json
     container: lxc:vllm1
+
+- name: Inside the Docker container that serves vLLM (rootless Docker's socket)
+  dflash.provision.drafter_config:
+    path: /models/Qwen3.6-27B-DFlash
+    lock: dflash.lock
+    container: docker:vllm
+    docker_host: unix:///run/user/1000/docker.sock
 """
 
 RETURN = r"""
