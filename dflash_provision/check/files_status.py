@@ -12,7 +12,7 @@ it ``drifted`` (exit 4, as a drifted config), a file this login cannot read ``pe
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -73,17 +73,24 @@ EXIT_CODE: Mapping[Command, Mapping[FilesStatus, ExitCode]] = {
     Command.VERIFY: _ROW,
     Command.AUDIT: _ROW,
 }
-# Of two codes for one host or a fleet, the one reported: a known-wrong file first (as audit's
+# Of the files' codes of many hosts, the one reported: a known-wrong file first (as audit's
 # roll-up), then a file that could not be read, then one that could not be told.
 _PRECEDENCE = (ExitCode.DRIFT, ExitCode.REMOTE_FAILED, ExitCode.INCONCLUSIVE)
 
 
-def combined_exit(*codes: ExitCode) -> ExitCode:
-    """The one code for several verdicts (the config's and the files', or many hosts')."""
-    for wanted in _PRECEDENCE:
-        if wanted in codes:
-            return wanted
-    return next((code for code in codes if code is not ExitCode.OK), ExitCode.OK)
+def fleet_files_exit(codes: Iterable[ExitCode]) -> ExitCode:
+    """The files' code of a fleet: the first of DRIFT, 7, 26 that a host has (0 if none)."""
+    present = set(codes)
+    return next((code for code in _PRECEDENCE if code in present), ExitCode.OK)
+
+
+def combined_exit(config: ExitCode, files: ExitCode) -> ExitCode:
+    """The one code of the config's verdict and the files' (a host's, or a fleet's roll-ups):
+    drift in either first (the more urgent news), then the config's failure to be read
+    (the files were then not read either), then the files' own."""
+    if ExitCode.DRIFT in (config, files):
+        return ExitCode.DRIFT
+    return config if config is not ExitCode.OK else files
 
 
 @dataclass(frozen=True)

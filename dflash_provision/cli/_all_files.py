@@ -1,0 +1,147 @@
+"""``--all-files`` of verify and audit: the pinned files checked where they lie, rendered."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import click
+
+if TYPE_CHECKING:
+    from dflash_provision.check.files_status import FilesJudgement
+    from dflash_provision.fleet.files_audit import HostFilesAudit
+    from dflash_provision.fleet.run import FleetRun
+    from dflash_provision.inventory import FleetMember
+    from dflash_provision.place.target import Target
+    from dflash_provision.source.authority import Authority, SourceSpec
+    from dflash_provision.transport.factory import Connector
+
+
+def verify_all_files(
+    ctx: click.Context,
+    target: Target,
+    spec: SourceSpec,
+    authority: Authority,
+    connection: Connector,
+    as_json: bool,
+) -> None:
+    """verify TARGET --all-files: the config as verify reads it, then every pinned file, on one
+    connection; one exit code for both (check/files_status.combined_exit)."""
+    from dflash_provision.check.file_status import Command
+    from dflash_provision.check.files_status import combined_exit
+    from dflash_provision.errors import RemoteStepFailed
+    from dflash_provision.history import HostKey, default_store
+    from dflash_provision.place.push import verify_config
+    from dflash_provision.remote.pinned_check import check_pinned_files
+    from dflash_provision.source.pinned_source import pinned_for
+
+    pinned = pinned_for(spec, authority)
+    store = default_store()
+    with connection.open(target) as transport:
+        result = verify_config(transport, target, authority)
+        files = check_pinned_files(
+            transport,
+            target.model_dir,
+            pinned,
+            host=HostKey.of_target(target),
+            history=store,
+        )
+    code = combined_exit(result.exit_code, files.exit_code(Command.VERIFY))
+    if as_json:
+        document = result.to_dict()
+        document["files"] = files.to_dict()
+        document["exit_code"] = int(code)
+        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        ctx.exit(int(code))
+    if not result.status.audited:
+        raise RemoteStepFailed(f"{result.target}: {result.message}", step="read")
+    click.echo(f"{result.status.value}: {result.target}: {result.message}")
+    for line in result.diff.lines if result.diff else []:
+        click.echo(f"  {line}")
+    echo_files(files)
+    if store.problem is not None:
+        click.echo(f"warning: proofs not recorded: {store.problem}", err=True)
+    ctx.exit(int(code))
+
+
+def echo_files(files: FilesJudgement, indent: str = "") -> None:
+    """The files' verdict: a status line, then one line per file that is not proved, and a
+    line that says when the check relied on recorded proofs instead of hashing."""
+    click.echo(f"{indent}files {files.status.value}: {files.detail}")
+    for item in files.problems:
+        click.echo(f"{indent}  {item.verdict.value}: {item.name}: {item.detail}")
+    relied = files.relied
+    if relied:
+        names = ", ".join(f.name for f in relied)
+        click.echo(
+            f"{indent}  relied on recorded proofs (unchanged device, inode, size, mtime, ctime; "
+            f"not hashed again): {names}"
+        )
+
+
+def audit_all_files_command(
+    ctx: click.Context,
+    members: Sequence[FleetMember],
+    run: FleetRun,
+    workers: int,
+    as_json: bool,
+    prometheus: Path | None,
+) -> None:
+    """audit --all-files: the configs as audit reports them, each host's files after them."""
+    import time
+
+    from dflash_provision import report
+    from dflash_provision.cli._fleet import ProgressDisplay
+    from dflash_provision.cli._render import echo_table
+    from dflash_provision.errors import ExitCode
+    from dflash_provision.fleet.files_audit import audit_all_files, fleet_exit_code
+    from dflash_provision.fleet.interrupt import FleetInterrupted
+    from dflash_provision.history import default_store
+
+    started = time.monotonic()
+    try:
+        with ProgressDisplay(len(members), "auditing") as display:
+            results = audit_all_files(
+                members,
+                run,
+                workers=workers,
+                progress=lambda r: display.advance(r.audit.name, _progress_word(r)),
+                history=default_store(),
+            )
+    except FleetInterrupted as stopped:
+        done = [r.audit for r in stopped.done if hasattr(r, "audit")]
+        echo_table(report.audit_spec(done), report.summary_line(done, time.monotonic() - started))
+        click.echo(stopped.summary(len(members), "audited"), err=True)
+        ctx.exit(int(ExitCode.INTERRUPTED))
+    elapsed = time.monotonic() - started
+    audits = [r.audit for r in results]
+    code = fleet_exit_code(results)
+    if as_json:
+        document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
+        document["hosts"] = [r.to_dict() for r in results]
+        click.echo(report.to_json(document))
+    else:
+        echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
+        for result in results:
+            if result.files is None:
+                click.echo(f"{result.audit.name}: files not checked ({result.audit.status.value})")
+            else:
+                click.echo(f"{result.audit.name}:")
+                echo_files(result.files, indent="  ")
+    if prometheus is not None:  # the configs' metrics, as audit writes them
+        try:
+            report.write_textfile(
+                prometheus,
+                report.prometheus_text(audits, timestamp=time.time(), run_duration_s=elapsed),
+            )
+        except OSError as exc:
+            click.echo(f"error: --prometheus {prometheus}: cannot write ({exc})", err=True)
+            code = code or ExitCode.LOCAL_WRITE
+    ctx.exit(int(code))
+
+
+def _progress_word(result: HostFilesAudit) -> str:
+    files = f", files {result.files.status.value}" if result.files else ""
+    return f"{result.audit.status.value}{files}"
