@@ -25,7 +25,7 @@ def check_pinned_files(
     timeout: float | None = None,
 ) -> FilesJudgement:
     """The verdict of ``model_dir``'s files against ``pinned`` on the transport's machine."""
-    from dflash_provision import file_proofs
+    from dflash_provision.remote import file_proofs
 
     directory = model_dir.rstrip("/") or "/"
     proofs = file_proofs.latest_proofs(history, host, directory, pinned) if history else {}

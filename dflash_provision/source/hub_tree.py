@@ -33,15 +33,10 @@ def list_commit_files(
     """
     from huggingface_hub import HfApi, constants
 
-    from dflash_provision.source import hub, hub_deadline
+    from dflash_provision.source import hub_deadline
+    from dflash_provision.source.hub import raise_request_failure
 
-    where = hub._Where(
-        repo_id=repo_id,
-        revision=commit_sha,
-        filename="(tree listing)",
-        endpoint=(endpoint or constants.ENDPOINT).rstrip("/"),
-        cache_dir=constants.HF_HUB_CACHE,
-    )
+    where = f"{repo_id}@{commit_sha} (tree listing)"
     if constants.is_offline_mode():
         raise HubError(
             f"{where}: HF_HUB_OFFLINE is set and the files of a commit are listed by the Hub; "
@@ -60,28 +55,19 @@ def list_commit_files(
 
     try:
         entries = hub_deadline.run_within(timeout, listing)
-    except hub_deadline.DeadlinePassed as exc:
-        hub._raise_transfer_failure(exc, where)
-        raise
-    except hub._transport_error() as exc:
-        raise HubError(
-            f"{where}: cannot reach the Hub at {where.shown_endpoint} ({hub._first_line(exc)})",
-            exit_code=ExitCode.HUB_UNREACHABLE,
-        ) from None
     except (KeyError, TypeError, ValueError) as exc:  # an entry the client could not read
         raise HubError(
-            f"{where}: the Hub's listing is malformed ({type(exc).__name__}: "
-            f"{hub._first_line(exc)})",
+            f"{where}: the Hub's listing is malformed ({type(exc).__name__}: {exc})"[:300],
             exit_code=ExitCode.HUB_INTEGRITY,
         ) from None
     except Exception as exc:
-        hub._raise_mapped(exc, where, offline=False, unreachable=None)
+        raise_request_failure(exc, repo_id, commit_sha, "(tree listing)", endpoint=endpoint)
     if len(entries) > MAX_ENTRIES:
         raise HubError(
             f"{where}: the Hub lists more than {MAX_ENTRIES} entries; refused",
             exit_code=ExitCode.HUB_INTEGRITY,
         )
-    return pinned_from_listing(repo_id, commit_sha, entries, where=str(where))
+    return pinned_from_listing(repo_id, commit_sha, entries, where=where)
 
 
 def pinned_from_listing(

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dflash_provision.history import HistoryStore, HostKey, _when_not_busy, utc_now
+from dflash_provision.history import HistoryStore, HostKey, utc_now
 
 if TYPE_CHECKING:
     from dflash_provision.remote.files_read import FileFacts
@@ -73,7 +73,7 @@ def latest_proofs(
 
     if store.problem is not None:
         return {}
-    result = store._write(lambda conn: _when_not_busy(lambda: lookup(conn)))
+    result = store.transaction(lookup)
     return result or {}
 
 
@@ -109,7 +109,7 @@ def record_proofs(
             raise
         return len(rows)
 
-    return store._write(lambda conn: _when_not_busy(lambda: insert(conn))) or 0
+    return store.transaction(insert) or 0
 
 
 def reusable(facts: FileFacts) -> bool:
