@@ -116,6 +116,13 @@ def _exercise(controller: Controller, target: str, run: Run, ssh: list[str]) -> 
     # A proof is kept only for a file older than the second its hash began (file_proofs.py).
     time.sleep(1.1)
 
+    # Too short a time to hash anything (the host's deadline is 1 s): it cannot tell, and says
+    # so with 26, never a pass.
+    code, doc = controller.json("verify", target, "--all-files", "--command-timeout", "2", *ssh)
+    assert code == ExitCode.INCONCLUSIVE, doc
+    assert doc["files"]["status"] == "inconclusive"
+    assert _verdicts(doc["files"]) == dict.fromkeys(PINNED, "not_checked")
+
     code, doc = controller.json("verify", target, "--all-files", *ssh)
     assert code == ExitCode.OK, doc
     files = doc["files"]
@@ -131,6 +138,9 @@ def _exercise(controller: Controller, target: str, run: Run, ssh: list[str]) -> 
     code, doc = controller.json("verify", target, "--all-files", *ssh)
     assert _verdicts(doc["files"]) == dict.fromkeys(PINNED, "unchanged")
     assert all(f["relied_on_proof_of"] for f in doc["files"]["files"])
+    # ... and the proofs make the check fit the budget that could not hash a file.
+    code, doc = controller.json("verify", target, "--all-files", "--command-timeout", "2", *ssh)
+    assert code == ExitCode.OK, doc
 
     # Everything that goes wrong with a directory, at once.
     first, second = SHARDS
@@ -175,6 +185,10 @@ def _exercise(controller: Controller, target: str, run: Run, ssh: list[str]) -> 
     [host] = report["hosts"]
     assert host["status"] == "in_sync" and host["files"]["status"] == "drifted"
     assert _verdicts(host["files"]) == expected
+    # The history does not show the host as all right: its files' row says drifted.
+    history = controller.run("history", "--json")
+    rows = [r for r in json.loads(history.stdout) if r["op"] == "audit-files"]
+    assert rows and rows[0]["status"] == "drifted" and rows[0]["path"] == DIR
 
 
 def test_all_files_checked_where_they_lie_on_an_sshd_host(

@@ -9,9 +9,11 @@ from typing import TYPE_CHECKING
 
 import click
 
+from dflash_provision.errors import ExitCode
+from dflash_provision.fleet.files_audit import HostFilesAudit
+
 if TYPE_CHECKING:
     from dflash_provision.check.files_status import FilesJudgement
-    from dflash_provision.fleet.files_audit import HostFilesAudit
     from dflash_provision.fleet.run import FleetRun
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.target import Target
@@ -94,7 +96,6 @@ def audit_all_files_command(
 
     from dflash_provision import report
     from dflash_provision.cli._fleet import ProgressDisplay
-    from dflash_provision.cli._render import echo_table
     from dflash_provision.errors import ExitCode
     from dflash_provision.fleet.files_audit import audit_all_files, fleet_exit_code
     from dflash_provision.fleet.interrupt import FleetInterrupted
@@ -111,25 +112,14 @@ def audit_all_files_command(
                 history=default_store(),
             )
     except FleetInterrupted as stopped:
-        done = [r.audit for r in stopped.done if hasattr(r, "audit")]
-        echo_table(report.audit_spec(done), report.summary_line(done, time.monotonic() - started))
+        finished = [r for r in stopped.done if isinstance(r, HostFilesAudit)]
+        _echo_audit(finished, time.monotonic() - started, ExitCode.INTERRUPTED, as_json)
         click.echo(stopped.summary(len(members), "audited"), err=True)
         ctx.exit(int(ExitCode.INTERRUPTED))
     elapsed = time.monotonic() - started
     audits = [r.audit for r in results]
     code = fleet_exit_code(results)
-    if as_json:
-        document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
-        document["hosts"] = [r.to_dict() for r in results]
-        click.echo(report.to_json(document))
-    else:
-        echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
-        for result in results:
-            if result.files is None:
-                click.echo(f"{result.audit.name}: files not checked ({result.audit.status.value})")
-            else:
-                click.echo(f"{result.audit.name}:")
-                echo_files(result.files, indent="  ")
+    _echo_audit(results, elapsed, code, as_json)
     if prometheus is not None:  # the configs' metrics, as audit writes them
         try:
             report.write_textfile(
@@ -140,6 +130,30 @@ def audit_all_files_command(
             click.echo(f"error: --prometheus {prometheus}: cannot write ({exc})", err=True)
             code = code or ExitCode.LOCAL_WRITE
     ctx.exit(int(code))
+
+
+def _echo_audit(
+    results: Sequence[HostFilesAudit], elapsed: float, code: ExitCode, as_json: bool
+) -> None:
+    from dflash_provision import report
+    from dflash_provision.cli._render import echo_table
+    from dflash_provision.fleet.files_audit import files_summary
+
+    audits = [r.audit for r in results]
+    if as_json:
+        document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
+        document["hosts"] = [r.to_dict() for r in results]
+        document["summary"]["files"] = files_summary(results)
+        click.echo(report.to_json(document))
+        return
+    echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
+    for result in results:
+        if result.files is None:
+            click.echo(f"{result.audit.name}: files not checked ({result.audit.status.value})")
+        else:
+            click.echo(f"{result.audit.name}:")
+            echo_files(result.files, indent="  ")
+    click.echo(files_summary(results))
 
 
 def _progress_word(result: HostFilesAudit) -> str:

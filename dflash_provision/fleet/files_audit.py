@@ -4,6 +4,7 @@ facts travel, never their bytes."""
 
 from __future__ import annotations
 
+import posixpath
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -80,11 +81,42 @@ def audit_all_files(
         )
     except FleetInterrupted as stopped:
         if history is not None:
-            record_audits(history, [r.audit for r in stopped.done if isinstance(r, HostFilesAudit)])
+            _record(history, [r for r in stopped.done if isinstance(r, HostFilesAudit)])
         raise
     if history is not None:
-        record_audits(history, [r.audit for r in results])
+        _record(history, results)
     return results
+
+
+def _record(history: HistoryStore, results: Sequence[HostFilesAudit]) -> None:
+    """The configs' rows as audit records them, and one ``audit-files`` row per host whose
+    files were checked (the directory, its status, the first problem), so that ``history``
+    does not show a host whose config is in sync but whose weights are not as all right."""
+    from dflash_provision.history import AuditRecord, HostKey
+
+    record_audits(history, [r.audit for r in results])
+    rows = [
+        AuditRecord(
+            HostKey.of_name(r.audit.name),
+            posixpath.dirname(r.audit.path) or "/",
+            r.files.status.value,
+            None,
+            r.files.detail,
+            r.audit.timings.total_s,
+        )
+        for r in results
+        if r.files is not None
+    ]
+    if rows:
+        history.record_audits(rows, op="audit-files")
+
+
+def files_summary(results: Sequence[HostFilesAudit]) -> str:
+    """``files: 3 in_sync, 1 drifted, 1 not checked`` (the hosts' files statuses, counted)."""
+    from collections import Counter
+
+    counts = Counter(r.files.status.value if r.files else "not checked" for r in results)
+    return "files: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
 
 def fleet_exit_code(results: Sequence[HostFilesAudit]) -> ExitCode:
