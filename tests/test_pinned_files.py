@@ -179,3 +179,28 @@ def test_all_files_needs_a_pinned_commit_and_a_lock_that_pins_files(
         "fetch", "--all-files", cwd=tmp_path, base_env={**hub_env, "HF_HUB_OFFLINE": "1"}
     )
     assert offline.returncode == ExitCode.HUB_OFFLINE_NOT_CACHED, offline.stderr
+
+
+@pytest.mark.integration
+def test_with_repo_the_hub_listing_is_the_pin_and_a_stray_is_named(
+    hub_standin: HubStandin, hub_env: dict[str, str], tmp_path: Path
+) -> None:
+    files = drafter_files(1)
+    hub_standin.add_repo(REPO, files)
+    model = tmp_path / "m"
+    model.mkdir()
+    for name, data in files.items():
+        (model / name).write_bytes(data)
+    args = ("verify", "./m", "--repo", REPO, "--all-files", "--json")
+
+    done = run_cli(*args, cwd=tmp_path, base_env=hub_env, home=tmp_path / "home")
+    assert done.returncode == ExitCode.OK, done.stdout + done.stderr
+    verdicts = {f["path"]: f["verdict"] for f in json.loads(done.stdout)["files"]["files"]}
+    assert set(verdicts) == {"config.json", "generation_config.json", INDEX, *SHARDS}
+    assert set(verdicts.values()) <= {"proved", "unchanged"}
+
+    (model / "extra.safetensors").write_bytes(files[SHARDS[0]])
+    done = run_cli(*args, cwd=tmp_path, base_env=hub_env, home=tmp_path / "home")
+    assert done.returncode == ExitCode.DRIFT, done.stdout + done.stderr
+    strays = [f for f in json.loads(done.stdout)["files"]["files"] if f["verdict"] == "stray"]
+    assert [f["path"] for f in strays] == ["extra.safetensors"]

@@ -69,7 +69,13 @@ def audit_all_files(
     from dflash_provision.source.pinned_source import pinned_for
 
     resolve_authorities(run, members)
-    pinned = {m.name: pinned_for(m.source, run.authority(m)) for m in members}
+    by_source: dict[object, list[PinnedFile]] = {}  # one tree listing per --repo source
+    pinned: dict[str, list[PinnedFile]] = {}
+    for m in members:
+        key = (m.source, run.authority(m).commit_sha)
+        if key not in by_source:
+            by_source[key] = pinned_for(m.source, run.authority(m))
+        pinned[m.name] = by_source[key]
     try:
         results = for_each_host(
             members,
