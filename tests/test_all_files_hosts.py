@@ -186,8 +186,8 @@ def _exercise(controller: Controller, target: str, run: Run, ssh: list[str]) -> 
     assert host["status"] == "in_sync" and host["files"]["status"] == "drifted"
     assert _verdicts(host["files"]) == expected
     # The history does not show the host as all right: its files' row says drifted.
-    history = controller.run("history", "--json")
-    rows = [r for r in json.loads(history.stdout) if r["op"] == "audit-files"]
+    history = controller.run("history", "--op", "audit-files", "--json")
+    rows = json.loads(history.stdout)
     assert rows and rows[0]["status"] == "drifted" and rows[0]["path"] == DIR
 
 

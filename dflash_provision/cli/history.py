@@ -22,7 +22,7 @@ from dflash_provision.cli._render import echo_rich
 @click.option(
     "--op",
     type=click.Choice(
-        ["push", "repair", "rollback", "audit", "verify", "runtime-check", "rollout"]
+        ["push", "repair", "rollback", "audit", "audit-files", "verify", "runtime-check", "rollout"]
     ),
     help="Only this kind of operation.",
 )
