@@ -204,3 +204,11 @@ def test_with_repo_the_hub_listing_is_the_pin_and_a_stray_is_named(
     assert done.returncode == ExitCode.DRIFT, done.stdout + done.stderr
     strays = [f for f in json.loads(done.stdout)["files"]["files"] if f["verdict"] == "stray"]
     assert [f["path"] for f in strays] == ["extra.safetensors"]
+
+    # A name the host cannot send on a line is a stray all the same (vLLM's glob reads it).
+    (model / "extra.safetensors").unlink()
+    (model / "odd\nname.safetensors").write_bytes(files[SHARDS[0]])
+    done = run_cli(*args, cwd=tmp_path, base_env=hub_env, home=tmp_path / "home")
+    assert done.returncode == ExitCode.DRIFT, done.stdout + done.stderr
+    strays = [f for f in json.loads(done.stdout)["files"]["files"] if f["verdict"] == "stray"]
+    assert [f["path"] for f in strays] == ["(a name with a line break)"]

@@ -169,6 +169,18 @@ def judge_files(
         for name in read.present
         if name not in names and vllm_reads(name, read.present)
     ]
+    files += [
+        FileJudgement("(a name with a line break)", FileVerdict.STRAY, _STRAY)
+        for _ in range(read.odd_present)
+    ]
+    if read.too_many_present:
+        files.append(
+            FileJudgement(
+                "(more names)",
+                FileVerdict.NOT_CHECKED,
+                "cannot tell: the directory holds more names vLLM could read than were listed",
+            )
+        )
     verdicts = {f.verdict for f in files}
     if verdicts & WRONG:
         status = FilesStatus.DRIFTED

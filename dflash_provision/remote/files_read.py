@@ -67,6 +67,7 @@ class FilesRead:
     facts: dict[str, FileFacts] = field(default_factory=dict)
     present: list[str] = field(default_factory=list)
     too_many_present: bool = False
+    odd_present: int = 0  # names vLLM could read that hold a line break (cannot be sent)
     cut_off: bool = False
     hashing: str | None = None
 
@@ -117,6 +118,8 @@ def _parse(where: str, lines: list[str], names: set[str]) -> FilesRead:
                 read.hashing = None
         elif key == "present" and rest and len(read.present) < MAX_PRESENT:
             read.present.append(rest)
+        elif key == "present-odd":
+            read.odd_present += 1
         elif key == "too-many-present":
             read.too_many_present = True
         elif key == "done":

@@ -16,6 +16,7 @@
 #              changed (the identity changed while it was hashed) hash-failed
 #              timeout (not hashed: the deadline was too near to begin)
 #   present NAME                       (each top-level name vLLM could read, at most MAX_PRESENT)
+#   present-odd                        (one such name holding a line break: it cannot be sent)
 #   too-many-present
 #   done
 # Trust: the directory may belong to another user. A symlink is followed only when it resolves
@@ -116,7 +117,12 @@ count=0
 for p in "$dir"/*; do
 	[ -e "$p" ] || [ -L "$p" ] || continue
 	n=${p##*/}
-	case $n in *"$nl"* | *"$cr"*) continue ;; esac
+	case $n in
+	*"$nl"* | *"$cr"*)
+		case $n in *.safetensors | *.bin | *.pt) say present-odd ;; esac
+		continue
+		;;
+	esac
 	case $n in
 	*.safetensors | *.bin | *.pt | config.json | generation_config.json | hf_quant_config.json | \
 		model.safetensors.index.json) ;;
