@@ -73,38 +73,33 @@ def entry_from_fetched(fetched: FetchedConfig, *, fetched_at: datetime | None = 
 def read_lock(path: Path | str) -> list[LockEntry]:
     """Entries of the lock at ``path``, sorted. UsageError if it is missing or malformed."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(
-            f"{path}: no such lock file (run `dflash-provision fetch REPO_ID` first)"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read lock file ({exc.strerror})") from None
-    return _parse(text, path)[0]
+    return _parse(_read_text(path), path)[0]
 
 
 def read_pinned_files(path: Path | str) -> list[PinnedFile]:
     """The files the lock at ``path`` pins (none for a lock of the config alone)."""
     path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UsageError(
-            f"{path}: no such lock file (run `dflash-provision fetch REPO_ID` first)"
-        ) from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read lock file ({exc.strerror})") from None
-    return _parse(text, path)[1]
+    return _parse(_read_text(path), path)[1]
 
 
 def upsert_pinned_files(path: Path | str, repo_id: str, files: list[PinnedFile]) -> None:
     """Record ``files`` as the pinned files of ``repo_id`` (replacing those it had), keeping the
     lock's entries. The lock must exist (fetch records the config first)."""
     path = Path(path)
-    entries, pinned = _parse(path.read_text(encoding="utf-8"), path)
+    entries, pinned = _parse(_read_text(path), path)
     kept = [f for f in pinned if f.repo_id != repo_id]
     write_atomic(path, render_lock(entries, kept + list(files)).encode("utf-8"))
+
+
+def _read_text(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UsageError(
+            f"{path}: no such lock file (run `dflash-provision fetch REPO_ID` first)"
+        ) from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read lock file ({exc.strerror})") from None
 
 
 def upsert_lock(path: Path | str, entry: LockEntry) -> None:
@@ -118,7 +113,7 @@ def upsert_lock(path: Path | str, entry: LockEntry) -> None:
     they no longer say what the commit holds (``fetch --all-files`` pins the new commit's).
     """
     path = Path(path)
-    entries, pinned = _parse(path.read_text(encoding="utf-8"), path) if path.exists() else ([], [])
+    entries, pinned = _parse(_read_text(path), path) if path.exists() else ([], [])
     by_key = {e.key: e for e in entries}
     old = by_key.get(entry.key)
     if old is not None and (old.commit_sha, old.sha256, old.revision) == (
