@@ -177,12 +177,11 @@ def _pin_locked_commits(lock_path: Path, as_json: bool, timeout: float) -> None:
             {
                 "repo_id": entry.repo_id,
                 "commit_sha": entry.commit_sha,
-                "lock": str(lock_path),
                 "files": [f.to_dict() for f in pinned],
             }
         )
     if as_json:
-        click.echo(json.dumps(results if len(results) > 1 else results[0], indent=2))
+        click.echo(json.dumps({"lock": str(lock_path), "pinned": results}, indent=2))
         return
     for result in results:
         click.echo(f"pinned {result['repo_id']}@{result['commit_sha']} in {lock_path}")
