@@ -218,3 +218,60 @@ def test_all_files_checked_where_they_lie_in_a_busybox_container(
         return done
 
     _exercise(pinned_lock, f"{host.alias}/lxc:{container.name}:{DIR}", run, ssh)
+
+
+def test_no_weights_travel_to_the_controller(ssh_host: Host) -> None:
+    """What crosses the connection for a 5 MB drafter, as the transport carries it: the
+    script, the pinned names, the facts: a few KB, never the files."""
+    from dflash_provision.history import HostKey
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.remote.pinned_check import check_pinned_files
+    from dflash_provision.source.pinned_files import GIT_BLOB, SHA256, PinnedFile
+    from dflash_provision.transport.base import CommandResult, Transport
+    from dflash_provision.transport.factory import Connector
+    from dflash_provision.transport.options import SshOptions
+
+    files = drafter_files(1)
+    _place(lambda argv, data: ssh_host.exec(argv, data, check=True), files)
+    pinned = [
+        PinnedFile(REPO, "a" * 40, name, len(data), SHA256, hashlib.sha256(data).hexdigest())
+        if name.endswith(".safetensors")
+        else PinnedFile(REPO, "a" * 40, name, len(data), GIT_BLOB, git_blob_sha(data))
+        for name, data in files.items()
+        if name != "README.md"
+    ]
+    assert ssh_host.client is not None
+    options = SshOptions(ssh_config_path=str(ssh_host.client.ssh_config), use_agent=False)
+    inner = Connector(options).open(parse_target(f"{ssh_host.alias}:{DIR}"))
+    carried: list[int] = []
+
+    class Measured(Transport):
+        description = inner.description
+
+        @property
+        def command_timeout(self) -> float:
+            return inner.command_timeout
+
+        def run(
+            self, argv: Any, *, stdin: bytes | None = None, timeout: float | None = None
+        ) -> CommandResult:
+            result = inner.run(argv, stdin=stdin, timeout=timeout)
+            carried.append(len(stdin or b"") + len(result.stdout) + len(result.stderr))
+            return result
+
+        def connect(self) -> None:
+            inner.connect()
+
+        def close(self) -> None:
+            inner.close()
+
+    try:
+        judgement = check_pinned_files(
+            Measured(), DIR, pinned, host=HostKey(ssh_host.alias), history=None
+        )
+    finally:
+        inner.close()
+    assert judgement.status.value == "in_sync", judgement.to_dict()
+    weights = sum(len(data) for data in files.values())
+    assert weights > 5_000_000
+    assert len(carried) == 1 and carried[0] < 4096, carried  # one exec, its lines only
