@@ -15,9 +15,13 @@ from dflash_provision.fleet.files_audit import HostFilesAudit
 if TYPE_CHECKING:
     from dflash_provision.check.files_status import FilesJudgement
     from dflash_provision.fleet.run import FleetRun
+    from dflash_provision.history import HistoryStore
     from dflash_provision.inventory import FleetMember
+    from dflash_provision.place.push_files import FilesPush
     from dflash_provision.place.target import Target
     from dflash_provision.source.authority import Authority, SourceSpec
+    from dflash_provision.source.pinned_files import PinnedFile
+    from dflash_provision.transport.base import Transport
     from dflash_provision.transport.factory import Connector
 
 
@@ -159,3 +163,42 @@ def _echo_audit(
 def _progress_word(result: HostFilesAudit) -> str:
     files = f", files {result.files.status.value}" if result.files else ""
     return f"{result.audit.status.value}{files}"
+
+
+def push_pinned_files(
+    transport: Transport,
+    target: Target,
+    pinned: list[PinnedFile],
+    store: HistoryStore | None,
+    as_json: bool,
+) -> FilesPush:
+    """push --all-files after the config: the files checked, the wrong ones placed (progress in
+    bytes on stderr), checked again."""
+    from dflash_provision.history import HostKey
+    from dflash_provision.place.push_files import push_files
+
+    def progress(name: str, done: int, size: int) -> None:
+        if not as_json:
+            click.echo(f"placing {name}: {done}/{size} bytes", err=True)
+
+    return push_files(
+        transport,
+        target.model_dir,
+        pinned,
+        host=HostKey.of_target(target),
+        history=store,
+        hub_timeout=max(60.0, transport.command_timeout),
+        progress=progress,
+    )
+
+
+def echo_files_push(files: FilesPush) -> None:
+    for placed in files.placed:
+        resumed = f", resumed at {placed.resumed_at} bytes" if placed.resumed_at else ""
+        click.echo(f"placed {placed.name}: {placed.size} bytes, {placed.sent} sent{resumed}")
+    echo_files(files.after)
+    strays = [f.name for f in files.after.problems if f.verdict.value == "stray"]
+    if strays:
+        click.echo(
+            f"  not removed (remove them by hand if vLLM must not load them): {', '.join(strays)}"
+        )
