@@ -106,3 +106,40 @@ def test_a_directory_that_cannot_be_written_fails_with_7_and_names_it(
     assert DIR in done.stderr
     code, doc = pinned_lock.json("verify", f"{ssh_host.alias}:{DIR}", "--all-files", *ssh)
     assert code == ExitCode.DRIFT and _verdicts(doc["files"])[SHARDS[0]] == "missing"
+
+
+@pytest.mark.lxc
+def test_repair_all_files_makes_a_host_and_a_container_right(
+    pinned_lock: Controller, lxc_container_on_host: Any
+) -> None:
+    container = lxc_container_on_host
+    host = container.host
+    ssh = ["--ssh-config", str(host.client.ssh_config), "--no-agent"]
+
+    def in_container(argv: list[str], data: bytes) -> object:
+        done = container.attach(argv, data)
+        assert done.returncode == 0, done
+        return done
+
+    _break_and_interrupt(lambda argv, data: host.exec(argv, data, check=True))
+    _break_and_interrupt(in_container)
+    targets = [f"{host.alias}:{DIR}", f"{host.alias}/lxc:{container.name}:{DIR}"]
+
+    code, dry = pinned_lock.json("repair", *targets, "--all-files", "--dry-run", *ssh)
+    assert code == ExitCode.DRIFT, dry
+    for entry in dry["hosts"]:
+        assert entry["files"]["placed"] == []
+        assert _verdicts(entry["files"]["before"])[INDEX] == "missing"
+
+    code, doc = pinned_lock.json("repair", *targets, "--all-files", *ssh)
+    assert code == ExitCode.OK, doc
+    for entry in doc["hosts"]:
+        files = entry["files"]
+        assert {p["path"] for p in files["placed"]} == {SHARDS[0], SHARDS[1], INDEX}
+        [resumed] = [p for p in files["placed"] if p["path"] == SHARDS[0]]
+        assert resumed["resumed_at"] == PART_PREFIX
+        assert files["after"]["status"] == "in_sync"
+
+    code, report = pinned_lock.json("audit", *targets, "--all-files", *ssh)
+    assert code == ExitCode.OK, report
+    assert {h["files"]["status"] for h in report["hosts"]} == {"in_sync"}

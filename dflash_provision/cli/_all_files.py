@@ -14,6 +14,7 @@ from dflash_provision.fleet.files_audit import HostFilesAudit
 
 if TYPE_CHECKING:
     from dflash_provision.check.files_status import FilesJudgement
+    from dflash_provision.fleet.results import HostRepair
     from dflash_provision.fleet.run import FleetRun
     from dflash_provision.history import HistoryStore
     from dflash_provision.inventory import FleetMember
@@ -176,6 +177,9 @@ def push_pinned_files(
     bytes on stderr), checked again."""
     from dflash_provision.history import HostKey
     from dflash_provision.place.push_files import push_files
+    from dflash_provision.remote.place_files import cached_copy
+
+    hub_timeout = max(60.0, transport.command_timeout)
 
     def progress(name: str, done: int, size: int) -> None:
         if not as_json:
@@ -187,7 +191,7 @@ def push_pinned_files(
         pinned,
         host=HostKey.of_target(target),
         history=store,
-        hub_timeout=max(60.0, transport.command_timeout),
+        source_for=lambda item: cached_copy(item, timeout=hub_timeout),
         progress=progress,
     )
 
@@ -202,3 +206,69 @@ def echo_files_push(files: FilesPush) -> None:
         click.echo(
             f"  not removed (remove them by hand if vLLM must not load them): {', '.join(strays)}"
         )
+
+
+def repair_files_command(
+    ctx: click.Context,
+    members: Sequence[FleetMember],
+    run: FleetRun,
+    repairs: Sequence[HostRepair],
+    config_code: ExitCode,
+    workers: int,
+    dry_run: bool,
+    as_json: bool,
+) -> None:
+    """repair --all-files: the configs' repair as repair reports it, then every host whose
+    config ended in sync has its files made right (checked only with --dry-run)."""
+    import time
+
+    from dflash_provision import report
+    from dflash_provision.check.file_status import HostStatus
+    from dflash_provision.cli._fleet import ProgressDisplay
+    from dflash_provision.cli._render import echo_table
+    from dflash_provision.fleet.files_repair import fleet_exit_code, repair_all_files
+    from dflash_provision.history import default_store
+
+    started = time.monotonic()
+    ready = [
+        m for m, r in zip(members, repairs, strict=True) if r.final.status is HostStatus.IN_SYNC
+    ]
+    with ProgressDisplay(len(ready), "placing files") as display:
+        results = repair_all_files(
+            ready,
+            run,
+            workers=workers,
+            dry_run=dry_run,
+            hub_timeout=max(60.0, run.connector.ssh.command_timeout),
+            progress=lambda r: display.advance(r.name, f"{r.bytes_sent} bytes placed"),
+            history=None if dry_run else default_store(),
+        )
+    elapsed = time.monotonic() - started
+    by_name = {r.name: r for r in results}
+    files_code = fleet_exit_code(results)
+    if dry_run:  # as audit: a wrong file is drift
+        files_code = ExitCode.DRIFT if files_code is not ExitCode.OK else files_code
+    code = config_code if config_code is not ExitCode.OK else files_code
+    if as_json:
+        document = report.repair_document(
+            repairs, elapsed_s=elapsed, exit_code=int(code), dry_run=dry_run
+        )
+        for host in document["hosts"]:
+            result = by_name.get(host["name"])
+            host["files"] = result.to_dict() if result is not None else None
+        click.echo(report.to_json(document))
+        ctx.exit(int(code))
+    echo_table(report.repair_spec(repairs), report.repair_summary_line(repairs, elapsed))
+    for result in results:
+        click.echo(f"{result.name}:")
+        if result.files is None:
+            click.echo(f"  files not made right: {result.error}")
+            continue
+        for placed in result.files.placed:
+            resumed = f", resumed at {placed.resumed_at} bytes" if placed.resumed_at else ""
+            click.echo(f"  placed {placed.name}: {placed.size} bytes, {placed.sent} sent{resumed}")
+        echo_files(result.files.after if not dry_run else result.files.before, indent="  ")
+    for member, repair in zip(members, repairs, strict=True):
+        if member.name not in by_name:
+            click.echo(f"{member.name}: files not checked (config {repair.final.status.value})")
+    ctx.exit(int(code))

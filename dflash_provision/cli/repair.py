@@ -53,6 +53,13 @@ from dflash_provision.transport.factory import Connector
     "--mkdir", is_flag=True, help="Create the model directory on hosts where it is missing."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")
+@click.option(
+    "--all-files",
+    is_flag=True,
+    help="Then put every file the lock pins in place on each host, as push --all-files does, "
+    "--workers hosts at once, each file read from this machine's Hub cache once (see "
+    "docs/pinned-files.md).",
+)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -63,6 +70,7 @@ def command(
     keep_backups: int,
     mkdir: bool,
     as_json: bool,
+    all_files: bool,
 ) -> None:
     """Audit a fleet, then push to every host whose file is not the authoritative bytes (a
     same_values file, the right values in other bytes, included), through the full write
@@ -112,6 +120,11 @@ def command(
         ctx.exit(int(ExitCode.INTERRUPTED))
     elapsed = time.monotonic() - started
     code = repair_exit_code(repairs, dry_run=dry_run)
+    if all_files:
+        from dflash_provision.cli._all_files import repair_files_command
+
+        repair_files_command(ctx, members, run, repairs, code, selection.workers, dry_run, as_json)
+        return
     if as_json:
         document = report.repair_document(
             repairs, elapsed_s=elapsed, exit_code=int(code), dry_run=dry_run

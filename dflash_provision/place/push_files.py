@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.check.files_status import FilesJudgement, FilesStatus, FileVerdict
@@ -68,13 +69,15 @@ def push_files(
     *,
     host: HostKey,
     history: HistoryStore | None,
-    hub_timeout: float,
+    source_for: Callable[[PinnedFile], Path],
     progress: Progress | None = None,
-    on_cached: Callable[[str], None] | None = None,
+    dry_run: bool = False,
 ) -> FilesPush:
-    """Check, place what is wrong, check again (the proof)."""
+    """Check, place what is wrong, check again (the proof). ``source_for``: the controller's
+    copy of a pinned file (remote.place_files.cached_copy; a fleet shares one per file).
+    ``dry_run``: check only."""
     from dflash_provision.remote.pinned_check import check_pinned_files
-    from dflash_provision.remote.place_files import cached_copy, place_file
+    from dflash_provision.remote.place_files import place_file
 
     before = check_pinned_files(transport, model_dir, pinned, host=host, history=history)
     by_name = {p.path: p for p in pinned}
@@ -83,11 +86,11 @@ def push_files(
         for f in before.files
         if f.verdict in PLACEABLE and f.name in by_name and f.name != "config.json"
     ]
+    if dry_run:
+        return FilesPush(before, before, [])
     placed = []
     for item in wanted:
-        source = cached_copy(item, timeout=hub_timeout)
-        if on_cached is not None:
-            on_cached(item.path)
+        source = source_for(item)
         placed.append(place_file(transport, model_dir, item, source, progress=progress))
     if not placed:
         return FilesPush(before, before, [])
