@@ -143,3 +143,69 @@ def test_repair_all_files_makes_a_host_and_a_container_right(
     code, report = pinned_lock.json("audit", *targets, "--all-files", *ssh)
     assert code == ExitCode.OK, report
     assert {h["files"]["status"] for h in report["hosts"]} == {"in_sync"}
+
+
+def test_a_placement_cut_off_mid_file_resumes_where_the_host_stopped(ssh_host: Host) -> None:
+    """The connection dies after two chunks of a shard; the next placement asks the host what
+    its part holds and sends only the rest (1 MiB chunks here, so that a 3 MB shard has some)."""
+    import hashlib
+
+    from dflash_provision.errors import DflashProvisionError
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.remote.place_files import place_file
+    from dflash_provision.source.pinned_files import SHA256, PinnedFile
+    from dflash_provision.transport.base import CommandResult, Transport
+    from dflash_provision.transport.factory import Connector
+    from dflash_provision.transport.options import SshOptions
+
+    data = drafter_files(1)[SHARDS[0]]
+    ssh_host.exec(["mkdir", "-p", DIR], b"", check=True)
+    source = ssh_host.dir / "controller-copy.safetensors"  # the controller's cached copy
+    source.write_bytes(data)
+    pinned = PinnedFile(
+        "o/r", "a" * 40, SHARDS[0], len(data), SHA256, hashlib.sha256(data).hexdigest()
+    )
+    assert ssh_host.client is not None
+    options = SshOptions(ssh_config_path=str(ssh_host.client.ssh_config), use_agent=False)
+    target = parse_target(f"{ssh_host.alias}:{DIR}")
+    chunk = 1024 * 1024
+
+    class DiesAfter(Transport):
+        """A real connection that is cut (closed) when the next command would be the Nth."""
+
+        def __init__(self, inner: Transport, allowed: int) -> None:
+            self.inner, self.allowed = inner, allowed
+            self.description = inner.description
+
+        @property
+        def command_timeout(self) -> float:
+            return self.inner.command_timeout
+
+        def run(
+            self, argv: Any, *, stdin: bytes | None = None, timeout: float | None = None
+        ) -> CommandResult:
+            if self.allowed == 0:
+                self.inner.close()
+                raise DflashProvisionError("connection lost")
+            self.allowed -= 1
+            return self.inner.run(argv, stdin=stdin, timeout=timeout)
+
+        def connect(self) -> None:
+            self.inner.connect()
+
+        def close(self) -> None:
+            self.inner.close()
+
+    cut = DiesAfter(Connector(options).open(target), allowed=3)  # the probe, then 2 chunks
+    with pytest.raises(DflashProvisionError):
+        place_file(cut, DIR, pinned, source, chunk_bytes=chunk)
+    assert ssh_host.exec(["test", "-e", f"{DIR}/{SHARDS[0]}"], b"").returncode != 0  # no half file
+
+    again = Connector(options).open(target)
+    try:
+        placed = place_file(again, DIR, pinned, source, chunk_bytes=chunk)
+    finally:
+        again.close()
+    assert (placed.resumed_at, placed.sent) == (2 * chunk, len(data) - 2 * chunk)
+    got = ssh_host.exec(["sha256sum", f"{DIR}/{SHARDS[0]}"], b"", check=True).stdout
+    assert str(got).split()[0] == pinned.digest
