@@ -14,10 +14,15 @@ of the files (its own inodes). Then, each on the whole fleet (64 at once):
     audit --all-files (proofs)   the same again: files unchanged since the proofs are not hashed
     rsync --checksum (dry run)   ``rsync -a -c -n --stats`` from a controller copy: both sides
                                  read and checksum every file, nothing is transferred
-    hf download (on each host)   ``hf download REPO --revision SHA --local-dir DIR`` for each
+    hf download (check)          ``hf download REPO --revision SHA --local-dir DIR`` for each
                                  host's directory, against the stand-in (what a host does to
                                  fetch it itself; run from the controller on the host's files,
                                  as the host's namespace hides this venv's interpreter)
+
+and then, with the second shard truncated to 1 MB on every host before each (an interrupted
+download), what makes it right: ``repair --all-files`` (fleet/files_repair.py in this process:
+the shard streamed from the controller's Hub cache), ``rsync --checksum`` for real (its delta
+transfer uses the truncated file as a basis) and ``hf download`` again.
 
 Columns: wall time, bytes per host over the connection (audit: the commands' arguments, stdin
 and output as the transport carried them; rsync: its --stats total sent + received; hf: the
@@ -126,7 +131,12 @@ class Bench:
             (own_cpu() - cpu0) * 1000 / n,
         )
 
-    def audit(self, what: str) -> Row:
+    def break_shard(self) -> None:
+        """The second shard truncated to 1 MB on every host (an interrupted download)."""
+        for host in self.hosts:
+            os.truncate(host.root_dir / DIR.removeprefix("/root/") / SHARDS[1], 1024 * 1024)
+
+    def audit(self, what: str, *, repair: bool = False) -> Row:
         from dflash_provision.fleet.files_audit import audit_all_files
         from dflash_provision.fleet.run import CountingTransport, FleetRun, authority_loader
         from dflash_provision.history import HistoryStore
@@ -170,6 +180,17 @@ class Bench:
 
         def action() -> float:
             run = Run(authority_loader(), connector=Connector(options))
+            if repair:
+                from dflash_provision.fleet.files_repair import repair_all_files
+
+                for member in members:
+                    run.authority(member)
+                fixed = repair_all_files(
+                    members, run, workers=self.workers, dry_run=False, hub_timeout=600,
+                    history=history,
+                )  # fmt: skip
+                assert {r.exit_code for r in fixed} == {0}, fixed[0].to_dict()
+                return float(carried[0])
             results = audit_all_files(members, run, workers=self.workers, history=history)
             statuses = {r.files.status.value if r.files else "unchecked" for r in results}
             assert statuses == {"in_sync"}, statuses
@@ -177,12 +198,12 @@ class Bench:
 
         return self._timed(what, action, host_cpu=lambda: children_cpu(self.sshd))
 
-    def rsync(self, source: Path) -> Row:
+    def rsync(self, source: Path, *, dry_run: bool = True) -> Row:
         sent = [0]
 
         def one(host: object) -> None:
             argv = [
-                "rsync", "-a", "-c", "-n", "--stats", "-e",
+                "rsync", "-a", "-c", *(["-n"] if dry_run else []), "--stats", "-e",
                 f"ssh -F {self.client.ssh_config}", f"{source}/",
                 f"{host.alias}:{DIR}/",  # type: ignore[attr-defined]
             ]  # fmt: skip
@@ -197,11 +218,10 @@ class Bench:
                 list(pool.map(one, self.hosts))
             return float(sent[0])
 
-        return self._timed(
-            "rsync --checksum (dry run)", action, host_cpu=lambda: children_cpu(self.sshd)
-        )
+        what = "rsync --checksum (dry run)" if dry_run else "rsync --checksum (repair)"
+        return self._timed(what, action, host_cpu=lambda: children_cpu(self.sshd))
 
-    def hf_download(self, sha: str, sizes: dict[str, int]) -> Row:
+    def hf_download(self, sha: str, sizes: dict[str, int], what: str) -> Row:
         hub = self.hub
         hf = str(Path(sys.executable).parent / "hf")
 
@@ -235,7 +255,7 @@ class Bench:
             return served() - before
 
         # The hf processes are children of this one: their CPU is our children's.
-        row = self._timed("hf download (on each host)", action, host_cpu=own_children_cpu)
+        row = self._timed(what, action, host_cpu=own_children_cpu)
         row.note = "host CPU: the hf processes"
         return row
 
@@ -286,8 +306,15 @@ def main() -> None:
                 bench.audit("audit --all-files (hash)"),
                 bench.audit("audit --all-files (proofs)"),
                 bench.rsync(source),
-                bench.hf_download(sha, sizes),
+                bench.hf_download(sha, sizes, "hf download (check)"),
             ]
+            # A shard truncated on every host, made right by each contender in turn.
+            bench.break_shard()
+            rows.append(bench.audit("repair --all-files", repair=True))
+            bench.break_shard()
+            rows.append(bench.rsync(source, dry_run=False))
+            bench.break_shard()
+            rows.append(bench.hf_download(sha, sizes, "hf download (repair)"))
     total = sum(sizes[name] for name in files)
     print(
         f"{args.hosts} hosts, a drafter of {total / 1e6:.1f} MB ({len(files)} files), "
