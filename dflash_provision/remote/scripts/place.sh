@@ -27,6 +27,9 @@ lock_timeout=$9
 deadline=${10:-0}
 bdir=$dir/.dflash-backups
 lockdir=
+# A placed file is readable by all (0644), as the Hub's files are, whatever the login's umask:
+# the server may run as another user.
+umask 022
 
 say "dflash-place 1"
 trap 'flush; [ -z "$lockdir" ] || rm -rf "$lockdir"' EXIT
