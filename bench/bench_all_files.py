@@ -240,12 +240,17 @@ class Bench:
             subprocess.run(argv, env=env, capture_output=True, timeout=600, check=True)
 
         def served() -> float:
+            """Bodies the stand-in sent: an LFS file's from the "CDN" (its resolve GET is a
+            302 without one), any other file's from resolve."""
+            from testbed.hub_standin import is_lfs
+
             total = 0
             for (method, path), n in hub.requests.items():  # type: ignore[attr-defined]
-                if method != "GET":
-                    continue
                 name = path.rsplit("/", 1)[1]
-                total += n * sizes.get(name, 0)
+                lfs_body = "/lfs-cdn/" in path
+                plain_body = "/resolve/" in path and not is_lfs(name)
+                if method == "GET" and (lfs_body or plain_body):
+                    total += n * sizes.get(name, 0)
             return float(total)
 
         def action() -> float:
