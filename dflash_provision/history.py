@@ -355,6 +355,12 @@ class HistoryStore:
                     self.problem = describe_failure(self.path, exc)
             return None
 
+    def transaction(self, action: Callable[[sqlite3.Connection], _T]) -> _T | None:
+        """Run ``action`` on the shared connection as a write (retried while another process
+        holds the database; a failure of the store is kept in ``problem``, None returned): for
+        the tables other modules keep beside ``events`` (remote/file_proofs.py)."""
+        return self._write(lambda conn: _when_not_busy(lambda: action(conn)))
+
     def _read(self, action: Callable[[sqlite3.Connection], _T]) -> _T:
         try:
             with self._use_lock:

@@ -8,6 +8,17 @@ client insists on (read from huggingface_hub 2.4's file_download.py and utils/_h
   are served directly, as the Hub does for non-LFS files, so no ``X-Linked-*`` headers and no
   redirect are needed; no ``X-Xet-*`` headers either, which keeps the client on plain HTTP.
 - ``GET /api/models/{repo}`` and ``/api/models/{repo}/revision/{rev}``: model info.
+- ``GET /api/models/{repo}/tree/{rev}[/{path}]``: the tree listing ``HfApi.list_repo_tree``
+  reads (huggingface_hub 2.4 hf_api.py ``RepoFile``/``RepoFolder``): per entry ``type``
+  ("file"/"directory"), ``oid`` (the git blob id; for an LFS file, the pointer's), ``size`` and,
+  for an LFS file, ``lfs`` {``oid``: sha256 of the content, ``size``, ``pointerSize``}; with
+  ``expand=true`` also ``lastCommit``. ``recursive`` lists subdirectories' files too; pages of
+  ``tree_page_size`` entries follow each other through a ``Link: <...>; rel="next"`` header with
+  a ``cursor`` parameter, as the Hub paginates.
+- Files whose names match the Hub's default ``.gitattributes`` (``*.safetensors``, ``*.bin``,
+  ``*.pt``, ...) are LFS files, served as the Hub serves them: ``resolve`` answers 302 to the
+  "CDN" (another origin) with ``X-Linked-Etag`` (sha256) and ``X-Linked-Size``; the ETag is the
+  pointer file's blob id.
 - Errors carry ``X-Error-Code`` (+ ``X-Error-Message``), which is how the client picks the
   exception class: RepoNotFound (401), RevisionNotFound (404), EntryNotFound (404, with
   ``X-Repo-Commit`` so the client can cache the absence), GatedRepo (401 without a token, 403
@@ -35,7 +46,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import TracebackType
-from urllib.parse import unquote, urlsplit
+from urllib.parse import parse_qs, unquote, urlencode, urlsplit
 
 from testbed import samples
 
@@ -52,6 +63,23 @@ GATED_TOKEN = "hf_standin_granted_access"  # noqa: S105
 DFLASH2_REPO = "z-lab/Qwen3.8-27B-DFlash2"
 
 _COMMIT_SHA = re.compile(r"^[0-9a-f]{40}$")
+# The LFS patterns of the .gitattributes the Hub gives a new model repo (the ones for files a
+# model directory holds).
+LFS_SUFFIXES = (
+    ".safetensors", ".bin", ".pt", ".pth", ".ckpt", ".h5", ".msgpack", ".onnx", ".gguf", ".npy",
+)  # fmt: skip
+
+
+def is_lfs(filename: str) -> bool:
+    return filename.endswith(LFS_SUFFIXES)
+
+
+def lfs_pointer(data: bytes) -> bytes:
+    """The pointer file git stores for an LFS file (its blob id is the Hub's ``oid``)."""
+    sha256 = hashlib.sha256(data).hexdigest()
+    return (
+        f"version https://git-lfs.github.com/spec/v1\noid sha256:{sha256}\nsize {len(data)}\n"
+    ).encode()
 
 
 @dataclass(frozen=True)
@@ -141,6 +169,7 @@ class HubStandin:
     host: str = "127.0.0.1"
     port: int = 0  # 0: the OS picks a free port
     requests: Counter[tuple[str, str]] = field(default_factory=Counter)
+    tree_page_size: int = 1000  # the Hub's page size for a tree listing without expand
     _server: ThreadingHTTPServer | None = field(default=None, init=False, repr=False)
     _thread: threading.Thread | None = field(default=None, init=False, repr=False)
     # Bytes of each dripped body the client took before it hung up (or the drip ended).
@@ -255,6 +284,42 @@ class HubStandin:
             raise _HubError(404, "EntryNotFound", f"{filename} does not exist", commit=sha)
         return sha, data, repo.fault
 
+    def tree(
+        self,
+        repo_id: str,
+        revision: str,
+        path: str,
+        *,
+        recursive: bool,
+        expand: bool,
+        authorization: str | None,
+    ) -> list[dict[str, object]]:
+        """The tree listing of ``path`` ("" for the top) at ``revision``, as the Hub gives it."""
+        repo = self._repo(repo_id, authorization)
+        sha = self._commit(repo, revision)
+        files = repo.commits[sha]
+        prefix = f"{path.strip('/')}/" if path.strip("/") else ""
+        if prefix and not any(name.startswith(prefix) for name in files):
+            raise _HubError(404, "EntryNotFound", f"{path} does not exist", commit=sha)
+        entries: dict[str, dict[str, object]] = {}
+        for name in sorted(files):
+            if not name.startswith(prefix):
+                continue
+            rest = name[len(prefix) :]
+            if "/" in rest and not recursive:
+                folder = prefix + rest.split("/", 1)[0]
+                entries.setdefault(
+                    folder, {"type": "directory", "oid": git_blob_sha(folder.encode()), "size": 0,
+                             "path": folder},
+                )  # fmt: skip
+                continue
+            entries[name] = _file_entry(name, files[name])
+            if expand:
+                entries[name]["lastCommit"] = {
+                    "id": sha, "title": "standin commit", "date": "2026-01-01T00:00:00.000Z",
+                }  # fmt: skip
+        return list(entries.values())
+
     def lfs_object(self, repo_id: str, sha256: str) -> tuple[bytes, Fault | None]:
         """The file of ``repo_id`` whose sha256 is ``sha256`` (what the "CDN" serves), and the
         repo's fault."""
@@ -284,6 +349,26 @@ class HubStandin:
         }
 
 
+def _file_entry(name: str, data: bytes) -> dict[str, object]:
+    if not is_lfs(name):
+        return {"type": "file", "oid": git_blob_sha(data), "size": len(data), "path": name}
+    pointer = lfs_pointer(data)
+    return {
+        "type": "file",
+        "oid": git_blob_sha(pointer),
+        "size": len(data),
+        "path": name,
+        "lfs": {
+            "oid": hashlib.sha256(data).hexdigest(),
+            "size": len(data),
+            "pointerSize": len(pointer),
+        },
+    }
+
+
+_TREE = re.compile(
+    r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)/tree/(?P<rev>[^/]+)(?:/(?P<path>.*))?$"
+)
 _LFS_CDN = re.compile(r"^/lfs-cdn/(?P<repo>[^/]+(?:/[^/]+)?)/(?P<sha256>[0-9a-f]{64})$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+(?:/[^/]+)?)/resolve/(?P<rev>[^/]+)/(?P<file>.+)$")
 _MODEL_INFO = re.compile(r"^/api/models/(?P<repo>[^/]+(?:/[^/]+)?)(?:/revision/(?P<rev>[^/]+))?$")
@@ -309,7 +394,10 @@ class _Handler(BaseHTTPRequestHandler):
             if match := _RESOLVE.match(path):
                 repo_id, rev = match["repo"], unquote(match["rev"])
                 sha, data, fault = self.hub.resolve_file(repo_id, rev, unquote(match["file"]), auth)
-                self._resolve(repo_id, sha, data, fault or Fault())
+                filename = unquote(match["file"])
+                self._resolve(repo_id, sha, data, fault or Fault(), filename)
+            elif match := _TREE.match(path):
+                self._tree(match, auth)
             elif match := _LFS_CDN.match(path):
                 data, fault = self.hub.lfs_object(match["repo"], match["sha256"])
                 headers = {"ETag": f'"{match["sha256"]}"', "Accept-Ranges": "bytes"}
@@ -327,15 +415,37 @@ class _Handler(BaseHTTPRequestHandler):
             body = json.dumps({"error": err.message}).encode()
             self._send(err.status, body, {"Content-Type": "application/json", **headers})
 
-    def _resolve(self, repo_id: str, sha: str, data: bytes, fault: Fault) -> None:
+    def _tree(self, match: re.Match[str], auth: str | None) -> None:
+        query = parse_qs(urlsplit(self.path).query)
+        entries = self.hub.tree(
+            match["repo"],
+            unquote(match["rev"]),
+            unquote(match["path"] or ""),
+            recursive=query.get("recursive", ["False"])[0].lower() == "true",
+            expand=query.get("expand", ["False"])[0].lower() == "true",
+            authorization=auth,
+        )
+        start = int(query.get("cursor", ["0"])[0] or 0)
+        size = max(1, self.hub.tree_page_size)
+        page = entries[start : start + size]
+        headers = {"Content-Type": "application/json"}
+        if start + size < len(entries):
+            base = urlsplit(self.path)
+            params = {k: v[0] for k, v in query.items() if k != "cursor"}
+            params["cursor"] = str(start + size)
+            next_url = f"{self.hub.url}{base.path}?{urlencode(params)}"
+            headers["Link"] = f'<{next_url}>; rel="next"'
+        self._send(200, json.dumps(page).encode(), headers)
+
+    def _resolve(self, repo_id: str, sha: str, data: bytes, fault: Fault, filename: str) -> None:
         headers = {"X-Repo-Commit": sha, "Accept-Ranges": "bytes"}
         if fault.redirect_loop:
             self._send(302, b"", {**headers, "Location": self.path})
-        elif fault.lfs:
+        elif fault.lfs or is_lfs(filename):
             # The real Hub: the pointer's blob id as ETag, the object's sha256 and size in
             # X-Linked-*, and a Location on another origin, so the client's HEAD stops here.
             sha256 = hashlib.sha256(data).hexdigest()
-            pointer = f"oid sha256:{sha256}\nsize {len(data)}\n".encode()
+            pointer = lfs_pointer(data)
             port = self.server.server_address[1]
             cdn = "localhost" if self.hub.host == "127.0.0.1" else "127.0.0.1"
             headers.update(

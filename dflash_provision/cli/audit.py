@@ -55,6 +55,12 @@ from dflash_provision.transport.factory import Connector
     metavar="FILE",
     help="Also write a node_exporter textfile-collector file (atomically).",
 )
+@click.option(
+    "--all-files",
+    is_flag=True,
+    help="Also check every file the lock pins on each host, where it lies; exit 4 when one is "
+    "wrong, 26 when one cannot be told (see docs/pinned-files.md).",
+)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -63,6 +69,7 @@ def command(
     as_json: bool,
     brief: bool,
     prometheus: Path | None,
+    all_files: bool,
 ) -> None:
     """Check a whole fleet for drift in parallel: one SSH connection and one read per host,
     every result recorded in the history. Plain TARGETs without a source use ./dflash.lock."""
@@ -74,6 +81,11 @@ def command(
     members = selection.members()
     run = make_run(connection)
     started = time.monotonic()
+    if all_files:
+        from dflash_provision.cli._all_files import audit_all_files_command
+
+        audit_all_files_command(ctx, members, run, selection.workers, as_json, prometheus)
+        return
     try:
         with ProgressDisplay(len(members), "auditing") as display:
             audits = audit(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,7 @@ from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
 if TYPE_CHECKING:
     from dflash_provision.source.hub import FetchedConfig
+    from dflash_provision.source.pinned_files import PinnedFile
 
 
 @click.command(
@@ -24,10 +25,14 @@ if TYPE_CHECKING:
         "Uses the HF cache; honours HF_TOKEN, HF_ENDPOINT, HF_HOME and HF_HUB_OFFLINE. When the "
         "Hub cannot be reached (or HF_HUB_OFFLINE is set), a branch or tag is taken from the "
         "cache: a warning says so, --json has resolved_on_hub false, and the lock entry keeps "
-        "the time the cache got that commit, not now."
+        "the time the cache got that commit, not now. With --all-files the lock also pins every "
+        "file of that commit vLLM reads (config, generation config, safetensors shards and "
+        "their index, mask_embedding.pt, ...): path, size and the hash the Hub declares, from "
+        "the Hub's tree listing (no weights are downloaded); without REPO_ID, --all-files adds "
+        "them for the commit each lock entry already pins."
     ),
 )
-@click.argument("repo_spec", metavar="REPO_ID")
+@click.argument("repo_spec", metavar="REPO_ID", required=False)
 @click.option("--revision", "-r", help="Branch, tag or commit sha (default: main).")
 @click.option(
     "--output",
@@ -45,6 +50,11 @@ if TYPE_CHECKING:
     help="Lock file to record the pinned commit in.",
 )
 @click.option("--no-lock", is_flag=True, help="Do not touch the lock file.")
+@click.option(
+    "--all-files",
+    is_flag=True,
+    help="Also pin every file of the commit that vLLM reads (see docs/pinned-files.md).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option(
     "--timeout",
@@ -54,18 +64,26 @@ if TYPE_CHECKING:
     help="Seconds the whole fetch may take: name lookup, metadata and download together.",
 )
 def command(
-    repo_spec: str,
+    repo_spec: str | None,
     revision: str | None,
     output: Path | None,
     filename: str,
     lock_path: Path,
     no_lock: bool,
+    all_files: bool,
     as_json: bool,
     timeout: float,
 ) -> None:
     from dflash_provision.source import hub, lockfile
     from dflash_provision.source.authority import RepoRef
 
+    if repo_spec is None:
+        if not all_files:
+            raise UsageError("REPO_ID is needed (or --all-files, to pin the files of the lock)")
+        if revision or output or no_lock:
+            raise UsageError("--all-files without REPO_ID takes no --revision, --output, --no-lock")
+        _pin_locked_commits(lock_path, as_json, timeout)
+        return
     parsed = RepoRef.parse(repo_spec)
     if parsed is None:
         raise UsageError(f"{repo_spec}: not a Hub repo id (expected owner/name or owner/name@rev)")
@@ -93,7 +111,7 @@ def command(
                 f"{lock_path}: cannot write lock file ({exc.strerror or exc})"
             ) from None
 
-    result = {
+    result: dict[str, Any] = {
         "repo_id": fetched.repo_id,
         "revision": fetched.requested_revision,
         "commit_sha": fetched.commit_sha,
@@ -108,6 +126,10 @@ def command(
         "cache_fallback": fetched.cache_fallback,
         "cached_since": _iso(fetched.cached_since),
     }
+    if all_files:
+        pinned = _pin_files(fetched.repo_id, fetched.commit_sha, None if no_lock else lock_path,
+                            timeout)  # fmt: skip
+        result["files"] = [f.to_dict() for f in pinned]
     if as_json:
         click.echo(json.dumps(result, indent=2))
         return
@@ -119,6 +141,58 @@ def command(
     if output is not None:
         click.echo(f"  written   {output}")
     click.echo(f"  lock      {'(not recorded: --no-lock)' if no_lock else lock_path}")
+    if all_files:
+        _echo_files(result["files"])
+
+
+def _pin_files(
+    repo_id: str, commit_sha: str, lock_path: Path | None, timeout: float
+) -> list[PinnedFile]:
+    """The files of the commit vLLM reads, listed by the Hub; recorded in the lock when given."""
+    from dflash_provision.source import hub_tree, lockfile
+
+    pinned = hub_tree.list_commit_files(repo_id, commit_sha, timeout=timeout)
+    if lock_path is not None:
+        try:
+            lockfile.upsert_pinned_files(lock_path, repo_id, pinned)
+        except OSError as exc:
+            raise UsageError(
+                f"{lock_path}: cannot write lock file ({exc.strerror or exc})"
+            ) from None
+    return pinned
+
+
+def _pin_locked_commits(lock_path: Path, as_json: bool, timeout: float) -> None:
+    """``fetch --all-files`` without REPO_ID: the files of each config the lock pins, at the
+    commit it pins (the config entry is not touched, the commit does not move)."""
+    from dflash_provision.source import lockfile
+
+    entries = [e for e in lockfile.read_lock(lock_path) if e.filename == "config.json"]
+    if not entries:
+        raise UsageError(f"{lock_path}: no config.json entry to pin the files of")
+    results: list[dict[str, Any]] = []
+    for entry in entries:
+        pinned = _pin_files(entry.repo_id, entry.commit_sha, lock_path, timeout)
+        results.append(
+            {
+                "repo_id": entry.repo_id,
+                "commit_sha": entry.commit_sha,
+                "files": [f.to_dict() for f in pinned],
+            }
+        )
+    if as_json:
+        click.echo(json.dumps({"lock": str(lock_path), "pinned": results}, indent=2))
+        return
+    for result in results:
+        click.echo(f"pinned {result['repo_id']}@{result['commit_sha']} in {lock_path}")
+        _echo_files(result["files"])
+
+
+def _echo_files(files: list[dict[str, Any]]) -> None:
+    total = sum(int(f["size"]) for f in files)
+    click.echo(f"  files     {len(files)} pinned ({total} bytes), no weights downloaded:")
+    for f in files:
+        click.echo(f"    {f['path']}  {f['size']} bytes  {f['algorithm']} {f['digest']}")
 
 
 def _iso(when: datetime | None) -> str | None:

@@ -42,6 +42,13 @@ from dflash_provision.transport.factory import Connector
     help="Backups of the old file to keep in <dir>/.dflash-backups.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option(
+    "--all-files",
+    is_flag=True,
+    help="Also put every file the lock pins in place: each missing or wrong one streamed from "
+    "this machine's Hub cache, written beside its name, fsynced, its hash proved on TARGET, "
+    "renamed; an interrupted placement resumes (see docs/pinned-files.md).",
+)
 @connection_options
 @click.pass_context
 def command(
@@ -54,6 +61,7 @@ def command(
     follow_symlinks: bool,
     keep_backups: int,
     as_json: bool,
+    all_files: bool,
     connection: Connector,
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
@@ -63,6 +71,11 @@ def command(
 
     target = parse_target(target_spec)
     authority = authority_spec.load()
+    pinned = None
+    if all_files:
+        from dflash_provision.source.pinned_source import pinned_for
+
+        pinned = pinned_for(authority_spec, authority)  # before any host is touched
     store = None if dry_run else default_store()  # a dry run changes nothing: nothing to keep
     key = HostKey.of_target(target)
     with (
@@ -81,7 +94,19 @@ def command(
             write=WriteOptions(keep_backups, mkdir, follow_symlinks),
         )
         result.journal_into(rec)
-    emit_push_result(ctx, result, as_json=as_json, verb="push")
+        files = None
+        if pinned is not None and result.ok and not dry_run:
+            from dflash_provision.cli._all_files import push_pinned_files
+
+            files = push_pinned_files(transport, target, pinned, store, as_json)
+    extra = {"files": files.to_dict()} if files is not None else None
+    emit_push_result(ctx, result, as_json=as_json, verb="push", extra=extra)
+    if files is not None:
+        from dflash_provision.cli._all_files import echo_files_push
+
+        if not as_json:
+            echo_files_push(files)
+        ctx.exit(int(files.exit_code))
 
 
 __all__ = ["command"]

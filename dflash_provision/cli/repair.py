@@ -58,6 +58,13 @@ from dflash_provision.transport.factory import Connector
     is_flag=True,
     help="One line per host: a drifted host's first change and how many more, not its diff.",
 )
+@click.option(
+    "--all-files",
+    is_flag=True,
+    help="Then put every file the lock pins in place on each host, as push --all-files does, "
+    "--workers hosts at once, each file read from this machine's Hub cache once (see "
+    "docs/pinned-files.md).",
+)
 @click.pass_context
 def command(
     ctx: click.Context,
@@ -69,6 +76,7 @@ def command(
     mkdir: bool,
     as_json: bool,
     brief: bool,
+    all_files: bool,
 ) -> None:
     """Audit a fleet, then push to every host whose file is not the authoritative bytes (a
     same_values file, the right values in other bytes, included), through the full write
@@ -118,6 +126,11 @@ def command(
         ctx.exit(int(ExitCode.INTERRUPTED))
     elapsed = time.monotonic() - started
     code = repair_exit_code(repairs, dry_run=dry_run)
+    if all_files:
+        from dflash_provision.cli._all_files import repair_files_command
+
+        repair_files_command(ctx, members, run, repairs, code, selection.workers, dry_run, as_json)
+        return
     if as_json:
         document = report.repair_document(
             repairs, elapsed_s=elapsed, exit_code=int(code), dry_run=dry_run

@@ -36,7 +36,7 @@ RUNTIME_SCRIPTS = _PACKAGE / "runtime" / "scripts"
 #: What a script needs besides common.sh, read before it: the push's lock for the write and for
 #: the settle step that must wait for an interrupted write; the runtime helpers for every
 #: runtime script.
-_FRAGMENTS = {"write": ("lock",), "settle": ("lock",)}
+_FRAGMENTS = {"write": ("lock",), "settle": ("lock",), "place": ("lock",)}
 
 
 class RemoteProtocolError(RemoteStepFailed):

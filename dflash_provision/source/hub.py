@@ -186,6 +186,38 @@ def _ref_time(snapshot_file: Path, revision: str) -> datetime | None:
 REFUSED = "refused: not written, not recorded in the lock, not kept in the cache"
 
 
+def raise_request_failure(
+    exc: BaseException, repo_id: str, revision: str, what: str, *, endpoint: str | None = None
+) -> NoReturn:
+    """HubError for a failed Hub request other than a file download (``what`` names it, e.g.
+    "(tree listing)"), mapped as fetch_config maps its own; anything unknown is re-raised."""
+    from huggingface_hub import constants
+
+    from dflash_provision.source.hub_deadline import DeadlinePassed
+
+    where = _Where(
+        repo_id=repo_id,
+        revision=revision,
+        filename=what,
+        endpoint=(endpoint or constants.ENDPOINT).rstrip("/"),
+        cache_dir=constants.HF_HUB_CACHE,
+    )
+    if isinstance(exc, DeadlinePassed):
+        raise HubError(
+            f"{where}: the Hub at {where.shown_endpoint} did not answer within "
+            f"{exc.seconds:g} s (--timeout)",
+            exit_code=ExitCode.HUB_UNREACHABLE,
+        ) from None
+    if isinstance(exc, _transport_error()):
+        raise HubError(
+            f"{where}: cannot reach the Hub at {where.shown_endpoint} ({_first_line(exc)})",
+            exit_code=ExitCode.HUB_UNREACHABLE,
+        ) from None
+    if isinstance(exc, Exception):
+        _raise_mapped(exc, where, offline=False, unreachable=None)
+    raise exc
+
+
 @dataclass(frozen=True)
 class _Where:
     repo_id: str

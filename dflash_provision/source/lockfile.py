@@ -4,7 +4,13 @@ One entry per (repo_id, filename): the revision asked for, the commit sha it res
 sha256 and size of the bytes, and when that commit was first recorded. Later commands (push,
 audit) read the lock to get the exact same bytes again, from the HF cache, without the network.
 
-Format: JSON, keys sorted, indent 2, entries sorted by (repo_id, filename), trailing newline.
+With ``fetch --all-files`` the lock also pins every file of the commit that vLLM reads
+(``files``: path, size, the hash the Hub declares; see source/pinned_files.py). A lock without
+``files`` is a lock of the config alone, as every lock was before; a reader that knows only
+``entries`` reads a lock with ``files`` as such a lock.
+
+Format: JSON, keys sorted, indent 2, entries sorted by (repo_id, filename), files by
+(repo_id, path), trailing newline.
 JSON because the standard library both reads and writes it exactly (tomllib only reads, and a
 hand-written TOML writer is one more place for quoting bugs); sorted and indented so the file
 diffs cleanly in review and re-writing unchanged content gives identical bytes.
@@ -26,6 +32,7 @@ from dflash_provision.errors import ConfigInvalid, UsageError
 
 if TYPE_CHECKING:
     from dflash_provision.source.hub import FetchedConfig
+    from dflash_provision.source.pinned_files import PinnedFile
 
 DEFAULT_LOCK_PATH = Path("dflash.lock")
 LOCK_VERSION = 1
@@ -66,15 +73,33 @@ def entry_from_fetched(fetched: FetchedConfig, *, fetched_at: datetime | None = 
 def read_lock(path: Path | str) -> list[LockEntry]:
     """Entries of the lock at ``path``, sorted. UsageError if it is missing or malformed."""
     path = Path(path)
+    return _parse(_read_text(path), path)[0]
+
+
+def read_pinned_files(path: Path | str) -> list[PinnedFile]:
+    """The files the lock at ``path`` pins (none for a lock of the config alone)."""
+    path = Path(path)
+    return _parse(_read_text(path), path)[1]
+
+
+def upsert_pinned_files(path: Path | str, repo_id: str, files: list[PinnedFile]) -> None:
+    """Record ``files`` as the pinned files of ``repo_id`` (replacing those it had), keeping the
+    lock's entries. The lock must exist (fetch records the config first)."""
+    path = Path(path)
+    entries, pinned = _parse(_read_text(path), path)
+    kept = [f for f in pinned if f.repo_id != repo_id]
+    write_atomic(path, render_lock(entries, kept + list(files)).encode("utf-8"))
+
+
+def _read_text(path: Path) -> str:
     try:
-        text = path.read_text(encoding="utf-8")
+        return path.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise UsageError(
             f"{path}: no such lock file (run `dflash-provision fetch REPO_ID` first)"
         ) from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read lock file ({exc.strerror})") from None
-    return _parse(text, path)
 
 
 def upsert_lock(path: Path | str, entry: LockEntry) -> None:
@@ -83,9 +108,12 @@ def upsert_lock(path: Path | str, entry: LockEntry) -> None:
 
     If the same commit and bytes are already recorded, the old ``fetched_at`` is kept so that
     fetching again does not change the file.
+
+    If the entry's commit moves, the files pinned at the old commit for that repo are dropped:
+    they no longer say what the commit holds (``fetch --all-files`` pins the new commit's).
     """
     path = Path(path)
-    entries = read_lock(path) if path.exists() else []
+    entries, pinned = _parse(_read_text(path), path) if path.exists() else ([], [])
     by_key = {e.key: e for e in entries}
     old = by_key.get(entry.key)
     if old is not None and (old.commit_sha, old.sha256, old.revision) == (
@@ -95,14 +123,17 @@ def upsert_lock(path: Path | str, entry: LockEntry) -> None:
     ):
         entry = replace(entry, fetched_at=old.fetched_at)
     by_key[entry.key] = entry
-    write_atomic(path, render_lock(list(by_key.values())).encode("utf-8"))
+    pinned = [f for f in pinned if f.repo_id != entry.repo_id or f.commit_sha == entry.commit_sha]
+    write_atomic(path, render_lock(list(by_key.values()), pinned).encode("utf-8"))
 
 
-def render_lock(entries: list[LockEntry]) -> str:
-    document = {
+def render_lock(entries: list[LockEntry], files: list[PinnedFile] | None = None) -> str:
+    document: dict[str, Any] = {
         "version": LOCK_VERSION,
         "entries": [asdict(e) for e in sorted(entries, key=lambda e: e.key)],
     }
+    if files:  # a lock of the config alone stays byte for byte what it always was
+        document["files"] = [f.to_dict() for f in sorted(files, key=lambda f: f.key)]
     return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"
 
 
@@ -182,7 +213,7 @@ def write_atomic(path: Path, data: bytes) -> None:
         os.close(dir_fd)
 
 
-def _parse(text: str, path: Path) -> list[LockEntry]:
+def _parse(text: str, path: Path) -> tuple[list[LockEntry], list[PinnedFile]]:
     def bad(why: str) -> UsageError:
         return UsageError(f"{path}: malformed lock file: {why}")
 
@@ -202,7 +233,26 @@ def _parse(text: str, path: Path) -> list[LockEntry]:
         if entry.key in seen:
             raise bad(f"{entry.repo_id} {entry.filename} is recorded twice")
         seen.add(entry.key)
-    return sorted(entries, key=lambda e: e.key)
+    return sorted(entries, key=lambda e: e.key), _parse_files(document.get("files", []), bad)
+
+
+def _parse_files(raw: Any, bad: Callable[[str], UsageError]) -> list[PinnedFile]:
+    from dflash_provision.source.pinned_files import parse_pinned
+
+    if not isinstance(raw, list):
+        raise bad('"files" must be a list')
+    files = []
+    seen: set[tuple[str, str]] = set()
+    for index, item in enumerate(raw):
+        try:
+            pinned = parse_pinned(item, f"file {index}")
+        except ValueError as exc:
+            raise bad(str(exc)) from None
+        if pinned.key in seen:
+            raise bad(f"{pinned.repo_id} {pinned.path} is pinned twice")
+        seen.add(pinned.key)
+        files.append(pinned)
+    return sorted(files, key=lambda f: f.key)
 
 
 def _parse_entry(raw: Any, index: int, bad: Callable[[str], UsageError]) -> LockEntry:
