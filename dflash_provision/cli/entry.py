@@ -50,9 +50,10 @@ def _end_now_if_abandoned(code: object) -> None:
     history commits every row): end the process at once."""
     import contextlib
     import os
+    import sys
     import threading
 
-    if code != int(ExitCode.INTERRUPTED):
+    if code != _INTERRUPTED:
         return
     others = [t for t in threading.enumerate() if t is not threading.main_thread()]
     if not any(t.is_alive() and not t.daemon for t in others):
@@ -60,4 +61,4 @@ def _end_now_if_abandoned(code: object) -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # a closed pipe: nothing more to say
             stream.flush()
-    os._exit(int(ExitCode.INTERRUPTED))
+    os._exit(_INTERRUPTED)

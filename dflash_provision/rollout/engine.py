@@ -509,7 +509,7 @@ class Engine:
                 read = read_remote_config(transport, member.target.config_path)
         except DflashProvisionError as exc:
             host.detail = f"after rollback: {exc.message}"
-            return
+            return None
         old = Authority(label="the previous config", data=read.data or b"")
         verdict = self._measure(host, old, host.baseline, "after rollback")
         if verdict is not None:
