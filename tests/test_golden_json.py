@@ -32,7 +32,7 @@ pytestmark = [pytest.mark.integration, pytest.mark.root]
 GOLDEN = Path(__file__).parent / "golden"
 _VOLATILE_KEYS = re.compile(
     r"(^|_)(s|duration_s|smoke_s|timings|walls|pid|started_at|recorded_at|created|at|id|"
-    r"time|when|log_path|launch_line|ready_line|lines_read|argv|rollout_id|history_id|port|spec_decoding_lines)$"
+    r"time|when|log_path|launch_line|ready_line|lines_read|argv|rollout_id|history_id|port|spec_decoding_lines|host_key)$"
 )
 
 

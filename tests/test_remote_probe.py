@@ -242,7 +242,10 @@ def test_probe_reports_a_vllm_build_without_the_dflash_layer_resolver(tmp_path: 
     draft = vllm["draft"]
     assert draft["aux_layer_ids"] == [2, 4]
     assert draft["layers"] is None
-    assert draft["layers_error"] == "ModuleNotFoundError: No module named 'vllm.model_executor'"
+    assert (
+        draft["layers_error"]
+        == "qwen3_dflash: ModuleNotFoundError: No module named 'vllm.model_executor'"
+    )
     assert draft["hf_config"] == {"model_type": "eagle", "num_hidden_layers": 1}
     assert answer["effective"]["config"]["sliding_window"] == tiny_models.SLIDING_WINDOW
 

@@ -79,7 +79,9 @@ def command(
 
     if repo_spec is None:
         if not all_files:
-            raise UsageError("REPO_ID is needed (or --all-files, to pin the files of the lock)")
+            raise click.UsageError(  # click's own words, as for every missing argument
+                "Missing argument 'REPO_ID'. (Or --all-files, to pin the files of the lock.)"
+            )
         if revision or output or no_lock:
             raise UsageError("--all-files without REPO_ID takes no --revision, --output, --no-lock")
         _pin_locked_commits(lock_path, as_json, timeout)
