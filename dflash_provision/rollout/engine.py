@@ -406,7 +406,14 @@ class Engine:
         to write, nothing to restart."""
         if host.old_sha256 != self.rollout.new_sha256:
             return False
-        return not host.restart or host.baseline.source == "measured"
+        if not host.restart:
+            return True
+        # A file pushed without a restart holds the new bytes while its server still runs the
+        # config it loaded (the launch record's sha256): that server must be restarted.
+        loaded = (host.launch or {}).get("drafter_sha256")
+        if loaded is not None and loaded != self.rollout.new_sha256:
+            return False
+        return host.baseline.source == "measured"
 
     def _finish_cut_off_write(self, host: HostState, sha: str | None) -> None:
         """The journal row of a write the controller died in (still "started") closed with
