@@ -125,7 +125,16 @@ def main(argv: list[str] | None = None) -> None:
     # The group's callback records --debug here; the errors below are caught after its context
     # has ended, so this dict is how the flag reaches them.
     state: dict[str, Any] = {"debug": os.environ.get(DEBUG_ENV, "") not in ("", "0")}
-    sys.exit(_run(argv, state))
+    try:
+        code = _run(argv, state)
+    except (KeyboardInterrupt, Exception) as exc:
+        # A Ctrl-C outside the command's own handlers (finding the --json command imports its
+        # module first: the soak caught a traceback there) ends as any other Ctrl-C.
+        if not (isinstance(exc, KeyboardInterrupt) or _wraps_ctrl_c(exc)):
+            raise
+        click.echo("interrupted", err=True)
+        code = int(ExitCode.INTERRUPTED)
+    sys.exit(code)
 
 
 def _run(argv: list[str] | None, state: dict[str, Any]) -> int:
