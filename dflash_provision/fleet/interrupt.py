@@ -81,9 +81,11 @@ def collect_after_interrupt(
     already be cancelled."""
     running = sorted((f for f in futures if not f.done()), key=lambda f: futures[f])
     wait_s = stopping.wait_s if stopping is not None else None
-    if running and stopping is not None and stopping.announce is not None:
-        stopping.announce(stopping.waiting_line([names[futures[f]] for f in running]))
-    with contextlib.suppress(KeyboardInterrupt):  # the second Ctrl-C: abandon those in flight
+    # The second Ctrl-C abandons those in flight. It may come as soon as the line is out, while
+    # the announce is still returning: the suppress must already be in force then.
+    with contextlib.suppress(KeyboardInterrupt):
+        if running and stopping is not None and stopping.announce is not None:
+            stopping.announce(stopping.waiting_line([names[futures[f]] for f in running]))
         concurrent.futures.wait(running, timeout=wait_s)
     done: dict[int, Any] = {}
     not_started: list[str] = []
