@@ -85,7 +85,8 @@ def restart_server(
 
 def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool) -> dict[str, Any]:
     from dflash_provision.remote.ops import read_remote_config
-    from dflash_provision.rollout.host_ops import StepFailed, restart_checks, restart_recorded
+    from dflash_provision.rollout.host_ops import StepFailed, restart_checks
+    from dflash_provision.runtime.restart import RestartFailed, restart_recorded
 
     transport, target = open_host(runner, host, args.host)
     server = _the_launch(transport, target, args.port)
@@ -129,7 +130,7 @@ def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool)
             args.ready_timeout,
             sha256=current.sha256,
         )
-    except StepFailed as exc:
+    except RestartFailed as exc:
         raise RuntimeFailure(
             f"restart of port {server.port}: {exc.message}", exit_code=ExitCode.LAUNCH_FAILED
         ) from None

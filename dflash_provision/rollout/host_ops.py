@@ -309,35 +309,15 @@ def restart(
     may_be_down: bool = False,
     remembered: dict[str, str] | None = None,
 ) -> RestartDone:
-    """Stop the host's server and start it again with its recorded launch (see
-    :func:`restart_recorded`)."""
-    assert host.launch is not None and host.port is not None
-    return restart_recorded(
-        transport, host.launch, host.port, doc, env, ready_s, sha256=sha256,
-        may_be_down=may_be_down, remembered=remembered,
-    )  # fmt: skip
-
-
-def restart_recorded(
-    transport: Transport,
-    launch: dict[str, Any],
-    port: int,
-    doc: dict[str, Any],
-    env: dict[str, str],
-    ready_s: float,
-    *,
-    sha256: str | None,
-    may_be_down: bool = False,
-    remembered: dict[str, str] | None = None,
-) -> RestartDone:
-    """runtime/restart.py's restart_recorded; StepFailed saying what was found when it is
+    """Stop the host's server and start it again with its recorded launch, proved (see
+    runtime/restart.py's restart_recorded); StepFailed saying what was found when it is
     refused or not proved."""
-    from dflash_provision.runtime.restart import RestartFailed
-    from dflash_provision.runtime.restart import restart_recorded as restart_proved
+    from dflash_provision.runtime.restart import RestartFailed, restart_recorded
 
+    assert host.launch is not None and host.port is not None
     try:
-        return restart_proved(
-            transport, launch, port, doc, env, ready_s, sha256=sha256,
+        return restart_recorded(
+            transport, host.launch, host.port, doc, env, ready_s, sha256=sha256,
             may_be_down=may_be_down, remembered=remembered,
         )  # fmt: skip
     except RestartFailed as exc:
