@@ -35,8 +35,14 @@ RUNTIME_SCRIPTS = _PACKAGE / "runtime" / "scripts"
 
 #: What a script needs besides common.sh, read before it: the push's lock for the write and for
 #: the settle step that must wait for an interrupted write; the runtime helpers for every
-#: runtime script.
-_FRAGMENTS = {"write": ("lock",), "settle": ("lock",), "place": ("lock",)}
+#: runtime script; the symlink-stays-inside test for the two scripts that read a drafter's files.
+_FRAGMENTS = {
+    "write": ("lock",),
+    "settle": ("lock",),
+    "place": ("lock",),
+    "files": ("inside",),
+    "weights": ("inside",),
+}
 
 
 class RemoteProtocolError(RemoteStepFailed):

@@ -38,13 +38,6 @@ if [ "$dir_state" != ok ]; then
 fi
 real=$(cd -P -- "$dir" && pwd -P) || real=$dir
 
-inside() {
-	[ -L "$1" ] || return 0
-	to=$(readlink -f -- "$1" 2>/dev/null) || return 1
-	case $to in "$real"/*) return 0 ;; esac
-	return 1
-}
-
 started=$(date +%s)
 say "clock $started"
 flush

@@ -35,14 +35,6 @@ if [ "$dir_state" != ok ]; then
 fi
 real=$(cd -P -- "$dir" && pwd -P) || real=$dir
 
-# inside FILE: true when FILE is no symlink, or one that resolves inside the directory.
-inside() {
-	[ -L "$1" ] || return 0
-	to=$(readlink -f -- "$1" 2>/dev/null) || return 1
-	case $to in "$real"/*) return 0 ;; esac
-	return 1
-}
-
 # usable FILE NAME: the checks every file read here passes; says "skip REASON NAME" if not.
 usable() {
 	case $2 in *"$nl"* | *"$cr"*)
