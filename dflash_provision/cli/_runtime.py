@@ -52,6 +52,36 @@ def server_port_option(func: F) -> F:
     )(func)
 
 
+def _container_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    from dflash_provision.errors import UsageError
+    from dflash_provision.runtime.container_server import parse_container_option
+
+    if value is None:
+        return None
+    try:
+        return parse_container_option(value)
+    except UsageError as exc:
+        raise click.BadParameter(exc.message, param_hint="'--container'") from None
+
+
+def container_option(func: F) -> F:
+    """--container [docker:|podman:]NAME: the server runs in that container on TARGET's host."""
+    return click.option(
+        "--container",
+        "container",
+        metavar="NAME",
+        callback=_container_value,
+        help=(
+            "[docker:|podman:]NAME: the server runs in this Docker (or Podman) container on "
+            "TARGET's machine; TARGET is "
+            "the drafter directory on that machine (as provisioned). The container's record "
+            "(docker container inspect) maps the drafter path through its mounts, both ways; "
+            "its Python, processes and port are reached with docker exec, its start-up log is "
+            "docker logs. Default port: --port of the container's command."
+        ),
+    )(func)
+
+
 def check_options(func: F) -> F:
     """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
     smoke prompts, and the target's python and model for stage b."""

@@ -3,15 +3,20 @@ with the command that fixes it (see dflash_provision.runtime.doctor)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
-from dflash_provision.cli._runtime import check_options
+from dflash_provision.cli._runtime import check_options, container_option
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.container_server import ContainerOption
 
 _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "cannot tell"}
 
@@ -31,6 +36,7 @@ _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "ca
 @click.argument("target_spec", metavar="TARGET")
 @authority_options
 @check_options
+@container_option
 @click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON.")
 @runtime_connection_options
 @click.pass_context
@@ -43,6 +49,7 @@ def command(
     prompts: int,
     python: str | None,
     model: str | None,
+    container: ContainerOption | None,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -63,12 +70,20 @@ def command(
         model=model,
     )
     with connection.open(target) as transport:
+        found = None
+        if container is not None:
+            from dflash_provision.runtime.container_server import open_container_server
+
+            found = open_container_server(
+                transport, container, target, docker_host=connection.docker_host
+            )
         report = diagnose(
             transport,
             target,
             authority,
             settings,
             push_fix=fix_command(target_spec, authority_spec),
+            container=found,
         )
     if as_json:
         click.echo(report_json(report))

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
@@ -40,6 +40,7 @@ from dflash_provision.runtime.stages import StageResult, StageStatus
 
 if TYPE_CHECKING:
     from dflash_provision.place.target import Target
+    from dflash_provision.runtime.container_server import ContainerServer
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
@@ -128,13 +129,22 @@ def diagnose(
     settings: CheckSettings,
     *,
     push_fix: str,
+    container: ContainerServer | None = None,
 ) -> DoctorReport:
-    """Run the check, then read it as the pipeline's chain of links."""
-    settings = with_port(transport, target, settings)  # one lookup; the fix lines name the port
-    check = run_check(transport, target, authority, settings, push_fix=push_fix)
+    """Run the check, then read it as the pipeline's chain of links (``container``: the server
+    runs there, see run_check)."""
+    if container is None:  # one lookup; the fix lines name the port
+        settings = with_port(transport, target, settings)
+    elif settings.find_port:
+        settings = replace(settings, port=container.port()[0], find_port=False)
+    check = run_check(
+        transport, target, authority, settings, push_fix=push_fix, container=container
+    )
     c = check.stage("c")
     assert c is not None
-    model_config = _target_model_config(transport, c, settings)
+    # the target model's path is the server's: read it where the server runs
+    model_config = _target_model_config(container.transport if container else transport, c,
+                                        settings)  # fmt: skip
     return trace(check, target, authority, settings, push_fix=push_fix, model_config=model_config)
 
 

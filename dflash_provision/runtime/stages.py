@@ -114,6 +114,9 @@ class CheckContext:
     server: Any = None  # process.RunningServer
     log: LogFacts | None = None
     log_size: int | None = None  # the log's size when it was read: later lines come after
+    # runtime/container_server.ContainerServer: the server runs in a Docker/Podman container;
+    # stages b-e then reach it through ``docker exec`` and stage c maps its drafter to the host.
+    container: Any = None
 
     @property
     def target_layer_ids(self) -> list[int] | None:
