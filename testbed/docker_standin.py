@@ -102,3 +102,28 @@ def wait_ready(container: DockerContainer, port: int, timeout: float = READY_TIM
         f"stand-in in {container.name} not ready ({container.state()}): "
         f"{(logs.stdout + logs.stderr)[-1500:]}"
     )
+
+
+STANDIN_IMAGE = "dflash-testbed/vllm-standin:1"
+
+
+def standin_image(daemon: DockerDaemon) -> str:
+    """An image whose ENTRYPOINT is the stand-in's ``serve``, as vllm/vllm-openai's is ``vllm
+    serve``: the busybox root (``docker import --change``); the Python it names must be mounted
+    (``python_mounts``) by whoever runs it."""
+    from testbed.docker import busybox_rootfs_tar
+
+    entrypoint = json.dumps([PYTHON, str(STANDIN), "serve"])
+    if daemon.docker("image", "inspect", STANDIN_IMAGE, check=False).returncode != 0:
+        daemon.docker(
+            "import", "--change", f"ENTRYPOINT {entrypoint}", "-", STANDIN_IMAGE,
+            stdin=busybox_rootfs_tar(), timeout=120,
+        )  # fmt: skip
+    return STANDIN_IMAGE
+
+
+def python_mount_args() -> str:
+    """``-v SRC:DST:ro ...`` of ``python_mounts``, as one ``--docker-args`` value."""
+    import shlex
+
+    return " ".join(f"-v {shlex.quote(f'{src}:{dst}:ro')}" for src, dst in python_mounts())

@@ -116,6 +116,30 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="Seconds between TERM and KILL when --restart stops the old server.",
 )
 @click.option("--no-check", is_flag=True, help="Do not run runtime-check after a launch.")
+@click.option(
+    "--docker",
+    "docker_image",
+    metavar="IMAGE",
+    help="Start the server in a new Docker container of IMAGE (e.g. vllm/vllm-openai:v0.32.0) "
+    "on TARGET's machine, TARGET the drafter directory there, mounted read-only; --restart "
+    "replaces the container (docs/containers.md).",
+)
+@click.option(
+    "--container-name",
+    metavar="NAME",
+    help="With --docker: the container's name (default dflash-vllm-PORT).",
+)
+@click.option(
+    "--docker-args",
+    metavar="ARGS",
+    help="With --docker: more `docker run` options, split like a shell would "
+    "('--gpus all -v /srv/models/base:/models/base').",
+)
+@click.option(
+    "--drafter-mount",
+    metavar="PATH",
+    help="With --docker: where the drafter directory shows inside (default: its host path).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @runtime_connection_options
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_ARGS...]")
@@ -136,6 +160,10 @@ def command(
     ready_timeout: float,
     stop_timeout: float,
     no_check: bool,
+    docker_image: str | None,
+    container_name: str | None,
+    docker_args: str | None,
+    drafter_mount: str | None,
     as_json: bool,
     connection: Connector,
     extra_args: tuple[str, ...],
@@ -179,6 +207,17 @@ def command(
         fix_command=fix_command(target_spec, authority_spec),
         speculative_extra=_speculative_extra(speculative_extra),
     )
+    docker_only = (container_name, docker_args, drafter_mount)
+    if docker_image is None and any(v is not None for v in docker_only):
+        raise UsageError("--container-name, --docker-args and --drafter-mount need --docker")
+    if docker_image is not None:
+        from dflash_provision.cli._docker_launch import launch_docker
+
+        ctx.exit(launch_docker(
+            connection, target, authority, request, docker_image,
+            container_name or f"dflash-vllm-{port}", docker_args or "",
+            drafter_mount, no_check=no_check, as_json=as_json,
+        ))  # fmt: skip
     with connection.open(target) as transport:
         try:
             result = launch(

@@ -147,6 +147,28 @@ def preflight(
     )
 
 
+def drafter_preflight(
+    transport: Transport, target: Target, authority: Authority, request: LaunchRequest
+) -> tuple[int, dict[str, str], list[str]]:
+    """The drafter's part of the pre-flight (1-3 and 6 of launch's list) for a server that is
+    not started on ``transport`` itself (launch --docker: a new container): the file on disk
+    equals the authoritative config, it validates, N <= block_size - 1, and the env the layout
+    needs. Returns (N, env, warnings); raises the refusal."""
+    _check_request(request)
+    _, warnings = _require_same_file(transport, target, authority, request, request.command_timeout)
+    doc = json.loads(authority.data)
+    from dflash_provision.check.invariants import block_size_of
+    from dflash_provision.check.validate import validate_config
+
+    block_size, block_path = block_size_of(doc)
+    n, token_warnings = _speculative_tokens(request, block_size, block_path)
+    n = _speculators_default(doc, request, n)
+    report = validate_config(authority.data, label=authority.label, target=None)
+    warnings += token_warnings + _judge_validation(report, authority.label, force=request.force)
+    env, _ = runtime_env(doc, dict(request.env))
+    return n, env, warnings
+
+
 def _check_request(request: LaunchRequest) -> None:
     check_port(request.port)
     for name in request.env:
