@@ -260,9 +260,11 @@ def _await(
                 f"{found.record.status}): " + " | ".join(line[:300] for line in fatal[:3]),
                 exit_code=ExitCode.LAUNCH_FAILED,
             )
-        with open_server(found.transport, request.port, python=python) as access:
-            if probe_health(access, timeout=min(10.0, request.command_timeout)) == 200:
-                return found
+        left = deadline - time.monotonic()
+        if left > 0:  # each probe within what is left of the one deadline
+            with open_server(found.transport, request.port, python=python) as access:
+                if probe_health(access, timeout=max(1.0, min(10.0, left))) == 200:
+                    return found
         if time.monotonic() >= deadline:
             raise RuntimeFailure(
                 f"launch failed: {found.what} not ready within {request.ready_timeout:g} s "
