@@ -24,8 +24,10 @@ from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.docker import DockerContainer, DockerDaemon
 from testbed.docker_standin import serve_argv, standin_container
+from testbed.hosts import Host
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.docker import unique_container_name
+from tests.fixtures.ssh import host_args
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 FROM = ("--from", str(samples.REFERENCE_DRAFTER))
@@ -224,6 +226,25 @@ def test_stop_leaves_a_container_alone_when_no_server_listens_on_the_port(
     assert done.returncode == ExitCode.NOT_RUNNING, done.stdout + done.stderr
     assert "no server listens on port 8999" in done.stdout
     assert served.container.state() == "running"
+
+
+def test_runtime_check_and_status_in_a_container_through_an_ssh_host(
+    docker_daemon: DockerDaemon, served: Served, ssh_host: Host, tmp_path: Path
+) -> None:
+    """TARGET on a host reached over SSH: the host's docker (named by --docker-host, as sshd
+    passes no DOCKER_HOST on) reads the record, execs in the container and reads its log."""
+    target = f"{ssh_host.alias}:{served.drafter}"
+    reach = [*host_args(ssh_host), "--docker-host", docker_daemon.host_url]
+    done = run_cli("runtime-check", target, *FROM, "--container", served.option, *reach,
+                   "--json", home=tmp_path, timeout=300)  # fmt: skip
+    report = json.loads(done.stdout)
+    assert done.returncode == 0, [(s["stage"], s["summary"]) for s in report["stages"]]
+    c = next(s for s in report["stages"] if s["stage"] == "c")
+    assert f"the server's drafter /models/drafter = host {served.drafter}" in c["evidence"]
+    status = run_cli("status", target, "--container", served.option, *reach, "--json",
+                     home=tmp_path)  # fmt: skip
+    assert status.returncode == 0, status.stderr
+    assert json.loads(status.stdout)["container"]["provisioned_in_container"] == "/models/drafter"
 
 
 def test_container_option_wants_the_host_path_and_a_container_name(tmp_path: Path) -> None:
