@@ -141,6 +141,20 @@ def test_doctor_in_a_container_finds_nothing_broken(
     assert "nothing broken" in done.stdout
 
 
+def test_doctor_in_a_container_fixes_a_drifted_file_by_a_push_and_a_restart_of_the_container(
+    docker_daemon: DockerDaemon, served: Served, tmp_path: Path
+) -> None:
+    """The authority is another config than the file on the host: the fix is the push to the
+    host path, then a restart of the container (the server reads its drafter at start-up)."""
+    other = ("--from", str(samples.INCIDENT_DRAFTER))
+    done = cli(docker_daemon, tmp_path, "doctor", served.drafter, *other,
+               "--container", served.option)  # fmt: skip
+    assert done.returncode == ExitCode.DRIFT, done.stdout + done.stderr
+    fix = next(line for line in done.stdout.splitlines() if line.startswith("fix: "))
+    assert f"dflash-provision push {served.drafter}" in fix
+    assert fix.endswith(f"&& docker restart -- {served.container.name}"), fix
+
+
 def test_a_container_whose_models_mount_is_another_host_directory_fails_stage_c_naming_both(
     docker_daemon: DockerDaemon, tmp_path: Path
 ) -> None:

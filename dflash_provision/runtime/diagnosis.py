@@ -154,6 +154,15 @@ class _Facts:
     def restart(self, extra: str = "") -> str:
         """launch --restart for this target (its recorded launch, as it was, with ``extra``):
         the server reads its drafter once, at start-up."""
+        container = self.ctx.container
+        if container is not None:  # a server in a container: a new start of the container
+            name = container.option.name
+            if extra:  # another vLLM: another image, so a new container (launch --docker)
+                return (
+                    f"dflash-provision launch TARGET --docker IMAGE --container-name {name} "
+                    "--restart, IMAGE one whose vLLM has them"
+                )
+            return shlex.join(container.tool_argv("restart", "--", name))
         c = self.stage("c")
         port = _dict(c.data if c else {}).get("port")
         where = f" --port {port}" if isinstance(port, int) else ""

@@ -145,7 +145,10 @@ def diagnose(
     # the target model's path is the server's: read it where the server runs
     model_config = _target_model_config(container.transport if container else transport, c,
                                         settings)  # fmt: skip
-    return trace(check, target, authority, settings, push_fix=push_fix, model_config=model_config)
+    return trace(
+        check, target, authority, settings, push_fix=push_fix, model_config=model_config,
+        container=container,
+    )  # fmt: skip
 
 
 def trace(
@@ -156,12 +159,15 @@ def trace(
     *,
     push_fix: str,
     model_config: bytes | None,
+    container: ContainerServer | None = None,
 ) -> DoctorReport:
     """The links read from a finished check (no remote command): each with the fix that
     belongs to what broke it."""
     a, b, c, d, e = (check.stage(k) for k in "abcde")
     assert a is not None and b is not None and c is not None
     restart = _restart_fix(target, c, settings)
+    if container is not None:  # the server reads the drafter at start-up: restart its container
+        restart = shlex.join(container.tool_argv("restart", "--", container.option.name))
     model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
     links = [
         _authoritative_link(authority),
