@@ -23,7 +23,7 @@ import pytest
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.docker import DockerContainer, DockerDaemon
-from testbed.docker_standin import serve_argv, standin_container
+from testbed.docker_standin import python_mounts, serve_argv, standin_container, wait_ready
 from testbed.hosts import Host
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.docker import unique_container_name
@@ -259,6 +259,30 @@ def test_runtime_check_and_status_in_a_container_through_an_ssh_host(
                      home=tmp_path)  # fmt: skip
     assert status.returncode == 0, status.stderr
     assert json.loads(status.stdout)["container"]["provisioned_in_container"] == "/models/drafter"
+
+
+def test_a_server_started_by_docker_exec_is_checked_without_docker_logs(
+    docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    """docker logs is the main process's output: a server started later by ``docker exec``
+    is not in it, so its records are not looked for there (a warning says what is unverified)."""
+    models = host_models(tmp_path / "srv-models")
+    # read-only, as standin_container mounts them ("SRC:DST:ro" through container()'s -v)
+    volumes = [*((src, f"{dst}:ro") for src, dst in python_mounts()), (models, "/models")]
+    with docker_daemon.container(unique_container_name("vx"), volumes=volumes) as idle:
+        docker_daemon.docker(
+            "exec", "-d", "-e", "VLLM_USE_V2_MODEL_RUNNER=1", idle.name,
+            *serve_argv("/models/base", "/models/drafter", port=PORT),
+        )  # fmt: skip
+        wait_ready(idle, PORT)
+        done = cli(docker_daemon, tmp_path, "runtime-check", models / "drafter", *FROM,
+                   "--container", f"docker:{idle.name}", "--port", str(PORT), "--skip-loader",
+                   "--json")  # fmt: skip
+    report = json.loads(done.stdout)
+    c = next(s for s in report["stages"] if s["stage"] == "c")
+    assert c["status"] == "passed", c
+    assert c["data"]["log"] is None
+    assert any("not the main process of docker container" in w for w in c["warnings"])
 
 
 def test_container_option_wants_the_host_path_and_a_container_name(tmp_path: Path) -> None:
