@@ -43,6 +43,7 @@ def command(
     prompts: int,
     python: str | None,
     model: str | None,
+    verbose: bool,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -73,24 +74,32 @@ def command(
     if as_json:
         click.echo(report_json(report))
     else:
-        _render(report)
+        _render(report, verbose)
     ctx.exit(int(report.exit_code))
 
 
-def _render(report) -> None:  # type: ignore[no-untyped-def]
+def _render(report, verbose: bool) -> None:  # type: ignore[no-untyped-def]
+    """The trace. Unless ``verbose``, a trace with a broken or undecided link is short: the links
+    that hold as one line each, no cause a passed stage ruled out (-v shows them)."""
+    from dflash_provision.cli._runtime import VERBOSE_HINT, open_causes
+
     click.echo(f"doctor {report.target}  (server port {report.check.port})")
     broken = report.first_broken
+    short = not verbose and (broken is not None or report.undecided is not None)
     for index, link in enumerate(report.links, 1):
         marker = "  <-- first broken link" if link is broken else ""
         click.echo(f"{index} {link.name:<22} {_WORD[link.status.value]:<7} {link.summary}{marker}")
+        if short and link.status.value not in ("failed", "inconclusive"):
+            continue
         shown = [line for line in link.evidence if line != link.summary]
         for line in shown[:12]:
             click.echo(f"      {line}")
         if len(shown) > 12:
             click.echo(f"      (+{len(shown) - 12} more)")
-        if link.causes:
+        causes = open_causes(link.causes) if short else link.causes
+        if causes:
             click.echo("      likely causes, in the order to check them:")
-            for cause in link.causes:
+            for cause in causes:
                 click.echo(f"        {cause}")
         for warning in link.warnings:
             click.echo(f"      warning: {warning}")
@@ -109,3 +118,5 @@ def _render(report) -> None:  # type: ignore[no-untyped-def]
         shown = broken
     if shown.fix:
         click.echo(f"fix: {shown.fix}")
+    if short:
+        click.echo(VERBOSE_HINT)

@@ -116,6 +116,7 @@ def command(
     max_tokens: int,
     python: str | None,
     model: str | None,
+    verbose: bool,
     lock_repo: str | None,
     skip_loader: bool,
     min_draft_tokens: int,
@@ -149,7 +150,7 @@ def command(
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:
-        ctx.exit(_single(selection, connection, settings, as_json, lock_repo))
+        ctx.exit(_single(selection, connection, settings, as_json, lock_repo, verbose))
     ctx.exit(_fleet(selection, connection, settings, as_json, prometheus, host_deadline))
 
 
@@ -184,6 +185,7 @@ def _single(
     settings: CheckSettings,
     as_json: bool,
     lock_repo: str | None,
+    verbose: bool = False,
 ) -> int:
     from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.check import push_fix_command, run_check
@@ -198,7 +200,7 @@ def _single(
         report = run_check(
             transport, target, authority, settings, push_fix=push_fix_command(target, args)
         )
-    emit_report(report, as_json=as_json)
+    emit_report(report, as_json=as_json, verbose=verbose)
     return int(report.exit_code)
 
 
