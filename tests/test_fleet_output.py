@@ -92,3 +92,11 @@ def test_one_host_is_one_host(tmp_path: Path) -> None:
     assert done.returncode == ExitCode.OK, done.stderr
     assert "1 host: 1 wrote; 1 in sync now" in done.stdout
     assert "1 hosts" not in done.stdout
+
+
+def test_an_interrupted_run_of_one_host_says_one_host() -> None:
+    from dflash_provision.fleet.interrupt import FleetInterrupted
+
+    stopped = FleetInterrupted([], ["h01"], [])
+    assert stopped.summary(1, "audited") == "interrupted: 0 of 1 host audited, 1 not contacted"
+    assert stopped.summary(2, "audited").startswith("interrupted: 0 of 2 hosts audited")
