@@ -106,10 +106,11 @@ def emit_report(report: CheckReport, *, as_json: bool, verbose: bool = True) -> 
     click.echo(
         f"runtime-check {report.target} port {report.port}  (authoritative {report.authority})"
     )
+    from dflash_provision.cli._render import echo_wrapped
+
     short = not verbose and not report.ok
     for stage in report.stages:
-        for line in stage_lines(stage, short=short):
-            click.echo(line)
+        echo_wrapped(stage_lines(stage, short=short))
     failure = report.first_failure
     took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
     undecided = next((s for s in report.stages if s.inconclusive), None)
