@@ -105,6 +105,13 @@ def check_options(func: F) -> F:
         click.option(
             "--model", help="The target model for vLLM's resolution (default: the server's)."
         ),
+        click.option(
+            "--verbose",
+            "-v",
+            is_flag=True,
+            help="A failing check: every stage's evidence and the causes the stages ruled out "
+            "(by default: the failing stage, its open causes and the fix).",
+        ),
     ]
     for decorate in reversed(decorators):
         func = decorate(func)
@@ -116,16 +123,24 @@ def fix_command(target_spec: str, authority: SourceSpec) -> str:
     return shlex.join(["dflash-provision", "push", target_spec, *authority.push_options()])
 
 
-def emit_report(report: CheckReport, *, as_json: bool) -> None:
+VERBOSE_HINT = "(-v: every stage's evidence and the causes the stages ruled out)"
+
+
+def emit_report(report: CheckReport, *, as_json: bool, verbose: bool = True) -> None:
+    """The report as JSON or text. A check that did not pass is short unless ``verbose``: the
+    passed stages as their headline, the failing one with its evidence, its open causes and the
+    fix (a passing check is shown whole: its evidence is what it proved)."""
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str))
         return
     click.echo(
         f"runtime-check {report.target} port {report.port}  (authoritative {report.authority})"
     )
+    from dflash_provision.cli._render import echo_wrapped
+
+    short = not verbose and not report.ok
     for stage in report.stages:
-        for line in stage_lines(stage):
-            click.echo(line)
+        echo_wrapped(stage_lines(stage, short=short))
     failure = report.first_failure
     took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
     undecided = next((s for s in report.stages if s.inconclusive), None)
@@ -138,16 +153,30 @@ def emit_report(report: CheckReport, *, as_json: bool) -> None:
         click.echo(f"runtime-check passed in {took}")
     else:
         click.echo(f"runtime-check FAILED at stage {failure.key} ({failure.name}) in {took}")
+    if short:
+        click.echo(VERBOSE_HINT)
 
 
-def stage_lines(stage: StageResult, *, label: str | None = None) -> list[str]:
-    """A stage as text: a headline with its status, evidence, causes, warnings, the fix."""
+def open_causes(causes: list[str]) -> list[str]:
+    """Stage e's cause lines without those a passed stage ruled out (kept for --verbose)."""
+    from dflash_provision.runtime.diagnosis import RULED_OUT
+
+    return [cause for cause in causes if not cause.startswith(RULED_OUT)]
+
+
+def stage_lines(stage: StageResult, *, label: str | None = None, short: bool = False) -> list[str]:
+    """A stage as text: a headline with its status, evidence, causes, warnings, the fix.
+    ``short``: a stage that passed or was skipped is its headline alone, and no ruled-out cause
+    is listed."""
     head = label or f"{stage.key}  {stage.name}"
     lines = [f"{head}: {_STATUS_WORD[stage.status.value]}  {stage.summary}"]
+    if short and not (stage.failed or stage.inconclusive):
+        return lines
     lines += [f"     {line}" for line in stage.evidence if line != stage.summary]
-    if stage.causes:
+    causes = open_causes(stage.causes) if short else stage.causes
+    if causes:
         lines.append("     likely causes, in the order to check them:")
-        lines += [f"       {cause}" for cause in stage.causes]
+        lines += [f"       {cause}" for cause in causes]
     lines += [f"     warning: {warning}" for warning in stage.warnings]
     if stage.fix and stage.failed:
         lines.append(f"     fix: {stage.fix}")

@@ -50,6 +50,7 @@ def command(
     python: str | None,
     model: str | None,
     container: ContainerOption | None,
+    verbose: bool,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -88,39 +89,54 @@ def command(
     if as_json:
         click.echo(report_json(report))
     else:
-        _render(report)
+        _render(report, verbose)
     ctx.exit(int(report.exit_code))
 
 
-def _render(report) -> None:  # type: ignore[no-untyped-def]
-    click.echo(f"doctor {report.target}  (server port {report.check.port})")
+def _render(report, verbose: bool) -> None:  # type: ignore[no-untyped-def]
+    """The trace. Unless ``verbose``, a trace with a broken or undecided link is short: the links
+    that hold as one line each, no cause a passed stage ruled out (-v shows them)."""
+    from dflash_provision.cli._runtime import VERBOSE_HINT, open_causes
+
+    _echo(f"doctor {report.target}  (server port {report.check.port})")
     broken = report.first_broken
+    short = not verbose and (broken is not None or report.undecided is not None)
     for index, link in enumerate(report.links, 1):
         marker = "  <-- first broken link" if link is broken else ""
-        click.echo(f"{index} {link.name:<22} {_WORD[link.status.value]:<7} {link.summary}{marker}")
+        _echo(f"{index} {link.name:<22} {_WORD[link.status.value]:<7} {link.summary}{marker}")
+        if short and link.status.value not in ("failed", "inconclusive"):
+            continue
         shown = [line for line in link.evidence if line != link.summary]
         for line in shown[:12]:
-            click.echo(f"      {line}")
+            _echo(f"      {line}")
         if len(shown) > 12:
-            click.echo(f"      (+{len(shown) - 12} more)")
-        if link.causes:
-            click.echo("      likely causes, in the order to check them:")
-            for cause in link.causes:
-                click.echo(f"        {cause}")
+            _echo(f"      (+{len(shown) - 12} more)")
+        causes = open_causes(link.causes) if short else link.causes
+        if causes:
+            _echo("      likely causes, in the order to check them:")
+            for cause in causes:
+                _echo(f"        {cause}")
         for warning in link.warnings:
-            click.echo(f"      warning: {warning}")
+            _echo(f"      warning: {warning}")
     unknown = report.undecided
     if broken is None and unknown is None:
-        click.echo(
-            "nothing broken: the server runs the provisioned config and its drafts are accepted"
-        )
+        _echo("nothing broken: the server runs the provisioned config and its drafts are accepted")
         return
     if broken is None:
         # Never "nothing broken": the evidence of this link could not decide.
-        click.echo(f"cannot tell: {unknown.name}: {unknown.summary}")
+        _echo(f"cannot tell: {unknown.name}: {unknown.summary}")
         shown = unknown
     else:
-        click.echo(f"first broken link: {broken.name}: {broken.summary}")
+        _echo(f"first broken link: {broken.name}: {broken.summary}")
         shown = broken
     if shown.fix:
-        click.echo(f"fix: {shown.fix}")
+        _echo(f"fix: {shown.fix}")
+    if short:
+        _echo(VERBOSE_HINT)
+
+
+def _echo(line: str) -> None:
+    """One line of the trace; on a terminal wrapped to its width (cli/_render.wrapped)."""
+    from dflash_provision.cli._render import echo_wrapped
+
+    echo_wrapped([line])

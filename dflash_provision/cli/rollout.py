@@ -129,7 +129,7 @@ def command(
             refuse_closed(rollout)
         members = members_again(rollout, _recorded_selection(rollout).members(), connection.ssh)
         engine = _engine(rollout, members, connection, store, opts)
-        with _interruptible(ctx, engine.rollout, opts["prometheus"]):
+        with _interruptible(ctx, engine.rollout, opts["prometheus"], opts["as_json"]):
             engine.abort() if opts["abort_id"] else engine.resume()
         _finish(ctx, engine.rollout, opts["as_json"])
         return
@@ -140,13 +140,15 @@ def command(
         return
     rollout = _new_rollout(selection, members, new, connection, opts)
     engine = _engine(rollout, members, connection, store, opts)
-    with _interruptible(ctx, engine.rollout, opts["prometheus"]):
+    with _interruptible(ctx, engine.rollout, opts["prometheus"], opts["as_json"]):
         engine.start()
     _finish(ctx, engine.rollout, opts["as_json"])
 
 
 @contextlib.contextmanager
-def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> Iterator[None]:
+def _interruptible(
+    ctx: click.Context, rollout: Rollout, prom: Path | None, as_json: bool = False
+) -> Iterator[None]:
     """Ctrl-C: the steps in flight finish (each is journaled), then the way on is printed.
     Either way the --prometheus file says where the rollout stands."""
     try:
@@ -160,6 +162,9 @@ def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> I
                 err=True,
             )
             ctx.exit(int(ExitCode.INTERRUPTED))
+        # The steps in flight have finished and printed theirs (engine._each waits for them):
+        # where each host stands, then the way on, last.
+        _show(rollout, as_json, int(ExitCode.INTERRUPTED))
         click.echo(
             f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
             f"with `{rollout.command('--resume')}` or undo it with "
@@ -309,8 +314,9 @@ def _show(rollout: Rollout, as_json: bool, code: int | None = None) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
-    click.echo(f"rollout {rollout.id}: {rollout.state.value}" + (
-        f": {rollout.message}" if rollout.message else ""))  # fmt: skip
+    from dflash_provision.rollout.engine import state_line
+
+    click.echo(f"rollout {rollout.id}: {state_line(rollout.state, rollout.message)}")
 
 
 def _row(h: HostState) -> tuple[str, str, str, str, str]:

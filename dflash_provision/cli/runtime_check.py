@@ -119,6 +119,7 @@ def command(
     python: str | None,
     model: str | None,
     container: ContainerOption | None,
+    verbose: bool,
     lock_repo: str | None,
     skip_loader: bool,
     min_draft_tokens: int,
@@ -156,7 +157,7 @@ def command(
             "--container checks one TARGET (no inventory, --limit or --prometheus)"
         )
     if single and prometheus is None:
-        ctx.exit(_single(selection, connection, settings, as_json, lock_repo, container))
+        ctx.exit(_single(selection, connection, settings, as_json, lock_repo, container, verbose))
     ctx.exit(_fleet(selection, connection, settings, as_json, prometheus, host_deadline))
 
 
@@ -192,6 +193,7 @@ def _single(
     as_json: bool,
     lock_repo: str | None,
     container: ContainerOption | None = None,
+    verbose: bool = False,
 ) -> int:
     from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.check import push_fix_command, run_check
@@ -217,7 +219,7 @@ def _single(
             push_fix=push_fix_command(target, args),
             container=found,
         )
-    emit_report(report, as_json=as_json)
+    emit_report(report, as_json=as_json, verbose=verbose)
     return int(report.exit_code)
 
 

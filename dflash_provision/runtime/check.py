@@ -240,6 +240,7 @@ def run_check(
         stage_b = StageResult("b", STAGE_NAMES["b"], StageStatus.INCONCLUSIVE, why, [why])
     elif settings.probe:
         stage_b = _timed(lambda: stage_loader(ctx, python, model, _int(num_spec)))
+        stage_b = _guessed_python(ctx, stage_b, settings)
     else:
         stage_b = skipped("b", "skipped (--skip-loader): the target's loader and vLLM not asked")
     stage_c = _timed(lambda: stage_server(ctx, settings.port))
@@ -252,6 +253,25 @@ def run_check(
     report.duration_s = time.monotonic() - started
     _record_reference(ctx, settings, report, model)
     return report
+
+
+def _guessed_python(
+    ctx: CheckContext, stage_b: StageResult, settings: CheckSettings
+) -> StageResult:
+    """No server and no --python: the probe ran a guessed ``python3``. That it has no
+    transformers says nothing about the python that would run vLLM, so stage b cannot tell (it
+    did not fail) and stage c's "no vLLM server listens" leads the report."""
+    probe = ctx.probe
+    if ctx.server is not None or settings.python or not stage_b.failed:
+        return stage_b
+    if not isinstance(probe, dict) or probe.get("transformers"):
+        return stage_b  # the probe did not run, or python3 loads the drafter: b's own verdict
+    stage_b.status = StageStatus.INCONCLUSIVE
+    stage_b.summary = (
+        "cannot tell: no server names its python and python3 on the target cannot import "
+        "transformers (give --python with the python that runs vLLM)"
+    )
+    return stage_b
 
 
 def with_port(transport: Transport, target: Target, settings: CheckSettings) -> CheckSettings:

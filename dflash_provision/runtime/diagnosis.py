@@ -298,8 +298,11 @@ def _aux_problem(line: str) -> bool:
     return "aux layers" in line and ("expected target_layer_ids" in line or "fell back" in line)
 
 
-def _loader(f: _Facts) -> Cause:
+def _loader(f: _Facts) -> Cause | None:
     b = f.stage("b")
+    kinds = _layer_kinds(f)
+    if kinds is not None and "sliding_attention" not in kinds and not (b and b.failed):
+        return None  # no sliding-window layer to lose (a failed stage b is still shown)
     text = (
         "the target's loader normalises critical fields (use_sliding_window false nulls "
         "sliding_window, layer_types rebuilt): sliding-window layers run as full attention"
@@ -324,10 +327,14 @@ def _loader(f: _Facts) -> Cause:
     return Cause(text, seen, fix, Verdict.RULED_OUT, cliff)
 
 
-def _vllm_windows(f: _Facts) -> Cause:
+def _vllm_windows(f: _Facts) -> Cause | None:
     """vLLM runs the draft's sliding-window layers as full attention: a vLLM without per-layer
     DFlash sliding windows (before 0.25), or a conversion that drops the window fields (no PR
-    #40898). Ruled out only when stage b saw that vLLM resolve every layer's window."""
+    #40898). Ruled out only when stage b saw that vLLM resolve every layer's window; not a cause
+    at all for a drafter with no sliding-window layer."""
+    kinds = _layer_kinds(f)
+    if kinds is not None and "sliding_attention" not in kinds:
+        return None
     b = f.stage("b")
     text = (
         "vLLM runs the draft's sliding-window layers as full attention (no per-layer DFlash "
@@ -382,7 +389,8 @@ def _mask(f: _Facts) -> Cause:
     a = f.stage("a")
     text = f"mask_token_id {mask} is not the token the drafter was trained with"
     where = "the file on disk has the authoritative value" if a and a.passed else f.said("a")
-    seen = f"{where}; no stage can tell the training token: the incident had 248064, not 248070"
+    # The drafter's own value: no stage can know which token it was trained with.
+    seen = f"{where}; no stage can tell whether {mask} is the training token"
     fix = (
         "take mask_token_id from the published config of the weights' revision "
         f"(dflash-provision diff {f.target} REPO@REV shows it) and correct the authoritative config"
@@ -390,7 +398,18 @@ def _mask(f: _Facts) -> Cause:
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO}))
 
 
-def _runner(f: _Facts) -> Cause:
+def _layer_kinds(f: _Facts) -> set[str] | None:
+    """The attention kinds the drafter's layer_types name (None: no list to tell by)."""
+    from dflash_provision.check.speculators_layout import runtime_view
+
+    kinds = runtime_view(f.ctx.auth_doc).get("layer_types")  # either published layout
+    return {str(k) for k in kinds} if isinstance(kinds, list) else None
+
+
+def _runner(f: _Facts) -> Cause | None:
+    kinds = _layer_kinds(f)
+    if kinds is not None and not {"sliding_attention", "full_attention"} <= kinds:
+        return None  # no mixed layout: the V1/V2 runner choice cannot touch this drafter
     draft = _dict(_dict(f.probe.get("vllm")).get("draft"))
     text = "the wrong vLLM model runner for this layout (mixed sliding/full layers need V2)"
     mixed = draft.get("mixed_layout_error")
