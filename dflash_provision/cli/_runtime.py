@@ -52,6 +52,17 @@ def server_port_option(func: F) -> F:
     )(func)
 
 
+REHASH_FILES_HELP = (
+    "When the lock pins the drafter's other files (fetch --all-files): hash every one on the "
+    "host, not relying on a recorded proof of an unchanged file (sizes are always checked)."
+)
+
+
+def rehash_files_option(func: F) -> F:
+    """--rehash-files of launch, runtime-check, doctor and rollout."""
+    return click.option("--rehash-files", is_flag=True, help=REHASH_FILES_HELP)(func)
+
+
 def check_options(func: F) -> F:
     """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
     smoke prompts, and the target's python and model for stage b."""
@@ -75,6 +86,7 @@ def check_options(func: F) -> F:
         click.option(
             "--model", help="The target model for vLLM's resolution (default: the server's)."
         ),
+        rehash_files_option,
     ]
     for decorate in reversed(decorators):
         func = decorate(func)

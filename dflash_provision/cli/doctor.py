@@ -43,6 +43,7 @@ def command(
     prompts: int,
     python: str | None,
     model: str | None,
+    rehash_files: bool,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -61,6 +62,7 @@ def command(
         timeout=connection.ssh.command_timeout,
         python=python,
         model=model,
+        rehash_files=rehash_files,
     )
     with connection.open(target) as transport:
         report = diagnose(

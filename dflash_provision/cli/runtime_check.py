@@ -116,6 +116,7 @@ def command(
     max_tokens: int,
     python: str | None,
     model: str | None,
+    rehash_files: bool,
     lock_repo: str | None,
     skip_loader: bool,
     min_draft_tokens: int,
@@ -146,6 +147,7 @@ def command(
         max_regression=max_regression,
         references=not no_reference,
         reset_reference=reset_reference,
+        rehash_files=rehash_files,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:
