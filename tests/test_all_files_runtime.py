@@ -25,7 +25,7 @@ from testbed.hub_standin import HubStandin
 from testbed.vllm_standin_install import CONTROL_ENV
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, put
-from tests.fixtures.standin import Bed, stages
+from tests.fixtures.standin import Bed, ContainerBed, stages
 
 pytestmark = [pytest.mark.integration, pytest.mark.root]
 
@@ -52,10 +52,11 @@ FILES = {
 class Locked:
     """The bed's CLI with the Hub stand-in's environment, its lock in the work directory."""
 
-    def __init__(self, bed: Bed, hub_env: dict[str, str]) -> None:
+    def __init__(self, bed: Bed, hub_env: dict[str, str], target: str | None = None) -> None:
         self.bed, self.env = bed, hub_env
         self.work = bed.tmp / "work"
         self.lock = str(self.work / "dflash.lock")
+        self._target = target or f"{bed.host.alias}:{DRAFTER_DIR}"
 
     def run(self, *args: str) -> Done:
         return run_cli(*args, cwd=self.work, base_env=self.env, home=self.work / "home")
@@ -67,7 +68,7 @@ class Locked:
 
     @property
     def target(self) -> str:
-        return f"{self.bed.host.alias}:{DRAFTER_DIR}"
+        return self._target
 
     def launch(self, *extra: str) -> Done:
         b = self.bed
@@ -215,3 +216,35 @@ def test_rollout_preflight_refuses_a_host_whose_pinned_files_are_wrong(locked: L
     assert f"{MASK} wrong_bytes" in host["detail"] and "--all-files" in host["detail"]
     after = bed.host.exec(["cat", f"{DRAFTER_DIR}/config.json"], b"", check=True)
     assert after.stdout == config_before.stdout  # nothing written
+
+
+@pytest.mark.lxc
+def test_inside_an_lxc_container_behind_ssh_the_pinned_files_are_checked_there(
+    container_bed: ContainerBed, hub_standin: HubStandin, hub_env: dict[str, str]
+) -> None:
+    hub_standin.add_repo(REPO, FILES)
+    here = Locked(container_bed.bed, hub_env, container_bed.target)
+    done = here.run("fetch", REPO, "--all-files")
+    assert done.returncode == 0, done.stdout + done.stderr
+    for name, data in FILES.items():
+        container_bed.put(f"{DRAFTER_DIR}/{name}", data)
+    time.sleep(1.1)
+
+    done = here.launch("--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    files = json.loads(done.stdout)["launch"]["preflight"]["files"]
+    assert files["status"] == "in_sync", files
+    # Checked inside the container, where vLLM reads them (not on the host behind it).
+    assert files["directory"].startswith(f"lxc:{container_bed.container.name} on "), files
+    code, report = here.check()
+    assert code == ExitCode.OK, report
+    assert stages(report)["a"]["data"]["files"]["status"] == "in_sync"
+
+    container_bed.put(f"{DRAFTER_DIR}/{MASK}", _mask(2))
+    code, report = here.check()
+    assert code == ExitCode.RUNTIME_CHECK_FAILED, report
+    a = stages(report)["a"]
+    assert a["status"] == "failed" and f"{MASK} wrong_bytes" in a["summary"]
+    done = here.launch("--restart")
+    assert done.returncode == ExitCode.DRIFT, done.stdout + done.stderr
+    assert f"{MASK} wrong_bytes" in done.stderr and "--restart stopped nothing" in done.stderr
