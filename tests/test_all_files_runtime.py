@@ -217,6 +217,17 @@ def test_rollout_preflight_refuses_a_host_whose_pinned_files_are_wrong(locked: L
     after = bed.host.exec(["cat", f"{DRAFTER_DIR}/config.json"], b"", check=True)
     assert after.stdout == config_before.stdout  # nothing written
 
+    # --resume checks the files the record kept (the lock is not read again): still refused,
+    # then, with the lock's mask embedding back in place, it goes on.
+    resume = ["rollout", "--resume", doc["id"], "--env", f"{CONTROL_ENV}={CONTROL}", *bed.ssh()]
+    code, again = locked.json(*resume)
+    assert code == ExitCode.ROLLOUT_REFUSED, again
+    assert f"{MASK} wrong_bytes" in again["hosts"][0]["detail"]
+    put(bed.host, f"{DRAFTER_DIR}/{MASK}", _mask(1))
+    code, done_doc = locked.json(*resume)
+    assert code == ExitCode.OK, done_doc
+    assert done_doc["state"] == "completed", done_doc
+
 
 @pytest.mark.lxc
 def test_inside_an_lxc_container_behind_ssh_the_pinned_files_are_checked_there(
