@@ -170,6 +170,15 @@ def test_launch_runtime_check_and_doctor_check_every_pinned_file(locked: Locked)
     assert f"{MASK} wrong_size (1000 bytes" in done.stderr
     assert locked.pid() == pid
 
+    # The config wrong as well: stage a names both, and its one push fix places the files too.
+    other = {**json.loads(REFERENCE), "max_position_embeddings": 4096}
+    put(locked.bed.host, f"{DRAFTER_DIR}/config.json", json.dumps(other).encode())
+    code, report = locked.check("--skip-loader")
+    a = stages(report)["a"]
+    assert code == ExitCode.RUNTIME_CHECK_FAILED and a["status"] == "failed", a
+    assert "differs from" in a["summary"] and "and the drafter's files" in a["summary"]
+    assert a["fix"].startswith("dflash-provision push") and a["fix"].endswith("--all-files")
+
 
 def test_files_that_cannot_be_told_in_time_are_never_a_pass(locked: Locked) -> None:
     assert locked.launch().returncode == 0

@@ -59,6 +59,8 @@ def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
         )
     if not result.passed and not result.inconclusive:
         result.summary += f"; and {first}"
+        if result.fix == ctx.push_fix and code is not ExitCode.INCONCLUSIVE:
+            result.fix = all_files_fix(ctx.push_fix)  # one push makes the config and files right
         return result
     result.summary = first
     if code is ExitCode.INCONCLUSIVE:
