@@ -82,6 +82,17 @@ def container_option(func: F) -> F:
     )(func)
 
 
+REHASH_FILES_HELP = (
+    "When the lock pins the drafter's other files (fetch --all-files): hash every one on the "
+    "host, not relying on a recorded proof of an unchanged file (sizes are always checked)."
+)
+
+
+def rehash_files_option(func: F) -> F:
+    """--rehash-files of launch, runtime-check, doctor and rollout."""
+    return click.option("--rehash-files", is_flag=True, help=REHASH_FILES_HELP)(func)
+
+
 def check_options(func: F) -> F:
     """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
     smoke prompts, and the target's python and model for stage b."""
@@ -112,6 +123,7 @@ def check_options(func: F) -> F:
             help="A failing check: every stage's evidence and the causes the stages ruled out "
             "(by default: the failing stage, its open causes and the fix).",
         ),
+        rehash_files_option,
     ]
     for decorate in reversed(decorators):
         func = decorate(func)

@@ -51,6 +51,7 @@ def command(
     model: str | None,
     container: ContainerOption | None,
     verbose: bool,
+    rehash_files: bool,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -69,6 +70,7 @@ def command(
         timeout=connection.ssh.command_timeout,
         python=python,
         model=model,
+        rehash_files=rehash_files,
     )
     with connection.open(target) as transport:
         found = None

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
+from dflash_provision.cli._runtime import rehash_files_option
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -88,6 +89,7 @@ if TYPE_CHECKING:
 @click.option(
     "--rollback-all", is_flag=True, help="A failed batch rolls back the earlier batches too."
 )
+@rehash_files_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (pre-flight reads only).")
 @click.option(
     "--status",
@@ -249,6 +251,7 @@ def _new_rollout(
         rollback_all=opts["rollback_all"],
         selection=sel,
         connection_args=connection_args(sys.argv[1:]),
+        rehash_files=opts["rehash_files"],
     )
     return new_rollout(members, new, settings, connection.ssh)
 
@@ -352,7 +355,7 @@ def _dry_run(
 
     plan = dry_run(
         members, new, make_run(connection), parse_env(opts["env_items"]),
-        parse_batches(opts["batches"]),
+        parse_batches(opts["batches"]), rehash_files=opts["rehash_files"],
     )  # fmt: skip
     count = sum(len(batch) for batch in plan.batches)
     click.echo(f"plan: {new.label} (sha256 {new.sha256[:12]}) to {count} host(s)")

@@ -120,6 +120,7 @@ def command(
     model: str | None,
     container: ContainerOption | None,
     verbose: bool,
+    rehash_files: bool,
     lock_repo: str | None,
     skip_loader: bool,
     min_draft_tokens: int,
@@ -150,6 +151,7 @@ def command(
         max_regression=max_regression,
         references=not no_reference,
         reset_reference=reset_reference,
+        rehash_files=rehash_files,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if container is not None and not (single and prometheus is None):

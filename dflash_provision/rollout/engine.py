@@ -94,9 +94,14 @@ class Engine:
     @property
     def new(self) -> Authority:
         from dflash_provision.source.authority import Authority
+        from dflash_provision.source.pinned_files import parse_pinned
 
         r = self.rollout
-        return Authority(label=r.source, data=r.new_config.encode())
+        pinned = tuple(
+            parse_pinned(raw, f"rollout {r.id}: pinned_files[{i}]")
+            for i, raw in enumerate(r.pinned_files)
+        )
+        return Authority(label=r.source, data=r.new_config.encode(), pinned_files=pinned)
 
     def save(self, line: str | None = None) -> None:
         with self._lock:
@@ -235,8 +240,9 @@ class Engine:
         try:
             with self._open(host) as transport:
                 fresh, old = host_ops.inspect(
-                    transport, member, self.new, self.options.env, transport.command_timeout
-                )
+                    transport, member, self.new, self.options.env, transport.command_timeout,
+                    rehash_files=self.rollout.rehash_files,
+                )  # fmt: skip
         except DflashProvisionError as exc:
             self._set(host, "preflight_failed", exc.message)
             return

@@ -92,6 +92,9 @@ class CheckSettings:
     # newest one and record a pass; reset_reference records without comparing.
     references: bool = False
     reset_reference: bool = False
+    # Stage a and a lock that pins the drafter's other files: hash each one on the host even
+    # when a recorded proof says it is unchanged.
+    rehash_files: bool = False
 
 
 @dataclass
@@ -213,6 +216,7 @@ def run_check(
         auth_doc=_authoritative_doc(authority),
         push_fix=push_fix,
         timeout=settings.timeout,
+        rehash_files=settings.rehash_files,
     )
     report = CheckReport(target.display(), settings.port, authority.label)
     if container is not None:

@@ -218,16 +218,31 @@ def _weights(f: _Facts) -> Cause:
 
 
 def _retrained(f: _Facts) -> Cause:
-    """Weights of the right shapes but another training: no header check can see it."""
+    """Weights of the right shapes but another training: no header check can see it; a lock
+    that pins the drafter's files (fetch --all-files) can, by stage a's hashes on the host."""
     text = (
         "other weights of the same shapes (a retrain, an lm_head or embedding taken from the "
         "target)"
     )
-    seen = "no stage reads the weights' values: their shapes are all a header check sees"
-    fix = (
-        "compare the safetensors' sha256 with the pinned revision's on the Hub and put that "
-        f"revision's weights in place, then {f.restart()}"
-    )
+    a = f.stage("a")
+    files = _dict(a.data.get("files") if a else None)
+    if not files:
+        seen = "no stage reads the weights' values: their shapes are all a header check sees"
+        fix = (
+            "compare the safetensors' sha256 with the pinned revision's on the Hub and put that "
+            f"revision's weights in place, then {f.restart()}"
+        )
+        return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO, Shape.LOW}))
+    fix = f"{a.fix if a and a.fix else f.ctx.push_fix + ' --all-files'} && {f.restart()}"
+    entries = [_dict(item) for item in files.get("files") or []]
+    bad = [e for e in entries if e.get("verdict") not in ("proved", "unchanged")]
+    if files.get("status") == "in_sync":
+        seen = f.by("a", f"every pinned file is the lock's: {files.get('detail')}")
+        return Cause(text, seen, fix, Verdict.RULED_OUT)
+    shown = "; ".join(f"{e.get('path')} {e.get('verdict')}" for e in bad[:4])
+    seen = f"stage a's pinned files: {shown}"
+    if files.get("status") == "drifted":
+        return Cause(text, seen, fix, Verdict.FOUND)
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO, Shape.LOW}))
 
 
