@@ -8,6 +8,7 @@ Every test starts from every host serving REFERENCE through ``fresh``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -87,17 +88,24 @@ class Bed:
     def run(self, *args: str, cli: Cli | None = None) -> Done:
         return (cli or self.cli).run(*args, *self.ssh)
 
-    def fresh(self, place: Place, *, vllm: str | None = None, loaded: bytes = REFERENCE) -> None:
+    def fresh(
+        self,
+        place: Place,
+        *,
+        vllm: str | None = None,
+        loaded: bytes = REFERENCE,
+        on_disk: bytes | None = None,
+    ) -> None:
         """Whatever ran is ended (by its process group: a wrapper's pidfile is refused by
-        stop), the file is ``loaded``, and ``launch`` starts the stand-in with its control env
-        on it."""
+        stop), the file is ``loaded`` (or ``on_disk``: other bytes launch lets pass), and
+        ``launch --from loaded`` starts the stand-in with its control env on it."""
         kill = (
             f'for f in {STATE}/*/pid; do [ -f "$f" ] || continue; '
             'p=$(cut -d" " -f1 "$f"); kill -KILL -"$p" 2>/dev/null; rm -f "$f"; done; '
             f"rm -rf {DRAFTER_DIR}/.dflash-backups; sleep 0.5"
         )
         place.run(["sh", "-c", kill])
-        place.put(CONFIG, loaded)
+        place.put(CONFIG, on_disk or loaded)
         write_control(place.where, CONTROL, RULES)
         standin = self.standins[place.name]
         done = self.run(
@@ -196,6 +204,89 @@ def test_a_canary_pushed_without_a_restart_is_named_and_rolled_back_to_what_ran(
     host = {h["name"]: h for h in json.loads(done.stdout)["hosts"]}["h01"]
     assert host["phase"] == "rolled_back"
     assert host["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+
+
+def test_launch_records_the_file_it_started_on_and_a_rollback_returns_to_those_bytes(
+    bed: Bed,
+) -> None:
+    h02 = bed.places[1]
+    # The same values in other bytes: launch lets it pass (a warning); vLLM loads THESE bytes.
+    compact = (json.dumps(json.loads(REFERENCE), separators=(",", ":")) + "\n").encode()
+    bed.fresh(h02, on_disk=compact)
+    try:
+        assert running_record(h02)["file_sha256"] == hashlib.sha256(compact).hexdigest()
+        done = bed.run(
+            "rollout", "-i", bed.inventory("compact", [h02]), "--from", bed.file(BAD, "bad"),
+            "--json", "--env", f"{CONTROL_ENV}={CONTROL}",
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+        assert "is not the config its server loaded" not in done.stderr  # it is what ran
+        assert h02.config() == compact
+        assert json.loads(done.stdout)["hosts"][0]["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+    finally:
+        bed.fresh(h02)
+
+
+def test_what_ran_comes_from_the_controllers_store_when_the_host_kept_no_backup(
+    bed: Bed,
+) -> None:
+    h01 = bed.places[0]
+    inventory = bed.inventory("stored", [h01])
+    (bed.tmp / "stored").mkdir()
+    own = Cli(bed.tmp / "stored")  # a history (and rollout store) of its own
+    control = f"{CONTROL_ENV}={CONTROL}"
+    try:
+        good = bed.run("rollout", "-i", inventory, "--from", bed.file(GOOD, "good"), cli=own)
+        assert good.returncode == 0, good.stdout + good.stderr
+        # By hand, without a restart, and no backup left: only the store has GOOD's bytes.
+        h01.put(CONFIG, BAD)
+        h01.run(["rm", "-rf", f"{DRAFTER_DIR}/.dflash-backups"])
+        done = bed.run(
+            "rollout", "-i", inventory, "--from", bed.file(BAD, "bad"), "--json",
+            "--env", control, cli=own,
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+        assert "found in this controller's rollout store" in done.stderr, done.stderr
+        assert h01.config() == GOOD  # what its server ran, not the bytes before the write
+        host = json.loads(done.stdout)["hosts"][0]
+        assert host["phase"] == "rolled_back"
+        assert host["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+    finally:
+        bed.fresh(h01)
+
+
+def test_what_ran_found_nowhere_is_rollback_failed_with_the_command_that_finishes_it(
+    bed: Bed,
+) -> None:
+    h01 = bed.places[0]
+    (bed.tmp / "nowhere").mkdir()
+    own = Cli(bed.tmp / "nowhere")  # an empty rollout store: it never saw REFERENCE
+    h01.put(CONFIG, BAD)  # by hand: no backup of what its server runs
+    h01.run(["rm", "-rf", f"{DRAFTER_DIR}/.dflash-backups"])
+    try:
+        done = bed.run(
+            "rollout", "-i", bed.inventory("nowhere", [h01]), "--from", bed.file(BAD, "bad"),
+            "--json", "--env", f"{CONTROL_ENV}={CONTROL}", cli=own,
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLBACK_FAILED, done.stdout + done.stderr
+        assert "a rollback cannot return to what ran" in done.stderr, done.stderr
+        assert "rolled back, proved" not in done.stdout + done.stderr
+        host = json.loads(done.stdout)["hosts"][0]
+        assert host["phase"] == "rollback_failed", host
+        assert "nothing was restored" in host["detail"]
+        rollout_id = json.loads(done.stdout)["id"]
+        abort = f"dflash-provision rollout --abort {rollout_id}"
+        assert abort in host["detail"], host["detail"]
+        # What the detail says, done: the bytes that ran written back, then the --abort.
+        pushed = bed.run("push", h01.target, "--from", bed.file(REFERENCE, "ref"), cli=own)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        aborted = bed.run("rollout", "--abort", rollout_id, cli=own)
+        assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+        assert h01.config() == REFERENCE
+        check = bed.run("runtime-check", h01.target, "--from", bed.file(REFERENCE, "ref"))
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        bed.fresh(h01)
 
 
 def test_a_rollback_the_gate_cannot_prove_is_rollback_failed(bed: Bed) -> None:

@@ -67,6 +67,9 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)  # weights_check.WeightsCheck.to_dict
     file_status: str = "in_sync"  # file_status.judge's word for the drafter file launch passed
+    #: The sha256 of the drafter file as read on the target: the bytes the server loads (the
+    #: authority's sha256 differs when launch lets a file with the same values pass).
+    file_sha256: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class Preflight:
             "warnings": self.warnings,
             "weights": self.weights,
             "file_status": self.file_status,
+            "file_sha256": self.file_sha256,
         }
 
 
@@ -92,7 +96,9 @@ def preflight(
     """Every check that must pass before vLLM starts (module docstring); raises the refusal."""
     _check_request(request)
     timeout = request.command_timeout
-    file_status, warnings = _require_same_file(transport, target, authority, request, timeout)
+    file_status, warnings, file_sha256 = _require_same_file(
+        transport, target, authority, request, timeout
+    )
     doc = json.loads(authority.data)
     from dflash_provision.check.invariants import block_size_of
 
@@ -144,6 +150,7 @@ def preflight(
         warnings=warnings,
         weights=weights.check.to_dict(),
         file_status=file_status,
+        file_sha256=file_sha256,
     )
 
 
@@ -174,9 +181,10 @@ def _require_same_file(
     authority: Authority,
     request: LaunchRequest,
     timeout: float,
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[str], str]:
     """The drafter file on the target, judged (file_status.judge) and mapped by launch's row of
-    EXIT_CODE: the refusal, or the status and the warnings of a file launch lets pass."""
+    EXIT_CODE: the refusal, or the status, the warnings of a file launch lets pass and the
+    file's sha256."""
     from dflash_provision.check.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
     from dflash_provision.place.push import compare_read
 
@@ -185,12 +193,16 @@ def _require_same_file(
     code = EXIT_CODE[Command.LAUNCH][verdict.status]
     if code is ExitCode.OK:
         if verdict.status not in PASSES_WITH_WARNING[Command.LAUNCH]:
-            return verdict.status.value, []
+            return verdict.status.value, [], read.sha256 or ""
         # The server loads the same values; only the sha256 proof of the file is lost.
-        return verdict.status.value, [
-            f"{verdict.status.value}: {verdict.message}; the server loads the same values, "
-            f"`{request.fix_command}` writes the exact bytes"
-        ]
+        return (
+            verdict.status.value,
+            [
+                f"{verdict.status.value}: {verdict.message}; the server loads the same values, "
+                f"`{request.fix_command}` writes the exact bytes"
+            ],
+            read.sha256 or "",
+        )
     if code is ExitCode.REMOTE_FAILED:
         raise RemoteStepFailed(f"pre-flight: {verdict.message}", step="read")
     lines = verdict.diff.lines if verdict.diff else []
