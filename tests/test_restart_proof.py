@@ -30,7 +30,9 @@ from testbed.vllm_standin_install import (
     standin_container,
     write_control,
 )
-from tests.fixtures.cli import ENTRY_POINT, Cli, Done, cli_env
+from tests.fixtures.cli import ENTRY_POINT, Cli, Done, cli_env, run_cli
+from tests.fixtures.fix_lines import fix_lines
+from tests.fixtures.fix_lines import parse as parse_fix
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port
 from tests.fixtures.standin_places import CONFIG, Place
 
@@ -367,7 +369,9 @@ def test_resume_and_abort_without_env_keep_each_servers_environment(bed: Bed) ->
     assert server_env(h03).get(CONTROL_ENV) == CONTROL
 
 
-def _paste(bed: Bed, line: str) -> subprocess.CompletedProcess[str]:
+def _paste(
+    bed: Bed, line: str, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``line`` run by a shell as a user pastes it: the installed ``dflash-provision`` on PATH,
     the test bed's ssh_config from the environment (fix lines carry no connection options)."""
     env = cli_env(
@@ -375,6 +379,7 @@ def _paste(bed: Bed, line: str) -> subprocess.CompletedProcess[str]:
         env={
             "PATH": f"{Path(ENTRY_POINT).parent}:{os.environ['PATH']}",
             SSH_CONFIG_ENV: bed.ssh[1],
+            **(extra or {}),
         },
     )
     return subprocess.run(
@@ -395,6 +400,7 @@ def test_every_fix_line_pasted_does_what_it_says(bed: Bed, command: str) -> None
     assert fixes, done.stdout
     for fix in fixes:
         assert fix.startswith("dflash-provision ") and "MODEL" not in fix, fix
+        parse_fix(fix)
         pasted = _paste(bed, fix)
         assert pasted.returncode == 0, fix + "\n" + pasted.stdout + pasted.stderr
     assert h01.config() == REFERENCE
@@ -404,6 +410,66 @@ def test_every_fix_line_pasted_does_what_it_says(bed: Bed, command: str) -> None
         assert server_env(h01).get(CONTROL_ENV) == CONTROL
     again = bed.run(command, h01.target, "--from", ref)
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_every_fix_line_doctor_and_runtime_check_print_parses_with_the_clis_own_parser(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stand-in scenarios: a file put there by hand (the file link breaks) and the
+    incident's config served (1 % acceptance: every open cause prints its fix)."""
+    h01 = bed.places[0]
+    monkeypatch.setenv(SSH_CONFIG_ENV, bed.ssh[1])
+    seen: list[str] = []
+    try:
+        for loaded, by_hand in ((REFERENCE, GOOD), (BAD, None)):
+            bed.fresh(h01, loaded=loaded)
+            if by_hand:
+                h01.put(CONFIG, by_hand)
+            source = bed.file(loaded, "authority")
+            for command in ("doctor", "runtime-check"):
+                done = bed.run(command, h01.target, "--from", source)
+                assert done.returncode != 0, done.stdout
+                lines = fix_lines(done.stdout)
+                assert lines, done.stdout
+                for line in lines:
+                    parse_fix(line)
+                seen += lines
+    finally:
+        bed.fresh(h01)
+    assert any("--restart" in line for line in seen)
+    assert any("dflash-provision validate" in line for line in seen), seen
+
+
+def test_a_fix_line_from_a_lock_pasted_pushes_the_locked_bytes_and_restarts(
+    bed: Bed, hub_standin: Any, hub_env: dict[str, str]
+) -> None:
+    h02 = bed.places[1]
+    sha = hub_standin.add_repo("z-lab/fix-line-drafter", {"config.json": REFERENCE})
+    fetched = run_cli("fetch", "z-lab/fix-line-drafter", "-o", "config.json",
+                      cwd=bed.cli.workdir, base_env=hub_env)  # fmt: skip
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    lock = str(bed.cli.workdir / "dflash.lock")
+    assert sha in Path(lock).read_text()
+    hf = {k: hub_env[k] for k in ("HF_ENDPOINT", "HF_HOME")}
+    h02.put(CONFIG, GOOD)  # by hand: not what the lock pins, nor what the server loaded
+    before = server_pid(h02)
+    try:
+        done = bed.cli.run("doctor", h02.target, "--lock", lock, *bed.ssh, env=hf)
+        assert done.returncode != 0, done.stdout
+        fixes = fix_lines(done.stdout)
+        pushes = [f for f in fixes if f.startswith("dflash-provision push ")]
+        assert pushes and all("--lock" in f and "--restart" in f for f in pushes), fixes
+        for fix in pushes:
+            parse_fix(fix)
+            pasted = _paste(bed, fix, hf)
+            assert pasted.returncode == 0, fix + "\n" + pasted.stdout + pasted.stderr
+        assert h02.config() == REFERENCE  # the locked bytes
+        assert server_pid(h02) != before  # restarted on them, keeping its environment
+        assert server_env(h02).get(CONTROL_ENV) == CONTROL
+        again = bed.cli.run("doctor", h02.target, "--lock", lock, *bed.ssh, env=hf)
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        bed.fresh(h02)
 
 
 def test_launch_restart_alone_reuses_the_recorded_launch_and_refuses_a_missing_model(

@@ -29,6 +29,7 @@ from dflash_provision.runtime.link_fixes import (
     file_fix,
     inconclusive_fix,
     loader_fix,
+    noted,
     probe_fix,
     validation_fix,
     vllm_fix,
@@ -155,10 +156,10 @@ def trace(
     model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
     links = [
         _authoritative_link(authority),
-        _file_link(a, push_fix, restart),
-        _validation_link(check, authority, push_fix, model_config, model),
-        _loader_link(b, check),
-        _vllm_link(b, c, restart),
+        _file_link(a, push_fix, restart, target),
+        _validation_link(check, authority, push_fix, model_config, target, model),
+        _loader_link(b, target, model),
+        _vllm_link(b, c, restart, target, model),
         _server_link(c, d, restart),
         _acceptance_link(e, target, restart) if e else _missing("acceptance"),
     ]
@@ -181,12 +182,12 @@ def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None =
     )
 
 
-def _file_link(a: StageResult, push_fix: str, restart: str) -> Link:
+def _file_link(a: StageResult, push_fix: str, restart: str, target: Target) -> Link:
     """Stage a: the fix by what failed (the config, its absence, its weights, its reading)."""
     if not a.failed:
         return _from_stage("file on disk", a, ExitCode.DRIFT)
     code = ExitCode.INVALID if weights_only(a) else ExitCode.DRIFT
-    return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart))
+    return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart, target))
 
 
 def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
@@ -195,9 +196,9 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
     fix = None
     if e.failed:
         causes = e.acceptance.causes if e.acceptance is not None else ()
-        fix = first_fix(causes) or (
-            f"the server does not draft: its log says why (dflash-provision logs "
-            f"{shlex.quote(target.display())}), then {restart}"
+        fix = first_fix(causes) or noted(
+            f"dflash-provision logs {shlex.quote(target.display())}",
+            f"the server does not draft: its log says why; then {restart}",
         )
     return _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW, fix=fix)
 
@@ -265,6 +266,7 @@ def _validation_link(
     authority: Authority,
     push_fix: str,
     target: bytes | None,
+    place: Target,
     model: str | None,
 ) -> Link:
     """The file on disk through every validate layer (it may be wrong AND invalid), with the
@@ -287,6 +289,7 @@ def _validation_link(
         validation_fix(
             push_fix,
             validate_config(authority.data, label=authority.label, target=target).ok,
+            place,
             model,
         ),
         ExitCode.INVALID,
@@ -300,10 +303,10 @@ def _fits(authority: Authority, target: bytes | None) -> bool:
     return validate_config(authority.data, label=authority.label, target=target).ok
 
 
-def _loader_link(b: StageResult, check: CheckReport) -> Link:
+def _loader_link(b: StageResult, target: Target, model: str | None) -> Link:
     problems = b.data.get("loader_problems")
     if problems is None:  # the probe did not run: the whole stage says why
-        fix = probe_fix(b.summary) if b.failed else None
+        fix = probe_fix(b.summary, target) if b.failed else None
         return _from_stage("loader on the target", b, ExitCode.RUNTIME_CHECK_FAILED, fix=fix)
     probe = b.data.get("probe") or {}
     evidence = [f"python {probe.get('python')}, transformers {probe.get('transformers')}"]
@@ -319,11 +322,13 @@ def _loader_link(b: StageResult, check: CheckReport) -> Link:
         StageStatus.FAILED,
         problems[0],
         evidence + problems,
-        loader_fix(b),
+        loader_fix(b, target, model),
     )
 
 
-def _vllm_link(b: StageResult, c: StageResult, restart: str) -> Link:
+def _vllm_link(
+    b: StageResult, c: StageResult, restart: str, target: Target, model: str | None
+) -> Link:
     probe = b.data.get("probe") or {}
     vllm = part(probe, "vllm")
     engine = (c.data.get("log") or {}).get("engine_version")
@@ -336,7 +341,7 @@ def _vllm_link(b: StageResult, c: StageResult, restart: str) -> Link:
             StageStatus.FAILED,
             problems[0],
             evidence + problems,
-            vllm_fix(str(problems[0]), restart),
+            vllm_fix(str(problems[0]), restart, target, model),
         )
     if not vllm.get("importable"):
         why = vllm.get("error") or "not probed"

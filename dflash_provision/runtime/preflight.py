@@ -295,7 +295,8 @@ def _check_weights(
 ) -> _Weights:
     """The drafter's safetensors headers against its config (one exec): a config of one revision
     beside the weights of another is refused before anything starts (--force: a warning)."""
-    from dflash_provision.check.weights_check import check_remote, target_hidden_of, weights_fix
+    from dflash_provision.check.weights_check import check_remote, target_hidden_of
+    from dflash_provision.runtime.link_fixes import weights_fix
 
     check = check_remote(
         transport,
@@ -312,7 +313,7 @@ def _check_weights(
     message = f"the drafter's weights do not fit its config: {shown}{more}"
     if not request.force:
         raise ConfigInvalid(
-            f"pre-flight: {message}; {weights_fix(target.model_dir)} "
+            f"pre-flight: {message}; fix: {weights_fix(request.fix_command, '', target)} "
             "(--force starts vLLM anyway, and its weight loading decides)"
         )
     return _Weights(check, notes, [f"--force: starting although {message}"])
