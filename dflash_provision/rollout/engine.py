@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, UsageError
-from dflash_provision.rollout import host_ops
+from dflash_provision.rollout import host_ops, what_ran
 from dflash_provision.rollout.batches import split
 from dflash_provision.rollout.identity import HostMismatch, Identity, same_place
 from dflash_provision.rollout.record import CHANGED, Figures, HostState, Rollout, State
@@ -415,7 +415,7 @@ class Engine:
             return True
         # A file pushed without a restart holds the new bytes while its server still runs the
         # config it loaded (the launch record's sha256): that server must be restarted.
-        loaded = (host.launch or {}).get("drafter_sha256")
+        loaded = what_ran.ran_sha(host.launch)
         if loaded is not None and loaded != self.rollout.new_sha256:
             return False
         return host.baseline.source == "measured"
