@@ -203,7 +203,10 @@ def test_an_inconclusive_stage_is_cannot_tell_with_exit_26_never_healthy() -> No
     assert report.exit_code == ExitCode.INCONCLUSIVE == 26
     data = report.to_dict()
     assert data["ok"] is False and data["cannot_tell"] == ["acceptance"]
-    assert "--prompts" in (data["fix"] or "")
+    # the same doctor again with twice the prompts, pasteable (PUSH's --from x is the source)
+    assert (data["fix"] or "").startswith(
+        f"dflash-provision doctor gpu1:{DRAFTER} --from x --port 8000 --prompts 6  # measures"
+    ), data["fix"]
     # a broken link still outranks a link that cannot tell
     report = doctor(e=e, a=failed("a", "differs", status="present", diff=["x"]))
     assert report.exit_code == ExitCode.DRIFT
@@ -220,4 +223,4 @@ def test_doctor_text_says_cannot_tell_and_its_fix_never_nothing_broken(
     assert "7 acceptance             cannot tell only 12 draft tokens" in out
     assert "nothing broken" not in out
     assert "cannot tell: acceptance: only 12 draft tokens" in out
-    assert "fix: measure again with more evidence" in out
+    assert "fix: dflash-provision doctor " in out and "# measures again with more evidence" in out

@@ -154,6 +154,7 @@ def trace(
     assert a is not None and b is not None and c is not None
     restart = _restart_fix(target, c, settings)
     model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
+    rerun = _rerun_command(target, c, settings, push_fix)
     links = [
         _authoritative_link(authority),
         _file_link(a, push_fix, restart, target),
@@ -163,13 +164,14 @@ def trace(
         _server_link(c, d, restart),
         _acceptance_link(e, target, restart) if e else _missing("acceptance"),
     ]
+    for link in links:  # a stage that could not tell: measure again with more evidence
+        if link.status is StageStatus.INCONCLUSIVE and not link.fix:
+            link.fix = inconclusive_fix(rerun)
     return DoctorReport(target.display(), links, check)
 
 
 def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None = None) -> Link:
-    """A link that is one stage; a stage that could not tell gets a fix about measuring again."""
-    if stage.inconclusive:
-        fix = fix or inconclusive_fix(stage)
+    """A link that is one stage (a stage that could not tell gets its fix in ``trace``)."""
     return Link(
         name,
         stage.status,
@@ -205,6 +207,19 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
 
 def _missing(name: str) -> Link:
     return Link(name, StageStatus.SKIPPED, "not reached")
+
+
+def _rerun_command(target: Target, c: StageResult, settings: CheckSettings, push_fix: str) -> str:
+    """This doctor again with twice the smoke prompts (the authority's options are the push
+    fix's: the same source)."""
+    port = c.data.get("port")
+    port = port if isinstance(port, int) else settings.port
+    source = shlex.split(push_fix)[3:]  # after `dflash-provision push TARGET`
+    prompts = str(min(64, settings.prompts * 2))
+    return shlex.join(
+        ["dflash-provision", "doctor", target.display(), *source, "--port", str(port),
+         "--prompts", prompts]
+    )  # fmt: skip
 
 
 def _restart_fix(target: Target, c: StageResult, settings: CheckSettings) -> str:

@@ -229,8 +229,7 @@ def completion_fix(target: Target, status: int | None, error: str, model: str | 
     )
 
 
-def inconclusive_fix(stage: StageResult) -> str:
-    """A stage that could not tell: its own fix, else measure again with more evidence."""
-    return stage.fix or (
-        "measure again with more evidence (more --prompts; no restart of the server meanwhile)"
-    )
+def inconclusive_fix(rerun: str) -> str:
+    """A stage that could not tell (and has no fix of its own): ``rerun``, the same check with
+    more prompts."""
+    return noted(rerun, "measures again with more evidence; no restart of the server meanwhile")
