@@ -135,6 +135,7 @@ def build_record(
         env_names=sorted(pre.env),
         drafter_dir=pre.drafter_dir,
         drafter_sha256=pre.drafter_sha256,
+        file_sha256=pre.file_sha256,
         model=request.model,
         num_speculative_tokens=pre.num_speculative_tokens,
         vllm_cmd=list(request.vllm_cmd),

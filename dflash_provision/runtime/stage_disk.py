@@ -76,7 +76,8 @@ def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
 def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
     that could not be read are a warning (not a pass of that check); no weights, a note."""
-    from dflash_provision.check.weights_check import check_remote, weights_fix
+    from dflash_provision.check.weights_check import check_remote
+    from dflash_provision.runtime.link_fixes import restart_command, weights_fix
 
     weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
     result.data["weights"] = weights.to_dict()
@@ -94,7 +95,7 @@ def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
         result.summary = first + (
             f" (+{len(weights.mismatches) - 1} more)" if len(weights.mismatches) > 1 else ""
         )
-        result.fix = weights_fix(ctx.target.model_dir)
+        result.fix = weights_fix(ctx.push_fix, restart_command(ctx.target), ctx.target)
         result.data["failed_by"] = "weights"  # the bytes are right: pushing them fixes nothing
     else:
         result.summary += f"; and {first}"

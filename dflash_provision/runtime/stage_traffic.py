@@ -19,6 +19,7 @@ from dflash_provision.runtime.acceptance_gate import (
 from dflash_provision.runtime.diagnosis import diagnose, render_causes
 from dflash_provision.runtime.link_fixes import completion_fix
 from dflash_provision.runtime.metrics import Acceptance
+from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
@@ -139,7 +140,7 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
         summary,
         evidence,
         {"status": first.status},
-        fix=completion_fix(ctx.target.display(), first.status, first.error),
+        fix=completion_fix(ctx.target, first.status, first.error, server_model(ctx.server)),
     )
 
 
