@@ -114,6 +114,7 @@ class CheckContext:
     server: Any = None  # process.RunningServer
     log: LogFacts | None = None
     log_size: int | None = None  # the log's size when it was read: later lines come after
+    server_version: str | None = None  # the server's GET /version (runtime/reference_version.py)
 
     @property
     def target_layer_ids(self) -> list[int] | None:
