@@ -115,6 +115,14 @@ F = TypeVar("F", bound=Callable[..., Any])
     show_default=True,
     help="Seconds between TERM and KILL when --restart stops the old server.",
 )
+@click.option(
+    "--per-request-spec-decode-metrics",
+    "per_request_metrics",
+    type=click.Choice(["none", "summary", "detailed"]),
+    help="Passed to vLLM where the target's vLLM takes it (0.29+; asked before anything "
+    "starts): each reply then carries its own acceptance, which runtime-check judges instead "
+    "of the server's counters. Default: summary where vLLM takes it, else not passed.",
+)
 @click.option("--no-check", is_flag=True, help="Do not run runtime-check after a launch.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @runtime_connection_options
@@ -135,6 +143,7 @@ def command(
     force: bool,
     ready_timeout: float,
     stop_timeout: float,
+    per_request_metrics: str | None,
     no_check: bool,
     as_json: bool,
     connection: Connector,
@@ -149,11 +158,11 @@ def command(
         if not restart:
             raise UsageError("--model is required (`launch TARGET --restart` alone restarts the "
                              "recorded launch)")  # fmt: skip
-        if extra_args or python or force or speculative_extra:
+        if extra_args or python or force or speculative_extra or per_request_metrics:
             raise UsageError(
                 "`launch TARGET --restart` without --model reuses the recorded command line: "
-                "give --model to change the arguments after --, --python, --force or "
-                "--speculative-config"
+                "give --model to change the arguments after --, --python, --force, "
+                "--speculative-config or --per-request-spec-decode-metrics"
             )
         _restart_recorded(
             ctx, connection, target, port, parse_env(env_items),
@@ -178,6 +187,7 @@ def command(
         command_timeout=connection.ssh.command_timeout,
         fix_command=fix_command(target_spec, authority_spec),
         speculative_extra=_speculative_extra(speculative_extra),
+        per_request_metrics=per_request_metrics,
     )
     with connection.open(target) as transport:
         try:

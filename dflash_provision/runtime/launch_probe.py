@@ -43,6 +43,7 @@ class RunnerPlan:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     answered: bool = False  # the probe answered with vLLM's resolution of the draft
+    vllm: dict[str, Any] | None = None  # the probe's answer about vLLM (importable)
 
 
 def vllm_python(transport: Transport, vllm_cmd: tuple[str, ...], fallback: str | None) -> str:
@@ -98,6 +99,7 @@ def plan_runner(
             f"answer from vLLM ({why}); the layout rule applies and vLLM's start-up decides"
         )
         return plan
+    plan.vllm = vllm
     version = str(vllm.get("version"))
     _check_keys(speculative_keys, vllm, version, plan)
     draft = vllm.get("draft")

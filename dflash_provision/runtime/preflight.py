@@ -50,6 +50,8 @@ class LaunchRequest:
     fix_command: str = "dflash-provision push TARGET"
     #: More --speculative-config keys (launch sets method, model and num_speculative_tokens).
     speculative_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: --per-request-spec-decode-metrics asked for (None: the default, runtime/request_acceptance)
+    per_request_metrics: str | None = None
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)  # weights_check.WeightsCheck.to_dict
     file_status: str = "in_sync"  # file_status.judge's word for the drafter file launch passed
+    vllm_args: list[str] = field(default_factory=list)  # what launch adds to `vllm serve`
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,6 +86,7 @@ class Preflight:
             "warnings": self.warnings,
             "weights": self.weights,
             "file_status": self.file_status,
+            "vllm_args": self.vllm_args,
         }
 
 
@@ -125,6 +129,11 @@ def preflight(
         timeout=timeout,
     )
     warnings += plan.warnings
+    from dflash_provision.runtime.request_acceptance import launch_args
+
+    per_request = launch_args(request.per_request_metrics, plan.vllm, version, request.extra_args)
+    notes += [per_request.note] if per_request.note else []
+    warnings += [per_request.warning] if per_request.warning else []
     if plan.answered:
         env, added = plan.env, plan.added
         notes += [describe(plan), *plan.notes]
@@ -144,6 +153,7 @@ def preflight(
         warnings=warnings,
         weights=weights.check.to_dict(),
         file_status=file_status,
+        vllm_args=list(per_request.args),
     )
 
 

@@ -188,3 +188,53 @@ def _mixed(counters: Acceptance | None) -> str:
     if counters.foreign_drafts:
         parts.append(f"{counters.foreign_drafts} drafts more than the smoke prompts explain")
     return ", ".join(parts)
+
+
+# -- launch: ask vLLM for these figures where it can give them ---------------------------------
+
+FLAG = "--per-request-spec-decode-metrics"
+LEVELS = ("none", "summary", "detailed")
+#: What launch asks for unless told otherwise: the histogram only (no per-step arrays).
+DEFAULT_LEVEL = "summary"
+
+
+@dataclass(frozen=True)
+class LaunchChoice:
+    """What launch adds to ``vllm serve`` for per-request figures, and what it says about it."""
+
+    args: tuple[str, ...] = ()
+    note: str | None = None
+    warning: str | None = None
+
+
+def launch_args(
+    level: str | None, vllm: dict[str, Any] | None, version: str, extra_args: tuple[str, ...]
+) -> LaunchChoice:
+    """``FLAG LEVEL`` only where the target's vLLM takes it (the probe's answer: EngineArgs'
+    field and its levels, runtime/remote_probe.py ``per_request_metrics``); ``level`` None is
+    the default (summary, and silence where vLLM cannot), a level the user asked for gets a
+    warning where it is not passed. Arguments after ``--`` that set it win."""
+    from dflash_provision.runtime.vllm_argv import canonical
+
+    if any(canonical(arg).partition("=")[0] == FLAG for arg in extra_args):
+        return LaunchChoice(note=f"{FLAG} as given after --")
+    wanted = level or DEFAULT_LEVEL
+    if wanted == "none":
+        return LaunchChoice()
+    answer = vllm.get("per_request_metrics") if isinstance(vllm, dict) else None
+    levels = answer.get("levels") if isinstance(answer, dict) else None
+    if isinstance(levels, list) and wanted in levels:
+        return LaunchChoice(
+            (FLAG, wanted),
+            f"{FLAG} {wanted}: vLLM {version} returns each request's own acceptance, which "
+            "runtime-check's stage e judges (other clients' traffic cannot mix into it)",
+        )
+    if isinstance(levels, list) and not levels:
+        why = f"vLLM {version} has no {FLAG} (vLLM 0.29+ has it)"
+    elif isinstance(levels, list):
+        why = f"vLLM {version}'s {FLAG} takes {', '.join(map(str, levels))}, not {wanted}"
+    else:
+        error = answer.get("error") if isinstance(answer, dict) else "the probe did not answer"
+        why = f"cannot tell whether vLLM {version} takes {FLAG} ({error})"
+    said = f"{why}: not passed; runtime-check's stage e uses the server's counters"
+    return LaunchChoice(warning=said) if level is not None else LaunchChoice(note=said)
