@@ -77,3 +77,14 @@ def test_a_reference_of_another_vllm_version_is_shown_but_not_gated(bed: Bed) ->
     gated = bed.check("--max-regression", "10%")
     assert gated.returncode == ExitCode.ACCEPTANCE_LOW, gated.stdout + gated.stderr
     assert "(vLLM 0.32.0)" in gated.stdout and "more than --max-regression 10.0%" in gated.stdout
+
+
+def test_own_figures_still_tell_when_disable_log_stats_removed_every_metric(bed: Bed) -> None:
+    # vLLM returns per-request figures independently of --disable-log-stats (its option's own
+    # help, vllm/config/observability.py): where the counters cannot tell, the replies can.
+    bed.launch(*PER_REQUEST, "--disable-log-stats")
+    code, report = bed.check_json()
+    e = stages(report)["e"]
+    assert code == 0, report
+    assert e["status"] == "passed" and e["data"]["source"] == "requests"
+    assert e["data"]["acceptance_rate"] == pytest.approx(0.6, abs=0.02)

@@ -11,8 +11,11 @@ Order and cost (exec = one remote command; request = one HTTP request through th
                            the target model comes from the server found in c)
     d  completion          GET /v1/models, GET /version, GET /metrics (before), the first
                            smoke prompt
-    e  acceptance          the other smoke prompts, GET /metrics (after); the acceptance
-                           reference from the local history store (no remote cost)
+    e  acceptance          the other smoke prompts, GET /metrics (after); judged on the
+                           replies' own per-request figures when every one carries them,
+                           else the counters (runtime/request_acceptance.py); the acceptance
+                           reference of the server's vLLM version from the local history
+                           store (no remote cost; runtime/reference_version.py)
 
 c's lookup runs before b so that b can hand vLLM the model the server really serves and use the
 python that runs it. d's completion is also e's first smoke prompt.
