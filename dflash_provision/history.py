@@ -612,15 +612,25 @@ class HistoryStore:
 
         return self._write(lambda conn: _when_not_busy(lambda: insert(conn)))
 
-    def latest_reference(self, key: ReferenceKey) -> tuple[str, dict[str, Any]] | None:
+    def latest_reference(
+        self, key: ReferenceKey, *, vllm_version: str | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
         """The newest reference for ``key`` (when it was recorded, its figures), else None.
-        The host must match exactly: another login, port or container is another host."""
+        The host must match exactly: another login, port or container is another host.
+        ``vllm_version``: only a reference recorded on that vLLM version (the figures' own
+        ``vllm_version``: acceptance moves between releases, runtime/reference_version.py)."""
         sql = (
             "SELECT recorded_at, figures FROM acceptance_references WHERE drafter_sha256 = ?"
             " AND prompts_sha256 = ? AND server_port = ? AND machine = ? AND login IS ?"
-            " AND port IS ? AND container IS ? ORDER BY id DESC LIMIT 1"
+            " AND port IS ? AND container IS ?"
         )
-        params = (key.drafter_sha256, key.prompts_sha256, key.server_port, *key.host.columns())
+        params: tuple[Any, ...] = (
+            key.drafter_sha256, key.prompts_sha256, key.server_port, *key.host.columns()
+        )  # fmt: skip
+        if vllm_version is not None:
+            sql += " AND json_valid(figures) AND json_extract(figures, '$.vllm_version') = ?"
+            params += (vllm_version,)
+        sql += " ORDER BY id DESC LIMIT 1"
         row = self._read(lambda conn: _when_not_busy(lambda: conn.execute(sql, params).fetchone()))
         if row is None:
             return None

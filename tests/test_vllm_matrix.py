@@ -5,11 +5,14 @@ Python parts: the config resolution both use; neither release serves on this mac
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.runtime import remote_probe
 from testbed import tiny_models, vllm_matrix
 from tests.fixtures.cli import run_cli
 
@@ -58,3 +61,33 @@ def test_launch_refuses_a_key_0_34_rejects_before_anything_starts(
     )  # fmt: skip
     assert done.returncode == ExitCode.VLLM_UNUSABLE, done.stdout + done.stderr
     assert "rejects the --speculative-config key(s) disable_padded_drafter_batch" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("version", "levels"),
+    [("0.20.1", []), ("0.24.0", []), ("0.34.0", ["none", "summary", "detailed"])],
+)
+def test_the_probe_finds_per_request_spec_decode_metrics_only_where_the_release_has_them(
+    version: str, levels: list[str]
+) -> None:
+    # What launch asks before it passes --per-request-spec-decode-metrics: the release's own
+    # EngineArgs field (0.29+), not its version number. (0.32.0: tests/test_vllm_real.py.)
+    env = release(version).env
+    program = (
+        "import importlib.util, json\n"
+        f"spec = importlib.util.spec_from_file_location('probe', {str(remote_probe.__file__)!r})\n"
+        "probe = importlib.util.module_from_spec(spec)\n"
+        "spec.loader.exec_module(probe)\n"
+        "print(json.dumps(probe.per_request_metrics()))\n"
+    )
+    done = subprocess.run(
+        [str(env.python), "-c", program],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, "VLLM_TARGET_DEVICE": "cpu"},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    assert answer == {"levels": levels, "error": None}

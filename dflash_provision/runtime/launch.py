@@ -126,6 +126,7 @@ def build_record(
         SERVER_HOST,
         "--port",
         str(request.port),
+        *pre.vllm_args,
         *request.extra_args,
     ]
     return LaunchRecord(

@@ -8,7 +8,9 @@ the ``--vllm`` command, then judged by vllm_features.
   can; V2 without Triton on the host);
 - whether that vLLM runs the drafter as trained (aux ids, sliding windows): a refusal naming
   what is needed (``--force`` starts it anyway, with the finding as a warning);
-- the ``--speculative-config`` keys it would reject at start-up.
+- the ``--speculative-config`` keys it would reject at start-up;
+- whether it takes ``--per-request-spec-decode-metrics`` (``RunnerPlan.vllm`` carries the
+  answer; runtime/request_acceptance.py ``launch_args`` decides what launch passes).
 
 A probe that cannot answer (no python with vLLM found, a timeout) is a warning, not a pass of
 these checks: launch then falls back to the layout rule (a mixed drafter gets the V2 runner)
@@ -43,6 +45,7 @@ class RunnerPlan:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     answered: bool = False  # the probe answered with vLLM's resolution of the draft
+    vllm: dict[str, Any] | None = None  # the probe's answer about vLLM (importable)
 
 
 def vllm_python(transport: Transport, vllm_cmd: tuple[str, ...], fallback: str | None) -> str:
@@ -98,6 +101,7 @@ def plan_runner(
             f"answer from vLLM ({why}); the layout rule applies and vLLM's start-up decides"
         )
         return plan
+    plan.vllm = vllm
     version = str(vllm.get("version"))
     _check_keys(speculative_keys, vllm, version, plan)
     draft = vllm.get("draft")

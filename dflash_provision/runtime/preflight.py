@@ -52,6 +52,8 @@ class LaunchRequest:
     speculative_extra: Mapping[str, Any] = field(default_factory=dict)
     #: The lock's pinned files: hash every one, whatever proofs the history holds.
     rehash_files: bool = False
+    #: --per-request-spec-decode-metrics asked for (None: the default, runtime/request_acceptance)
+    per_request_metrics: str | None = None
 
 
 @dataclass
@@ -73,6 +75,7 @@ class Preflight:
     #: The sha256 of the drafter file as read on the target: the bytes the server loads (the
     #: authority's sha256 differs when launch lets a file with the same values pass).
     file_sha256: str = ""
+    vllm_args: list[str] = field(default_factory=list)  # what launch adds to `vllm serve`
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -90,6 +93,7 @@ class Preflight:
             "weights": self.weights,
             "file_status": self.file_status,
             "file_sha256": self.file_sha256,
+            "vllm_args": self.vllm_args,
         } | ({} if self.files is None else {"files": self.files})
 
 
@@ -135,6 +139,11 @@ def preflight(
         timeout=timeout,
     )
     warnings += plan.warnings
+    from dflash_provision.runtime.request_acceptance import launch_args
+
+    per_request = launch_args(request.per_request_metrics, plan.vllm, version, request.extra_args)
+    notes += [per_request.note] if per_request.note else []
+    warnings += [per_request.warning] if per_request.warning else []
     if plan.answered:
         env, added = plan.env, plan.added
         notes += [describe(plan), *plan.notes]
@@ -156,6 +165,7 @@ def preflight(
         file_status=file_status,
         files=files,
         file_sha256=file_sha256,
+        vllm_args=list(per_request.args),
     )
 
 

@@ -59,7 +59,7 @@ from typing import Any
 
 PROBE_VERSION = 1
 #: Bump when the answer's content changes for the same inputs (invalidates cached answers).
-CACHE_FORMAT = "4"
+CACHE_FORMAT = "5"
 CACHE_ENV = "DFLASH_PROBE_CACHE"
 #: Config files larger than this are not hashed (nor cached): a drafter config is a few KB.
 MAX_KEYED_FILE = 1024 * 1024
@@ -253,6 +253,7 @@ def probe_vllm(drafter: str, model: str | None, num_tokens: int | None) -> dict[
         "error": None,
         "draft": None,
         "speculative_keys": speculative_keys(),
+        "per_request_metrics": per_request_metrics(),
     }
     if not model and speculators_doc(drafter) is None:
         answer["error"] = "no --model given: vLLM resolves a draft only against its target"
@@ -588,6 +589,30 @@ def speculative_keys() -> dict[str, Any]:
     except Exception as exc:
         return {"keys": None, "forbids_unknown": None, "error": _error(exc)}
     return {"keys": names, "forbids_unknown": extra == "forbid", "error": None}
+
+
+def per_request_metrics() -> dict[str, Any]:
+    """The levels ``vllm serve --per-request-spec-decode-metrics`` takes on this vLLM
+    (EngineArgs' ``per_request_spec_decode_metrics`` field, a Literal; 0.29+): ``[]`` when it
+    has no such option, ``None`` with the error when EngineArgs cannot be read."""
+    import dataclasses
+    import typing
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return {"levels": None, "error": _error(exc)}
+    found = fields.get("per_request_spec_decode_metrics")
+    if found is None:
+        return {"levels": [], "error": None}
+    levels = [a for a in typing.get_args(found.type) if isinstance(a, str)]
+    if not levels:
+        return {"levels": None, "error": f"its type {found.type!r} names no levels"}
+    return {"levels": levels, "error": None}
 
 
 class _RunnerChoice:
