@@ -5,6 +5,7 @@ Python parts: the config resolution both use; neither release serves on this mac
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -58,3 +59,31 @@ def test_launch_refuses_a_key_0_34_rejects_before_anything_starts(
     )  # fmt: skip
     assert done.returncode == ExitCode.VLLM_UNUSABLE, done.stdout + done.stderr
     assert "rejects the --speculative-config key(s) disable_padded_drafter_batch" in done.stderr
+
+
+@pytest.mark.parametrize("version", ["0.24.0", "0.34.0"])
+def test_stage_b_passes_a_speculators_drafter_with_a_local_verifier_as_that_vllm_converts_it(
+    models: tiny_models.TinyModels, tmp_path: Path, version: str
+) -> None:
+    # 0.34.0: its maybe_override_with_speculators refuses a verifier that is not a Hub repo
+    # ("Speculators verifier must name a remote model repository"), while the server resolves
+    # the drafter fine: the probe converts it with SpeculatorsConfig instead. 0.24.0: its
+    # conversion writes no causal nor sample_from_anchor (newer releases do): stage b compares
+    # them as that release reads them, not as missing.
+    from tests.test_vllm_real import _speculators_layout
+
+    env = release(version).env
+    reference = json.loads((models.agreeing / "config.json").read_text())
+    doc = _speculators_layout(reference, str(models.target))
+    doc["sliding_window_non_causal"] = True  # the speculators default: non-causal
+    drafter = tmp_path / "drafter-speculators"
+    shutil.copytree(models.agreeing, drafter)
+    (drafter / "config.json").write_text(json.dumps(doc, indent=2) + "\n")
+    done = run_cli(
+        "runtime-check", str(drafter), "--from", str(drafter / "config.json"),
+        "--python", str(env.python), "--port", "18995", "--json", "--command-timeout", "300",
+        cwd=tmp_path, home=tmp_path / "home", timeout=600,
+    )  # fmt: skip
+    b = next(s for s in json.loads(done.stdout)["stages"] if s["stage"] == "b")
+    assert b["status"] == "passed", b
+    assert b["data"]["probe"]["effective"]["loader"] == "vllm"  # vLLM's own conversion

@@ -426,10 +426,17 @@ def speculators_loader_part(
         evidence.append(str(eff.get("note") or "no loader on the target reads this layout"))
         return [], []
 
+    from dflash_provision.runtime.speculators_conversion import settle_unwritten
+
+    notes: list[str] = []
+
     def differences(doc: dict[str, Any]) -> list[str]:
         view = runtime_view(doc, keep_block_size=False)
         wanted = {name: view[name] for name in CRITICAL_FIELDS if name in view}
         got = {name: loaded[name] for name in wanted if name in loaded}
+        # Keys this vLLM's conversion does not write: as its DFlash code sees them.
+        wanted, got, settled = settle_unwritten(wanted, got, eff.get("conversion_reads"))
+        notes[:] = settled
         changes = [
             Change(file_field(doc, c.path), c.kind, c.old, c.new)
             for c in semantic_diff(got, wanted)
@@ -438,6 +445,7 @@ def speculators_loader_part(
 
     evidence.append("the target's vLLM converts the speculators layout (SpeculatorsConfig)")
     vs_auth = differences(ctx.auth_doc)
+    evidence += notes
     disk_doc = _disk_doc(ctx)
     by_loader = differences(disk_doc) if disk_doc is not None else vs_auth
     evidence += [f"vLLM's conversion changes the file: {line}" for line in by_loader]
