@@ -139,3 +139,25 @@ def test_keys_a_forbidding_vllm_lacks_are_rejected() -> None:
         ["disable_padded_drafter_batch"], None)  # fmt: skip
     assert rejected_keys(["x"], {})[0] is None  # cannot tell
     assert json.dumps(V0_24)  # the recorded shapes are JSON, as the probe sends them
+
+
+def test_stage_b_does_not_say_a_layout_both_runners_refuse_needs_v2() -> None:
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.runtime.stage_disk import _vllm_part
+    from dflash_provision.runtime.stages import CheckContext
+    from dflash_provision.source.authority import Authority
+
+    data = json.dumps(MIXED).encode()
+    ctx = CheckContext(
+        transport=None,  # type: ignore[arg-type]  # the judgement runs no command
+        target=parse_target("gpu1:/m/D"),
+        authority=Authority("test", data),
+        auth_doc=json.loads(data),
+        push_fix="",
+    )
+    draft = {**V0_25, "mixed_layout_error": MIXED_REFUSAL_0_25}  # V1's refusal, as probed
+    evidence: list[str] = []
+    judged = _vllm_part(ctx, {"importable": True, "version": "0.25.1", "draft": draft}, "/m/T",
+                        evidence)  # fmt: skip
+    assert not any("VLLM_USE_V2_MODEL_RUNNER" in line for line in evidence + judged.problems)
+    assert judged.problems[0].startswith("no model runner of vLLM 0.25.1 serves this drafter")

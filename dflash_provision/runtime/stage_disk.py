@@ -502,8 +502,10 @@ def _vllm_part(
             + ", ".join(n.upper() for n in serve)
             + "".join(f"; {why}" for why in refused.values())
         )
-    if draft.get("mixed_layout_error"):
+    v2 = part(part(draft, "runners"), "v2")
+    if draft.get("mixed_layout_error") and v2.get("accepts_layout") is not False:
         # Not a wrong value: the V1 runner refuses mixed layouts; launch adds the V2 runner.
+        # (Where V2 refuses it too, as on 0.25, judge_runners says no runner serves it.)
         evidence.append(
             f"mixed sliding/full layout: needs VLLM_USE_V2_MODEL_RUNNER=1 "
             f"({draft['mixed_layout_error']})"
