@@ -39,7 +39,7 @@ Progress = Callable[[float, str], None]
 # by their level and their message, the prefix taken off. The process part comes alone on what
 # Python itself prints (a traceback), coloured when VLLM_LOGGING_COLOR=1.
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_PROCESS = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^)]*\)(?:\x1b\[[0-9;]*m)? ")
+_PROCESS = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^()]*\bpid=\d+\)(?:\x1b\[[0-9;]*m)? ")
 _PREFIX = re.compile(
     r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ?"
 )
