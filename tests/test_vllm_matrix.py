@@ -63,7 +63,7 @@ def test_launch_refuses_a_key_0_34_rejects_before_anything_starts(
     assert "rejects the --speculative-config key(s) disable_padded_drafter_batch" in done.stderr
 
 
-@pytest.mark.parametrize("version", ["0.24.0", "0.34.0"])
+@pytest.mark.parametrize("version", ["0.20.1", "0.24.0", "0.34.0"])
 def test_stage_b_passes_a_speculators_drafter_with_a_local_verifier_as_that_vllm_converts_it(
     models: tiny_models.TinyModels, tmp_path: Path, version: str
 ) -> None:
@@ -71,7 +71,8 @@ def test_stage_b_passes_a_speculators_drafter_with_a_local_verifier_as_that_vllm
     # ("Speculators verifier must name a remote model repository"), while the server resolves
     # the drafter fine: the probe converts it with SpeculatorsConfig instead. 0.24.0: its
     # conversion writes no causal nor sample_from_anchor (newer releases do): stage b compares
-    # them as that release reads them, not as missing.
+    # them as that release reads them, not as missing. 0.20.1: its conversion also writes
+    # target_layer_ids without the - 1, beside the eagle ids its runner taps.
     from tests.test_vllm_real import _speculators_layout
 
     env = release(version).env

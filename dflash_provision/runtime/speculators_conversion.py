@@ -13,6 +13,12 @@ DFlash code absent. Whether that code reads it is the probe's feature detection
   value (a drafter that needs ``causal: true`` there is still a finding);
 - not read: the key means nothing to that vLLM, and is not compared;
 - not known (an older probe, or no DFlash source found): compared as written, as before.
+
+0.20.1's conversion also writes ``target_layer_ids`` as the aux ids themselves (no - 1, unlike
+0.24+), beside ``eagle_aux_hidden_state_layer_ids`` = the same ids, which is what its runner
+taps (``_get_eagle3_aux_layers_from_config`` reads the eagle ids first; its DFlash model reads
+only the length of ``target_layer_ids``). Such a conversion is not a finding: which layers a
+vLLM taps is judged from its runners' own answer (vllm_features.judge_aux).
 """
 
 from __future__ import annotations
@@ -32,20 +38,26 @@ def _inner(doc: dict[str, Any]) -> dict[str, Any] | None:
 
 
 def settle_unwritten(
-    wanted: dict[str, Any], got: dict[str, Any], reads: object
+    wanted: dict[str, Any],
+    got: dict[str, Any],
+    reads: object,
+    *,
+    aux: tuple[object, object] = (None, None),
 ) -> tuple[dict[str, Any], dict[str, Any], list[str]]:
     """(wanted, got, notes): the authoritative conversion ``wanted`` and vLLM's ``got`` with
-    the dflash_config keys vLLM's conversion does not write settled as that vLLM sees them
-    (module docstring); ``reads``: the probe's ``conversion_reads``. ``notes`` say what was
-    settled, for the evidence."""
+    the dflash_config keys vLLM's conversion does not write (or writes raw) settled as that vLLM
+    sees them (module docstring); ``reads``: the probe's ``conversion_reads``; ``aux``: the
+    ``eagle_aux_hidden_state_layer_ids`` of both. ``notes`` say what was settled."""
     want, have = _inner(wanted), _inner(got)
-    if want is None or have is None or not isinstance(reads, list):
+    if want is None or have is None:
         return wanted, got, []
     notes: list[str] = []
-    for key, default in READ_DEFAULTS.items():
+    # Not a list: which keys vLLM reads is not known, and they are compared as written.
+    read: list[Any] = reads if isinstance(reads, list) else []
+    for key, default in READ_DEFAULTS.items() if isinstance(reads, list) else ():
         if key not in want or key in have:
             continue
-        if key in reads:
+        if key in read:
             have[key] = default
             notes.append(
                 f"vLLM's speculators conversion does not write dflash_config.{key}; its DFlash "
@@ -57,4 +69,16 @@ def settle_unwritten(
                 f"vLLM's speculators conversion does not write dflash_config.{key} and its "
                 "DFlash code does not read it: not compared"
             )
+    ids = want.get("target_layer_ids")
+    if (
+        isinstance(ids, list)
+        and all(isinstance(i, int) for i in ids)
+        and have.get("target_layer_ids") == [i + 1 for i in ids] == aux[0] == aux[1]
+    ):
+        have["target_layer_ids"] = ids
+        notes.append(
+            "vLLM's speculators conversion writes target_layer_ids as the aux ids (no - 1) "
+            "beside eagle_aux_hidden_state_layer_ids, which its runners tap: judged from "
+            "their aux ids"
+        )
     return {**wanted, "dflash_config": want}, {**got, "dflash_config": have}, notes

@@ -435,7 +435,10 @@ def speculators_loader_part(
         wanted = {name: view[name] for name in CRITICAL_FIELDS if name in view}
         got = {name: loaded[name] for name in wanted if name in loaded}
         # Keys this vLLM's conversion does not write: as its DFlash code sees them.
-        wanted, got, settled = settle_unwritten(wanted, got, eff.get("conversion_reads"))
+        eagle = "eagle_aux_hidden_state_layer_ids"
+        wanted, got, settled = settle_unwritten(
+            wanted, got, eff.get("conversion_reads"), aux=(view.get(eagle), loaded.get(eagle))
+        )
         notes[:] = settled
         changes = [
             Change(file_field(doc, c.path), c.kind, c.old, c.new)
