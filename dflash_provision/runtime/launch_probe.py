@@ -92,6 +92,30 @@ def plan_runner(
     found = vllm_python(transport, vllm_cmd, python)
     budget = max(timeout, PROBE_BUDGET_S)
     answer = run_probe_on(transport, drafter_dir, found, model, num_spec, budget, vllm_only=True)
+    return plan_from_answer(
+        answer,
+        found,
+        doc,
+        env,
+        speculative_keys=speculative_keys,
+        force=force,
+        where=transport.description,
+    )
+
+
+def plan_from_answer(
+    answer: Any,
+    found: str,
+    doc: dict[str, Any],
+    env: dict[str, str],
+    *,
+    speculative_keys: list[str],
+    force: bool,
+    where: str,
+) -> RunnerPlan:
+    """The plan from the probe's ``answer`` (run with the python ``found``); raises the refusal.
+    Which runner serves is asked first: a layout no runner serves is refused as such, with
+    the vLLM that can (``--force`` cannot start what no runner serves)."""
     plan = RunnerPlan(found, dict(env), [])
     vllm = answer.get("vllm") if isinstance(answer, dict) else None
     if not isinstance(vllm, dict) or not vllm.get("importable"):
@@ -107,13 +131,13 @@ def plan_runner(
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
         raise RuntimeFailure(
-            f"pre-flight: vLLM {version} on {transport.description} cannot resolve this draft "
+            f"pre-flight: vLLM {version} on {where} cannot resolve this draft "
             f"config: {vllm.get('error')}",
             exit_code=ExitCode.VLLM_UNUSABLE,
         )
     plan.answered = True
-    _judge_as_trained(draft, doc, version, plan, force=force)
     _choose_runner(draft, version, plan)
+    _judge_as_trained(draft, doc, version, plan, force=force)
     return plan
 
 
@@ -168,14 +192,20 @@ def _judge_as_trained(
 
 def _choose_runner(draft: dict[str, Any], version: str, plan: RunnerPlan) -> None:
     """Set VLLM_USE_V2_MODEL_RUNNER only where this vLLM needs and takes it (module docstring)."""
-    from dflash_provision.runtime.vllm_features import MIXED_FIX, serving_runners
+    from dflash_provision.runtime.vllm_features import (
+        MIXED_FIX,
+        layout_refused,
+        refusals_text,
+        serving_runners,
+    )
 
     runners = draft.get("runners")
     if not isinstance(runners, dict):
         plan.warnings.append("cannot tell which model runner serves this drafter (older probe)")
         return
     serve, unknown, refused = serving_runners(draft)
-    if "v2" in serve and runners.get("triton") is False:
+    no_triton = "v2" in serve and runners.get("triton") is False
+    if no_triton:
         serve.remove("v2")
         refused["v2"] = "V2 needs Triton, which this vLLM cannot import on this host"
     v1_gone = (runners.get("v1") or {}).get("present") is False
@@ -187,10 +217,12 @@ def _choose_runner(draft: dict[str, Any], version: str, plan: RunnerPlan) -> Non
             exit_code=ExitCode.VLLM_UNUSABLE,
         )
     if not serve and not unknown:
-        reasons = "; ".join(refused[name] for name in ("v1", "v2") if name in refused)
+        # What can serve it is named only for a layout or Triton refusal: a runner that refuses
+        # the speculative method says so itself.
+        can = f"; {MIXED_FIX} can" if layout_refused(draft) or no_triton else ""
         raise RuntimeFailure(
             f"pre-flight: no model runner of vLLM {version} can serve this drafter here: "
-            f"{reasons}; {MIXED_FIX} can",
+            f"{refusals_text(draft, refused)}{can}",
             exit_code=ExitCode.VLLM_UNUSABLE,
         )
     if given is not None and not v1_gone:
