@@ -742,7 +742,9 @@ class Host(SshEndpoint):
         if isinstance(stdin, str):
             stdin = stdin.encode()
         cmd = ["nsenter", "-t", str(self.sshd_pid), "-m", "-u", "-p", "--", *argv]
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, cwd="/")
+        proc: subprocess.CompletedProcess[Any] = subprocess.run(
+            cmd, input=stdin, capture_output=True, timeout=timeout, cwd="/"
+        )
         if text:
             proc = subprocess.CompletedProcess(
                 proc.args,
