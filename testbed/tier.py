@@ -5,8 +5,9 @@ that uses none of the host fixtures and carries none of the root/lxc/docker/slow
 markers). A test can still start a host by itself (a module's own fixture, a subprocess running
 the demo); that one would make the tier slow and root-only without anyone noticing. So while a
 fast test runs, this module's variable is set in the environment, and every place in the test
-bed that starts a real host (an sshd, an LXC container, a dockerd, the real vLLM's venv) calls
-``refuse_in_fast_tier`` first: the test fails, naming what it started and how to mark it.
+bed that starts a real host (an sshd, an LXC container, a dockerd) calls ``refuse_in_fast_tier``
+first: the test fails, naming what it started and how to mark it. (The real vLLM runs on such
+a host; the venv builder's own tests, with a stand-in pip, are fast and stay in the tier.)
 The variable is inherited by subprocesses, so a CLI or ``python -m testbed.demo`` started by a
 fast test is held to the same rule.
 """
