@@ -765,16 +765,15 @@ def _execute_all(conn: sqlite3.Connection, script: str) -> None:
 def _refuse_other_schema(conn: sqlite3.Connection) -> None:
     """OtherSchema unless the database is ours (numbered ``_SCHEMA_VERSION``) or new (unnumbered,
     without an ``events`` table: other tables, e.g. rollouts, may be there already)."""
-    version = int(conn.execute("PRAGMA user_version").fetchone()[0])
-    if version == _SCHEMA_VERSION:
+    # One statement, one snapshot: read apart, another process could create the tables and
+    # number them in between (version 0 seen, then its events table).
+    version, events = conn.execute(
+        "SELECT (SELECT user_version FROM pragma_user_version),"
+        " EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events')"
+    ).fetchone()
+    if version == _SCHEMA_VERSION or (version == 0 and not events):
         return
-    if version == 0:
-        found = conn.execute(
-            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events'"
-        ).fetchone()
-        if found is None:
-            return
-    raise OtherSchema(version)
+    raise OtherSchema(int(version))
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
