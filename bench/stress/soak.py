@@ -423,6 +423,8 @@ class Soak:
 
     def abort_open(self, home: Path, rng: random.Random | None = None) -> None:
         for rollout_id in _open_rollouts(home):
+            for hs in self.serving:  # as before a rollout: a server a fault stopped
+                self.launch(hs)
             self.run_op(self.abort_op(home, rollout_id, list(self.serving)), rng)
 
     def _ansible(self, op: Op) -> None:
@@ -560,14 +562,21 @@ class Soak:
                 holds = lambda b: _sha(b) != new  # noqa: E731
         elif op.kind in ("rollout", "rollout-abort") and isinstance(doc, dict):
             claim, holds = self._rollout_claim(doc, name, before)
-            state = str(doc.get("state"))
+            # A record has a state; a refusal before any record is an error document (status,
+            # reason, error: as every command's --json).
+            state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
             if state != "completed" and hs is op.hosts[0]:  # once per rollout
                 cause = f"{op.kind} {state}"
+                said = str(doc.get("message") or doc.get("error"))[:200]
+                rows = doc.get("hosts")
+                said += "".join(  # why each host failed or was not proved, as the record says
+                    f" | {h.get('name')} {h.get('phase')}: {str(h.get('detail'))[:300]}"
+                    for h in (rows if isinstance(rows, list) else [])
+                    if isinstance(h, dict) and h.get("phase") in ("failed", "rollback_failed")
+                )
                 with self.lock:
                     self.causes[cause] += 1
-                    self.cause_examples.setdefault(
-                        cause, f"t={self.now():.1f}s {label}: {str(doc.get('message'))[:200]}"
-                    )
+                    self.cause_examples.setdefault(cause, f"t={self.now():.1f}s {label}: {said}")
         elif op.kind == "verify" and code in (0, 4):
             claim = "in_sync" if code == 0 else "drifted"
             holds = (lambda b: b == want) if code == 0 else (lambda b: b != want)
@@ -601,7 +610,7 @@ class Soak:
         self, doc: dict[str, object], name: str, before: bytes | None
     ) -> tuple[str, Callable[[bytes | None], bool] | None]:
         """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes."""
-        state = str(doc.get("state"))
+        state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
         hosts = doc.get("hosts")
         row = next((h for h in hosts if isinstance(h, dict) and h.get("name") == name), None) \
             if isinstance(hosts, list) else None  # fmt: skip
