@@ -47,8 +47,8 @@ that does not makes the run fail too. Exit 1 on any violation.
     make soak SOAK_ARGS="--minutes 30 --hosts 16"
 
 A rollout's claims, per host, from its record (``--json``): ``passed`` / ``unchanged`` in a
-completed rollout hold its new sha256, ``rolled_back`` the host's old sha256, ``pending`` and
-``excluded`` the bytes the host held before.
+completed rollout hold its new sha256, ``rolled_back`` (in the rollout's own run) the host's old
+sha256, ``pending`` and ``excluded`` the bytes the host held before.
 """
 
 from __future__ import annotations
@@ -561,7 +561,7 @@ class Soak:
             elif claim == "not-applied":
                 holds = lambda b: _sha(b) != new  # noqa: E731
         elif op.kind in ("rollout", "rollout-abort") and isinstance(doc, dict):
-            claim, holds = self._rollout_claim(doc, name, before)
+            claim, holds = self._rollout_claim(doc, name, before, op.kind == "rollout")
             # A record has a state; a refusal before any record is an error document (status,
             # reason, error: as every command's --json).
             state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
@@ -607,9 +607,15 @@ class Soak:
         return claim
 
     def _rollout_claim(
-        self, doc: dict[str, object], name: str, before: bytes | None
+        self, doc: dict[str, object], name: str, before: bytes | None, whole: bool
     ) -> tuple[str, Callable[[bytes | None], bool] | None]:
-        """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes."""
+        """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes.
+
+        ``whole``: this operation ran the rollout from its pre-flight (not an ``--abort`` of an
+        earlier one). A host's ``old_sha256`` is what its pre-flight read; the backup a rollback
+        restores is what the write found. Another writer between the two (outside an abort's
+        window, so "alone" cannot rule it out) makes them differ: an abort's ``rolled_back`` is
+        not judged against ``old_sha256``."""
         state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
         hosts = doc.get("hosts")
         row = next((h for h in hosts if isinstance(h, dict) and h.get("name") == name), None) \
@@ -621,7 +627,7 @@ class Soak:
         holds: Callable[[bytes | None], bool] | None = None
         if state == "completed" and phase in ("passed", "unchanged"):
             holds = lambda b: _sha(b) == new  # noqa: E731
-        elif phase == "rolled_back" and old:
+        elif phase == "rolled_back" and old and whole:
             holds = lambda b: _sha(b) == old  # noqa: E731
         elif phase in ("pending", "excluded"):
             holds = lambda b: b == before  # noqa: E731
