@@ -808,6 +808,7 @@ def _sampling(spec: dict[str, Any], n: int) -> tuple[float, ...] | None:
         )
     if rates is not None:
         return tuple(float(r) for r in rates)[:n]
+    assert length is not None  # exactly one of the two is set (checked above)
     drafts = float(length) - 1  # _acceptance_length_to_rates: the minimum-variance schedule
     full = int(drafts)
     return tuple(([1.0] * full + [drafts - full] + [0.0] * n)[:n])
