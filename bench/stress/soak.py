@@ -47,8 +47,8 @@ that does not makes the run fail too. Exit 1 on any violation.
     make soak SOAK_ARGS="--minutes 30 --hosts 16"
 
 A rollout's claims, per host, from its record (``--json``): ``passed`` / ``unchanged`` in a
-completed rollout hold its new sha256, ``rolled_back`` (in the rollout's own run) the host's old
-sha256, ``pending`` and ``excluded`` the bytes the host held before.
+completed rollout hold its new sha256, ``rolled_back`` what the host's server ran at baseline
+(the record's ``return_sha256``), ``pending`` and ``excluded`` the bytes the host held before.
 """
 
 from __future__ import annotations
@@ -561,7 +561,7 @@ class Soak:
             elif claim == "not-applied":
                 holds = lambda b: _sha(b) != new  # noqa: E731
         elif op.kind in ("rollout", "rollout-abort") and isinstance(doc, dict):
-            claim, holds = self._rollout_claim(doc, name, before, op.kind == "rollout")
+            claim, holds = self._rollout_claim(doc, name, before)
             # A record has a state; a refusal before any record is an error document (status,
             # reason, error: as every command's --json).
             state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
@@ -607,15 +607,14 @@ class Soak:
         return claim
 
     def _rollout_claim(
-        self, doc: dict[str, object], name: str, before: bytes | None, whole: bool
+        self, doc: dict[str, object], name: str, before: bytes | None
     ) -> tuple[str, Callable[[bytes | None], bool] | None]:
         """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes.
 
-        ``whole``: this operation ran the rollout from its pre-flight (not an ``--abort`` of an
-        earlier one). A host's ``old_sha256`` is what its pre-flight read; the backup a rollback
-        restores is what the write found. Another writer between the two (outside an abort's
-        window, so "alone" cannot rule it out) makes them differ: an abort's ``rolled_back`` is
-        not judged against ``old_sha256``."""
+        A ``rolled_back`` host holds what its server ran at baseline (the record's
+        ``return_sha256``, decided in pre-flight), which is not the bytes the pre-flight read when
+        a push without a restart came before: ``old_sha256`` only where the record has no
+        ``return_sha256``. The same for a rollout's own rollback and an ``--abort``."""
         state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
         hosts = doc.get("hosts")
         row = next((h for h in hosts if isinstance(h, dict) and h.get("name") == name), None) \
@@ -623,11 +622,12 @@ class Soak:
         if row is None:
             return f"{state}/-", None
         phase = str(row.get("phase"))
-        new, old = row.get("new_sha256") or doc.get("new_sha256"), row.get("old_sha256")
+        new = row.get("new_sha256") or doc.get("new_sha256")
+        old = row.get("return_sha256") or row.get("old_sha256")
         holds: Callable[[bytes | None], bool] | None = None
         if state == "completed" and phase in ("passed", "unchanged"):
             holds = lambda b: _sha(b) == new  # noqa: E731
-        elif phase == "rolled_back" and old and whole:
+        elif phase == "rolled_back" and old:
             holds = lambda b: _sha(b) == old  # noqa: E731
         elif phase in ("pending", "excluded"):
             holds = lambda b: b == before  # noqa: E731
