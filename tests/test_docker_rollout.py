@@ -125,6 +125,13 @@ def test_rollout_of_a_good_config_restarts_the_server_container_proved_and_compl
     assert "num_spec_tokens 7, /health 200" in restart
     assert "docker restart of docker:" in done.stderr  # pre-flight said what it would do
     assert host["new"]["rate"] >= 0.10 and host["baseline"]["rate"] >= 0.10
+    # --resume/--abort act on the container the record names, never on another one given
+    other = run_cli(
+        "rollout", "--abort", doc["id"], "--container", "docker:elsewhere",
+        home=served.home, env=served.daemon.environment, timeout=120,
+    )  # fmt: skip
+    assert other.returncode == ExitCode.USAGE, other.stderr
+    assert f"was started with docker:{served.container.name}" in other.stderr
 
 
 def test_a_bad_config_is_caught_at_the_canary_and_the_container_restarted_on_the_old_bytes(
@@ -143,3 +150,34 @@ def test_a_bad_config_is_caught_at_the_canary_and_the_container_restarted_on_the
     assert "the server is its main process" in back and "/health 200" in back
     assert "rolled_back (old bytes restored, proved; acceptance" in done.stderr
     assert served.inspect()["State"]["Running"]
+
+
+def test_a_server_started_by_docker_exec_is_refused_at_pre_flight_and_nothing_is_written(
+    docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    """``docker restart`` brings back the container's own command only: a server started later
+    by ``docker exec`` would not come back, so the rollout refuses before writing."""
+    from testbed.docker_standin import python_mounts, wait_ready
+
+    models = tmp_path / "srv-models"
+    (models / "drafter").mkdir(parents=True)
+    (models / "base").mkdir()
+    (models / "drafter" / "config.json").write_bytes(REFERENCE)
+    shutil.copy(samples.REFERENCE_TARGET, models / "base" / "config.json")
+    volumes = [*((src, f"{dst}:ro") for src, dst in python_mounts()), (models, "/models")]
+    source = tmp_path / "good.json"
+    source.write_bytes(GOOD)
+    with docker_daemon.container(unique_container_name("rx"), volumes=volumes) as idle:
+        docker_daemon.docker(
+            "exec", "-d", "-e", "VLLM_USE_V2_MODEL_RUNNER=1", idle.name,
+            *serve_argv("/models/base", "/models/drafter", port=8000),
+        )  # fmt: skip
+        wait_ready(idle, 8000)
+        done = run_cli(
+            "rollout", str(models / "drafter"), "--from", str(source),
+            "--container", f"docker:{idle.name}", "--batches", "1",
+            home=tmp_path, env=docker_daemon.environment, timeout=300,
+        )  # fmt: skip
+    assert done.returncode == ExitCode.ROLLOUT_REFUSED, done.stdout + done.stderr
+    assert "is not the container's main process" in done.stdout + done.stderr
+    assert (models / "drafter" / "config.json").read_bytes() == REFERENCE
