@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
-from dflash_provision.cli._runtime import rehash_files_option
+from dflash_provision.cli._runtime import container_option, rehash_files_option
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -90,6 +90,7 @@ if TYPE_CHECKING:
     "--rollback-all", is_flag=True, help="A failed batch rolls back the earlier batches too."
 )
 @rehash_files_option
+@container_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (pre-flight reads only).")
 @click.option(
     "--status",
@@ -127,6 +128,7 @@ def command(
         from dflash_provision.rollout.plan import members_again
 
         rollout = store.load(opts["resume_id"] or opts["abort_id"])
+        _same_container(rollout, opts["container"])
         if opts["abort_id"]:
             refuse_closed(rollout)
         members = members_again(rollout, _recorded_selection(rollout).members(), connection.ssh)
@@ -252,8 +254,25 @@ def _new_rollout(
         selection=sel,
         connection_args=connection_args(sys.argv[1:]),
         rehash_files=opts["rehash_files"],
+        server_container=opts["container"].display() if opts["container"] else None,
     )
     return new_rollout(members, new, settings, connection.ssh)
+
+
+def _same_container(rollout: Rollout, given: Any) -> None:
+    """--resume / --abort act on the containers the record names (the record is the truth):
+    a --container that says otherwise is refused, not followed."""
+    from dflash_provision.errors import UsageError
+
+    if given is None:
+        return
+    recorded = {str((h.server_container or {}).get("container")) for h in rollout.hosts}
+    if recorded != {given.display()}:
+        raise UsageError(
+            f"--container {given.display()}: rollout {rollout.id} was started with "
+            f"{', '.join(sorted(recorded))}; --resume and --abort use what its record says "
+            "(leave --container out)"
+        )
 
 
 def _recorded_selection(rollout: Rollout) -> FleetSelection:
@@ -356,6 +375,7 @@ def _dry_run(
     plan = dry_run(
         members, new, make_run(connection), parse_env(opts["env_items"]),
         parse_batches(opts["batches"]), rehash_files=opts["rehash_files"],
+        container=opts["container"],
     )  # fmt: skip
     count = sum(len(batch) for batch in plan.batches)
     click.echo(f"plan: {new.label} (sha256 {new.sha256[:12]}) to {count} host(s)")
@@ -364,6 +384,8 @@ def _dry_run(
         for h in batch:
             restart = f"server restarted (port {h.port})" if h.restart else (
                 "file only: no server started by launch")  # fmt: skip
+            if h.server_container:
+                restart = f"docker restart of {h.server_container['container']} (port {h.port})"
             change = "; ".join(h.diff[:3]) + (
                 f" (+{len(h.diff) - 3} more)" if len(h.diff) > 3 else ""
             )

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from dflash_provision.inventory import FleetMember
     from dflash_provision.rollout.store import RolloutStore
     from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.runtime.restart import RestartDone
     from dflash_provision.source.authority import Authority
 
 Progress = Callable[[str], None]
@@ -244,6 +245,7 @@ class Engine:
                 fresh, old = host_ops.inspect(
                     transport, member, self.new, self.options.env, transport.command_timeout,
                     self.store.config_with_sha, rehash_files=self.rollout.rehash_files,
+                    container=host_ops.container_of(host), docker_host=self._docker_host,
                 )  # fmt: skip
             if fresh.return_config is not None:  # what ran, kept for any later rollback
                 self.store.keep_config(fresh.return_config.encode())
@@ -256,6 +258,8 @@ class Engine:
             index = self.rollout.hosts.index(host)
             self.rollout.hosts[index] = fresh
         restart = f"restart on port {fresh.port}" if fresh.restart else "file only (no launch)"
+        if fresh.server_container:
+            restart = f"docker restart of {fresh.server_container['container']} (port {fresh.port})"
         note = f"; NOTE: {fresh.detail}" if fresh.detail else ""
         self.save(f"{host.name}: pre-flight ok, {len(fresh.diff)} change(s), {restart}{note}")
 
@@ -295,6 +299,8 @@ class Engine:
                     host_ops.settings_for(host, self.options.check),
                     self.rollout.gate,
                     baseline,
+                    container=host_ops.container_of(host),
+                    docker_host=self._docker_host,
                 )
                 rec.status = "ok" if verdict.outcome == "passed" else verdict.outcome
                 rec.message = f"rollout {self.rollout.id}: {what}: {verdict.detail}"
@@ -408,10 +414,7 @@ class Engine:
                     self._set(host, "restarting")
                     started = time.monotonic()
                     with self._journal("rollout", host, "restart with the recorded launch") as rec:
-                        done = host_ops.restart(
-                            transport, host, new.document, self.options.env,
-                            self.options.ready_timeout, sha256=new.sha256,
-                        )  # fmt: skip
+                        done = self._restart(transport, host, new.document, new.sha256)
                         rec.message = f"{rec.message}: {done.evidence}"
                     self.env_seen[host.name] = done.env
                     host_ops.timed(host, "restart_s", started)
@@ -426,6 +429,34 @@ class Engine:
             return
         host.new = verdict.figures
         self._set(host, verdict.outcome, verdict.detail)
+
+    @property
+    def _docker_host(self) -> str | None:
+        return self.run.connector.docker_host
+
+    def _restart(
+        self,
+        transport: CountingTransport,
+        host: HostState,
+        doc: dict[str, Any] | None,
+        sha256: str | None,
+        *,
+        may_be_down: bool = False,
+    ) -> RestartDone:
+        """The host's server restarted and proved: ``docker restart`` of its container when the
+        record says it runs in one, else its recorded launch (``doc`` None: the restored file)."""
+        member = self.members[host.name]
+        if host.server_container:
+            return host_ops.restart_in_container(
+                transport, member, host, self.options.ready_timeout,
+                docker_host=self._docker_host, python=self.options.check.python,
+                may_be_down=may_be_down,
+            )  # fmt: skip
+        return host_ops.restart(
+            transport, host, doc if doc is not None else _old_doc(transport, member),
+            self.options.env, self.options.ready_timeout, sha256=sha256,
+            may_be_down=may_be_down, remembered=self.env_seen.get(host.name),
+        )  # fmt: skip
 
     def _unchanged(self, host: HostState) -> bool:
         """The host already holds the new bytes and its server was proved to run them (the
@@ -510,11 +541,8 @@ class Engine:
                     )
                 if host.restart:
                     started = time.monotonic()
-                    host_ops.restart(
-                        transport, host, _old_doc(transport, member), self.options.env,
-                        self.options.ready_timeout, sha256=current, may_be_down=True,
-                        remembered=self.env_seen.get(host.name),
-                    )  # fmt: skip
+                    done = self._restart(transport, host, None, current, may_be_down=True)
+                    self.save(f"{host.name}: restarted on the restored bytes ({done.evidence})")
                     host_ops.timed(host, "restart_s", started)
         except host_ops.NotRecoverable as exc:
             push = shlex.join(["dflash-provision", "push", member.target.display(), "--from"])

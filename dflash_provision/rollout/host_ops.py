@@ -20,7 +20,9 @@ if TYPE_CHECKING:
     from dflash_provision.history import Recording
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.push import PushResult
+    from dflash_provision.place.target import Target
     from dflash_provision.runtime.check import CheckReport, CheckSettings
+    from dflash_provision.runtime.container_server import ContainerOption, ContainerServer
     from dflash_provision.runtime.restart import RestartDone
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
@@ -46,12 +48,15 @@ def inspect(
     lookup: Lookup,
     *,
     rehash_files: bool = False,
+    container: ContainerOption | None = None,
+    docker_host: str | None = None,
 ) -> tuple[HostState, bytes | None]:
     """Pre-flight of one host: its file read, the new config's diff against it, the new config
     validated with the target model's config there and its weights, the files the lock pins
     beside it (``fetch --all-files``: each the pinned one where it lies), the server launch
-    started for this drafter dir, and what a rollback returns to (what_ran.decide; ``lookup``
-    finds bytes kept on the controller). StepFailed says why the host cannot take part."""
+    started for this drafter dir (or, with ``container``, the server in that container:
+    served_in), and what a rollback returns to (what_ran.decide; ``lookup`` finds bytes kept
+    on the controller). StepFailed says why the host cannot take part."""
     from dflash_provision.check.diff import render_changes, semantic_diff
     from dflash_provision.remote.ops import read_remote_config
     from dflash_provision.runtime.locate import for_drafter, launched
@@ -66,6 +71,13 @@ def inspect(
         host.diff = render_changes(semantic_diff(json.loads(current.data), new.document))
     except ValueError:
         host.diff = ["the file on the host does not parse: replaced whole"]
+    if container is not None:
+        found, served = served_in(transport, host, container, target, docker_host, timeout)
+        ran = what_ran.decide(transport, target, None, current.data, lookup, timeout)
+        host.return_sha256, host.return_config = ran.sha256, _text(ran.data)
+        _validate_there(transport, member, new, served, timeout, model_reader=found.transport)
+        _pinned_files_there(transport, member, new, rehash_files, timeout)
+        return host, current.data
     mine = for_drafter(launched(transport, timeout=timeout), target.model_dir)
     live = [s for s in mine if s.alive]
     dead = [s for s in mine if s.dead]
@@ -91,6 +103,32 @@ def inspect(
     _validate_there(transport, member, new, model, timeout)
     _pinned_files_there(transport, member, new, rehash_files, timeout)
     return host, current.data
+
+
+def served_in(
+    transport: Transport,
+    host: HostState,
+    option: ContainerOption,
+    target: Target,
+    docker_host: str | None,
+    timeout: float,
+) -> tuple[ContainerServer, str | None]:
+    """The server in the container (``rollout --container``): running, on its port, the
+    container's main process, given the provisioned directory through its mounts (see
+    runtime/container_restart.py); kept in ``host.server_container``. Returns the container
+    and the target model its command names. StepFailed saying why not."""
+    from dflash_provision.runtime.container_restart import served_by, served_model
+    from dflash_provision.runtime.container_server import open_container_server
+    from dflash_provision.runtime.restart import RestartFailed
+
+    found = open_container_server(transport, option, target, docker_host=docker_host)
+    try:
+        served = served_by(found, timeout=timeout)
+    except RestartFailed as exc:
+        raise StepFailed(exc.reason) from None
+    host.restart, host.port = True, served.port
+    host.server_container = served.to_dict()
+    return found, served_model(found.record.command)
 
 
 def _pinned_files_there(
@@ -167,13 +205,21 @@ def restart_possible(
 
 
 def _validate_there(
-    transport: Transport, member: FleetMember, new: Authority, model: str | None, timeout: float
+    transport: Transport,
+    member: FleetMember,
+    new: Authority,
+    model: str | None,
+    timeout: float,
+    *,
+    model_reader: Transport | None = None,
 ) -> None:
     from dflash_provision.check.validate import validate_config
     from dflash_provision.check.weights_check import check_remote, target_hidden_of
     from dflash_provision.runtime.preflight import target_config
 
-    target_bytes = target_config(transport, model, timeout)[0] if model else None
+    # A server in a container names its model by the path inside: read it there.
+    reader = model_reader or transport
+    target_bytes = target_config(reader, model, timeout)[0] if model else None
     report = validate_config(new.data, label=new.label, target=target_bytes)
     if not report.ok:
         first = report.errors[0]
@@ -222,12 +268,20 @@ def measure(
     settings: CheckSettings,
     gate: Gate,
     baseline: Figures | None,
+    *,
+    container: ContainerOption | None = None,
+    docker_host: str | None = None,
 ) -> tuple[Verdict, CheckReport]:
-    """Every runtime-check stage, judged by the rollout's gate."""
+    """Every runtime-check stage, judged by the rollout's gate (``container``: as
+    runtime-check --container, the container's record read again: a restart changed it)."""
     from dflash_provision.runtime.check import push_fix_command, run_check
+    from dflash_provision.runtime.container_server import open_container_server
 
+    found = None
+    if container is not None:
+        found = open_container_server(transport, container, member.target, docker_host=docker_host)
     fix = push_fix_command(member.target, shlex.join(member.source.push_options()))
-    report = run_check(transport, member.target, authority, settings, push_fix=fix)
+    report = run_check(transport, member.target, authority, settings, push_fix=fix, container=found)
     return judge(report, gate, baseline), report
 
 
@@ -382,6 +436,41 @@ def restart(
         )  # fmt: skip
     except RestartFailed as exc:
         raise StepFailed(exc.message) from None
+
+
+def restart_in_container(
+    transport: Transport,
+    member: FleetMember,
+    host: HostState,
+    ready_s: float,
+    *,
+    docker_host: str | None,
+    python: str | None,
+    may_be_down: bool = False,
+) -> RestartDone:
+    """``docker restart`` of the host's server container, proved
+    (runtime/container_restart.py); StepFailed saying what was found otherwise."""
+    from dflash_provision.runtime.container_restart import restart_container
+    from dflash_provision.runtime.restart import RestartFailed
+
+    option = container_of(host)
+    assert option is not None
+    try:
+        return restart_container(
+            transport, option, member.target, ready_s=ready_s, docker_host=docker_host,
+            python=python, may_be_down=may_be_down,
+        )  # fmt: skip
+    except RestartFailed as exc:
+        raise StepFailed(exc.message) from None
+
+
+def container_of(host: HostState) -> ContainerOption | None:
+    """The container the record says the host's server runs in (``rollout --container``)."""
+    from dflash_provision.runtime.container_server import parse_container_option
+
+    if not host.server_container:
+        return None
+    return parse_container_option(str(host.server_container["container"]))
 
 
 def timed(host: HostState, key: str, started: float) -> None:

@@ -22,6 +22,7 @@ from dflash_provision.rollout.record import Gate, HostState, Rollout
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
+    from dflash_provision.runtime.container_server import ContainerOption
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.options import SshOptions
 
@@ -30,7 +31,7 @@ if TYPE_CHECKING:
 _CONNECTION_FLAGS = {
     "--connect-timeout": True, "--command-timeout": True, "--ssh-config": True, "-F": True,
     "--known-hosts": True, "--identity": True, "--private-key": True, "--lxc-path": True,
-    "--no-agent": False, "--sudo": False, "--accept-new-host-key": False,
+    "--no-agent": False, "--sudo": False, "--accept-new-host-key": False, "--docker-host": True,
 }  # fmt: skip
 
 
@@ -67,14 +68,22 @@ class Settings:
     selection: dict[str, Any]  # how --resume finds the hosts again (inventory, --limit...)
     connection_args: list[str] = field(default_factory=list)
     rehash_files: bool = False
+    server_container: str | None = None  # --container: every host's server runs in it
 
 
 def new_rollout(
     members: Sequence[FleetMember], new: Authority, settings: Settings, ssh: SshOptions
 ) -> Rollout:
     """The record of a new rollout: every host with the place its name leads to now."""
+    served = {"container": settings.server_container} if settings.server_container else None
     hosts = [
-        HostState(m.name, m.target.display(), m.target.config_path, identity=i.to_dict())
+        HostState(
+            m.name,
+            m.target.display(),
+            m.target.config_path,
+            identity=i.to_dict(),
+            server_container=dict(served) if served else None,
+        )
         for m, i in zip(members, identities(members, ssh), strict=True)
     ]
     return Rollout(
@@ -157,6 +166,7 @@ def dry_run(
     batches: Sequence[str],
     *,
     rehash_files: bool = False,
+    container: ContainerOption | None = None,
 ) -> DryRun:
     """Pre-flight of every host, one after the other (reads only: writes nothing, restarts
     nothing, records nothing), cut into the batches the rollout would run."""
@@ -172,7 +182,8 @@ def dry_run(
             with run.open(member) as transport:
                 host, _ = host_ops.inspect(
                     transport, member, new, env, transport.command_timeout, lookup,
-                    rehash_files=rehash_files,
+                    rehash_files=rehash_files, container=container,
+                    docker_host=run.connector.docker_host,
                 )  # fmt: skip
             good.append(host)
         except DflashProvisionError as exc:

@@ -101,6 +101,10 @@ class HostState:
     # at baseline and its bytes as text when they were found (None: not recoverable).
     return_sha256: str | None = None
     return_config: str | None = None
+    # The container the server runs in (rollout --container): {"container": "docker:NAME"} from
+    # the options, then what pre-flight found (runtime/container_restart.ServedBy). The record
+    # is the truth: --resume and --abort restart that container, whatever the options say.
+    server_container: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

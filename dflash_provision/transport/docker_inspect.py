@@ -65,6 +65,9 @@ class ContainerRecord:
     # State.StartedAt (RFC 3339, nanoseconds): when this run of the container began; ``docker
     # logs --since`` of it is this start's output only (a restarted container keeps its log).
     started_at: str = ""
+    # State.Pid: the host's pid of the container's main process (0 when it does not run); a
+    # restart of the container is a new process, so a new pid.
+    pid: int = 0
 
     @property
     def running(self) -> bool:
@@ -166,7 +169,14 @@ def parse_record(raw: Any) -> ContainerRecord:
         mounts=tuple(mounts),
         ports=ports,
         started_at=_text(state.get("StartedAt", ""), "State.StartedAt"),
+        pid=_pid(state.get("Pid", 0)),
     )
+
+
+def _pid(value: Any) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError(f"State.Pid: {value!r} is not a pid")
+    return value
 
 
 def _mount(raw: Any) -> Mount:
