@@ -218,7 +218,7 @@ def test_doctor_text_says_cannot_tell_and_its_fix_never_nothing_broken(
     from dflash_provision.cli.doctor import _render
 
     e = StageResult("e", "acceptance", StageStatus.INCONCLUSIVE, "only 12 draft tokens")
-    _render(doctor(e=e))
+    _render(doctor(e=e), False)
     out = capsys.readouterr().out
     assert "7 acceptance             cannot tell only 12 draft tokens" in out
     assert "nothing broken" not in out

@@ -1,5 +1,5 @@
 """What a rollout does to one host, each step on an open connection: pre-flight, measure,
-write, restart with the recorded launch, restore the old bytes. Nothing here saves the record
+write, restart with the recorded launch, restore what the server ran. Nothing here saves the record
 (engine.py journals each step before calling these)."""
 
 from __future__ import annotations
