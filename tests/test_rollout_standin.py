@@ -203,9 +203,10 @@ def test_bad_config_fails_the_canary_and_every_host_ends_on_the_old_bytes(bed: B
         if r["host"] == "h01" and r["message"].startswith(f"rollout {rid}: ")
     ]
     steps = {r["message"].split(": ")[1]: r for r in rows}
-    assert steps["write"]["status"] == steps["restore what the server ran"]["status"] == "written"
+    restore = steps["restore what the server ran"]
+    assert steps["write"]["status"] == restore["status"] == "written"
     assert steps["write"]["sha256_after"] == hashlib.sha256(BAD).hexdigest()
-    assert steps["restore what the server ran"]["sha256_after"] == hashlib.sha256(REFERENCE).hexdigest()
+    assert restore["sha256_after"] == hashlib.sha256(REFERENCE).hexdigest()
 
 
 def test_inconclusive_pauses_a_second_rollout_is_refused_and_abort_restores(bed: Bed) -> None:
