@@ -429,8 +429,8 @@ def test_a_file_changed_between_the_rename_and_the_read_back_is_not_taken_as_pro
     config.write_bytes(OLD)
     outcome = write_remote_config(with_path(fake), str(config), NEW)
     assert outcome.status is WriteStatus.WRITTEN, "the script did rename"
-    assert outcome.readback_data is None, "what it read back is not the bytes sent"
-    assert outcome.old_data == OLD, "the old bytes are still told apart (by their size)"
+    assert outcome.readback_data == b"{}\n", "what it read back, not the bytes sent"
+    assert outcome.old_data == OLD, "the old bytes are still told apart (their own part)"
     from dflash_provision.remote.proof import WriteOptions, write_and_prove
 
     config.write_bytes(OLD)

@@ -119,6 +119,9 @@ def write_and_prove(
         return _settled(transport, path, data, options, nonce, exc.message, None)
     if outcome.failed_step == "transport":  # the shell ended without a verdict
         return _settled(transport, path, data, options, nonce, outcome.failure_text(), outcome)
+    if outcome.ok and outcome.reply_error:
+        # The verdict came, its bytes did not add up: what is there is read on a new connection.
+        return _settled(transport, path, data, options, nonce, outcome.reply_error, outcome)
     old = OldFile(
         outcome.old_seen,
         outcome.old_present,
