@@ -71,7 +71,7 @@ def test_a_framed_reply_gives_each_part_its_own_bytes() -> None:
     reply = written(OLD, [("readback", len(NEW)), ("old", len(OLD))], NEW + OLD)
     outcome = write_remote_config(HostReply(reply), PATH, NEW)
     assert outcome.status is WriteStatus.WRITTEN
-    assert (outcome.readback_data, outcome.old_data, outcome.reply_error) == (NEW, OLD, "")
+    assert (outcome.readback_data, outcome.old.data, outcome.reply_error) == (NEW, OLD, "")
 
 
 def test_an_old_file_holding_the_new_bytes_and_a_marker_is_not_split_at_the_marker() -> None:
@@ -83,7 +83,7 @@ def test_an_old_file_holding_the_new_bytes_and_a_marker_is_not_split_at_the_mark
     reply = written(old, [("readback", 0), ("old", len(old))], old)
     outcome = write_remote_config(HostReply(reply), PATH, NEW)
     assert outcome.readback_data == b"", "the file read back was empty, not the bytes sent"
-    assert outcome.old_data == old
+    assert outcome.old.data == old
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_a_reply_that_does_not_add_up_is_malformed_and_neither_part_is_taken(
 ) -> None:
     outcome = write_remote_config(HostReply(written(OLD, parts, body)), PATH, NEW)
     assert outcome.status is WriteStatus.WRITTEN, "the verdict came before the bytes"
-    assert (outcome.readback_data, outcome.old_data) == (None, None)
+    assert (outcome.readback_data, outcome.old.data) == (None, None)
     assert outcome.reply_error.startswith("the host's reply was cut off or malformed")
     assert words in outcome.reply_error
 

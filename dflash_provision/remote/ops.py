@@ -17,7 +17,7 @@ import hashlib
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
@@ -348,19 +348,33 @@ REASON_HINTS = {
 
 
 @dataclass(frozen=True)
+class OldFile:
+    """The file a write replaced (or found, or would have replaced), from the write's reply.
+
+    ``known``: the write got as far as looking at it (else nothing below says anything, e.g. the
+    directory could not be entered). ``data``: its bytes as the script sent them (checked
+    against the hash it took under the lock; an unchanged file's are the bytes sent); None when
+    there was none, or they did not come back as hashed. ``sha256``: of ``data``, else the hash
+    the script reported.
+    """
+
+    known: bool = False
+    present: bool = False
+    data: bytes | None = field(default=None, repr=False)
+    sha256: str | None = None
+
+
+NO_OLD_FILE = OldFile()
+
+
+@dataclass(frozen=True)
 class WriteOutcome:
     """What one run of the write protocol did."""
 
     path: str
     status: WriteStatus
-    #: The file's bytes before the write, as the script sent them (checked against the hash it
-    #: took under the lock): None when there was none, or they could not be told apart.
-    old_data: bytes | None = None
-    #: Whether the script got as far as looking at the old file; if not, ``old_data`` None says
-    #: nothing (e.g. the directory could not be entered).
-    old_seen: bool = False
-    old_present: bool = False  # there was an old file
-    old_sha256: str | None = None  # its sha256, when the script hashed it
+    #: The file the write replaced (or found, or would have replaced).
+    old: OldFile = NO_OLD_FILE
     #: What DEST holds after the script: the sha256 it verified in the temp file the rename put
     #: in place (the old file's when the rename did not happen). The proof from disk is
     #: ``readback_data``.
@@ -491,12 +505,12 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
     ):
         old_data = None  # cut off by the remote side, or not the bytes it hashed: not the old file
     durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
+    old = OldFile(
+        "old" in f, old_present, old_data, _sha(old_data) if old_data is not None else old_sha256
+    )
     common = {
         "path": path,
-        "old_data": old_data,
-        "old_seen": "old" in f,
-        "old_present": old_present,
-        "old_sha256": old_sha256,
+        "old": old,
         "sha256_after": f.get("sha256_after") or None,
         "durability": durability,
         "backup": f.get("backup"),
