@@ -125,31 +125,38 @@ def test_a_reply_cut_off_before_its_bytes_is_malformed() -> None:
         reply_parts(Reply(lines=["part old 3"]), ("readback", "old"), limit=100)
 
 
-def test_a_write_whose_reply_is_malformed_is_settled_on_a_new_connection(
+def test_a_push_whose_reply_does_not_add_up_reads_the_file_again_and_says_why(
     tmp_path: Path,
 ) -> None:
-    # The verdict "written" arrived, its bytes did not add up: the push reads the file again
-    # rather than taking any of them, and says why.
-    class LocalReply(HostReply):
-        def __init__(self) -> None:
-            super().__init__(written(OLD, [("readback", len(NEW))], NEW + b"extra"))
-            self.calls = 0
+    # The verdict "written" arrived, its bytes did not add up: the push takes none of them,
+    # reads the file again (one more exec, as for a read-back that differs) and warns.
+    from dflash_provision.place.push import PushStatus, push_config
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.source.authority import Authority
+    from dflash_provision.transport.local import LocalTransport
 
+    class ThenLocal(HostReply):
         def run(
             self, argv: Sequence[str], *, stdin: bytes | None = None, timeout: float | None = None
         ) -> CommandResult:
-            self.calls += 1
-            if self.calls == 1:
+            if list(argv[3:4]) == ["dflash-write"]:  # the write: its reply as above
                 return super().run(argv, stdin=stdin, timeout=timeout)
-            from dflash_provision.transport.local import LocalTransport
-
             return LocalTransport().run(argv, stdin=stdin, timeout=timeout)
 
     config = tmp_path / "config.json"
     config.write_bytes(NEW)
-    proof = write_and_prove(LocalReply(), str(config), NEW, WriteOptions())
-    assert "the host's reply was cut off or malformed" in proof.cut_off
-    assert proof.settled is not None and proof.settled.sha256 == sha(NEW)
+    reply = written(OLD, [("readback", len(NEW))], NEW + b"extra")
+    result = push_config(
+        ThenLocal(reply),
+        parse_target(str(config)),
+        Authority(label="new.json", data=NEW),
+        validate=False,
+    )
+    assert result.status is PushStatus.WRITTEN, "the file read again holds the bytes sent"
+    assert result.readback is not None and result.readback.data == NEW
+    assert result.old_data is None, "the old file's bytes did not come back as a part"
+    assert any("the host's reply was cut off or malformed" in w for w in result.warnings)
+    assert "5 byte(s) more than its parts declare" in result.warnings[0]
 
 
 def test_the_real_script_frames_an_emptied_file_and_an_old_file_that_begins_with_the_new_bytes(

@@ -283,10 +283,10 @@ def _write(
         # The row is push's own (its status word, the settled sha256 of a cut-off write):
         # a repair is a push to a host the judge found wrong, and journals as one.
         outcome.journal_into(recording)
-        repair = HostRepair(before, RepairAction.FAILED, sha256_before=outcome.old_sha256)
+        # The sha256 figures are the write's (a cut-off write's after is what the host showed
+        # when it was settled, as history keeps).
+        repair = HostRepair(before, RepairAction.FAILED, push=outcome)
         repair.history_id = recording.id
-        # A cut-off write's is what the host showed when it was settled (as history keeps).
-        repair.sha256_after = outcome.sha256_after
         if outcome.ok:
             repair.action = RepairAction.WROTE
             repair.message = _describe_push(outcome, before)

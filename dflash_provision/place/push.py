@@ -323,6 +323,10 @@ def _write_and_prove(
     outcome, old = proof.outcome, proof.old
     result.proof = proof
     result.old_sha256 = old.sha256
+    if outcome.reply_error:
+        result.warnings.append(
+            f"{outcome.reply_error}; none of its bytes was used (the file was read again)"
+        )
     if proof.settled is not None:
         return _from_settled(result, proof)
     if not outcome.ok:

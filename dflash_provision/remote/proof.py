@@ -120,16 +120,14 @@ def write_and_prove(
         return _settled(transport, path, data, options, nonce, exc.message, None)
     if outcome.failed_step == "transport":  # the shell ended without a verdict
         return _settled(transport, path, data, options, nonce, outcome.failure_text(), outcome)
-    if outcome.ok and outcome.reply_error:
-        # The verdict came, its bytes did not add up: what is there is read on a new connection.
-        return _settled(transport, path, data, options, nonce, outcome.reply_error, outcome)
     if not outcome.ok:
         return WriteProof(outcome, None)
     if outcome.readback_data == data:
         # Read by the script after the rename and the fsyncs (or, unchanged, after its hash
         # matched), by the path a reader opens: the proof, and no second exec.
         return WriteProof(outcome, present_read(path, data))
-    # Other bytes, or none: describe what is there, as verify would (one more exec).
+    # Other bytes, or none (also when the reply's parts did not add up: none of its bytes is
+    # taken): describe what is there, as verify would (one more exec).
     try:
         readback = read_remote_config(transport, path, timeout=options.timeout, metadata=False)
     except (KeyboardInterrupt, RemoteStepFailed) as exc:

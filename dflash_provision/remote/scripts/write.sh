@@ -175,8 +175,10 @@ finish() {
 # send_parts [NAME FILE [NAME FILE]]: the files' bytes as the reply's framed parts: a line
 # "part NAME LENGTH" for each, "data", then the bytes (at most max_bytes + 1 of each file) in
 # one head, and nothing after them. The lengths are measured (one wc for all) right before the
-# bytes are sent: a file that changes size in between makes the reply not add up, which the
-# caller reports as such. A file that cannot be measured is left out: its part is missing.
+# bytes are sent: a file that changes size in between makes the reply not add up (a single
+# part is cut at its length: it then holds other bytes), and the caller then takes none of its
+# bytes and reads the file again. A file that cannot be measured is left out: its part is
+# missing.
 send_parts() {
 	sizes=
 	[ $# -eq 0 ] || sizes=$(wc -c -- "$2" ${4:+"$4"} 2>/dev/null) || sizes=
@@ -194,6 +196,7 @@ send_parts() {
 			[ "$size" -le "$max_bytes" ] || size=$((max_bytes + 1))
 			say "part $1 $size"
 			sent=$sent${sent:+$nl}$2
+			sent_size=$size
 			;;
 		esac
 		shift 2
@@ -202,7 +205,8 @@ send_parts() {
 	flush
 	[ -n "$sent" ] || return 0
 	if [ "$sent" = "${sent%"$nl"*}" ]; then
-		head -c $((max_bytes + 1)) -- "$sent" 2>/dev/null
+		# One part: exactly the length declared (a file grown since is cut there).
+		head -c "$sent_size" -- "$sent" 2>/dev/null
 	else
 		head -q -c $((max_bytes + 1)) -- "${sent%%"$nl"*}" "${sent#*"$nl"}" 2>/dev/null
 	fi
