@@ -181,7 +181,19 @@ finish() {
 # missing.
 send_parts() {
 	sizes=
-	[ $# -eq 0 ] || sizes=$(wc -c -- "$2" ${4:+"$4"} 2>/dev/null) || sizes=
+	l1=
+	l2=
+	# Through the scratch file when there is one (see quietly): no subshell forked for the
+	# measuring. A full disk leaves it empty (busybox's wc then still says yes): measured again
+	# into this shell's memory.
+	if [ $# -gt 0 ] && [ -n "${errf:-}" ] && wc -c -- "$2" ${4:+"$4"} >"$errf" 2>/dev/null; then
+		{ read -r l1 && read -r l2; } <"$errf" 2>/dev/null
+	fi
+	if [ -n "$l1" ]; then
+		sizes=$l1$nl$l2
+	elif [ $# -gt 0 ]; then
+		sizes=$(wc -c -- "$2" ${4:+"$4"} 2>/dev/null) || sizes=
+	fi
 	sent=
 	while [ $# -ge 2 ]; do
 		if [ -n "$sizes" ]; then
