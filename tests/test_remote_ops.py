@@ -407,13 +407,13 @@ def test_write_reads_back_and_brings_the_old_bytes_in_the_same_exec(transport, m
     outcome = write_remote_config(counting, str(config), NEW, keep_backups=keep)
     assert outcome.status is WriteStatus.WRITTEN
     assert len(counting.commands) == 1
-    assert (outcome.readback_data, outcome.old_data) == (NEW, OLD)
-    assert (outcome.old_present, outcome.old_sha256) == (True, sha(OLD))
+    assert (outcome.readback_data, outcome.old.data) == (NEW, OLD)
+    assert (outcome.old.present, outcome.old.sha256) == (True, sha(OLD))
     backups = [p for p in listing(model_dir / ".dflash-backups") if p.startswith("config.json.2")]
     assert len(backups) == (1 if keep else 0), "--keep-backups 0: the backup went once sent"
     # A new file: the read-back alone.
     fresh = write_remote_config(transport, str(model_dir / "new.json"), NEW)
-    assert (fresh.readback_data, fresh.old_data, fresh.old_present) == (NEW, None, False)
+    assert (fresh.readback_data, fresh.old.data, fresh.old.present) == (NEW, None, False)
 
 
 def test_a_file_changed_between_the_rename_and_the_read_back_is_not_taken_as_proof(
@@ -429,8 +429,8 @@ def test_a_file_changed_between_the_rename_and_the_read_back_is_not_taken_as_pro
     config.write_bytes(OLD)
     outcome = write_remote_config(with_path(fake), str(config), NEW)
     assert outcome.status is WriteStatus.WRITTEN, "the script did rename"
-    assert outcome.readback_data is None, "what it read back is not the bytes sent"
-    assert outcome.old_data == OLD, "the old bytes are still told apart (by their size)"
+    assert outcome.readback_data == b"{}\n", "what it read back, not the bytes sent"
+    assert outcome.old.data == OLD, "the old bytes are still told apart (their own part)"
     from dflash_provision.remote.proof import WriteOptions, write_and_prove
 
     config.write_bytes(OLD)
@@ -455,7 +455,7 @@ def test_write_creates_directory_only_with_mkdir(transport, model_dir):
     done = write_remote_config(transport, str(target), NEW, mkdir=True)
     assert done.status is WriteStatus.WRITTEN
     assert done.created_dir
-    assert done.old_data is None
+    assert done.old.data is None
     assert target.read_bytes() == NEW
     assert oct(target.stat().st_mode & 0o777) == "0o644"
     assert done.sha256_after == sha(NEW)
@@ -467,7 +467,7 @@ def test_write_replaces_file_returns_old_bytes_and_keeps_a_backup(transport, mod
     config.chmod(0o600)
     outcome = write_remote_config(transport, str(config), NEW)
     assert outcome.status is WriteStatus.WRITTEN
-    assert outcome.old_data == OLD
+    assert outcome.old.data == OLD
     assert config.read_bytes() == NEW
     assert oct(config.stat().st_mode & 0o777) == "0o600", "mode copied from the old file"
     assert outcome.durability is Durability.FSYNC_FILE_AND_DIR
@@ -602,7 +602,7 @@ def test_write_with_keep_zero_leaves_no_backup_but_still_returns_old_bytes(trans
     config = model_dir / "config.json"
     config.write_bytes(OLD)
     outcome = write_remote_config(transport, str(config), NEW, keep_backups=0)
-    assert outcome.old_data == OLD
+    assert outcome.old.data == OLD
     assert list_remote_backups(transport, str(config)) == []
     assert outcome.backup is None, "no backup is named that is not there"
 
@@ -759,7 +759,7 @@ def test_disk_full_fails_the_write_step_and_keeps_old_file(transport, small_tmpf
     config.write_bytes(OLD)
     outcome = write_remote_config(transport, str(config), b"{" + b" " * 40_000 + b"}")
     assert (outcome.failed_step, outcome.reason) == ("write", "no-space")
-    assert outcome.old_data == OLD
+    assert outcome.old.data == OLD
     assert config.read_bytes() == OLD
     assert_no_temp_left(small_tmpfs)
 
@@ -953,7 +953,7 @@ def test_a_host_without_proc_takes_the_first_push_way_and_still_checks_the_backu
     first = write_remote_config(no_proc, str(config), NEW)
     second = write_remote_config(no_proc, str(config), OLD)
     assert (first.status, second.status) == (WriteStatus.WRITTEN, WriteStatus.WRITTEN)
-    assert (second.readback_data, second.old_data) == (OLD, NEW)
+    assert (second.readback_data, second.old.data) == (OLD, NEW)
     elsewhere = Path(tempfile.mkdtemp(prefix="dfp-elsewhere-"))
     (model_dir / ".dflash-backups").rename(model_dir / "moved")
     (model_dir / ".dflash-backups").symlink_to(elsewhere)

@@ -283,12 +283,10 @@ def _write(
         # The row is push's own (its status word, the settled sha256 of a cut-off write):
         # a repair is a push to a host the judge found wrong, and journals as one.
         outcome.journal_into(recording)
-        repair = HostRepair(before, RepairAction.FAILED, sha256_before=outcome.old_sha256)
+        # The sha256 figures are the write's (a cut-off write's after is what the host showed
+        # when it was settled, as history keeps).
+        repair = HostRepair(before, RepairAction.FAILED, push=outcome)
         repair.history_id = recording.id
-        # A cut-off write's is what the host showed when it was settled (as history keeps).
-        repair.sha256_after = (
-            outcome.readback.sha256 if outcome.readback else outcome.settled_sha256
-        )
         if outcome.ok:
             repair.action = RepairAction.WROTE
             repair.message = _describe_push(outcome, before)
@@ -337,9 +335,9 @@ def _before(
             message=f"not known: the write's report was cut off ({outcome.cut_off})",
         )
         return audit_on(run, member, transport, started, read=unknown)
-    if seen is None or not seen.old_seen or seen.failed_step in _CHECK_STEPS:
+    if seen is None or not seen.old.known or seen.failed_step in _CHECK_STEPS:
         return audit_on(run, member, transport, started)  # one more exec, off the common path
-    if not seen.old_present:
+    if not seen.old.present:
         status = ReadStatus.DIR_MISSING if seen.created_dir else ReadStatus.MISSING
         return audit_on(run, member, transport, started, read=RemoteRead(path, status))
     if outcome.old_data is None:

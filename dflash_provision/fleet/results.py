@@ -5,10 +5,13 @@ from __future__ import annotations
 import enum
 from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.check.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import ExitCode
+
+if TYPE_CHECKING:
+    from dflash_provision.place.push import PushResult
 
 
 @dataclass
@@ -63,14 +66,24 @@ class HostRepair:
     action: RepairAction
     message: str = ""
     after: HostAudit | None = None  # fresh audit of a host that was written (or failed to be)
-    sha256_before: str | None = None
-    sha256_after: str | None = None
+    #: The write's outcome, when repair wrote (or tried to): the sha256 figures are its own.
+    push: PushResult | None = field(default=None, repr=False)
     history_id: int | None = None
     execs: int = 0  # remote commands run for this host in the whole repair
 
     @property
     def name(self) -> str:
         return self.before.name
+
+    @property
+    def sha256_before(self) -> str | None:
+        """The file the write replaced (or found): as the write hashed it."""
+        return self.push.old_sha256 if self.push is not None else None
+
+    @property
+    def sha256_after(self) -> str | None:
+        """What the file held after the write, as its history row keeps it."""
+        return self.push.sha256_after if self.push is not None else None
 
     @property
     def final(self) -> HostAudit:

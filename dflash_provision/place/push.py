@@ -95,18 +95,54 @@ class PushResult:
     warnings: list[str] = field(default_factory=list)
     forced: bool = False
     validation: ValidationReport | None = None
-    write: WriteOutcome | None = None
-    readback: RemoteRead | None = None
+    #: The write's own record (None for a dry run): what push judged, and every figure of the
+    #: write below is read from it, not copied.
+    proof: WriteProof | None = None
+    #: A dry run's read of the file (a write's read-back is its proof's).
+    dry_read: RemoteRead | None = None
     restored_from: Backup | None = None  # rollback only
     failed_step: str | None = None
     message: str = ""
-    #: Why the write's report never arrived ("" when it did): the outcome was then read from
-    #: the host on a fresh connection (or is UNKNOWN). ``interrupted``: by a Ctrl-C.
-    cut_off: str = ""
-    interrupted: bool = False
-    settled_sha256: str | None = None  # what the file held when checked after a cut-off
-    #: The replaced (or found) file's bytes, when known: for a caller that judges them (repair).
-    old_data: bytes | None = field(default=None, repr=False)
+
+    @property
+    def write(self) -> WriteOutcome | None:
+        """What the write reported (None: a dry run, or no report but a settled one)."""
+        return self.proof.outcome if self.proof is not None else None
+
+    @property
+    def readback(self) -> RemoteRead | None:
+        """The file read back after the write (a dry run: the file as found)."""
+        return self.proof.readback if self.proof is not None else self.dry_read
+
+    @property
+    def cut_off(self) -> str:
+        """Why the write's report never arrived ("" when it did): the outcome was then read
+        from the host on a fresh connection (or is UNKNOWN)."""
+        return self.proof.cut_off if self.proof is not None else ""
+
+    @property
+    def interrupted(self) -> bool:
+        """A Ctrl-C cut the write off."""
+        return self.proof is not None and self.proof.interrupted
+
+    @property
+    def settled_sha256(self) -> str | None:
+        """What the file held when checked after a cut-off."""
+        settled = self.proof.settled if self.proof is not None else None
+        return settled.sha256 if settled is not None else None
+
+    @property
+    def old_data(self) -> bytes | None:
+        """The replaced (or found) file's bytes, when known: for a caller that judges them."""
+        return self.proof.old.data if self.proof is not None else None
+
+    @property
+    def sha256_after(self) -> str | None:
+        """What the file held when last seen (history's sha256_after): after the write, its
+        read-back's or, cut off, the settled one's; a dry run's, the file as found."""
+        if self.proof is not None:
+            return self.proof.sha256_after
+        return self.dry_read.sha256 if self.dry_read is not None else None
 
     @property
     def ok(self) -> bool:
@@ -125,7 +161,7 @@ class PushResult:
         """What the journal row opened for this push or rollback keeps of its outcome."""
         recording.status = self.status.value
         recording.sha256_before = self.old_sha256
-        recording.sha256_after = self.readback.sha256 if self.readback else self.settled_sha256
+        recording.sha256_after = self.sha256_after
         recording.message = self.message
 
     def to_dict(self) -> dict[str, Any]:
@@ -210,7 +246,7 @@ def push_config(
     Validation runs first (``validate=False`` skips it for callers that validated once for a
     whole fleet); an invalid config raises ConfigInvalid unless ``force``. ``write``: backups,
     mkdir, symlinks, timeout (see remote.proof.WriteOptions). ``unread``: the caller has not
-    read the file (repair): see remote.proof.write_and_prove; ``old_data`` then carries the
+    read the file (repair): see remote.proof.write_and_prove; ``old_data`` then gives the
     replaced file's bytes for the caller to judge.
     """
     report, warnings = (
@@ -263,7 +299,7 @@ def _dry_run(
     transport: Transport, result: PushResult, data: bytes, *, mkdir: bool, timeout: float | None
 ) -> PushResult:
     current = read_remote_config(transport, result.path, timeout=timeout)
-    result.readback = current
+    result.dry_read = current
     if current.status is ReadStatus.DIR_MISSING and not mkdir:
         result.status = PushStatus.FAILED
         result.failed_step = "dir"
@@ -285,10 +321,12 @@ def _write_and_prove(
 ) -> PushResult:
     proof = write_and_prove(transport, result.path, data, options, unread=unread)
     outcome, old = proof.outcome, proof.old
-    result.write = outcome
-    result.readback = proof.readback
+    result.proof = proof
     result.old_sha256 = old.sha256
-    result.old_data = old.data
+    if outcome.reply_error:
+        result.warnings.append(
+            f"{outcome.reply_error}; none of its bytes was used (the file was read again)"
+        )
     if proof.settled is not None:
         return _from_settled(result, proof)
     if not outcome.ok:
@@ -349,9 +387,6 @@ def _from_settled(result: PushResult, proof: WriteProof) -> PushResult:
     host said the new file was not, and will never be, put in place."""
     settled = proof.settled
     assert settled is not None
-    result.cut_off = proof.cut_off
-    result.interrupted = proof.interrupted
-    result.settled_sha256 = settled.sha256
     cut = f"cut off ({proof.cut_off})"
     now = f"{result.path} has sha256 {settled.sha256 or '(no file)'}"
     holds_new = settled.sha256 == result.new_sha256

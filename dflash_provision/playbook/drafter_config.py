@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.playbook.common import (
@@ -29,6 +29,9 @@ from dflash_provision.playbook.common import (
     refuse_unknown,
 )
 from dflash_provision.transport.callback import ShellRunner
+
+if TYPE_CHECKING:
+    from dflash_provision.place.push import PushResult
 
 #: The module's options, as the CLI names them (``src`` is ``--from``).
 OPTIONS = (*HOST_OPTIONS, *SOURCE_OPTIONS, "mkdir", "keep_backups")
@@ -105,7 +108,7 @@ def _apply(
     return out
 
 
-def _proof(result: Any) -> str | None:
+def _proof(result: PushResult) -> str | None:
     """What proves the outcome: the read-back's sha256 against the meant bytes."""
     readback = result.readback
     if result.status.value == "written" and readback is not None:
@@ -113,7 +116,7 @@ def _proof(result: Any) -> str | None:
     return None
 
 
-def _summary(result: Any) -> str:
+def _summary(result: PushResult) -> str:
     status = result.status.value
     if status == "written":
         return f"written: {result.path} (sha256 {result.new_sha256}, read back and matched)"

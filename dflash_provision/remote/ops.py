@@ -17,13 +17,15 @@ import hashlib
 import re
 import secrets
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.remote.protocol import (
+    MalformedReply,
     RemoteProtocolError,
     Reply,
+    reply_parts,
     run_script,
     stderr_line,
 )
@@ -346,19 +348,33 @@ REASON_HINTS = {
 
 
 @dataclass(frozen=True)
+class OldFile:
+    """The file a write replaced (or found, or would have replaced), from the write's reply.
+
+    ``known``: the write got as far as looking at it (else nothing below says anything, e.g. the
+    directory could not be entered). ``data``: its bytes as the script sent them (checked
+    against the hash it took under the lock; an unchanged file's are the bytes sent); None when
+    there was none, or they did not come back as hashed. ``sha256``: of ``data``, else the hash
+    the script reported.
+    """
+
+    known: bool = False
+    present: bool = False
+    data: bytes | None = field(default=None, repr=False)
+    sha256: str | None = None
+
+
+NO_OLD_FILE = OldFile()
+
+
+@dataclass(frozen=True)
 class WriteOutcome:
     """What one run of the write protocol did."""
 
     path: str
     status: WriteStatus
-    #: The file's bytes before the write, as the script sent them (checked against the hash it
-    #: took under the lock): None when there was none, or they could not be told apart.
-    old_data: bytes | None = None
-    #: Whether the script got as far as looking at the old file; if not, ``old_data`` None says
-    #: nothing (e.g. the directory could not be entered).
-    old_seen: bool = False
-    old_present: bool = False  # there was an old file
-    old_sha256: str | None = None  # its sha256, when the script hashed it
+    #: The file the write replaced (or found, or would have replaced).
+    old: OldFile = NO_OLD_FILE
     #: What DEST holds after the script: the sha256 it verified in the temp file the rename put
     #: in place (the old file's when the rename did not happen). The proof from disk is
     #: ``readback_data``.
@@ -375,10 +391,13 @@ class WriteOutcome:
     exit_status: int = 0
     stderr: str = ""
     #: The read-back: DEST's bytes as the script read them by the caller's path after the
-    #: rename and the fsyncs (or, unchanged, after the hash matched). Evidence for the caller to
-    #: compare with what it sent, not trusted here; None when none came, or when they did not
-    #: start with the bytes sent (the old file's follow them: the two cannot be told apart).
+    #: rename and the fsyncs (or, unchanged, after the hash matched), its reply's "readback"
+    #: part. Evidence for the caller to compare with what it sent, not trusted here; None when
+    #: none came.
     readback_data: bytes | None = None
+    #: Why the reply's bytes could not be taken apart ("" when they could): its framed parts
+    #: did not add up (cut off, or not what write.sh sends), so neither part is known.
+    reply_error: str = ""
 
     @property
     def ok(self) -> bool:
@@ -462,12 +481,22 @@ def remote_deadline(timeout: float) -> int:
     return max(1, int(timeout - margin))
 
 
+#: The parts of write.sh's reply, in the order it sends them (see its "Output").
+WRITE_PARTS = ("readback", "old")
+
+
 def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) -> WriteOutcome:
     f = parsed.fields
     old_present = f.get("old") == "present"
     old_sha256 = f.get("old_sha256") or None
     word = f.get("result") if result.exit_status == 0 else None
-    readback_data, old_data = _split_sent(parsed.data, data, word, f)
+    try:
+        parts = reply_parts(parsed, WRITE_PARTS, limit=MAX_CONFIG_BYTES + 1)
+        reply_error = ""
+    except MalformedReply as exc:
+        # Neither part is taken: the bytes cannot be told apart without a guess.
+        parts, reply_error = {}, f"the host's reply was cut off or malformed: {exc}"
+    readback_data, old_data = parts.get("readback"), parts.get("old")
     if word == "unchanged":
         old_data = data  # the script found the bytes we sent
     elif not old_present or (
@@ -476,12 +505,12 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
     ):
         old_data = None  # cut off by the remote side, or not the bytes it hashed: not the old file
     durability = Durability(f["durability"]) if f.get("durability") in set(Durability) else None
+    old = OldFile(
+        "old" in f, old_present, old_data, _sha(old_data) if old_data is not None else old_sha256
+    )
     common = {
         "path": path,
-        "old_data": old_data,
-        "old_seen": "old" in f,
-        "old_present": old_present,
-        "old_sha256": old_sha256,
+        "old": old,
         "sha256_after": f.get("sha256_after") or None,
         "durability": durability,
         "backup": f.get("backup"),
@@ -492,6 +521,7 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
         "exit_status": result.exit_status,
         "stderr": result.stderr.decode("utf-8", errors="replace"),
         "readback_data": readback_data,
+        "reply_error": reply_error,
     }
     if word == "written":
         return WriteOutcome(status=WriteStatus.WRITTEN, **common)  # type: ignore[arg-type]
@@ -518,27 +548,6 @@ def _outcome_from(path: str, data: bytes, result: CommandResult, parsed: Reply) 
         ),
         **common,  # type: ignore[arg-type]
     )
-
-
-def _split_sent(
-    sent: bytes | None, data: bytes, word: str | None, fields: dict[str, str]
-) -> tuple[bytes | None, bytes | None]:
-    """(read-back, old bytes) from what write.sh sent after "data" (see its "Output"): an
-    unchanged file's bytes are the read-back; after a rename the read-back comes first and the
-    old file's bytes follow, told apart by the bytes sent (the caller's own) or, when the file
-    read back holds others, by the old file's size; after a failure they are the old file's."""
-    if sent is None:
-        return None, None
-    if word == "unchanged":
-        return sent, None
-    if word != "written":
-        return None, sent
-    if sent.startswith(data):
-        return data, sent[len(data) :]
-    size = _int_or_none(fields.get("old_size"))
-    if size is None or size > len(sent):
-        return None, None
-    return None, sent[len(sent) - size :]
 
 
 def _sha(data: bytes) -> str:

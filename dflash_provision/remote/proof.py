@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from dflash_provision.errors import DflashProvisionError, RemoteStepFailed
 from dflash_provision.remote.ops import (
     DEFAULT_KEEP_BACKUPS,
+    OldFile,
     RemoteRead,
     WriteOutcome,
     WriteStatus,
@@ -48,36 +49,36 @@ class WriteOptions:
 
 
 @dataclass(frozen=True)
-class OldFile:
-    """The file the write replaced (or would have).
-
-    ``known``: the write got as far as looking at it (else nothing below says anything).
-    ``data`` None with ``present``: its bytes did not come back (or not as the write hashed
-    them).
-    """
-
-    known: bool
-    present: bool
-    data: bytes | None
-    sha256: str | None
-
-
-@dataclass(frozen=True)
 class WriteProof:
-    """What one write did (``outcome``), what reading the file back gave (``readback``; None
-    when the write failed), and the old file.
+    """The one record of a write's outcome: what the write reported (``outcome``, parsed from
+    its reply once, the old file included), what reading the file back gave (``readback``; None
+    when the write failed), and, for a write cut off, what the host showed afterwards. Push,
+    rollback, repair, rollout's write step and the Ansible module render from it (through
+    place.push.PushResult, which holds it).
 
-    ``cut_off``: why the write's report (or its describing read) never arrived ("" when it
-    did); then ``settled`` says what the host showed on a fresh connection. ``interrupted``: a
-    Ctrl-C did the cutting.
+    ``cut_off``: why the write's report (or its describing read) never arrived, or did not add
+    up ("" when it did); then ``settled`` says what the host showed on a fresh connection.
+    ``interrupted``: a Ctrl-C did the cutting.
     """
 
     outcome: WriteOutcome
     readback: RemoteRead | None
-    old: OldFile
     cut_off: str = ""
     settled: Settled | None = None
     interrupted: bool = False
+
+    @property
+    def old(self) -> OldFile:
+        """The file the write replaced (or found): the write's own record of it."""
+        return self.outcome.old
+
+    @property
+    def sha256_after(self) -> str | None:
+        """What the file held when last seen: its read-back's sha256, else (a cut-off write)
+        what the host showed when it was settled."""
+        if self.readback is not None:
+            return self.readback.sha256
+        return self.settled.sha256 if self.settled is not None else None
 
 
 #: Steps of a transport failure after which the write may have run on the host (for any other
@@ -119,19 +120,14 @@ def write_and_prove(
         return _settled(transport, path, data, options, nonce, exc.message, None)
     if outcome.failed_step == "transport":  # the shell ended without a verdict
         return _settled(transport, path, data, options, nonce, outcome.failure_text(), outcome)
-    old = OldFile(
-        outcome.old_seen,
-        outcome.old_present,
-        outcome.old_data,
-        _sha(outcome.old_data) or outcome.old_sha256,
-    )
     if not outcome.ok:
-        return WriteProof(outcome, None, old)
+        return WriteProof(outcome, None)
     if outcome.readback_data == data:
         # Read by the script after the rename and the fsyncs (or, unchanged, after its hash
         # matched), by the path a reader opens: the proof, and no second exec.
-        return WriteProof(outcome, present_read(path, data), old)
-    # Other bytes, or none: describe what is there, as verify would (one more exec).
+        return WriteProof(outcome, present_read(path, data))
+    # Other bytes, or none (also when the reply's parts did not add up: none of its bytes is
+    # taken): describe what is there, as verify would (one more exec).
     try:
         readback = read_remote_config(transport, path, timeout=options.timeout, metadata=False)
     except (KeyboardInterrupt, RemoteStepFailed) as exc:
@@ -140,7 +136,7 @@ def write_and_prove(
         # The write reported; only its describing read was cut off: read on a new connection.
         why = exc.message if isinstance(exc, RemoteStepFailed) else "interrupted (Ctrl-C)"
         return _settled(transport, path, data, options, nonce, f"read-back: {why}", outcome)
-    return WriteProof(outcome, readback, old)
+    return WriteProof(outcome, readback)
 
 
 def _settled(
@@ -183,8 +179,7 @@ def _settled(
             reason="cut-off",
             message=cut_off,
         )
-    old = OldFile(outcome.old_seen, outcome.old_present, outcome.old_data, outcome.old_sha256)
-    return WriteProof(outcome, None, old, cut_off=cut_off, settled=settled, interrupted=interrupted)
+    return WriteProof(outcome, None, cut_off=cut_off, settled=settled, interrupted=interrupted)
 
 
 def _reread(transport: Transport, path: str, outcome: WriteOutcome, limit: float) -> Settled:

@@ -10,7 +10,9 @@ part (paths, sizes, hashes) is a positional argument, so a path holding spaces, 
 
 Output: a first line ``dflash-NAME 1``, then ``key value`` lines, then optionally a line
 ``data`` followed by raw bytes up to EOF. Lines are parsed until ``data``, so the bytes may
-hold anything.
+hold anything. A script that sends more than one file (write.sh: the read-back and the old
+file) frames them: a line ``part NAME LENGTH`` for each before ``data``, the bytes in that
+order, nothing after them; :func:`reply_parts` takes them apart strictly.
 
 Timeouts: a caller passes none and gets the transport's ``command_timeout`` (the CLI's
 ``--command-timeout``), which also bounds the host side (each script's watchdog, or
@@ -111,6 +113,47 @@ def parse_reply(stdout: bytes, name: str) -> Reply:
         key, _, value = text.partition(" ")
         parsed.fields[key] = value
     return parsed
+
+
+class MalformedReply(ValueError):
+    """A script's framed parts that do not add up: the reply was cut off, or is not what the
+    script sends. The message says which, in words for a user."""
+
+
+def reply_parts(reply: Reply, names: tuple[str, ...], *, limit: int) -> dict[str, bytes]:
+    """The bytes after ``data`` as the parts its ``part NAME LENGTH`` lines declare (each of
+    ``names`` at most once, in that order, at most ``limit`` bytes), exactly: no part split by
+    guessing, no byte left over. Raises MalformedReply for anything else."""
+    declared: list[tuple[str, int]] = []
+    for line in reply.lines:
+        if not line.startswith("part "):
+            continue
+        words = line.split(" ")
+        digits = words[2] if len(words) == 3 else ""
+        if not (digits.isascii() and digits.isdigit()) or (len(digits) > 1 and digits[0] == "0"):
+            raise MalformedReply(f"a part header that does not parse: {line[:80]!r}")
+        name, length = words[1], int(words[2])
+        if name not in names or any(name == seen for seen, _ in declared):
+            raise MalformedReply(f"an unexpected or repeated part {name[:40]!r}")
+        if declared and names.index(name) < names.index(declared[-1][0]):
+            raise MalformedReply(f"part {name!r} out of order")
+        if length > limit:
+            raise MalformedReply(f"part {name!r} declares {length} bytes, over the {limit} limit")
+        declared.append((name, length))
+    if reply.data is None:
+        raise MalformedReply("cut off before its bytes")
+    total = sum(length for _, length in declared)
+    if len(reply.data) < total:
+        raise MalformedReply(f"cut off: {len(reply.data)} of the {total} bytes its parts declare")
+    if len(reply.data) > total:
+        extra = len(reply.data) - total
+        raise MalformedReply(f"{extra} byte(s) more than its parts declare ({total})")
+    parts: dict[str, bytes] = {}
+    offset = 0
+    for name, length in declared:
+        parts[name] = reply.data[offset : offset + length]
+        offset += length
+    return parts
 
 
 def run_script(

@@ -66,19 +66,23 @@
 # says the rename did not happen. Later writes remove reported and failed marks, and any mark
 # a day older than their own NONCE.
 #
-# Output lines "key value", then "data" and the bytes: after a rename, DEST's bytes as read
-# back (at most max_bytes + 1 of them) followed by the OLD file's (ditto; "old_size" says how
-# many it had when the script looked); for an unchanged file, its bytes as read now; after a
-# failure before the rename, the old file's bytes, to show what the host holds. The caller
-# compares the read-back with what it sent (a mismatch is read again, described). On any
-# failure: "failed STEP REASON" and "error MESSAGE", the temp file is removed, the old file is
-# left as it was, and the exit status names the step.
+# Output lines "key value", then the bytes as framed parts: one line "part NAME LENGTH" for
+# each, then "data", then the parts' bytes in that order and nothing after them (see send_parts;
+# remote/ops.py parses it strictly, and a reply that does not add up is reported as cut off or
+# malformed, never split by guessing). After a rename: "readback", DEST's bytes as read back by
+# the caller's path, and "old", the OLD file's (from its backup); for an unchanged file,
+# "readback", its bytes as read now; after a failure before the rename, "old", the old file's
+# bytes, to show what the host holds. Each part is at most max_bytes + 1 bytes ("old_size" says
+# how many the old file had when the script looked). The caller compares the read-back with
+# what it sent (a mismatch is read again, described). On any failure: "failed STEP REASON" and
+# "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
+# names the step.
 #
 # Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), stat (the push's own
-# directory, its parent and the old file), flock, dd, sha256sum, ln, mv, sync and head (the
-# read-back and the old bytes in one), plus one rm when there is something to prune (and, for
+# directory, its parent and the old file), flock, dd, sha256sum, ln, mv, sync, wc (the
+# parts' lengths) and head (the read-back and the old bytes in one), plus one rm when there is something to prune (and, for
 # the first push into a directory, mkdir and a second stat); an unchanged one a stat, sha256sum
-# (when the size matches) and head. Each process is ~1 ms of a host's CPU, and a fleet command
+# (when the size matches), wc and head. Each process is ~1 ms of a host's CPU, and a fleet command
 # runs this on every host at once.
 
 dest=$1
@@ -149,26 +153,75 @@ finish() {
 	# Drain unread input so the sender never blocks on a full pipe; bytes that fit in the
 	# least a pipe holds (one page) are in it already, and need no process.
 	[ "$stdin_done" = 1 ] || [ "$want_size" -le 4096 ] 2>/dev/null || cat >/dev/null 2>&1
-	say data
-	flush
 	if [ "$result" = unchanged ]; then
-		head -c $((max_bytes + 1)) -- "$asked" 2>/dev/null
+		send_parts readback "$asked"
 	elif [ "$renamed" = 1 ]; then
-		# The read-back, then the old bytes, in one process. Once they are handed over, the
-		# caller knows: the mark may go (a head ended by SIGPIPE did not hand them over).
+		# The read-back, then the old bytes. Once they are handed over, the caller knows: the
+		# mark may go (a head ended by SIGPIPE did not hand them over).
 		if [ -n "$backup" ]; then
-			set -- "$asked" "./$backup"
+			send_parts readback "$asked" old "./$backup"
 		else
-			set -- "$asked"
-		fi
-		if head -q -c $((max_bytes + 1)) -- "$@" 2>/dev/null; then
-			[ -z "$mark" ] || echo reported >"$mark"
-		fi
+			send_parts readback "$asked"
+		fi && { [ -z "$mark" ] || echo reported >"$mark"; }
 		[ "$keep" -gt 0 ] || [ -z "$backup" ] || rm -f "./$backup"
 	elif [ "$old" = present ] && [ -n "$file" ] && [ ! -L "$file" ]; then
-		head -c $((max_bytes + 1)) "$file" 2>/dev/null
+		send_parts old "$file"
+	else
+		send_parts
 	fi
 	exit "$status"
+}
+
+# send_parts [NAME FILE [NAME FILE]]: the files' bytes as the reply's framed parts: a line
+# "part NAME LENGTH" for each, "data", then the bytes (at most max_bytes + 1 of each file) in
+# one head, and nothing after them. The lengths are measured (one wc for all) right before the
+# bytes are sent: a file that changes size in between makes the reply not add up (a single
+# part is cut at its length: it then holds other bytes), and the caller then takes none of its
+# bytes and reads the file again. A file that cannot be measured is left out: its part is
+# missing.
+send_parts() {
+	sizes=
+	l1=
+	l2=
+	# Through the scratch file when there is one (see quietly): no subshell forked for the
+	# measuring. A full disk leaves it empty (busybox's wc then still says yes): measured again
+	# into this shell's memory.
+	if [ $# -gt 0 ] && [ -n "${errf:-}" ] && wc -c -- "$2" ${4:+"$4"} >"$errf" 2>/dev/null; then
+		{ read -r l1 && read -r l2; } <"$errf" 2>/dev/null
+	fi
+	if [ -n "$l1" ]; then
+		sizes=$l1$nl$l2
+	elif [ $# -gt 0 ]; then
+		sizes=$(wc -c -- "$2" ${4:+"$4"} 2>/dev/null) || sizes=
+	fi
+	sent=
+	while [ $# -ge 2 ]; do
+		if [ -n "$sizes" ]; then
+			size=${sizes%%"$nl"*}
+			sizes=${sizes#*"$nl"}
+		else
+			size=$(wc -c <"$2" 2>/dev/null) || size=
+		fi
+		size=${size#"${size%%[! ]*}"}
+		size=${size%% *}
+		case $size in '' | *[!0-9]*) ;; *)
+			[ "$size" -le "$max_bytes" ] || size=$((max_bytes + 1))
+			say "part $1 $size"
+			sent=$sent${sent:+$nl}$2
+			sent_size=$size
+			;;
+		esac
+		shift 2
+	done
+	say data
+	flush
+	[ -n "$sent" ] || return 0
+	if [ "$sent" = "${sent%"$nl"*}" ]; then
+		# One part: exactly the length declared (a file grown since is cut there).
+		head -c "$sent_size" -- "$sent" 2>/dev/null
+	else
+		head -q -c $((max_bytes + 1)) -- "${sent%%"$nl"*}" "${sent#*"$nl"}" 2>/dev/null
+	fi
 }
 
 # fail STEP REASON MESSAGE EXIT_STATUS
