@@ -52,6 +52,17 @@ def server_port_option(func: F) -> F:
     )(func)
 
 
+def long_context_option(func: F) -> F:
+    """--no-long-context (runtime-check, doctor, rollout): stage e's long prompt not sent."""
+    return click.option(
+        "--no-long-context",
+        is_flag=True,
+        help="Do not send stage e's prompt longer than a sliding-window drafter's window (one "
+        "prompt of window + 32 tokens, its acceptance past the window compared with the short "
+        "prompts'); the check says it was skipped.",
+    )(func)
+
+
 def check_options(func: F) -> F:
     """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
     smoke prompts, and the target's python and model for stage b."""
@@ -75,6 +86,7 @@ def check_options(func: F) -> F:
         click.option(
             "--model", help="The target model for vLLM's resolution (default: the server's)."
         ),
+        long_context_option,
     ]
     for decorate in reversed(decorators):
         func = decorate(func)

@@ -45,6 +45,7 @@ def command(
     model: str | None,
     as_json: bool,
     connection: Connector,
+    no_long_context: bool,
 ) -> None:
     from dflash_provision.cli._runtime import fix_command
     from dflash_provision.place.target import parse_target
@@ -61,6 +62,7 @@ def command(
         timeout=connection.ssh.command_timeout,
         python=python,
         model=model,
+        long_context=not no_long_context,
     )
     with connection.open(target) as transport:
         report = diagnose(

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
+from dflash_provision.cli._runtime import long_context_option
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -103,6 +104,7 @@ if TYPE_CHECKING:
     "--abort", "abort_id", metavar="ID", help="Put back every host the rollout changed, proved."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rollout as JSON.")
+@long_context_option
 @click.option(
     "--prometheus",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -203,7 +205,11 @@ def _new_config(selection: FleetSelection) -> Any:
 def _settings(opts: dict[str, Any]) -> Any:
     from dflash_provision.runtime.check import CheckSettings
 
-    return CheckSettings(min_acceptance=opts["min_acceptance"], probe=True)
+    return CheckSettings(
+        min_acceptance=opts["min_acceptance"],
+        probe=True,
+        long_context=not opts.get("no_long_context"),
+    )
 
 
 def _gate(opts: dict[str, Any]) -> Any:

@@ -125,6 +125,7 @@ def command(
     as_json: bool,
     prometheus: Path | None,
     host_deadline: float | None,
+    no_long_context: bool,
 ) -> None:
     from dflash_provision.runtime.check import CheckSettings
 
@@ -146,6 +147,7 @@ def command(
         max_regression=max_regression,
         references=not no_reference,
         reset_reference=reset_reference,
+        long_context=not no_long_context,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
     if single and prometheus is None:

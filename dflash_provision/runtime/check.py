@@ -11,7 +11,9 @@ Order and cost (exec = one remote command; request = one HTTP request through th
                            the target model comes from the server found in c)
     d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt
     e  acceptance          the other smoke prompts, GET /metrics (after); the acceptance
-                           reference from the local history store (no remote cost)
+                           reference from the local history store (no remote cost); for a
+                           drafter with sliding layers, one prompt longer than the window
+                           (POST /tokenize, 2 x GET /metrics, 1 completion: long_context.py)
 
 c's lookup runs before b so that b can hand vLLM the model the server really serves and use the
 python that runs it. d's completion is also e's first smoke prompt.
@@ -27,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.runtime import long_context
 from dflash_provision.runtime.acceptance_gate import AcceptanceRules, AcceptanceVerdict, Observed
 from dflash_provision.runtime.access import ReplyUnusable, too_large
 from dflash_provision.runtime.speculators_serve import served_spec
@@ -85,6 +88,8 @@ class CheckSettings:
     # newest one and record a pass; reset_reference records without comparing.
     references: bool = False
     reset_reference: bool = False
+    # Stage e's long prompt past a sliding-window drafter's window (runtime/long_context.py).
+    long_context: bool = True
 
 
 @dataclass
@@ -331,8 +336,25 @@ def _serve_stages(
             earlier=earlier,
             num_spec=num_spec,
         )
+        stage_e = long_context.apply(
+            stage_e, _long_context(ctx, settings, access, model_id, stage_e)
+        )
         stage_e.duration_s = time.monotonic() - started_e
     return [stage_d, stage_e]
+
+
+def _long_context(
+    ctx: CheckContext, settings: CheckSettings, access: Any, model_id: str | None, e: StageResult
+) -> long_context.LongContext:
+    return long_context.measure(
+        access,
+        model_id,
+        ctx.auth_doc,
+        e.acceptance,
+        enabled=settings.long_context,
+        max_tokens=settings.max_tokens,
+        timeout=settings.timeout,
+    )
 
 
 def _observed(earlier: dict[str, StageResult], before: Any, after: Any) -> Observed:

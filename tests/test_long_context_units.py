@@ -1,0 +1,142 @@
+"""Unit tests of stage e's long-context part (runtime/long_context.py): which drafters have a
+window, the pure decision on the long request's counters, how it turns stage e's verdict (and
+so the rollout's judgement), and the stand-in's past-window behaviour and /tokenize. No hosts:
+tests/test_long_context_standin.py runs the same through the CLI on a real sshd host."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from dflash_provision.runtime import long_context
+from dflash_provision.runtime.acceptance_gate import (
+    AcceptanceRules,
+    Finding,
+    judge,
+)
+from dflash_provision.runtime.long_context import LongContext, LongStatus, decide
+from dflash_provision.runtime.metrics import SpecCounters, acceptance
+from dflash_provision.runtime.stages import StageResult, StageStatus
+from testbed import samples, vllm_standin
+
+REFERENCE = json.loads(samples.REFERENCE_DRAFTER.read_text())
+
+
+def figures(drafts: int, accepted: int, k: int = 4, *, requests: int = 1) -> Any:
+    before = SpecCounters(present=True, requests=0.0, vllm_metrics=True)
+    after = SpecCounters(
+        drafts=drafts,
+        draft_tokens=drafts * k,
+        accepted=accepted,
+        per_position=(min(accepted, drafts),),
+        present=True,
+        requests=float(requests),
+        vllm_metrics=True,
+    )
+    return acceptance(before, after, expected_max_drafts=32, own_requests=1)
+
+
+def test_the_largest_window_is_read_as_the_probe_reads_the_keys() -> None:
+    assert long_context.largest_window(REFERENCE) == 2048  # 4 sliding layers + 1 full
+    full = {**REFERENCE, "layer_types": ["full_attention"] * 5}
+    assert long_context.largest_window(full) is None
+    # NVIDIA Model-Optimizer's export: all-full layer_types, use_swa + swa_window_size.
+    swa = {
+        **full,
+        "sliding_window": None,
+        "dflash_config": {"use_swa": True, "swa_window_size": 4096},
+    }
+    assert long_context.largest_window(swa) == 4096
+    assert long_context.largest_window({"num_hidden_layers": 2}) is None
+
+
+def test_a_past_window_rate_below_half_the_short_one_is_a_collapse_naming_the_cause() -> None:
+    status, summary = decide(2048, 0.6, figures(31, 3))  # 3 of 124: 2.4 %
+    assert status is LongStatus.COLLAPSED
+    assert "collapsed: 2.4%" in summary and "against 60.0% on the short prompts" in summary
+    assert summary.endswith(
+        "the sliding-window layers are not run as trained (full attention, or the window's KV "
+        "recycled)"
+    )
+    status, summary = decide(2048, 0.6, figures(8, 18))  # 18 of 32: 56 %, above half of 60 %
+    assert status is LongStatus.PASSED
+    assert summary.startswith("past the sliding window (2048 tokens): acceptance 56.2%")
+
+
+def test_other_traffic_too_few_drafts_or_a_reset_cannot_tell() -> None:
+    status, summary = decide(2048, 0.6, figures(8, 18, requests=3))
+    assert status is LongStatus.UNKNOWN
+    assert "other clients' traffic mixed into the counters" in summary and "2 request(s)" in summary
+    status, summary = decide(2048, 0.6, figures(1, 1))  # 4 draft tokens
+    assert status is LongStatus.UNKNOWN and "only 4 draft tokens" in summary
+    reset = acceptance(
+        SpecCounters(drafts=50, draft_tokens=200, present=True, vllm_metrics=True),
+        SpecCounters(drafts=8, draft_tokens=32, present=True, vllm_metrics=True),
+    )
+    status, summary = decide(2048, 0.6, reset)
+    assert status is LongStatus.UNKNOWN and "went backwards" in summary
+
+
+def _stage_e(rate_accepted: int = 18) -> StageResult:
+    verdict = judge(figures(8, rate_accepted), AcceptanceRules(0.1))
+    assert verdict.passed
+    return StageResult(
+        "e", "acceptance", StageStatus.PASSED, "acceptance 56.2%", ["x"], {}, acceptance=verdict
+    )
+
+
+def test_a_collapse_fails_stage_e_and_the_gate_keeps_the_finding_for_the_rollout() -> None:
+    collapsed = LongContext(LongStatus.COLLAPSED, "acceptance past the sliding window collapsed")
+    e = long_context.apply(_stage_e(), collapsed)
+    assert e.failed and e.summary == collapsed.summary
+    assert e.acceptance is not None and e.acceptance.finding is Finding.LONG_CONTEXT_COLLAPSED
+    assert e.causes[0].endswith(long_context.CAUSE) and e.fix == long_context.FIX
+    # The rollout's gate re-judges with its own rules: the finding stays (it is observed).
+    again = e.acceptance.with_rules(AcceptanceRules(0.05))
+    assert again.finding is Finding.LONG_CONTEXT_COLLAPSED and again.failed
+
+
+def test_cannot_tell_makes_stage_e_inconclusive_and_skips_are_said() -> None:
+    unknown = LongContext(LongStatus.UNKNOWN, "cannot tell past the sliding window: deadline")
+    e = long_context.apply(_stage_e(), unknown)
+    assert e.inconclusive and e.acceptance is not None
+    assert e.acceptance.finding is Finding.LONG_CONTEXT_UNKNOWN
+    skipped = LongContext(LongStatus.SKIPPED, "skipped (--no-long-context): ...", 2048)
+    e = long_context.apply(_stage_e(), skipped)
+    assert e.passed and e.data["long_context"]["status"] == "skipped"
+    assert "long context: skipped (--no-long-context)" in e.evidence[-1]
+
+
+def test_measure_sends_nothing_for_a_drafter_without_sliding_layers_or_when_skipped() -> None:
+    class NoAccess:
+        def request(self, *args: Any, **kwargs: Any) -> Any:
+            raise AssertionError("no request may be sent")
+
+    full = {**REFERENCE, "layer_types": ["full_attention"] * 5}
+    e = _stage_e()
+    got = long_context.measure(
+        NoAccess(), "m", full, e.acceptance, enabled=True, max_tokens=32, timeout=5
+    )
+    assert got.status is LongStatus.NOT_SENT and got.requests == []
+    got = long_context.measure(
+        NoAccess(), "m", REFERENCE, e.acceptance, enabled=False, max_tokens=32, timeout=5
+    )
+    assert got.status is LongStatus.SKIPPED and "--no-long-context" in got.summary
+
+
+@pytest.mark.parametrize(("mode", "past"), [("full_attention", 0.02), ("recycled_kv", 0.023)])
+def test_the_standin_collapses_only_past_the_window(mode: str, past: float) -> None:
+    counters = vllm_standin.Counters(4)
+    counters.generate(64, 100, 0.6, (2048, past))  # short: inside the window
+    short = counters.snapshot()
+    assert short.accepted / short.draft_tokens == pytest.approx(0.6, abs=0.05)
+    counters = vllm_standin.Counters(4)
+    counters.generate(64, 2080, 0.6, (2048, past))
+    long = counters.snapshot()
+    assert long.accepted / long.draft_tokens < 0.1
+    control = vllm_standin.parse_control({"sliding_layers": mode, "prefill_s_per_token": 0.01})
+    assert vllm_standin.SLIDING_MODES[control.sliding_layers] == past
+    with pytest.raises(ValueError, match="sliding_layers must be one of"):
+        vllm_standin.parse_control({"sliding_layers": "sometimes"})
