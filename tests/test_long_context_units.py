@@ -140,3 +140,21 @@ def test_the_standin_collapses_only_past_the_window(mode: str, past: float) -> N
     assert vllm_standin.SLIDING_MODES[control.sliding_layers] == past
     with pytest.raises(ValueError, match="sliding_layers must be one of"):
         vllm_standin.parse_control({"sliding_layers": "sometimes"})
+
+
+def test_the_rollout_judges_a_host_whose_acceptance_collapsed_past_the_window_failed() -> None:
+    from dflash_provision.runtime.acceptance_gate import judge_check
+    from dflash_provision.runtime.check import CheckReport
+
+    ok = [StageResult(k, k, StageStatus.PASSED, "ok") for k in "abcd"]
+    collapsed = LongContext(LongStatus.COLLAPSED, "acceptance past the sliding window collapsed")
+    report = CheckReport("h", 8000, "a", [*ok, long_context.apply(_stage_e(), collapsed)])
+    judged = judge_check(report, min_acceptance=0.1)
+    assert judged.outcome == "failed"
+    assert judged.detail.endswith("but acceptance past the sliding window collapsed")
+    unknown = LongContext(LongStatus.UNKNOWN, "cannot tell past the sliding window: deadline")
+    report = CheckReport("h", 8000, "a", [*ok, long_context.apply(_stage_e(), unknown)])
+    judged = judge_check(report, min_acceptance=0.1)
+    assert (
+        judged.outcome == "inconclusive" and "cannot tell past the sliding window" in judged.detail
+    )

@@ -195,9 +195,14 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
     fix = None
     if e.failed:
         causes = e.acceptance.causes if e.acceptance is not None else ()
-        fix = first_fix(causes) or (
-            f"the server does not draft: its log says why (dflash-provision logs "
-            f"{shlex.quote(target.display())}), then {restart}"
+        collapsed = e.data.get("long_context", {}).get("status") == "collapsed"
+        fix = (
+            first_fix(causes)
+            or (e.fix if collapsed else None)
+            or (
+                f"the server does not draft: its log says why (dflash-provision logs "
+                f"{shlex.quote(target.display())}), then {restart}"
+            )
         )
     return _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW, fix=fix)
 

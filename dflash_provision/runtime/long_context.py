@@ -54,6 +54,11 @@ FIX = (
     "that has qwen3_dflash's _resolve_layer_attention; not 0.26 with vllm#50169's KV recycling), "
     "then run the check again"
 )
+UNKNOWN_FIX = (
+    "check past the window where it can be told (a --max-model-len above the window + 32 + "
+    "--max-tokens, a longer --command-timeout, a quiet server), or leave it out with "
+    "--no-long-context"
+)
 # Short words without digits (a tokenizer may split every digit): each word is at least one
 # token in every tokenizer that splits at spaces before merging (BPE and SentencePiece alike).
 _TEXT = (
@@ -114,13 +119,7 @@ def largest_window(doc: dict[str, Any]) -> int | None:
     return max((w for w in windows if isinstance(w, int) and w > 0), default=None)
 
 
-def decide(
-    window: int,
-    short_rate: float,
-    figures: Acceptance,
-    *,
-    short_per_position: tuple[float, ...] = (),
-) -> tuple[LongStatus, str]:
+def decide(window: int, short_rate: float, figures: Acceptance) -> tuple[LongStatus, str]:
     """The verdict on the long request's counter difference ``figures`` (pure)."""
     if not figures.sane:
         return LongStatus.UNKNOWN, (
@@ -139,21 +138,20 @@ def decide(
             f"cannot tell past the sliding window: only {figures.delta.draft_tokens:g} draft "
             f"tokens during the long prompt, fewer than {MIN_DRAFT_TOKENS}"
         )
-    past = _pct(figures.rate, figures.per_position)
-    short = _pct(short_rate, short_per_position)
+    past, short = f"{figures.rate:.1%}", f"{short_rate:.1%}"
     if figures.rate < COLLAPSE * short_rate:
         return LongStatus.COLLAPSED, (
             f"acceptance past the sliding window ({window} tokens) collapsed: {past} against "
             f"{short} on the short prompts: {CAUSE}"
         )
     return LongStatus.PASSED, (
-        f"past the sliding window ({window} tokens): acceptance {past}, short prompts {short}"
+        f"past the sliding window ({window} tokens): acceptance {past} against {short} on the "
+        "short prompts"
     )
 
 
-def _pct(rate: float, per_position: tuple[float, ...]) -> str:
-    shown = ", ".join(f"{p:.2f}" for p in per_position[:8])
-    return f"{rate:.1%}" + (f" (per position {shown})" if shown else "")
+def _positions(per_position: tuple[float, ...] | list[float]) -> str:
+    return ", ".join(f"{p:.2f}" for p in per_position[:8]) or "-"
 
 
 # -- the requests -------------------------------------------------------------------------------
@@ -322,9 +320,7 @@ def _measure(run: _Run, window: int, short: AcceptanceVerdict, max_tokens: int) 
     after = _metrics(run)
     figures = acceptance(before, after, expected_max_drafts=max_tokens, own_requests=1)
     assert short.figures.rate is not None
-    status, summary = decide(
-        window, short.figures.rate, figures, short_per_position=short.figures.per_position
-    )
+    status, summary = decide(window, short.figures.rate, figures)
     return replace(
         base,
         status=status,
@@ -345,9 +341,12 @@ def apply(stage_e: StageResult, long: LongContext) -> StageResult:
     stage_e.data["long_context"] = long.to_dict()
     stage_e.evidence.append(f"long context: {long.summary}{_cost(long)}")
     verdict = stage_e.acceptance
+    if long.rate is not None and verdict is not None:
+        stage_e.evidence.append(
+            f"long context per position: {_positions(long.per_position)} past the window, "
+            f"{_positions(verdict.figures.per_position)} on the short prompts"
+        )
     if long.status not in (LongStatus.COLLAPSED, LongStatus.UNKNOWN) or verdict is None:
-        if long.status is LongStatus.PASSED:
-            stage_e.summary += f"; {long.summary}"
         return stage_e
     if long.status is LongStatus.COLLAPSED:
         seen = replace(verdict.observed, long_context_collapsed=long.summary)
@@ -359,7 +358,7 @@ def apply(stage_e: StageResult, long: LongContext) -> StageResult:
     stage_e.summary = long.summary
     if judged.failed:
         stage_e.causes = [f"1. {CAUSE}", f"   fix: {FIX}"]
-        stage_e.fix = FIX
+    stage_e.fix = FIX if judged.failed else UNKNOWN_FIX
     return stage_e
 
 
