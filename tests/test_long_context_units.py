@@ -20,6 +20,7 @@ from dflash_provision.runtime.long_context import LongContext, LongStatus, decid
 from dflash_provision.runtime.metrics import SpecCounters, acceptance
 from dflash_provision.runtime.stages import StageResult, StageStatus
 from testbed import samples, vllm_standin
+from tests.fixtures.cli import run_cli
 
 REFERENCE = json.loads(samples.REFERENCE_DRAFTER.read_text())
 
@@ -158,3 +159,60 @@ def test_the_rollout_judges_a_host_whose_acceptance_collapsed_past_the_window_fa
     assert (
         judged.outcome == "inconclusive" and "cannot tell past the sliding window" in judged.detail
     )
+
+
+def test_the_ansible_task_and_the_cli_take_the_option_to_skip_it() -> None:
+    from dflash_provision.playbook.runtime_check import parse_args
+
+    args = {"path": "/m", "src": "a.json"}
+    assert parse_args(args).settings.long_context
+    assert not parse_args({**args, "no_long_context": True}).settings.long_context
+    for command in ("runtime-check", "doctor", "rollout"):
+        done = run_cli(command, "--help")
+        assert "--no-long-context" in done.stdout, (command, done.stdout)
+
+
+class _Reply:
+    def __init__(self, status: int, body: Any) -> None:
+        self.status, self.truncated, self.headers = status, False, {}
+        self.body = body if isinstance(body, bytes) else json.dumps(body).encode()
+
+
+class _NoTokenize:
+    """A server behind a proxy that forwards only /v1 and /metrics: its counters are the
+    stand-in's own metrics text, advanced by the long completion."""
+
+    def __init__(self, max_model_len: int) -> None:
+        self.max_model_len = max_model_len
+        self.counters = vllm_standin.Counters(4)
+        self.prompt_words = 0
+
+    def request(self, method: str, path: str, body: bytes | None = None, **_: Any) -> _Reply:
+        if path == "/v1/models":
+            return _Reply(200, {"data": [{"id": "m", "max_model_len": self.max_model_len}]})
+        if path == "/metrics":
+            return _Reply(
+                200, vllm_standin.metrics_text(self.counters, "m", speculative=True).encode()
+            )
+        if path == "/v1/completions":
+            doc = json.loads(body or b"{}")
+            self.prompt_words = len(doc["prompt"].split())
+            self.counters.generate(doc["max_tokens"], self.prompt_words, 0.6, (2048, 0.02))
+            return _Reply(200, {"choices": [{"text": ""}]})
+        return _Reply(404, {"detail": "Not Found"})
+
+
+def test_without_tokenize_the_words_bound_and_v1_models_max_model_len_are_used() -> None:
+    server = _NoTokenize(262144)
+    got = long_context.measure(
+        server, "m", REFERENCE, _stage_e().acceptance, enabled=True, max_tokens=32, timeout=10
+    )
+    assert got.counted_by == "at least one token per word (no /tokenize)"
+    assert server.prompt_words == got.prompt_tokens == 2048 + 32
+    assert got.status is LongStatus.COLLAPSED and got.max_model_len == 262144
+    assert got.requests[0] == "POST /tokenize" and "GET /v1/models" in got.requests
+    small = long_context.measure(
+        _NoTokenize(2048), "m", REFERENCE, _stage_e().acceptance, enabled=True, max_tokens=32,
+        timeout=10,
+    )  # fmt: skip
+    assert small.status is LongStatus.UNKNOWN and "max-model-len 2048 is below" in small.summary
