@@ -166,7 +166,6 @@ class _Run:
     access: Any
     model_id: str | None
     deadline: float
-    timeout: float
     sent: list[str] = field(default_factory=list)
 
     def left(self) -> float:
@@ -272,7 +271,7 @@ def measure(
             window,
         )
     started = time.monotonic()
-    run = _Run(access, model_id, started + timeout, timeout)
+    run = _Run(access, model_id, started + timeout)
     try:
         result = _measure(run, window, short, max_tokens)
     except _Deadline:
