@@ -37,7 +37,7 @@ def numbered(causes: list[str]) -> list[str]:
 def doctor(bed: Bed, *extra: str) -> Done:
     return bed.cli.run(
         "doctor", f"{bed.host.alias}:{DRAFTER_DIR}", "--from", bed.authority(),
-        "--port", str(bed.port), *bed.ssh(), *extra,
+        "--port", str(bed.port), *bed.ssh(), "-v", *extra,
     )  # fmt: skip
 
 

@@ -92,3 +92,27 @@ def test_one_host_is_one_host(tmp_path: Path) -> None:
     assert done.returncode == ExitCode.OK, done.stderr
     assert "1 host: 1 wrote; 1 in sync now" in done.stdout
     assert "1 hosts" not in done.stdout
+
+
+def test_an_interrupted_run_of_one_host_says_one_host() -> None:
+    from dflash_provision.fleet.interrupt import FleetInterrupted
+
+    stopped = FleetInterrupted([], ["h01"], [])
+    assert stopped.summary(1, "audited") == "interrupted: 0 of 1 host audited, 1 not contacted"
+    assert stopped.summary(2, "audited").startswith("interrupted: 0 of 2 hosts audited")
+
+
+def test_a_long_report_line_wraps_at_the_terminal_width_without_breaking_a_word() -> None:
+    from dflash_provision.cli._render import wrapped
+
+    sha = "06649215322bee7dd3fb2d2dd4ac82d7bc112e5543804b3b44c5585c02a65a6d"
+    line = (
+        "    warning: dflash_config.target_layer_ids [1, 17, 33, 49, 63] differ from the reference "
+        f"default spacing for 64 target layers (sha256 {sha}); fine only if trained so"
+    )
+    parts = wrapped(line, 80)
+    assert len(parts) > 1 and all(len(p) <= 80 for p in parts if sha not in p)
+    assert parts[0].startswith("    warning: ") and all(p.startswith("      ") for p in parts[1:])
+    assert any(sha in p for p in parts)  # a sha stays one token, on a line of its own if need be
+    assert " ".join(p.strip() for p in parts) == line.strip()  # nothing lost
+    assert wrapped(line, None) == [line]  # piped: unchanged, for grep

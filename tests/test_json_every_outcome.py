@@ -105,6 +105,10 @@ def test_an_unreachable_target_is_a_document_with_its_status_and_code(
     assert doc["reason"] == "refused"
     assert f"error: {doc['error']}" in done.stderr.splitlines()
     assert doc["command"] == name
+    # The target it could not reach, also for the fleet commands' single form (runtime-check):
+    # validate and diff take SOURCEs, either of which may be the remote one.
+    if name not in ("validate", "diff"):
+        assert doc["target"] == nowhere, doc
 
 
 @pytest.fixture(scope="module")

@@ -134,3 +134,39 @@ def test_repair_that_found_the_host_in_sync_then_saw_another_writer_is_not_faile
     assert proc.returncode == ExitCode.REMOTE_FAILED, stderr
     rows = HistoryStore(tmp_path / "first" / "history.sqlite3").query(op="repair", limit=None)
     assert rows == [], "nothing was written: no write row"
+
+
+# The first flock on the host waits (at most 120 s) until a second write has also asked for the
+# lock: both writes then found the file missing before either created it.
+_FIRST_FLOCK_WAITS_FOR_A_SECOND = """#!/bin/sh
+if mkdir /root/.flock-first 2>/dev/null; then
+	n=0
+	while [ ! -e /root/.flock-second ] && [ "$n" -lt 1200 ]; do sleep 0.1; n=$((n + 1)); done
+else
+	: >/root/.flock-second
+fi
+exec /usr/bin/flock "$@"
+"""
+
+
+def test_two_repairs_of_one_missing_file_report_created_once(ssh_host, tmp_path):
+    directory = ssh_host.root_dir / "models" / "X"
+    directory.mkdir(parents=True)  # the directory is there, its config.json is not
+    install_tool(ssh_host, "flock", _FIRST_FLOCK_WAITS_FOR_A_SECOND)
+    inventory = write_fleet_inventory(tmp_path / "fleet.yaml", [ssh_host.alias], model=MODEL)
+    argv = ["repair", "-i", str(inventory), "--json", *host_args(ssh_host)]
+    procs = [start(argv, tmp_path / name) for name in ("first", "second")]
+    try:
+        outputs = [proc.communicate(timeout=CLI_TIMEOUT_S) for proc in procs]
+    finally:
+        for proc in procs:
+            proc.kill()
+    hosts = [json.loads(stdout)["hosts"][0] for stdout, _ in outputs]
+    assert (directory / "config.json").read_bytes() == REFERENCE
+    assert [proc.returncode for proc in procs] == [ExitCode.OK, ExitCode.OK], outputs
+    # Only one of them created the file: the other found it there, with these very bytes.
+    messages = sorted(str(h["message"]) for h in hosts)
+    assert sum("created" in m for m in messages) == 1, messages
+    other = next(h for h in hosts if "created" not in str(h["message"]))
+    assert other["action"] == "in_sync", other
+    assert other["before"]["status"] == "in_sync", other

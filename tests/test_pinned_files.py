@@ -123,6 +123,43 @@ def test_what_cannot_be_read_or_entered_is_7_and_a_missing_directory_is_drift() 
     assert {f.verdict for f in gone.files} == {FileVerdict.MISSING}
 
 
+def test_launch_and_runtime_check_take_their_codes_from_the_one_judge() -> None:
+    """What the runtime side cannot stage cheaply on a host (a login that cannot read a shard):
+    launch's refusal and stage a's code for each status, by the judge's rows."""
+    from dflash_provision.errors import DriftFound, RemoteStepFailed, RuntimeFailure
+    from dflash_provision.runtime.drafter_files import refusal
+
+    fix = "dflash-provision push gpu1:/m --lock dflash.lock"
+    unreadable = judge_files([SHARD], _read(**{SHARDS[0]: FileFacts(SHARDS[0], "unreadable")}))
+    refused = refusal(unreadable, "gpu1", fix)
+    assert isinstance(refused, RemoteStepFailed) and refused.exit_code is ExitCode.REMOTE_FAILED
+    assert f"{SHARDS[0]} unreadable" in refused.message
+    assert unreadable.exit_code(Command.RUNTIME_CHECK) is ExitCode.RUNTIME_CHECK_FAILED
+
+    cut = FilesRead("h:/m", cut_off=True, hashing=SHARDS[0])
+    untold = judge_files([SHARD], cut)
+    refused = refusal(untold, "gpu1", fix)
+    assert isinstance(refused, RuntimeFailure) and refused.exit_code is ExitCode.INCONCLUSIVE
+    assert refused.message.startswith("pre-flight: cannot tell")
+    assert untold.exit_code(Command.RUNTIME_CHECK) is ExitCode.INCONCLUSIVE
+
+    stray = FilesRead(
+        "h:/m",
+        facts={SHARDS[0]: FileFacts(SHARDS[0], "same", 3000, "1:2:3000:1:1")},
+        present=[SHARDS[0], "mask_embedding.pt"],
+    )
+    drifted = judge_files([SHARD], stray)
+    refused = refusal(drifted, "gpu1", fix)
+    assert isinstance(refused, DriftFound) and refused.exit_code is ExitCode.DRIFT
+    assert "mask_embedding.pt stray" in refused.message
+    assert f"fix it with: {fix} --all-files" in refused.message
+    assert "strays are never removed for you: mask_embedding.pt" in refused.message
+    assert drifted.exit_code(Command.RUNTIME_CHECK) is ExitCode.RUNTIME_CHECK_FAILED
+
+    fine = judge_files([SHARD], FilesRead("h:/m", facts=stray.facts, present=[SHARDS[0]]))
+    assert fine.status is FilesStatus.IN_SYNC and refusal(fine, "gpu1", fix) is None
+
+
 def test_one_code_for_the_config_and_the_files_and_for_a_fleet() -> None:
     assert combined_exit(ExitCode.OK, ExitCode.DRIFT) is ExitCode.DRIFT
     assert combined_exit(ExitCode.UNREACHABLE, ExitCode.OK) is ExitCode.UNREACHABLE

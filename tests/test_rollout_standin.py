@@ -256,6 +256,10 @@ def test_healthy_rollout_completes_and_reports_timings(bed: Bed) -> None:
     finally:
         bed.control(RULES)
     assert done.returncode == 0, done.stdout + done.stderr
+    # Progress names each batch once ("batch 1/3", not "batch: batch 1/3"); the state it ends in
+    # is the result's to say (the table's last line, or the JSON), not a progress line too.
+    assert f"rollout {doc['id']}: batch 1/3\n" in done.stderr, done.stderr
+    assert "batch: batch" not in done.stderr and "completed" not in done.stderr, done.stderr
     hosts = _hosts(doc)
     assert all(h["phase"] == "passed" for h in hosts.values())
     assert all(h["new"]["rate"] == pytest.approx(0.6, abs=0.02) for h in hosts.values())
@@ -265,6 +269,7 @@ def test_healthy_rollout_completes_and_reports_timings(bed: Bed) -> None:
     print(f"6-host rollout: per-host sums {totals}, walls {doc['walls']}")  # for the README
     table = bed.rollout("--status", doc["id"])
     assert "h06-ct  3      passed   60.0% → 60.0% → -" in table.stdout
+    assert table.stdout.count(f"rollout {doc['id']}: completed: 3 batch(es) passed") == 1
 
 
 def test_controller_killed_mid_batch_resumes_from_the_record(bed: Bed) -> None:
@@ -300,7 +305,8 @@ def test_controller_killed_mid_batch_resumes_from_the_record(bed: Bed) -> None:
         guard.cancel()
     assert proc.returncode == -signal.SIGKILL
     status = bed.rollout("--status", rollout_id)
-    assert f"rollout {rollout_id}: batch: batch 3/3" in status.stdout, status.stdout
+    assert f"rollout {rollout_id}: batch 3/3" in status.stdout, status.stdout
+    assert "batch: batch" not in status.stdout
     assert "  restarting  " in status.stdout  # killed in the middle of a host's step
     resumed, doc = bed.rollout_json("--resume", rollout_id)
     assert resumed.returncode == 0, resumed.stdout + resumed.stderr
@@ -423,14 +429,23 @@ def test_ctrl_c_mid_batch_lets_the_step_finish_and_prints_the_way_on(bed: Bed) -
             if line.endswith("h02: restarting\n"):  # batch 2's server is being restarted
                 os.kill(proc.pid, signal.SIGINT)
                 break
-        _, rest = proc.communicate()
+        table, rest = proc.communicate()
     finally:
         guard.cancel()
     assert proc.returncode == 130, "".join(lines) + rest
     rollout_id = lines[0].split()[1].rstrip(":")
     assert f"interrupted: rollout {rollout_id} is recorded at batch; continue with " in rest
     assert f"`dflash-provision rollout --resume {rollout_id} --ssh-config" in rest
+    # The way on comes last, after the step in flight said it finished; the table says where
+    # every host stands (the progress lines are not the record).
+    assert rest.rstrip().splitlines()[-1].startswith(f"interrupted: rollout {rollout_id}"), rest
+    assert "h02: passed" in rest.split("interrupted: rollout")[0] + "".join(lines), rest
+    assert next(r for r in table.splitlines() if r.startswith("h02 ")).split()[2] == "passed"
+    assert f"rollout {rollout_id}: batch 2/3, interrupted (Ctrl-C)" in table, table
     status = bed.rollout("--status", rollout_id)
+    assert f"rollout {rollout_id}: batch 2/3, interrupted (Ctrl-C): resume or abort" in (
+        status.stdout
+    )
     row = next(line for line in status.stdout.splitlines() if line.startswith("h02 "))
     assert row.split()[2] == "passed"  # the step in flight was finished, not cut off
     assert all(p.config() != Path(new).read_bytes() for p in bed.places[2:])  # batch 3 not begun

@@ -69,9 +69,20 @@ _ROW: dict[FilesStatus, ExitCode] = {
     FilesStatus.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
 }
 #: command -> directory status -> exit code (audit: a host exits as `verify` of it would).
+#: launch refuses with the same codes before anything starts or stops (rollout's pre-flight
+#: takes launch's row: any code but 0 refuses the rollout, 31); runtime-check's row is stage
+#: a's: a wrong or unreadable file fails it (24), one that cannot be told leaves it
+#: inconclusive (26), as the config's own row in file_status.py.
 EXIT_CODE: Mapping[Command, Mapping[FilesStatus, ExitCode]] = {
     Command.VERIFY: _ROW,
     Command.AUDIT: _ROW,
+    Command.LAUNCH: _ROW,
+    Command.RUNTIME_CHECK: {
+        FilesStatus.IN_SYNC: ExitCode.OK,
+        FilesStatus.DRIFTED: ExitCode.RUNTIME_CHECK_FAILED,
+        FilesStatus.PERMISSION_DENIED: ExitCode.RUNTIME_CHECK_FAILED,
+        FilesStatus.INCONCLUSIVE: ExitCode.INCONCLUSIVE,
+    },
 }
 # Of the files' codes of many hosts, the one reported: a known-wrong file first (as audit's
 # roll-up), then a file that could not be read, then one that could not be told.

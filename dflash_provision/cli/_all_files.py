@@ -199,7 +199,8 @@ def push_pinned_files(
 def echo_files_push(files: FilesPush) -> None:
     for placed in files.placed:
         resumed = f", resumed at {placed.resumed_at} bytes" if placed.resumed_at else ""
-        click.echo(f"placed {placed.name}: {placed.size} bytes, {placed.sent} sent{resumed}")
+        mode = f", mode {placed.mode} ({placed.mode_from})" if placed.mode else ""
+        click.echo(f"placed {placed.name}: {placed.size} bytes, {placed.sent} sent{resumed}{mode}")
     echo_files(files.after)
     strays = [f.name for f in files.after.problems if f.verdict.value == "stray"]
     if strays:
@@ -266,7 +267,10 @@ def repair_files_command(
             continue
         for placed in result.files.placed:
             resumed = f", resumed at {placed.resumed_at} bytes" if placed.resumed_at else ""
-            click.echo(f"  placed {placed.name}: {placed.size} bytes, {placed.sent} sent{resumed}")
+            mode = f", mode {placed.mode} ({placed.mode_from})" if placed.mode else ""
+            click.echo(
+                f"  placed {placed.name}: {placed.size} bytes, {placed.sent} sent{resumed}{mode}"
+            )
         echo_files(result.files.after if not dry_run else result.files.before, indent="  ")
     for member, repair in zip(members, repairs, strict=True):
         if member.name not in by_name:

@@ -50,14 +50,16 @@ def remember_target(command: click.Command, state: dict[str, Any]) -> None:
     """Keep the command's TARGET in ``state`` as it is parsed, for the document (a parse that
     fails before it leaves the target unknown: null)."""
     for param in command.params:
-        if param.name != "target_spec" or getattr(param, "_remembers", False):
+        # TARGET, or the fleet commands' [TARGET]... when it is one (their single form).
+        if param.name not in ("target_spec", "targets") or getattr(param, "_remembers", False):
             continue
         original = param.callback
 
         def keep(ctx: click.Context, p: click.Parameter, value: Any, _cb: Any = original) -> Any:
             root = ctx.find_root().obj
-            if isinstance(root, dict):
-                root["target"] = value
+            one = value[0] if isinstance(value, tuple) and len(value) == 1 else value
+            if isinstance(root, dict) and isinstance(one, str):
+                root["target"] = one
             return _cb(ctx, p, value) if _cb is not None else value
 
         param.callback = keep

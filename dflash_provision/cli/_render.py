@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -48,6 +49,34 @@ def echo_table(table: TableSpec, *lines: str) -> None:
                 click.echo(line)
             return
     echo_rich(rich_table(table), *lines)
+
+
+def wrapped(line: str, width: int | None) -> list[str]:
+    """``line`` in lines of at most ``width`` columns, its continuation lines indented two more
+    than it (as `git log` and `journalctl` wrap a message), never breaking a word: a sha or a
+    path stays whole. ``width`` None (piped output): the line as it is, for grep."""
+    import textwrap
+
+    if width is None or len(line) <= width:
+        return [line]
+    indent = line[: len(line) - len(line.lstrip(" "))]
+    return textwrap.wrap(
+        line.strip(),
+        width,
+        initial_indent=indent,
+        subsequent_indent=indent + "  ",
+        break_long_words=False,
+        break_on_hyphens=False,
+    ) or [line]
+
+
+def echo_wrapped(lines: Sequence[str]) -> None:
+    """Report lines (validate, runtime-check, doctor): on a terminal each wrapped to its width
+    (see ``wrapped``); piped, unchanged."""
+    width = _terminal_width() if sys.stdout.isatty() else None
+    for line in lines:
+        for part in wrapped(line, width):
+            click.echo(part)
 
 
 def _terminal_width() -> int:

@@ -63,6 +63,47 @@ def long_context_option(func: F) -> F:
     )(func)
 
 
+def _container_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
+    from dflash_provision.errors import UsageError
+    from dflash_provision.runtime.container_server import parse_container_option
+
+    if value is None:
+        return None
+    try:
+        return parse_container_option(value)
+    except UsageError as exc:
+        raise click.BadParameter(exc.message, param_hint="'--container'") from None
+
+
+def container_option(func: F) -> F:
+    """--container [docker:|podman:]NAME: the server runs in that container on TARGET's host."""
+    return click.option(
+        "--container",
+        "container",
+        metavar="NAME",
+        callback=_container_value,
+        help=(
+            "[docker:|podman:]NAME: the server runs in this Docker (or Podman) container on "
+            "TARGET's machine; TARGET is "
+            "the drafter directory on that machine (as provisioned). The container's record "
+            "(docker container inspect) maps the drafter path through its mounts, both ways; "
+            "its Python, processes and port are reached with docker exec, its start-up log is "
+            "docker logs. Default port: --port of the container's command."
+        ),
+    )(func)
+
+
+REHASH_FILES_HELP = (
+    "When the lock pins the drafter's other files (fetch --all-files): hash every one on the "
+    "host, not relying on a recorded proof of an unchanged file (sizes are always checked)."
+)
+
+
+def rehash_files_option(func: F) -> F:
+    """--rehash-files of launch, runtime-check, doctor and rollout."""
+    return click.option("--rehash-files", is_flag=True, help=REHASH_FILES_HELP)(func)
+
+
 def check_options(func: F) -> F:
     """What runtime-check and doctor measure alike: the server's port, the acceptance gate, the
     smoke prompts, and the target's python and model for stage b."""
@@ -87,6 +128,14 @@ def check_options(func: F) -> F:
             "--model", help="The target model for vLLM's resolution (default: the server's)."
         ),
         long_context_option,
+        click.option(
+            "--verbose",
+            "-v",
+            is_flag=True,
+            help="A failing check: every stage's evidence and the causes the stages ruled out "
+            "(by default: the failing stage, its open causes and the fix).",
+        ),
+        rehash_files_option,
     ]
     for decorate in reversed(decorators):
         func = decorate(func)
@@ -98,16 +147,24 @@ def fix_command(target_spec: str, authority: SourceSpec) -> str:
     return shlex.join(["dflash-provision", "push", target_spec, *authority.push_options()])
 
 
-def emit_report(report: CheckReport, *, as_json: bool) -> None:
+VERBOSE_HINT = "(-v: every stage's evidence and the causes the stages ruled out)"
+
+
+def emit_report(report: CheckReport, *, as_json: bool, verbose: bool = True) -> None:
+    """The report as JSON or text. A check that did not pass is short unless ``verbose``: the
+    passed stages as their headline, the failing one with its evidence, its open causes and the
+    fix (a passing check is shown whole: its evidence is what it proved)."""
     if as_json:
         click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str))
         return
     click.echo(
         f"runtime-check {report.target} port {report.port}  (authoritative {report.authority})"
     )
+    from dflash_provision.cli._render import echo_wrapped
+
+    short = not verbose and not report.ok
     for stage in report.stages:
-        for line in stage_lines(stage):
-            click.echo(line)
+        echo_wrapped(stage_lines(stage, short=short))
     failure = report.first_failure
     took = f"{report.duration_s:.1f} s (smoke prompts {report.smoke_s:.1f} s)"
     undecided = next((s for s in report.stages if s.inconclusive), None)
@@ -120,16 +177,30 @@ def emit_report(report: CheckReport, *, as_json: bool) -> None:
         click.echo(f"runtime-check passed in {took}")
     else:
         click.echo(f"runtime-check FAILED at stage {failure.key} ({failure.name}) in {took}")
+    if short:
+        click.echo(VERBOSE_HINT)
 
 
-def stage_lines(stage: StageResult, *, label: str | None = None) -> list[str]:
-    """A stage as text: a headline with its status, evidence, causes, warnings, the fix."""
+def open_causes(causes: list[str]) -> list[str]:
+    """Stage e's cause lines without those a passed stage ruled out (kept for --verbose)."""
+    from dflash_provision.runtime.diagnosis import RULED_OUT
+
+    return [cause for cause in causes if not cause.startswith(RULED_OUT)]
+
+
+def stage_lines(stage: StageResult, *, label: str | None = None, short: bool = False) -> list[str]:
+    """A stage as text: a headline with its status, evidence, causes, warnings, the fix.
+    ``short``: a stage that passed or was skipped is its headline alone, and no ruled-out cause
+    is listed."""
     head = label or f"{stage.key}  {stage.name}"
     lines = [f"{head}: {_STATUS_WORD[stage.status.value]}  {stage.summary}"]
+    if short and not (stage.failed or stage.inconclusive):
+        return lines
     lines += [f"     {line}" for line in stage.evidence if line != stage.summary]
-    if stage.causes:
+    causes = open_causes(stage.causes) if short else stage.causes
+    if causes:
         lines.append("     likely causes, in the order to check them:")
-        lines += [f"       {cause}" for cause in stage.causes]
+        lines += [f"       {cause}" for cause in causes]
     lines += [f"     warning: {warning}" for warning in stage.warnings]
     if stage.fix and stage.failed:
         lines.append(f"     fix: {stage.fix}")

@@ -3,15 +3,20 @@ with the command that fixes it (see dflash_provision.runtime.doctor)."""
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
-from dflash_provision.cli._runtime import check_options
+from dflash_provision.cli._runtime import check_options, container_option
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
+
+if TYPE_CHECKING:
+    from dflash_provision.runtime.container_server import ContainerOption
 
 _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "cannot tell"}
 
@@ -31,6 +36,7 @@ _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "ca
 @click.argument("target_spec", metavar="TARGET")
 @authority_options
 @check_options
+@container_option
 @click.option("--json", "as_json", is_flag=True, help="Print the trace as JSON.")
 @runtime_connection_options
 @click.pass_context
@@ -43,6 +49,9 @@ def command(
     prompts: int,
     python: str | None,
     model: str | None,
+    container: ContainerOption | None,
+    verbose: bool,
+    rehash_files: bool,
     as_json: bool,
     connection: Connector,
     no_long_context: bool,
@@ -63,51 +72,75 @@ def command(
         python=python,
         model=model,
         long_context=not no_long_context,
+        rehash_files=rehash_files,
     )
     with connection.open(target) as transport:
+        found = None
+        if container is not None:
+            from dflash_provision.runtime.container_server import open_container_server
+
+            found = open_container_server(
+                transport, container, target, docker_host=connection.docker_host
+            )
         report = diagnose(
             transport,
             target,
             authority,
             settings,
             push_fix=fix_command(target_spec, authority_spec),
+            container=found,
         )
     if as_json:
         click.echo(report_json(report))
     else:
-        _render(report)
+        _render(report, verbose)
     ctx.exit(int(report.exit_code))
 
 
-def _render(report) -> None:  # type: ignore[no-untyped-def]
-    click.echo(f"doctor {report.target}  (server port {report.check.port})")
+def _render(report, verbose: bool) -> None:  # type: ignore[no-untyped-def]
+    """The trace. Unless ``verbose``, a trace with a broken or undecided link is short: the links
+    that hold as one line each, no cause a passed stage ruled out (-v shows them)."""
+    from dflash_provision.cli._runtime import VERBOSE_HINT, open_causes
+
+    _echo(f"doctor {report.target}  (server port {report.check.port})")
     broken = report.first_broken
+    short = not verbose and (broken is not None or report.undecided is not None)
     for index, link in enumerate(report.links, 1):
         marker = "  <-- first broken link" if link is broken else ""
-        click.echo(f"{index} {link.name:<22} {_WORD[link.status.value]:<7} {link.summary}{marker}")
+        _echo(f"{index} {link.name:<22} {_WORD[link.status.value]:<7} {link.summary}{marker}")
+        if short and link.status.value not in ("failed", "inconclusive"):
+            continue
         shown = [line for line in link.evidence if line != link.summary]
         for line in shown[:12]:
-            click.echo(f"      {line}")
+            _echo(f"      {line}")
         if len(shown) > 12:
-            click.echo(f"      (+{len(shown) - 12} more)")
-        if link.causes:
-            click.echo("      likely causes, in the order to check them:")
-            for cause in link.causes:
-                click.echo(f"        {cause}")
+            _echo(f"      (+{len(shown) - 12} more)")
+        causes = open_causes(link.causes) if short else link.causes
+        if causes:
+            _echo("      likely causes, in the order to check them:")
+            for cause in causes:
+                _echo(f"        {cause}")
         for warning in link.warnings:
-            click.echo(f"      warning: {warning}")
+            _echo(f"      warning: {warning}")
     unknown = report.undecided
     if broken is None and unknown is None:
-        click.echo(
-            "nothing broken: the server runs the provisioned config and its drafts are accepted"
-        )
+        _echo("nothing broken: the server runs the provisioned config and its drafts are accepted")
         return
     if broken is None:
         # Never "nothing broken": the evidence of this link could not decide.
-        click.echo(f"cannot tell: {unknown.name}: {unknown.summary}")
+        _echo(f"cannot tell: {unknown.name}: {unknown.summary}")
         shown = unknown
     else:
-        click.echo(f"first broken link: {broken.name}: {broken.summary}")
+        _echo(f"first broken link: {broken.name}: {broken.summary}")
         shown = broken
     if shown.fix:
-        click.echo(f"fix: {shown.fix}")
+        _echo(f"fix: {shown.fix}")
+    if short:
+        _echo(VERBOSE_HINT)
+
+
+def _echo(line: str) -> None:
+    """One line of the trace; on a terminal wrapped to its width (cli/_render.wrapped)."""
+    from dflash_provision.cli._render import echo_wrapped
+
+    echo_wrapped([line])

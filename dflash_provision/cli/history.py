@@ -25,7 +25,17 @@ if TYPE_CHECKING:
 @click.option(
     "--op",
     type=click.Choice(
-        ["push", "repair", "rollback", "audit", "audit-files", "verify", "runtime-check", "rollout"]
+        [
+            "push",
+            "repair",
+            "rollback",
+            "audit",
+            "audit-files",
+            "place",
+            "verify",
+            "runtime-check",
+            "rollout",
+        ]
     ),
     help="Only this kind of operation.",
 )

@@ -17,7 +17,7 @@ from dflash_provision.cli._connect import (
     runtime_connection_options,
 )
 from dflash_provision.cli._env import parse_env
-from dflash_provision.cli._runtime import fix_command, port_option
+from dflash_provision.cli._runtime import fix_command, port_option, rehash_files_option
 from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
@@ -115,7 +115,32 @@ F = TypeVar("F", bound=Callable[..., Any])
     show_default=True,
     help="Seconds between TERM and KILL when --restart stops the old server.",
 )
+@rehash_files_option
 @click.option("--no-check", is_flag=True, help="Do not run runtime-check after a launch.")
+@click.option(
+    "--docker",
+    "docker_image",
+    metavar="IMAGE",
+    help="Start the server in a new Docker container of IMAGE (e.g. vllm/vllm-openai:v0.32.0) "
+    "on TARGET's machine, TARGET the drafter directory there, mounted read-only; --restart "
+    "replaces the container (docs/containers.md).",
+)
+@click.option(
+    "--container-name",
+    metavar="NAME",
+    help="With --docker: the container's name (default dflash-vllm-PORT).",
+)
+@click.option(
+    "--docker-args",
+    metavar="ARGS",
+    help="With --docker: more `docker run` options, split like a shell would "
+    "('--gpus all -v /srv/models/base:/models/base').",
+)
+@click.option(
+    "--drafter-mount",
+    metavar="PATH",
+    help="With --docker: where the drafter directory shows inside (default: its host path).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @runtime_connection_options
 @click.argument("extra_args", nargs=-1, type=click.UNPROCESSED, metavar="[-- VLLM_ARGS...]")
@@ -135,7 +160,12 @@ def command(
     force: bool,
     ready_timeout: float,
     stop_timeout: float,
+    rehash_files: bool,
     no_check: bool,
+    docker_image: str | None,
+    container_name: str | None,
+    docker_args: str | None,
+    drafter_mount: str | None,
     as_json: bool,
     connection: Connector,
     extra_args: tuple[str, ...],
@@ -159,6 +189,7 @@ def command(
             ctx, connection, target, port, parse_env(env_items),
             num_speculative_tokens, None if vllm_cmd is None else _split_command(vllm_cmd),
             ready_timeout, stop_timeout, authority_spec, no_check=no_check, as_json=as_json,
+            rehash_files=rehash_files, fix=fix_command(target_spec, authority_spec),
         )  # fmt: skip
         return
     port = 8000 if port is None else port
@@ -178,7 +209,19 @@ def command(
         command_timeout=connection.ssh.command_timeout,
         fix_command=fix_command(target_spec, authority_spec),
         speculative_extra=_speculative_extra(speculative_extra),
+        rehash_files=rehash_files,
     )
+    docker_only = (container_name, docker_args, drafter_mount)
+    if docker_image is None and any(v is not None for v in docker_only):
+        raise UsageError("--container-name, --docker-args and --drafter-mount need --docker")
+    if docker_image is not None:
+        from dflash_provision.cli._docker_launch import launch_docker
+
+        ctx.exit(launch_docker(
+            connection, target, authority, request, docker_image,
+            container_name or f"dflash-vllm-{port}", docker_args or "",
+            drafter_mount, no_check=no_check, as_json=as_json,
+        ))  # fmt: skip
     with connection.open(target) as transport:
         try:
             result = launch(
@@ -222,15 +265,23 @@ def _restart_recorded(
     *,
     no_check: bool,
     as_json: bool,
+    rehash_files: bool,
+    fix: str,
 ) -> None:
     """``launch TARGET --restart`` alone (runtime/restart.py restart_launch), then
-    runtime-check when an authority is named (--from/--repo/--lock, or ./dflash.lock)."""
+    runtime-check when an authority is named (--from/--repo/--lock, or ./dflash.lock). A lock
+    that pins the drafter's other files has them checked first: wrong ones refuse the restart
+    before the server is stopped."""
     from dflash_provision.runtime.restart import Overrides, restart_launch
     from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
     overrides = Overrides(num_speculative_tokens, None if vllm_cmd is None else tuple(vllm_cmd))
     timeout = connection.ssh.command_timeout
+    named = authority_spec.is_set or DEFAULT_LOCK_PATH.is_file()
+    authority = authority_spec.load() if named else None
     with connection.open(target) as transport:
+        if authority is not None:
+            _refuse_wrong_files(transport, target, authority, rehash_files, timeout, fix)
         done, record = restart_launch(
             transport, target, port, env, overrides, ready_timeout=ready_timeout,
             stop_timeout=stop_timeout, timeout=timeout,
@@ -238,22 +289,19 @@ def _restart_recorded(
         message = f"restarted with its recorded launch on port {record.port}, proved: "
         message += done.evidence
         check = None
-        named = authority_spec.is_set or DEFAULT_LOCK_PATH.is_file()
         if not as_json:
             click.echo(message)
             click.echo(f"  command     {shlex.join(record.argv)}")
             if not named and not no_check:
                 click.echo("  runtime-check skipped: no authority named (--from, --repo, --lock)")
-        if named and not no_check:
+        if authority is not None and not no_check:
             from dflash_provision.runtime.preflight import LaunchRequest
 
             request = LaunchRequest(
                 model=record.model, port=record.port, python=record.python,
                 command_timeout=timeout,
             )  # fmt: skip
-            check = _runtime_check(
-                transport, target, authority_spec.load(), request, as_json=as_json
-            )
+            check = _runtime_check(transport, target, authority, request, as_json=as_json)
     if as_json:
         data = {
             "launch": {"status": "restarted", "message": message, "record": record.to_dict()},
@@ -262,6 +310,25 @@ def _restart_recorded(
         click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
     if check is not None:
         ctx.exit(int(check.exit_code))
+
+
+def _refuse_wrong_files(
+    transport: Transport,
+    target: Target,
+    authority: Authority,
+    rehash: bool,
+    timeout: float,
+    fix: str,
+) -> None:
+    """The lock's pinned files checked before the recorded restart stops anything (launch's
+    refusal, runtime/drafter_files.py); nothing when the lock pins none."""
+    from dflash_provision.runtime.drafter_files import check_drafter_files, refusal
+
+    files = check_drafter_files(transport, target, authority, rehash=rehash, timeout=timeout)
+    refused = refusal(files, transport.description, fix) if files is not None else None
+    if refused is not None:
+        refused.message += "; --restart stopped nothing"
+        raise refused
 
 
 def _split_command(text: str) -> list[str]:

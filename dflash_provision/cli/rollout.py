@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
-from dflash_provision.cli._runtime import long_context_option
+from dflash_provision.cli._runtime import long_context_option, rehash_files_option
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -89,6 +89,7 @@ if TYPE_CHECKING:
 @click.option(
     "--rollback-all", is_flag=True, help="A failed batch rolls back the earlier batches too."
 )
+@rehash_files_option
 @click.option("--dry-run", is_flag=True, help="Print the plan (pre-flight reads only).")
 @click.option(
     "--status",
@@ -131,7 +132,7 @@ def command(
             refuse_closed(rollout)
         members = members_again(rollout, _recorded_selection(rollout).members(), connection.ssh)
         engine = _engine(rollout, members, connection, store, opts)
-        with _interruptible(ctx, engine.rollout, opts["prometheus"]):
+        with _interruptible(ctx, engine.rollout, opts["prometheus"], opts["as_json"]):
             engine.abort() if opts["abort_id"] else engine.resume()
         _finish(ctx, engine.rollout, opts["as_json"])
         return
@@ -142,13 +143,15 @@ def command(
         return
     rollout = _new_rollout(selection, members, new, connection, opts)
     engine = _engine(rollout, members, connection, store, opts)
-    with _interruptible(ctx, engine.rollout, opts["prometheus"]):
+    with _interruptible(ctx, engine.rollout, opts["prometheus"], opts["as_json"]):
         engine.start()
     _finish(ctx, engine.rollout, opts["as_json"])
 
 
 @contextlib.contextmanager
-def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> Iterator[None]:
+def _interruptible(
+    ctx: click.Context, rollout: Rollout, prom: Path | None, as_json: bool = False
+) -> Iterator[None]:
     """Ctrl-C: the steps in flight finish (each is journaled), then the way on is printed.
     Either way the --prometheus file says where the rollout stands."""
     try:
@@ -162,6 +165,9 @@ def _interruptible(ctx: click.Context, rollout: Rollout, prom: Path | None) -> I
                 err=True,
             )
             ctx.exit(int(ExitCode.INTERRUPTED))
+        # The steps in flight have finished and printed theirs (engine._each waits for them):
+        # where each host stands, then the way on, last.
+        _show(rollout, as_json, int(ExitCode.INTERRUPTED))
         click.echo(
             f"interrupted: rollout {rollout.id} is recorded at {rollout.state.value}; continue "
             f"with `{rollout.command('--resume')}` or undo it with "
@@ -250,6 +256,7 @@ def _new_rollout(
         rollback_all=opts["rollback_all"],
         selection=sel,
         connection_args=connection_args(sys.argv[1:]),
+        rehash_files=opts["rehash_files"],
     )
     return new_rollout(members, new, settings, connection.ssh)
 
@@ -315,8 +322,9 @@ def _show(rollout: Rollout, as_json: bool, code: int | None = None) -> None:
     widths = [max(len(r[i]) for r in rows) for i in range(4)]
     for row in rows:
         click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
-    click.echo(f"rollout {rollout.id}: {rollout.state.value}" + (
-        f": {rollout.message}" if rollout.message else ""))  # fmt: skip
+    from dflash_provision.rollout.engine import state_line
+
+    click.echo(f"rollout {rollout.id}: {state_line(rollout.state, rollout.message)}")
 
 
 def _row(h: HostState) -> tuple[str, str, str, str, str]:
@@ -352,7 +360,7 @@ def _dry_run(
 
     plan = dry_run(
         members, new, make_run(connection), parse_env(opts["env_items"]),
-        parse_batches(opts["batches"]),
+        parse_batches(opts["batches"]), rehash_files=opts["rehash_files"],
     )  # fmt: skip
     count = sum(len(batch) for batch in plan.batches)
     click.echo(f"plan: {new.label} (sha256 {new.sha256[:12]}) to {count} host(s)")

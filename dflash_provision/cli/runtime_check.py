@@ -24,11 +24,12 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options
-from dflash_provision.cli._runtime import check_options, emit_report
+from dflash_provision.cli._runtime import check_options, container_option, emit_report
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
     from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.runtime.container_server import ContainerOption
     from dflash_provision.source.authority import Authority, SourceSpec
 
 
@@ -50,6 +51,7 @@ if TYPE_CHECKING:
 )
 @fleet_options
 @check_options
+@container_option
 @click.option(
     "--max-tokens",
     type=click.IntRange(1, 4096),
@@ -116,6 +118,9 @@ def command(
     max_tokens: int,
     python: str | None,
     model: str | None,
+    container: ContainerOption | None,
+    verbose: bool,
+    rehash_files: bool,
     lock_repo: str | None,
     skip_loader: bool,
     min_draft_tokens: int,
@@ -148,10 +153,15 @@ def command(
         references=not no_reference,
         reset_reference=reset_reference,
         long_context=not no_long_context,
+        rehash_files=rehash_files,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit
+    if container is not None and not (single and prometheus is None):
+        raise click.UsageError(
+            "--container checks one TARGET (no inventory, --limit or --prometheus)"
+        )
     if single and prometheus is None:
-        ctx.exit(_single(selection, connection, settings, as_json, lock_repo))
+        ctx.exit(_single(selection, connection, settings, as_json, lock_repo, container, verbose))
     ctx.exit(_fleet(selection, connection, settings, as_json, prometheus, host_deadline))
 
 
@@ -186,9 +196,12 @@ def _single(
     settings: CheckSettings,
     as_json: bool,
     lock_repo: str | None,
+    container: ContainerOption | None = None,
+    verbose: bool = False,
 ) -> int:
     from dflash_provision.place.target import parse_target
     from dflash_provision.runtime.check import push_fix_command, run_check
+    from dflash_provision.runtime.container_server import open_container_server
 
     target = parse_target(selection.targets[0])
     if selection.model_path:
@@ -197,10 +210,20 @@ def _single(
         target = with_path(target, selection.model_path, "command line", "--path")
     authority, args = authority_for_single(selection, lock_repo)
     with connection.open(target) as transport:
+        found = None
+        if container is not None:  # the container's record first: it must run
+            found = open_container_server(
+                transport, container, target, docker_host=connection.docker_host
+            )
         report = run_check(
-            transport, target, authority, settings, push_fix=push_fix_command(target, args)
+            transport,
+            target,
+            authority,
+            settings,
+            push_fix=push_fix_command(target, args),
+            container=found,
         )
-    emit_report(report, as_json=as_json)
+    emit_report(report, as_json=as_json, verbose=verbose)
     return int(report.exit_code)
 
 

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
-from dflash_provision.cli._runtime import server_port_option
+from dflash_provision.cli._runtime import container_option, server_port_option
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
+    from dflash_provision.place.target import Target
+    from dflash_provision.runtime.container_server import ContainerOption, ContainerServer
     from dflash_provision.runtime.status import ServerStatus
 
 
@@ -29,6 +31,7 @@ if TYPE_CHECKING:
 @click.argument("target_spec", metavar="TARGET")
 @server_port_option
 @click.option("--python", help="The target's Python for requests inside a container.")
+@container_option
 @click.option("--json", "as_json", is_flag=True, help="Print the status as JSON.")
 @runtime_connection_options
 @click.pass_context
@@ -37,6 +40,7 @@ def command(
     target_spec: str,
     port: int | None,
     python: str | None,
+    container: ContainerOption | None,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -46,6 +50,8 @@ def command(
     from dflash_provision.runtime.status import server_status
 
     target = parse_target(target_spec)
+    if container is not None:
+        ctx.exit(_in_container(target, container, port, python, as_json, connection))
     with connection.open(target) as transport:
         # Each remote command's limit is the transport's --command-timeout (its contract).
         choice = choose_port(transport, target, port)
@@ -106,3 +112,85 @@ def _render(status: ServerStatus) -> None:
 def _pidfile_line(status: ServerStatus) -> None:
     if status.pidfile_refused:
         click.echo(f"  pidfile     not trusted, never signalled: {status.pidfile_refused}")
+
+
+def _in_container(
+    target: Target,
+    option: ContainerOption,
+    port: int | None,
+    python: str | None,
+    as_json: bool,
+    connection: Connector,
+) -> int:
+    """status --container: the container's record (its state, the drafter mapped in), then the
+    server on the port inside, reached with docker exec."""
+    from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.container_server import open_container_server
+    from dflash_provision.runtime.status import server_status
+
+    with connection.open(target) as transport:
+        found = open_container_server(
+            transport, option, target, docker_host=connection.docker_host, running=False
+        )
+        chosen, how = (port, "--port") if port is not None else found.port()
+        status = None
+        if found.record.running:
+            status = server_status(found.transport, chosen, python=python, port_from=how)
+    data = (
+        status.to_dict()
+        if status is not None
+        else {"target": found.transport.description, "port": chosen, "state": "not-running",
+              "running": False, "port_from": how}
+    )  # fmt: skip
+    spec = status.server.speculative_config if status and status.server else None
+    data["container"] = _container_dict(found, spec)
+    if as_json:
+        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+    elif status is None:
+        click.echo(f"{found.what} on {transport.description}: not running (state "
+                   f"{found.record.status})")  # fmt: skip
+    else:
+        _render(status)
+        for line in found.mapping_lines((spec or {}).get("model")):
+            click.echo(f"  container   {line}")
+        mismatch = found.drafter_mismatch((spec or {}).get("model")) if spec else None
+        if mismatch:
+            click.echo(f"  warning     {mismatch}")
+    if status is not None and status.held_by_hidden_process:
+        return int(ExitCode.PORT_TAKEN)
+    return 0 if status is not None and status.running else int(ExitCode.NOT_RUNNING)
+
+
+def _container_dict(found: ContainerServer, spec: dict[str, object] | None) -> dict[str, object]:
+    given = (spec or {}).get("model")
+    record = found.record
+    return {
+        "kind": found.option.kind,
+        "name": found.option.name,
+        "id": record.id,
+        "image": record.image,
+        "state": record.status,
+        "started_at": record.started_at,
+        "command": list(record.command),
+        "env_names": list(record.env_names),
+        "mounts": [
+            {"type": m.kind, "source": m.source, "destination": m.destination, "rw": m.read_write}
+            for m in record.mounts
+        ],
+        "published_ports": [
+            {
+                "container_port": p.container_port,
+                "protocol": p.protocol,
+                "host_ip": p.host_ip,
+                "host_port": p.host_port,
+            }
+            for p in record.ports
+        ],
+        "provisioned": found.provisioned,
+        "provisioned_in_container": found.inside,
+        "server_drafter": given,
+        "server_drafter_on_host": record.host_path(given)
+        if isinstance(given, str) and given.startswith("/")
+        else None,
+        "drafter_mismatch": found.drafter_mismatch(given) if spec else None,
+    }

@@ -8,10 +8,11 @@ from typing import TYPE_CHECKING
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
-from dflash_provision.cli._runtime import server_port_option
+from dflash_provision.cli._runtime import container_option, server_port_option
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
+    from dflash_provision.runtime.container_server import ContainerOption
     from dflash_provision.runtime.process import StopOutcome
 
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     show_default=True,
     help="Seconds between SIGTERM and SIGKILL.",
 )
+@container_option
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @runtime_connection_options
 @click.pass_context
@@ -45,6 +47,7 @@ def command(
     target_spec: str,
     port: int | None,
     timeout: float,
+    container: ContainerOption | None,
     as_json: bool,
     connection: Connector,
 ) -> None:
@@ -54,6 +57,8 @@ def command(
     from dflash_provision.runtime.process import stop_server
 
     target = parse_target(target_spec)
+    if container is not None:
+        ctx.exit(_in_container(target_spec, container, port, timeout, as_json, connection))
     with connection.open(target) as transport:
         # Each remote command's limit is the transport's --command-timeout (its contract).
         port = choose_port(transport, target, port).port
@@ -99,3 +104,34 @@ def _render(outcome: StopOutcome, where: str) -> list[str]:
             who = "a process this login cannot see (another user's, or outside this PID namespace)"
         lines.append(f"  (the port is held by {who}, which launch did not start: left alone)")
     return lines
+
+
+def _in_container(
+    target_spec: str,
+    option: ContainerOption,
+    port: int | None,
+    timeout: float,
+    as_json: bool,
+    connection: Connector,
+) -> int:
+    """stop --container: ``docker stop`` of the container whose server listens on the port."""
+    from dflash_provision.errors import ExitCode
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.runtime.container_server import open_container_server, stop_container
+
+    target = parse_target(target_spec)
+    with connection.open(target) as transport:
+        found = open_container_server(
+            transport, option, target, docker_host=connection.docker_host, running=False
+        )
+        chosen = port if port is not None else found.port()[0]
+        outcome = stop_container(
+            found, chosen, timeout=timeout, command_timeout=connection.ssh.command_timeout
+        )
+    if as_json:
+        click.echo(json.dumps({"port": chosen, **outcome.to_dict()}, indent=2))
+    elif outcome.status == "stopped":
+        click.echo(f"stopped: port {chosen} in {outcome.container}: {outcome.message}")
+    else:
+        click.echo(f"not running: port {chosen} in {outcome.container}: {outcome.message}")
+    return 0 if outcome.status == "stopped" else int(ExitCode.NOT_RUNNING)

@@ -120,8 +120,9 @@ def command(
     else:
         notes = {"weights": _weights_notes(weights)} if weights is not None else None
         label = against.label if against else None
-        for line in render_report(report, against_label=label, notes=notes):
-            click.echo(line)
+        from dflash_provision.cli._render import echo_wrapped
+
+        echo_wrapped(render_report(report, against_label=label, notes=notes))
     if not report.ok:
         ctx.exit(int(ExitCode.INVALID))
 

@@ -61,7 +61,8 @@ class FleetInterrupted(KeyboardInterrupt):
 
     def summary(self, total: int, verb: str) -> str:
         """One line, e.g. "interrupted: 3 of 10 hosts audited, 7 not contacted"."""
-        parts = [f"interrupted: {len(self.done)} of {total} hosts {verb}"]
+        hosts = "host" if total == 1 else "hosts"
+        parts = [f"interrupted: {len(self.done)} of {total} {hosts} {verb}"]
         if self.not_started:
             parts.append(f"{len(self.not_started)} not contacted")
         if self.abandoned:

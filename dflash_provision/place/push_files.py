@@ -16,9 +16,13 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.check.files_status import FilesJudgement, FilesStatus, FileVerdict
 from dflash_provision.errors import ExitCode
+from dflash_provision.source.pinned_files import SHA256
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore, HostKey
+    from contextlib import AbstractContextManager
+
+    from dflash_provision.check.files_status import FileJudgement
+    from dflash_provision.history import HistoryStore, HostKey, Recording
     from dflash_provision.remote.place_files import Placed, Progress
     from dflash_provision.source.pinned_files import PinnedFile
     from dflash_provision.transport.base import Transport
@@ -54,7 +58,14 @@ class FilesPush:
         return {
             "before": self.before.to_dict(),
             "placed": [
-                {"path": p.name, "size": p.size, "resumed_at": p.resumed_at, "sent": p.sent}
+                {
+                    "path": p.name,
+                    "size": p.size,
+                    "resumed_at": p.resumed_at,
+                    "sent": p.sent,
+                    "mode": p.mode,
+                    "mode_from": p.mode_from,
+                }
                 for p in self.placed
             ],
             "after": self.after.to_dict(),
@@ -89,10 +100,56 @@ def push_files(
     if dry_run:
         return FilesPush(before, before, [])
     placed = []
+    before_of = {f.name: f for f in before.files}
     for item in wanted:
         source = source_for(item)
-        placed.append(place_file(transport, model_dir, item, source, progress=progress))
+        with _journal(history, host, model_dir, item, before_of[item.path]) as recording:
+            done = place_file(transport, model_dir, item, source, progress=progress)
+            recording.sha256_after = item.digest if item.algorithm == SHA256 else None
+            recording.message = _placed_message(done, item)
+        placed.append(done)
     if not placed:
         return FilesPush(before, before, [])
     after = check_pinned_files(transport, model_dir, pinned, host=host, history=history)
     return FilesPush(before, after, placed)
+
+
+def _journal(
+    history: HistoryStore | None,
+    host: HostKey,
+    model_dir: str,
+    item: PinnedFile,
+    before: FileJudgement,
+) -> AbstractContextManager[Recording]:
+    """One ``place`` row per placed file in the history, "started" before its first byte is
+    sent (an interrupted placement stays visible, as an interrupted push does): the sha256
+    found there before when the host computed one, the pinned one after (a git blob id is
+    named in the message instead: the row's columns are sha256s)."""
+    from dflash_provision.history import journal
+
+    found = (
+        before.digest if item.algorithm == SHA256 and before.verdict.value != "missing" else None
+    )
+    path = f"{model_dir.rstrip('/')}/{item.path}"
+    return journal(history, "place", host, path, sha256_before=found)
+
+
+def _placed_message(done: Placed, item: PinnedFile) -> str:
+    resumed = f", resumed at {done.resumed_at} bytes" if done.resumed_at else ""
+    mode = (
+        f", mode {done.mode} ({_MODE_FROM.get(done.mode_from, done.mode_from)})"
+        if done.mode
+        else ""
+    )
+    pin = "" if item.algorithm == SHA256 else f", git blob id {item.digest}"
+    return (
+        f"placed {item.path} of {item.repo_id}@{item.commit_sha[:12]}: {done.size} bytes, "
+        f"{done.sent} sent{resumed}{mode}{pin}; hash proved on the host"
+    )
+
+
+_MODE_FROM = {
+    "replaced": "the replaced file's",
+    "config.json": "config.json's",
+    "default": "no file to take it from",
+}

@@ -23,12 +23,18 @@ def check_pinned_files(
     host: HostKey,
     history: HistoryStore | None,
     timeout: float | None = None,
+    rehash: bool = False,
 ) -> FilesJudgement:
-    """The verdict of ``model_dir``'s files against ``pinned`` on the transport's machine."""
+    """The verdict of ``model_dir``'s files against ``pinned`` on the transport's machine.
+    ``rehash``: every file hashed, whatever proofs the history holds (new ones are recorded)."""
     from dflash_provision.remote import file_proofs
 
     directory = model_dir.rstrip("/") or "/"
-    proofs = file_proofs.latest_proofs(history, host, directory, pinned) if history else {}
+    proofs = (
+        file_proofs.latest_proofs(history, host, directory, pinned)
+        if history is not None and not rehash
+        else {}
+    )
     read = read_pinned_files(
         transport,
         directory,

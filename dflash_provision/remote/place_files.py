@@ -34,6 +34,8 @@ class Placed:
     size: int
     resumed_at: int  # bytes the host already held from an interrupted placement
     sent: int  # bytes sent in this placement
+    mode: str = ""  # the placed file's mode (octal), as place.sh set it
+    mode_from: str = ""  # whose mode it took: replaced, config.json or default (0644)
 
 
 def cached_copy(pinned: PinnedFile, *, timeout: float) -> Path:
@@ -87,7 +89,9 @@ def place_file(
     for attempt in (1, 2):  # a part whose bytes were not the file's: once more from 0
         offset = resumed_at if attempt == 1 else 0
         try:
-            sent = _send_from(transport, model_dir, pinned, source, offset, chunk_bytes, progress)
+            sent, mode = _send_from(
+                transport, model_dir, pinned, source, offset, chunk_bytes, progress
+            )
         except _HashMismatch:
             if offset == 0:
                 raise RemoteStepFailed(
@@ -97,7 +101,8 @@ def place_file(
                 ) from None
             resumed_at = 0
             continue
-        return Placed(pinned.path, pinned.size, offset, sent)
+        mode_bits, _, mode_from = mode.partition(" ")
+        return Placed(pinned.path, pinned.size, offset, sent, mode_bits, mode_from)
     raise AssertionError("unreachable")  # pragma: no cover
 
 
@@ -119,7 +124,8 @@ def _send_from(
     offset: int,
     chunk_bytes: int,
     progress: Progress | None,
-) -> int:
+) -> tuple[int, str]:
+    """The bytes sent, and the last chunk's ``mode`` line (``MODE FROM``)."""
     sent = 0
     with source.open("rb") as handle:
         handle.seek(offset)
@@ -128,13 +134,13 @@ def _send_from(
             data = handle.read(chunk_bytes)
             end = position + len(data)
             last = end >= pinned.size
-            _run(transport, model_dir, pinned, position, end, last=last, stdin=data)
+            reply = _run(transport, model_dir, pinned, position, end, last=last, stdin=data)
             sent += len(data)
             position = end
             if progress is not None:
                 progress(pinned.path, position, pinned.size)
             if last or not data:
-                return sent
+                return sent, reply.get("mode", "")
 
 
 def _run(

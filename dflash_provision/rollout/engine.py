@@ -65,6 +65,13 @@ class Options:
     workers: int = 16
 
 
+def state_line(state: State, message: str) -> str:
+    """ "batch 1/2", not "batch: batch 1/2": a message that already names its state says it."""
+    if not message:
+        return state.value
+    return message if message.startswith(state.value) else f"{state.value}: {message}"
+
+
 class Engine:
     def __init__(
         self,
@@ -87,9 +94,14 @@ class Engine:
     @property
     def new(self) -> Authority:
         from dflash_provision.source.authority import Authority
+        from dflash_provision.source.pinned_files import parse_pinned
 
         r = self.rollout
-        return Authority(label=r.source, data=r.new_config.encode())
+        pinned = tuple(
+            parse_pinned(raw, f"rollout {r.id}: pinned_files[{i}]")
+            for i, raw in enumerate(r.pinned_files)
+        )
+        return Authority(label=r.source, data=r.new_config.encode(), pinned_files=pinned)
 
     def save(self, line: str | None = None) -> None:
         with self._lock:
@@ -152,9 +164,12 @@ class Engine:
         pool.shutdown(wait=True)
 
     def _state(self, state: State, message: str = "") -> None:
+        """Record the state. A progress line only while the run goes on: the state it ends in is
+        the caller's to show (the table's last line), not a second time here."""
         self.rollout.state = state
         self.rollout.message = message or self.rollout.message
-        self.save(state.value + (f": {message}" if message else ""))
+        going_on = state in (State.PLANNED, State.PREFLIGHT, State.BASELINE, State.BATCH)
+        self.save(state_line(state, message) if going_on else None)
 
     # -- start: pre-flight and baseline -------------------------------------------------------
 
@@ -225,8 +240,9 @@ class Engine:
         try:
             with self._open(host) as transport:
                 fresh, old = host_ops.inspect(
-                    transport, member, self.new, self.options.env, transport.command_timeout
-                )
+                    transport, member, self.new, self.options.env, transport.command_timeout,
+                    rehash_files=self.rollout.rehash_files,
+                )  # fmt: skip
         except DflashProvisionError as exc:
             self._set(host, "preflight_failed", exc.message)
             return
@@ -294,7 +310,14 @@ class Engine:
             r.batch = number
             self._state(State.BATCH, f"batch {number}/{r.batch_count}")
             started = time.monotonic()
-            outcome = self._run_batch(number)
+            try:
+                outcome = self._run_batch(number)
+            except KeyboardInterrupt:
+                # The steps in flight have finished (_each): the record stays open at this
+                # batch, and says so for --status.
+                r.message = f"batch {number}/{r.batch_count}, interrupted (Ctrl-C): resume or abort"
+                self.save()
+                raise
             r.add_wall(f"batch{number}_s", time.monotonic() - started)
             if outcome != "passed":
                 return r.state

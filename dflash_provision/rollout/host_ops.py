@@ -35,11 +35,18 @@ class Verdict:
 
 
 def inspect(
-    transport: Transport, member: FleetMember, new: Authority, env: dict[str, str], timeout: float
+    transport: Transport,
+    member: FleetMember,
+    new: Authority,
+    env: dict[str, str],
+    timeout: float,
+    *,
+    rehash_files: bool = False,
 ) -> tuple[HostState, bytes | None]:
     """Pre-flight of one host: its file read, the new config's diff against it, the new config
-    validated with the target model's config there and its weights, the server launch started
-    for this drafter dir. StepFailed says why the host cannot take part."""
+    validated with the target model's config there and its weights, the files the lock pins
+    beside it (``fetch --all-files``: each the pinned one where it lies), the server launch
+    started for this drafter dir. StepFailed says why the host cannot take part."""
     from dflash_provision.check.diff import render_changes, semantic_diff
     from dflash_provision.remote.ops import read_remote_config
     from dflash_provision.runtime.locate import for_drafter, launched
@@ -79,7 +86,27 @@ def inspect(
                 f"loaded (sha256 {ran[:12]}, launch record): a rollback returns to what ran"
             )
     _validate_there(transport, member, new, model, timeout)
+    _pinned_files_there(transport, member, new, rehash_files, timeout)
     return host, current.data
+
+
+def _pinned_files_there(
+    transport: Transport, member: FleetMember, new: Authority, rehash: bool, timeout: float
+) -> None:
+    """The new config's pinned files on the host (runtime/drafter_files.py, judged by launch's
+    row of files_status.EXIT_CODE, as the restart would be): StepFailed naming each wrong one."""
+    from dflash_provision.check.file_status import Command
+    from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.drafter_files import check_drafter_files, wrong_files
+
+    files = check_drafter_files(transport, member.target, new, rehash=rehash, timeout=timeout)
+    if files is None or files.exit_code(Command.LAUNCH) is ExitCode.OK:
+        return
+    raise StepFailed(
+        f"the drafter's files in {member.target.model_dir} are not the pinned commit's "
+        f"(files {files.status.value}): {wrong_files(files)}; place them first "
+        "(`dflash-provision repair --all-files`, or push TARGET --all-files)"
+    )
 
 
 def restart_checks(

@@ -66,6 +66,7 @@ class Settings:
     rollback_all: bool
     selection: dict[str, Any]  # how --resume finds the hosts again (inventory, --limit...)
     connection_args: list[str] = field(default_factory=list)
+    rehash_files: bool = False
 
 
 def new_rollout(
@@ -88,6 +89,8 @@ def new_rollout(
         rollback_all=settings.rollback_all,
         check={"min_acceptance": settings.gate.min_acceptance, "selection": settings.selection},
         connection_args=settings.connection_args,
+        pinned_files=[p.to_dict() for p in new.pinned_files],
+        rehash_files=settings.rehash_files,
     )
 
 
@@ -152,6 +155,8 @@ def dry_run(
     run: FleetRun,
     env: dict[str, str],
     batches: Sequence[str],
+    *,
+    rehash_files: bool = False,
 ) -> DryRun:
     """Pre-flight of every host, one after the other (reads only: writes nothing, restarts
     nothing, records nothing), cut into the batches the rollout would run."""
@@ -164,7 +169,10 @@ def dry_run(
     for member in members:
         try:
             with run.open(member) as transport:
-                host, _ = host_ops.inspect(transport, member, new, env, transport.command_timeout)
+                host, _ = host_ops.inspect(
+                    transport, member, new, env, transport.command_timeout,
+                    rehash_files=rehash_files,
+                )  # fmt: skip
             good.append(host)
         except DflashProvisionError as exc:
             failed.append((member.name, exc.message))

@@ -148,6 +148,10 @@ class Rollout:
     connection_args: list[str] = field(default_factory=list)  # for the printed commands
     message: str = ""
     walls: dict[str, float] = field(default_factory=dict)  # seconds per step: preflight_s...
+    # The files the new config's lock pins beside it (PinnedFile.to_dict each; none for a
+    # lock of the config alone): each host's pre-flight checks them; --resume as well.
+    pinned_files: list[dict[str, Any]] = field(default_factory=list)
+    rehash_files: bool = False  # hash them all, not relying on recorded proofs
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)

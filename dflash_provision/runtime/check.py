@@ -45,10 +45,17 @@ from dflash_provision.runtime.stage_traffic import (
     stage_acceptance,
     stage_completion,
 )
-from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus, skipped
+from dflash_provision.runtime.stages import (
+    STAGE_NAMES,
+    CheckContext,
+    StageResult,
+    StageStatus,
+    skipped,
+)
 
 if TYPE_CHECKING:
     from dflash_provision.place.target import Target
+    from dflash_provision.runtime.container_server import ContainerServer
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
@@ -90,6 +97,9 @@ class CheckSettings:
     reset_reference: bool = False
     # Stage e's long prompt past a sliding-window drafter's window (runtime/long_context.py).
     long_context: bool = True
+    # Stage a and a lock that pins the drafter's other files: hash each one on the host even
+    # when a recorded proof says it is unchanged.
+    rehash_files: bool = False
 
 
 @dataclass
@@ -190,12 +200,20 @@ def run_check(
     settings: CheckSettings,
     *,
     push_fix: str,
+    container: ContainerServer | None = None,
 ) -> CheckReport:
-    """Run stages a-e (see the module docstring). Connection failures propagate."""
+    """Run stages a-e (see the module docstring). Connection failures propagate.
+
+    ``container``: the server runs in that Docker/Podman container on ``transport``'s machine
+    and ``target`` is the provisioned directory on it: stage a reads it there, stages b-e go
+    through ``docker exec`` with the directory as the container sees it (container_server.py)."""
     from dflash_provision.runtime.process import find_server
 
     started = time.monotonic()
-    settings = with_port(transport, target, settings)
+    if container is None:
+        settings = with_port(transport, target, settings)
+    elif settings.find_port:
+        settings = replace(settings, port=container.port()[0], find_port=False)
     ctx = CheckContext(
         transport=transport,
         target=target,
@@ -203,12 +221,18 @@ def run_check(
         auth_doc=_authoritative_doc(authority),
         push_fix=push_fix,
         timeout=settings.timeout,
+        rehash_files=settings.rehash_files,
     )
     report = CheckReport(target.display(), settings.port, authority.label)
+    if container is not None:
+        report.target = f"{target.display()} (server in {container.option.display()})"
     stage_a = _timed(lambda: stage_file(ctx))
     report.disk_bytes = ctx.disk.data if ctx.disk is not None else None
+    if container is not None:  # the server's side: in the container, its path for the drafter
+        ctx.transport, ctx.target = container.transport, container.inside_target(target)
+        ctx.container = container
     looked_up = time.monotonic()
-    ctx.server = find_server(transport, settings.port, timeout=settings.timeout)
+    ctx.server = find_server(ctx.transport, settings.port, timeout=settings.timeout)
     ctx.log = _read_log(ctx)
     lookup_s = time.monotonic() - looked_up
     python = target_python(settings, ctx.server)
@@ -218,8 +242,14 @@ def run_check(
         if ctx.server
         else None
     )
-    if settings.probe:
+    if container is not None and container.inside is None:
+        # Nothing to load in there: the provisioned file is not what this container can read.
+        # Stage c names the two directories; b cannot tell (never a pass, never the cause).
+        why = f"cannot tell: {container.not_visible()}"
+        stage_b = StageResult("b", STAGE_NAMES["b"], StageStatus.INCONCLUSIVE, why, [why])
+    elif settings.probe:
         stage_b = _timed(lambda: stage_loader(ctx, python, model, _int(num_spec)))
+        stage_b = _guessed_python(ctx, stage_b, settings)
     else:
         stage_b = skipped("b", "skipped (--skip-loader): the target's loader and vLLM not asked")
     stage_c = _timed(lambda: stage_server(ctx, settings.port))
@@ -232,6 +262,25 @@ def run_check(
     report.duration_s = time.monotonic() - started
     _record_reference(ctx, settings, report, model)
     return report
+
+
+def _guessed_python(
+    ctx: CheckContext, stage_b: StageResult, settings: CheckSettings
+) -> StageResult:
+    """No server and no --python: the probe ran a guessed ``python3``. That it has no
+    transformers says nothing about the python that would run vLLM, so stage b cannot tell (it
+    did not fail) and stage c's "no vLLM server listens" leads the report."""
+    probe = ctx.probe
+    if ctx.server is not None or settings.python or not stage_b.failed:
+        return stage_b
+    if not isinstance(probe, dict) or probe.get("transformers"):
+        return stage_b  # the probe did not run, or python3 loads the drafter: b's own verdict
+    stage_b.status = StageStatus.INCONCLUSIVE
+    stage_b.summary = (
+        "cannot tell: no server names its python and python3 on the target cannot import "
+        "transformers (give --python with the python that runs vLLM)"
+    )
+    return stage_b
 
 
 def with_port(transport: Transport, target: Target, settings: CheckSettings) -> CheckSettings:
@@ -270,6 +319,8 @@ def _read_log(ctx: CheckContext) -> Any:
     from dflash_provision.runtime.vllm_log import parse_startup
 
     server = ctx.server
+    if server is not None and server.record is None and ctx.container is not None:
+        return _container_log(ctx)
     if server is None or server.record is None:
         return None
     tail = read_startup_log(ctx.transport, server.record, max_bytes=LOG_BYTES, timeout=ctx.timeout)
@@ -277,6 +328,19 @@ def _read_log(ctx: CheckContext) -> Any:
         return None
     ctx.log_size = tail.size
     return parse_startup(tail.text)
+
+
+def _container_log(ctx: CheckContext) -> Any:
+    """The start-up facts from ``docker logs`` of this start of the container, when the server
+    is its main process (else what it prints is not Docker's log: None, as for a server that
+    launch did not start)."""
+    from dflash_provision.runtime.vllm_log import parse_startup
+
+    if not ctx.container.is_main_process(ctx.server):
+        return None
+    text = ctx.container.startup_log(max_bytes=LOG_BYTES, timeout=ctx.timeout)
+    ctx.log_size = len(text.encode("utf-8"))
+    return parse_startup(text)
 
 
 def _serve_stages(

@@ -154,6 +154,15 @@ class _Facts:
     def restart(self, extra: str = "") -> str:
         """launch --restart for this target (its recorded launch, as it was, with ``extra``):
         the server reads its drafter once, at start-up."""
+        container = self.ctx.container
+        if container is not None:  # a server in a container: a new start of the container
+            name = container.option.name
+            if extra:  # another vLLM: another image, so a new container (launch --docker)
+                return (
+                    f"dflash-provision launch TARGET --docker IMAGE --container-name {name} "
+                    "--restart, IMAGE one whose vLLM has them"
+                )
+            return shlex.join(container.tool_argv("restart", "--", name))
         c = self.stage("c")
         port = _dict(c.data if c else {}).get("port")
         where = f" --port {port}" if isinstance(port, int) else ""
@@ -209,16 +218,31 @@ def _weights(f: _Facts) -> Cause:
 
 
 def _retrained(f: _Facts) -> Cause:
-    """Weights of the right shapes but another training: no header check can see it."""
+    """Weights of the right shapes but another training: no header check can see it; a lock
+    that pins the drafter's files (fetch --all-files) can, by stage a's hashes on the host."""
     text = (
         "other weights of the same shapes (a retrain, an lm_head or embedding taken from the "
         "target)"
     )
-    seen = "no stage reads the weights' values: their shapes are all a header check sees"
-    fix = (
-        "compare the safetensors' sha256 with the pinned revision's on the Hub and put that "
-        f"revision's weights in place, then {f.restart()}"
-    )
+    a = f.stage("a")
+    files = _dict(a.data.get("files") if a else None)
+    if not files:
+        seen = "no stage reads the weights' values: their shapes are all a header check sees"
+        fix = (
+            "compare the safetensors' sha256 with the pinned revision's on the Hub and put that "
+            f"revision's weights in place, then {f.restart()}"
+        )
+        return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO, Shape.LOW}))
+    fix = f"{a.fix if a and a.fix else f.ctx.push_fix + ' --all-files'} && {f.restart()}"
+    entries = [_dict(item) for item in files.get("files") or []]
+    bad = [e for e in entries if e.get("verdict") not in ("proved", "unchanged")]
+    if files.get("status") == "in_sync":
+        seen = f.by("a", f"every pinned file is the lock's: {files.get('detail')}")
+        return Cause(text, seen, fix, Verdict.RULED_OUT)
+    shown = "; ".join(f"{e.get('path')} {e.get('verdict')}" for e in bad[:4])
+    seen = f"stage a's pinned files: {shown}"
+    if files.get("status") == "drifted":
+        return Cause(text, seen, fix, Verdict.FOUND)
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO, Shape.LOW}))
 
 
@@ -289,8 +313,11 @@ def _aux_problem(line: str) -> bool:
     return "aux layers" in line and ("expected target_layer_ids" in line or "fell back" in line)
 
 
-def _loader(f: _Facts) -> Cause:
+def _loader(f: _Facts) -> Cause | None:
     b = f.stage("b")
+    kinds = _layer_kinds(f)
+    if kinds is not None and "sliding_attention" not in kinds and not (b and b.failed):
+        return None  # no sliding-window layer to lose (a failed stage b is still shown)
     text = (
         "the target's loader normalises critical fields (use_sliding_window false nulls "
         "sliding_window, layer_types rebuilt): sliding-window layers run as full attention"
@@ -315,10 +342,14 @@ def _loader(f: _Facts) -> Cause:
     return Cause(text, seen, fix, Verdict.RULED_OUT, cliff)
 
 
-def _vllm_windows(f: _Facts) -> Cause:
+def _vllm_windows(f: _Facts) -> Cause | None:
     """vLLM runs the draft's sliding-window layers as full attention: a vLLM without per-layer
     DFlash sliding windows (before 0.25), or a conversion that drops the window fields (no PR
-    #40898). Ruled out only when stage b saw that vLLM resolve every layer's window."""
+    #40898). Ruled out only when stage b saw that vLLM resolve every layer's window; not a cause
+    at all for a drafter with no sliding-window layer."""
+    kinds = _layer_kinds(f)
+    if kinds is not None and "sliding_attention" not in kinds:
+        return None
     b = f.stage("b")
     text = (
         "vLLM runs the draft's sliding-window layers as full attention (no per-layer DFlash "
@@ -373,7 +404,8 @@ def _mask(f: _Facts) -> Cause:
     a = f.stage("a")
     text = f"mask_token_id {mask} is not the token the drafter was trained with"
     where = "the file on disk has the authoritative value" if a and a.passed else f.said("a")
-    seen = f"{where}; no stage can tell the training token: the incident had 248064, not 248070"
+    # The drafter's own value: no stage can know which token it was trained with.
+    seen = f"{where}; no stage can tell whether {mask} is the training token"
     fix = (
         "take mask_token_id from the published config of the weights' revision "
         f"(dflash-provision diff {f.target} REPO@REV shows it) and correct the authoritative config"
@@ -381,7 +413,18 @@ def _mask(f: _Facts) -> Cause:
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO}))
 
 
-def _runner(f: _Facts) -> Cause:
+def _layer_kinds(f: _Facts) -> set[str] | None:
+    """The attention kinds the drafter's layer_types name (None: no list to tell by)."""
+    from dflash_provision.check.speculators_layout import runtime_view
+
+    kinds = runtime_view(f.ctx.auth_doc).get("layer_types")  # either published layout
+    return {str(k) for k in kinds} if isinstance(kinds, list) else None
+
+
+def _runner(f: _Facts) -> Cause | None:
+    kinds = _layer_kinds(f)
+    if kinds is not None and not {"sliding_attention", "full_attention"} <= kinds:
+        return None  # no mixed layout: the V1/V2 runner choice cannot touch this drafter
     draft = _dict(_dict(f.probe.get("vllm")).get("draft"))
     text = "the wrong vLLM model runner for this layout (mixed sliding/full layers need V2)"
     mixed = draft.get("mixed_layout_error")

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
@@ -40,6 +40,7 @@ from dflash_provision.runtime.stages import StageResult, StageStatus
 
 if TYPE_CHECKING:
     from dflash_provision.place.target import Target
+    from dflash_provision.runtime.container_server import ContainerServer
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
@@ -128,14 +129,26 @@ def diagnose(
     settings: CheckSettings,
     *,
     push_fix: str,
+    container: ContainerServer | None = None,
 ) -> DoctorReport:
-    """Run the check, then read it as the pipeline's chain of links."""
-    settings = with_port(transport, target, settings)  # one lookup; the fix lines name the port
-    check = run_check(transport, target, authority, settings, push_fix=push_fix)
+    """Run the check, then read it as the pipeline's chain of links (``container``: the server
+    runs there, see run_check)."""
+    if container is None:  # one lookup; the fix lines name the port
+        settings = with_port(transport, target, settings)
+    elif settings.find_port:
+        settings = replace(settings, port=container.port()[0], find_port=False)
+    check = run_check(
+        transport, target, authority, settings, push_fix=push_fix, container=container
+    )
     c = check.stage("c")
     assert c is not None
-    model_config = _target_model_config(transport, c, settings)
-    return trace(check, target, authority, settings, push_fix=push_fix, model_config=model_config)
+    # the target model's path is the server's: read it where the server runs
+    model_config = _target_model_config(container.transport if container else transport, c,
+                                        settings)  # fmt: skip
+    return trace(
+        check, target, authority, settings, push_fix=push_fix, model_config=model_config,
+        container=container,
+    )  # fmt: skip
 
 
 def trace(
@@ -146,12 +159,15 @@ def trace(
     *,
     push_fix: str,
     model_config: bytes | None,
+    container: ContainerServer | None = None,
 ) -> DoctorReport:
     """The links read from a finished check (no remote command): each with the fix that
     belongs to what broke it."""
     a, b, c, d, e = (check.stage(k) for k in "abcde")
     assert a is not None and b is not None and c is not None
     restart = _restart_fix(target, c, settings)
+    if container is not None:  # the server reads the drafter at start-up: restart its container
+        restart = shlex.join(container.tool_argv("restart", "--", container.option.name))
     model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
     links = [
         _authoritative_link(authority),

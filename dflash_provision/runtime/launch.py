@@ -5,6 +5,10 @@ Pre-flight, before anything starts (each refusal names its fix):
 1. the drafter config.json on the target is the authoritative config, as file_status.judge
    rules (else DriftFound, with the fields that differ and the push command that fixes it; a
    file with the authoritative values in other bytes, same_values, passes with a warning);
+   and when the authority is a lock that pins the commit's other files (``fetch --all-files``),
+   each of them is the pinned one where it lies (runtime/drafter_files.py: sizes always, hashes
+   unless a recorded proof's identity is unchanged or ``--rehash-files``): else refused with 4
+   (wrong, missing, stray), 7 (unreadable) or 26 (cannot tell), naming each file;
 2. it validates, every layer, with the target model's config.json when MODEL is a directory on
    the target that holds one;
 3. ``num_speculative_tokens <= block_size - 1`` (default ``block_size - 1``);

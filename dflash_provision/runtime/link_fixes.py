@@ -27,6 +27,8 @@ def file_fix(a: StageResult, push_fix: str, restart: str) -> str:
         return f"{push_fix} && {restart}"
     if weights_only(a):
         return a.fix or weights_fix(restart)  # stage a's own fix names the directory
+    if a.data.get("failed_by") == "files" and a.fix:
+        return f"{a.fix} && {restart}"  # push --all-files places the lock's files
     if status == "dir-missing":
         return (
             f"the drafter directory of {path} does not exist on the target: check TARGET's "

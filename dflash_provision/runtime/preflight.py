@@ -50,6 +50,8 @@ class LaunchRequest:
     fix_command: str = "dflash-provision push TARGET"
     #: More --speculative-config keys (launch sets method, model and num_speculative_tokens).
     speculative_extra: Mapping[str, Any] = field(default_factory=dict)
+    #: The lock's pinned files: hash every one, whatever proofs the history holds.
+    rehash_files: bool = False
 
 
 @dataclass
@@ -67,6 +69,7 @@ class Preflight:
     warnings: list[str] = field(default_factory=list)
     weights: dict[str, Any] = field(default_factory=dict)  # weights_check.WeightsCheck.to_dict
     file_status: str = "in_sync"  # file_status.judge's word for the drafter file launch passed
+    files: dict[str, Any] | None = None  # the lock's pinned files, judged (None: it pins none)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -83,7 +86,7 @@ class Preflight:
             "warnings": self.warnings,
             "weights": self.weights,
             "file_status": self.file_status,
-        }
+        } | ({} if self.files is None else {"files": self.files})
 
 
 def preflight(
@@ -93,6 +96,7 @@ def preflight(
     _check_request(request)
     timeout = request.command_timeout
     file_status, warnings = _require_same_file(transport, target, authority, request, timeout)
+    files = _require_pinned_files(transport, target, authority, request)
     doc = json.loads(authority.data)
     from dflash_provision.check.invariants import block_size_of
 
@@ -144,7 +148,30 @@ def preflight(
         warnings=warnings,
         weights=weights.check.to_dict(),
         file_status=file_status,
+        files=files,
     )
+
+
+def drafter_preflight(
+    transport: Transport, target: Target, authority: Authority, request: LaunchRequest
+) -> tuple[int, dict[str, str], list[str]]:
+    """The drafter's part of the pre-flight (1-3 and 6 of launch's list) for a server that is
+    not started on ``transport`` itself (launch --docker: a new container): the file on disk
+    equals the authoritative config, it validates, N <= block_size - 1, and the env the layout
+    needs. Returns (N, env, warnings); raises the refusal."""
+    _check_request(request)
+    _, warnings = _require_same_file(transport, target, authority, request, request.command_timeout)
+    doc = json.loads(authority.data)
+    from dflash_provision.check.invariants import block_size_of
+    from dflash_provision.check.validate import validate_config
+
+    block_size, block_path = block_size_of(doc)
+    n, token_warnings = _speculative_tokens(request, block_size, block_path)
+    n = _speculators_default(doc, request, n)
+    report = validate_config(authority.data, label=authority.label, target=None)
+    warnings += token_warnings + _judge_validation(report, authority.label, force=request.force)
+    env, _ = runtime_env(doc, dict(request.env))
+    return n, env, warnings
 
 
 def _check_request(request: LaunchRequest) -> None:
@@ -201,6 +228,30 @@ def _require_same_file(
         f"{request.fix_command}",
         exit_code=code,
     )
+
+
+def _require_pinned_files(
+    transport: Transport, target: Target, authority: Authority, request: LaunchRequest
+) -> dict[str, Any] | None:
+    """Every file the lock pins beside config.json, checked where vLLM will read it (sizes
+    always, hashes unless a recorded proof's identity is unchanged): the refusal (4, 7, 26 by
+    launch's row of files_status.EXIT_CODE), or the verdict's JSON (None: the lock pins none).
+    --force does not pass it, as it does not pass a wrong config.json."""
+    from dflash_provision.runtime.drafter_files import check_drafter_files, refusal
+
+    files = check_drafter_files(
+        transport,
+        target,
+        authority,
+        rehash=request.rehash_files,
+        timeout=request.command_timeout,
+    )
+    if files is None:
+        return None
+    refused = refusal(files, transport.description, request.fix_command)
+    if refused is not None:
+        raise refused
+    return files.to_dict()
 
 
 def _speculative_tokens(

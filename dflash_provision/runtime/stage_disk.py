@@ -20,8 +20,57 @@ _MAX_PROBE_OUTPUT = 256 * 1024
 
 def stage_file(ctx: CheckContext) -> StageResult:
     """a: the bytes at the target's config path are the authoritative bytes, and the weights
-    beside them (their safetensors headers) fit the authoritative config."""
-    return _judge_weights(ctx, _stage_file_bytes(ctx))
+    beside them (their safetensors headers) fit the authoritative config; with a lock that pins
+    the drafter's other files, each of them is the pinned one where it lies."""
+    return _judge_pinned_files(ctx, _judge_weights(ctx, _stage_file_bytes(ctx)))
+
+
+def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
+    """Add the pinned files (runtime/drafter_files.py, one exec) to a's verdict by
+    runtime-check's row of files_status.EXIT_CODE: a wrong or unreadable file fails the stage
+    (24), one that cannot be told leaves a passed stage inconclusive (26), never passed."""
+    from dflash_provision.check.file_status import Command
+    from dflash_provision.errors import ExitCode
+    from dflash_provision.runtime.drafter_files import (
+        all_files_fix,
+        check_drafter_files,
+        evidence,
+        wrong_files,
+    )
+
+    files = check_drafter_files(
+        ctx.transport,
+        ctx.target,
+        ctx.authority,
+        rehash=ctx.rehash_files,
+        timeout=ctx.timeout,
+    )
+    if files is None:
+        return result
+    result.data["files"] = files.to_dict()
+    result.evidence += evidence(files)
+    code = files.exit_code(Command.RUNTIME_CHECK)
+    if code is ExitCode.OK:
+        return result
+    first = f"the drafter's files are not the pinned commit's: {wrong_files(files)}"
+    if code is ExitCode.INCONCLUSIVE:
+        first = "cannot tell whether the drafter's files are the pinned commit's: " + (
+            wrong_files(files)
+        )
+    if not result.passed and not result.inconclusive:
+        result.summary += f"; and {first}"
+        if result.fix == ctx.push_fix and code is not ExitCode.INCONCLUSIVE:
+            result.fix = all_files_fix(ctx.push_fix)  # one push makes the config and files right
+        return result
+    result.summary = first
+    if code is ExitCode.INCONCLUSIVE:
+        result.status = StageStatus.INCONCLUSIVE
+        result.fix = "raise --command-timeout (a second check relies on the proofs of the first)"
+    else:
+        result.status = StageStatus.FAILED
+        result.fix = all_files_fix(ctx.push_fix)
+    result.data["failed_by"] = "files"
+    return result
 
 
 def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:

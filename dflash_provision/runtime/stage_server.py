@@ -55,6 +55,8 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
     evidence = [f"pid {getattr(server, 'pid', '?')}: {shlex.join(argv)[:400]}"]
     read = getattr(server, "argv_spec", None)
     evidence += _argv_evidence(read)
+    if ctx.container is not None:
+        evidence += ctx.container.mapping_lines(server_spec(server).get("model"))
     engine = ctx.log.engine if ctx.log is not None else None
     unknown = getattr(read, "unknown", None) if not spec else None
     if unknown and engine is not None:
@@ -71,7 +73,13 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
     blind = _log_blind(ctx)
     undecided += [blind] if blind else []
     warnings = _repeat_warnings(read, problems)
-    if ctx.log is None:
+    if ctx.log is None and ctx.container is not None:
+        data["log"] = None
+        warnings.append(
+            f"the server is not the main process of {ctx.container.what}: what it prints is "
+            "not in docker logs, so the engine version and auxiliary layers are not verified"
+        )
+    elif ctx.log is None:
         data["log"] = None
         warnings.append(
             "the server's start-up log is not readable (not started by dflash-provision launch): "
@@ -81,6 +89,8 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
         data["log"] = ctx.log.to_dict()
     if problems:
         fix = _server_fix(ctx, problems, port)
+        if ctx.container is not None:
+            fix = ctx.container.fix_hint(spec.get("model"))
         return StageResult(
             "c", name, StageStatus.FAILED, problems[0], evidence + problems, data, fix, [], warnings
         )
@@ -225,7 +235,10 @@ def _argv_problems(ctx: CheckContext, spec: dict[str, Any], read: Any = None) ->
         which = f" (the last of {many} speculative options: the one vLLM uses)"
     if spec.get("method") != "dflash":
         problems.append(f"speculative method {spec.get('method')!r}{which}, expected 'dflash'")
-    if not same_path(spec.get("model"), ctx.target.model_dir):
+    if ctx.container is not None:  # through the container's mounts, to the host directory
+        mismatch = ctx.container.drafter_mismatch(spec.get("model"), which)
+        problems += [mismatch] if mismatch else []
+    elif not same_path(spec.get("model"), ctx.target.model_dir):
         problems.append(
             f"the server runs drafter {spec.get('model')!r}{which}, not {ctx.target.model_dir!r}"
         )
@@ -304,7 +317,11 @@ def _engine_disagrees(ctx: CheckContext, engine: Any, spec: dict[str, Any]) -> l
             f"the engine's start-up record says drafter {engine.spec_model!r}, the command line "
             f"says {spec.get('model')!r}"
         )
-    if not same_path(engine.spec_model, ctx.target.model_dir) and same_path(
+    if ctx.container is not None:
+        if not ctx.container.drafter_mismatch(spec.get("model")):
+            mismatch = ctx.container.drafter_mismatch(engine.spec_model)
+            out += [f"the engine's start-up record: {mismatch}"] if mismatch else []
+    elif not same_path(engine.spec_model, ctx.target.model_dir) and same_path(
         spec.get("model"), ctx.target.model_dir
     ):
         out.append(

@@ -2,7 +2,8 @@
 :class:`StageResult` (status, one-line summary, evidence lines, data for JSON, the fix).
 
     a  file on disk        the target's config.json equals the authoritative config, and the
-                           weights beside it (their safetensors headers) fit it
+                           weights beside it (their safetensors headers) fit it; with a lock
+                           that pins the other files, each is the pinned one where it lies
     b  loader and vLLM     the config as the target's own transformers loads it, and (where vLLM
                            is importable there) vLLM's own resolution of the draft: aux layer ids,
                            per-layer windows, draft hf_config, field by field vs authoritative
@@ -109,11 +110,15 @@ class CheckContext:
     auth_doc: dict[str, Any]
     push_fix: str  # "dflash-provision push TARGET --repo ..." for this target and authority
     timeout: float = 60.0
+    rehash_files: bool = False  # stage a: the pinned files hashed whatever the proofs say
     disk: RemoteRead | None = None
     probe: dict[str, Any] | None = None
     server: Any = None  # process.RunningServer
     log: LogFacts | None = None
     log_size: int | None = None  # the log's size when it was read: later lines come after
+    # runtime/container_server.ContainerServer: the server runs in a Docker/Podman container;
+    # stages b-e then reach it through ``docker exec`` and stage c maps its drafter to the host.
+    container: Any = None
 
     @property
     def target_layer_ids(self) -> list[int] | None:

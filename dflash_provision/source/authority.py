@@ -22,11 +22,14 @@ import hashlib
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ConfigInvalid, UsageError
 from dflash_provision.source.local_file import read_config_file
 from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
+
+if TYPE_CHECKING:
+    from dflash_provision.source.pinned_files import PinnedFile
 
 # The Hub's repo id grammar (namespace/name), optionally pinned with @revision.
 _REPO_ID = re.compile(r"^(?P<repo>[A-Za-z0-9][\w.\-]*/[\w.\-]+)(?:@(?P<rev>[^\s@]+))?$")
@@ -170,6 +173,10 @@ class Authority:
     label: str
     data: bytes
     commit_sha: str | None = None  # set for Hub and lock sources
+    # A lock's other files of that commit (``fetch --all-files``): launch's pre-flight,
+    # runtime-check's stage a, doctor and rollout's pre-flight check them where they lie.
+    # Empty for every other source, and for a lock of the config alone.
+    pinned_files: tuple[PinnedFile, ...] = ()
 
     @functools.cached_property
     def sha256(self) -> str:
@@ -214,11 +221,17 @@ def load_repo(ref: RepoRef) -> Authority:
 def _load_lock(path: Path, repo_id: str | None) -> Authority:
     if not path.is_file():
         raise UsageError(f"--lock {path}: no such file")
-    from dflash_provision.source.lockfile import load_locked_config
+    from dflash_provision.source.lockfile import load_locked_config, read_pinned_files
 
     fetched = load_locked_config(path, repo_id)
+    pinned = tuple(
+        f
+        for f in read_pinned_files(path)
+        if f.repo_id == fetched.repo_id and f.commit_sha == fetched.commit_sha
+    )
     return Authority(
         label=f"{fetched.repo_id}@{fetched.commit_sha[:12]} (from {path})",
         data=fetched.data,
         commit_sha=fetched.commit_sha,
+        pinned_files=pinned,
     )

@@ -62,6 +62,9 @@ class ContainerRecord:
     env_names: tuple[str, ...]
     mounts: tuple[Mount, ...]
     ports: tuple[PublishedPort, ...]
+    # State.StartedAt (RFC 3339, nanoseconds): when this run of the container began; ``docker
+    # logs --since`` of it is this start's output only (a restarted container keeps its log).
+    started_at: str = ""
 
     @property
     def running(self) -> bool:
@@ -162,6 +165,7 @@ def parse_record(raw: Any) -> ContainerRecord:
         env_names=tuple(env_names),
         mounts=tuple(mounts),
         ports=ports,
+        started_at=_text(state.get("StartedAt", ""), "State.StartedAt"),
     )
 
 

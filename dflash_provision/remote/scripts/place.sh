@@ -11,6 +11,8 @@
 #   dflash-place 1
 #   part SIZE                  (OFFSET -1: the bytes a part holds, 0 when there is none)
 #   appended END
+#   mode MODE FROM             (LAST: the placed file's mode, octal, and whose it is: replaced,
+#                              config.json or default)
 #   placed NAME                (LAST: hash proved, renamed, directory fsynced)
 #   sync fsync|global          (how the file and the directory were made durable)
 #   error STEP REASON MESSAGE  (dir trust lock part write hash rename)
@@ -27,8 +29,9 @@ lock_timeout=$9
 deadline=${10:-0}
 bdir=$dir/.dflash-backups
 lockdir=
-# A placed file is readable by all (0644), as the Hub's files are, whatever the login's umask:
-# the server may run as another user.
+# A new part is readable by all (0644), as the Hub's files are, whatever the login's umask (the
+# server may run as another user); the last chunk gives it the mode the directory's owner chose
+# (see "mode" below).
 umask 022
 
 say "dflash-place 1"
@@ -117,6 +120,19 @@ if [ "$got" != "$digest" ]; then
 	rm -f -- "$part"
 	fail hash mismatch "$base: $algo ${got:-?} on the host, pinned $digest (the part was removed)"
 fi
+# The mode of the regular file it replaces (a directory kept 0640 for a service group stays
+# so; a link is not followed for it), else config.json's, else 0644. Permission bits only:
+# a set-id or sticky bit is not carried onto a weight file.
+mode= mode_from=default
+if [ -f "../$base" ] && [ ! -L "../$base" ]; then
+	mode=$(stat -c %a -- "../$base" 2>/dev/null) && mode_from=replaced
+elif [ -f ../config.json ] && [ ! -L ../config.json ]; then
+	mode=$(stat -c %a -- ../config.json 2>/dev/null) && mode_from=config.json
+fi
+case $mode in '' | *[!0-7]*) mode=644 mode_from=default ;; esac
+mode=$(printf '%o' $((0$mode & 0777)))
+err=$(chmod "$mode" "$part" 2>&1) || fail rename "$(reason_of "$err")" "cannot set mode $mode on $bdir/$base.dflash-part: $err"
+say "mode $mode $mode_from"
 err=$(mv -f -T -- "$part" "../$base" 2>&1) || fail rename "$(reason_of "$err")" "cannot rename onto $dir/$base: $err"
 if ! sync -- .. 2>/dev/null; then
 	sync

@@ -41,7 +41,8 @@
 #   write     stdin > tmp with dd conv=fsync: the bytes and their fsync in one process
 #   verify    tmp has SHA256 (a connection cut mid-write leaves a short tmp); the same
 #             sha256sum hashes the old file under the lock (written meanwhile by someone else
-#             with SHA256: "result unchanged", nothing is replaced)
+#             with SHA256: "result unchanged", nothing is replaced); a DEST that was missing
+#             before the lock and is there now (another write created it) is such an old file
 #   backup    hard link (or copy) the old file to <dir>/.dflash-backups/<base>.<UTC stamp>
 #   rename    (the mark first, see below: refused when settle.sh already left one for this
 #             NONCE, i.e. the caller reported this write as not done) mv -T tmp over DEST
@@ -473,6 +474,15 @@ fi
 # name it had to escape with a leading backslash.
 hash=
 old_hash=
+# A file that was missing when this write looked may have been created while it waited for the
+# lock (two repairs of one missing file): then only the first created it, and this one is judged
+# against that file like any other old file (unchanged when it holds these bytes, else backed up
+# and replaced), so that the caller does not report "created" twice.
+if [ "$old" = missing ] && [ -f "$file" ] && [ ! -L "$file" ]; then
+	old=present
+	say "old present"
+	old_size=$(stat -c %s "$file" 2>/dev/null) && say "old_size $old_size"
+fi
 if [ "$old" = present ]; then
 	sha256sum "$tmp" "$file" >"$errf" 2>/dev/null
 else
