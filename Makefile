@@ -4,7 +4,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 APT_PACKAGES := openssh-server lxc busybox sudo iproute2 prometheus prometheus-node-exporter
 
-.PHONY: install system-deps demo test test-slow test-vllm vllm-env vllm-matrix test-all lint format docs bench bench-latency bench-rollout bench-ansible stress soak clean
+.PHONY: install system-deps demo test test-fast test-slow test-vllm vllm-env vllm-matrix test-all lint format docs bench bench-latency bench-rollout bench-ansible stress soak clean
 
 # The package's bytecode is written here, as pip writes it for an installed wheel: an editable
 # install whose user sets PYTHONDONTWRITEBYTECODE would otherwise compile ~70 modules from source
@@ -63,6 +63,12 @@ test: install system-deps
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	$(VENV)/bin/pytest -m "not slow and not vllm" -ra
+
+# The fast tier: the tests that need no root and no host (no sshd, LXC, dockerd or vLLM), as
+# tests/conftest.py marks them `fast`; a fast test that starts a host fails there
+# (testbed/tier.py). No apt packages needed. docs/tests.md says how many and how long.
+test-fast: install
+	$(VENV)/bin/pytest -m fast -q
 
 # The long-running tier: the quick stress runs (bench/stress/ --quick) and the bounded-read test
 # of 200 MB configs (30 s here). Not the vllm tier (`make test-vllm`). Collecting nothing is a

@@ -64,8 +64,12 @@ FAILED = "failed"
 
 OPERATIONS = ("push", "repair", "rollback", "audit", "verify", "runtime-check", "rollout")
 
-# 3: fleet rows of plain TARGETs keyed by machine (see HostKey.of_name), acceptance references
+# One schema: 0.1.0 is the first release, so no migration is kept from the development builds
+# before it. It is numbered 3, as the last of those builds numbered the same tables, whose
+# databases keep working; a database at another number (1 or 2: an older build; above 3: a
+# newer version) or with an unnumbered ``events`` table is refused, saying how to move it aside.
 _SCHEMA_VERSION = 3
+# No semicolon inside a comment: _execute_all splits the script on them.
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
     id            INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -75,29 +79,23 @@ CREATE TABLE IF NOT EXISTS events (
     who           TEXT NOT NULL,   -- user@controller
     command       TEXT NOT NULL,   -- the command line that did it
     op            TEXT NOT NULL,   -- push, repair, rollback, audit, verify
-    host          TEXT NOT NULL,
+    host          TEXT NOT NULL,   -- the text shown to users (the key: the last four columns)
     path          TEXT NOT NULL,
     sha256_before TEXT,
     sha256_after  TEXT,
     status        TEXT NOT NULL,   -- started, ok, failed, or an audit status (in_sync, drifted...)
     message       TEXT NOT NULL DEFAULT '',
-    pid           INTEGER NOT NULL
+    pid           INTEGER NOT NULL,
+    machine       TEXT,
+    login         TEXT,
+    port          INTEGER,
+    container     TEXT
 );
 CREATE INDEX IF NOT EXISTS events_host_time ON events (host, id);
-"""
-# Version 2: the host's key in columns of its own (``host`` keeps the text shown to users).
-_KEY_COLUMNS = ("machine", "login", "port", "container")
-_SCHEMA_2 = """
-ALTER TABLE events ADD COLUMN machine TEXT;
-ALTER TABLE events ADD COLUMN login TEXT;
-ALTER TABLE events ADD COLUMN port INTEGER;
-ALTER TABLE events ADD COLUMN container TEXT;
 CREATE INDEX IF NOT EXISTS events_machine_time ON events (machine, id);
-"""
-# Version 3: acceptance references, the figures of a passing runtime-check (runtime/reference.py),
-# each beside its "runtime-check" row in events. Looked up by host, server port, drafter sha256
-# and the digest of the smoke prompts; the newest one is the reference.
-_SCHEMA_3 = """
+-- Acceptance references: the figures of a passing runtime-check (runtime/reference.py), each
+-- beside its "runtime-check" row in events. Looked up by host, server port, drafter sha256 and
+-- the digest of the smoke prompts, the newest one being the reference.
 CREATE TABLE IF NOT EXISTS acceptance_references (
     id              INTEGER PRIMARY KEY AUTOINCREMENT,
     event_id        INTEGER,
@@ -114,6 +112,15 @@ CREATE TABLE IF NOT EXISTS acceptance_references (
 CREATE INDEX IF NOT EXISTS references_lookup
     ON acceptance_references (drafter_sha256, prompts_sha256, machine, id);
 """
+_KEY_COLUMNS = ("machine", "login", "port", "container")
+
+
+class OtherSchema(sqlite3.DatabaseError):
+    """The history database was written by another version (its schema number says which)."""
+
+    def __init__(self, version: int) -> None:
+        super().__init__(f"schema {version}")
+        self.version = version
 
 
 @dataclass(frozen=True)
@@ -217,6 +224,14 @@ def describe_failure(path: Path, exc: BaseException) -> str:
     code = getattr(exc, "errno", None) or getattr(exc, "sqlite_errorcode", None)
     text = detail.lower()
     aside = f"move it aside (mv {shlex.quote(str(path))} {shlex.quote(str(path) + '.broken')})"
+    if isinstance(exc, OtherSchema):
+        whose = "a newer version" if exc.version > _SCHEMA_VERSION else "a build before 0.1.0"
+        old = shlex.quote(str(path) + ".old")
+        return (
+            f"history database {path} was written by {whose} (schema {exc.version}; this "
+            f"version reads {_SCHEMA_VERSION}); move it aside (mv {shlex.quote(str(path))} "
+            f"{old}): the next command starts a new one"
+        )
     where = f"{HOME_ENV}={home}" if os.environ.get(HOME_ENV) else str(home)
     if isinstance(exc, (NotADirectoryError, FileExistsError)) or (
         home.exists() and not home.is_dir()
@@ -612,15 +627,25 @@ class HistoryStore:
 
         return self._write(lambda conn: _when_not_busy(lambda: insert(conn)))
 
-    def latest_reference(self, key: ReferenceKey) -> tuple[str, dict[str, Any]] | None:
+    def latest_reference(
+        self, key: ReferenceKey, *, vllm_version: str | None = None
+    ) -> tuple[str, dict[str, Any]] | None:
         """The newest reference for ``key`` (when it was recorded, its figures), else None.
-        The host must match exactly: another login, port or container is another host."""
+        The host must match exactly: another login, port or container is another host.
+        ``vllm_version``: only a reference recorded on that vLLM version (the figures' own
+        ``vllm_version``: acceptance moves between releases, runtime/reference_version.py)."""
         sql = (
             "SELECT recorded_at, figures FROM acceptance_references WHERE drafter_sha256 = ?"
             " AND prompts_sha256 = ? AND server_port = ? AND machine = ? AND login IS ?"
-            " AND port IS ? AND container IS ? ORDER BY id DESC LIMIT 1"
+            " AND port IS ? AND container IS ?"
         )
-        params = (key.drafter_sha256, key.prompts_sha256, key.server_port, *key.host.columns())
+        params: tuple[Any, ...] = (
+            key.drafter_sha256, key.prompts_sha256, key.server_port, *key.host.columns()
+        )  # fmt: skip
+        if vllm_version is not None:
+            sql += " AND json_valid(figures) AND json_extract(figures, '$.vllm_version') = ?"
+            params += (vllm_version,)
+        sql += " ORDER BY id DESC LIMIT 1"
         row = self._read(lambda conn: _when_not_busy(lambda: conn.execute(sql, params).fetchone()))
         if row is None:
             return None
@@ -724,21 +749,16 @@ def _set_up(conn: sqlite3.Connection) -> None:
     # WAL lets readers and one writer proceed together across processes; NORMAL sync is
     # durable against a killed process (the case "started" rows exist for). WAL is stored in
     # the file, so only the first run on a new database has to change it.
+    # Refused before anything is changed in a database of another version (WAL included).
+    _refuse_other_schema(conn)
     if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
         conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA synchronous = NORMAL")
     conn.execute("BEGIN IMMEDIATE")  # one process creates the schema; the others then see it
     try:
-        version = conn.execute("PRAGMA user_version").fetchone()[0]
-        if version < 1:
+        _refuse_other_schema(conn)  # another process may have written it since
+        if conn.execute("PRAGMA user_version").fetchone()[0] == 0:
             _execute_all(conn, _SCHEMA)
-        if version < 2:
-            _execute_all(conn, _SCHEMA_2)
-            _key_old_rows(conn)
-        if version < 3:
-            _rekey_target_rows(conn)
-            _execute_all(conn, _SCHEMA_3)
-        if version < _SCHEMA_VERSION:
             conn.execute(f"PRAGMA user_version = {_SCHEMA_VERSION}")
     except BaseException:
         conn.execute("ROLLBACK")
@@ -752,31 +772,18 @@ def _execute_all(conn: sqlite3.Connection, script: str) -> None:
             conn.execute(statement)
 
 
-def _key_old_rows(conn: sqlite3.Connection) -> None:
-    """Fill the key columns of rows written by schema 1, which kept only the host's text."""
-    rows = conn.execute("SELECT id, host FROM events WHERE machine IS NULL").fetchall()
-    conn.executemany(
-        "UPDATE events SET machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
-        [(*HostKey.parse(host).columns(), row_id) for row_id, host in rows],
-    )
-
-
-def _rekey_target_rows(conn: sqlite3.Connection) -> None:
-    """Rows that audit and repair wrote for a plain TARGET before schema 3 kept the whole spec
-    (``h01:/root/models/X``) as the machine: key them by the machine, as new rows are."""
-    rows = conn.execute(
-        "SELECT id, machine FROM events WHERE login IS NULL AND port IS NULL"
-        " AND container IS NULL AND (machine LIKE '%:%' OR machine LIKE '%@%')"
-    ).fetchall()
-    updates = []
-    for row_id, machine in rows:
-        key = HostKey.of_name(machine)
-        if key.machine != machine:
-            updates.append((str(key), *key.columns(), row_id))
-    conn.executemany(
-        "UPDATE events SET host = ?, machine = ?, login = ?, port = ?, container = ? WHERE id = ?",
-        updates,
-    )
+def _refuse_other_schema(conn: sqlite3.Connection) -> None:
+    """OtherSchema unless the database is ours (numbered ``_SCHEMA_VERSION``) or new (unnumbered,
+    without an ``events`` table: other tables, e.g. rollouts, may be there already)."""
+    # One statement, one snapshot: read apart, another process could create the tables and
+    # number them in between (version 0 seen, then its events table).
+    version, events = conn.execute(
+        "SELECT (SELECT user_version FROM pragma_user_version),"
+        " EXISTS (SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'events')"
+    ).fetchone()
+    if version == _SCHEMA_VERSION or (version == 0 and not events):
+        return
+    raise OtherSchema(int(version))
 
 
 def _is_busy(exc: sqlite3.OperationalError) -> bool:

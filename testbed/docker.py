@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from testbed.hosts import _popen
+from testbed.tier import refuse_in_fast_tier
 
 START_TIMEOUT_S = 60.0
 STOP_TIMEOUT_S = 20.0
@@ -90,6 +91,7 @@ class DockerDaemon:
     def start(self, timeout: float = START_TIMEOUT_S) -> DockerDaemon:
         """Start dockerd and wait until it answers; DockerUnavailable (with its log's tail) when
         it exits or does not answer within ``timeout``."""
+        refuse_in_fast_tier("a dockerd")
         reason = missing_docker_prerequisites()
         if reason:
             raise DockerUnavailable(reason)

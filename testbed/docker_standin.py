@@ -73,8 +73,8 @@ def standin_container(
     args = ["run", "-d", "--network", "none", "--name", name]
     for source, inside in python_mounts():
         args += ["-v", f"{source}:{inside}:ro"]
-    for source, inside in volumes:
-        args += ["-v", f"{source}:{inside}"]
+    for host_path, inside in volumes:  # str | Path (the loop above binds str)
+        args += ["-v", f"{host_path}:{inside}"]
     # The reference drafter mixes sliding and full layers: vLLM needs its V2 runner for that.
     for key, value in {"VLLM_USE_V2_MODEL_RUNNER": "1", **(env or {})}.items():
         args += ["-e", f"{key}={value}"]

@@ -65,6 +65,8 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from testbed.tier import refuse_in_fast_tier
+
 SSHD = "/usr/sbin/sshd"
 #: For tests of the "openssh-server is not installed" path: the sshd the testbed runs (a path that
 #: does not exist behaves like a machine without openssh-server). Unset: SSHD.
@@ -616,6 +618,7 @@ class Host(SshEndpoint):
     def _launch(self) -> None:
         if self._proc is not None and self._proc.poll() is None:
             return
+        refuse_in_fast_tier(f"sshd host {self.name}")
         self.sshd_pid = None
         self._mounts = []
         script = (
@@ -739,7 +742,9 @@ class Host(SshEndpoint):
         if isinstance(stdin, str):
             stdin = stdin.encode()
         cmd = ["nsenter", "-t", str(self.sshd_pid), "-m", "-u", "-p", "--", *argv]
-        proc = subprocess.run(cmd, input=stdin, capture_output=True, timeout=timeout, cwd="/")
+        proc: subprocess.CompletedProcess[Any] = subprocess.run(
+            cmd, input=stdin, capture_output=True, timeout=timeout, cwd="/"
+        )
         if text:
             proc = subprocess.CompletedProcess(
                 proc.args,
@@ -953,6 +958,7 @@ class Fleet:
 
     def start(self, timeout: float = START_TIMEOUT_S) -> Fleet:
         """Generate files (once), launch every host at once, wait until all listen."""
+        refuse_in_fast_tier(f"a fleet of {self.count} sshd hosts")
         reason = missing_prerequisites()
         if reason:
             raise FleetError(f"cannot start a fleet: {reason}")
@@ -1113,6 +1119,7 @@ class SingleUserSshd(SshEndpoint):
         (``with single_user_sshd(...)`` starts it, then ``__enter__`` asks again)."""
         if self._proc is not None and self._proc.poll() is None:
             return self
+        refuse_in_fast_tier("a single-user sshd")
         reason = missing_prerequisites(need_root=False)
         if reason:
             raise FleetError(f"cannot start sshd: {reason}")

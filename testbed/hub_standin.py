@@ -181,7 +181,7 @@ class HubStandin:
     def url(self) -> str:
         if self._server is None:
             raise RuntimeError("hub stand-in is not started")
-        host, port = self._server.server_address[:2]
+        host, port = self._server.socket.getsockname()[:2]
         return f"http://{host}:{port}"
 
     # --- catalogue -------------------------------------------------------------------------
@@ -446,7 +446,7 @@ class _Handler(BaseHTTPRequestHandler):
             # X-Linked-*, and a Location on another origin, so the client's HEAD stops here.
             sha256 = hashlib.sha256(data).hexdigest()
             pointer = lfs_pointer(data)
-            port = self.server.server_address[1]
+            port = self.connection.getsockname()[1]  # the local end: the port this server bound
             cdn = "localhost" if self.hub.host == "127.0.0.1" else "127.0.0.1"
             headers.update(
                 {

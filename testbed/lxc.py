@@ -30,6 +30,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from testbed.tier import refuse_in_fast_tier
+
 if TYPE_CHECKING:
     from testbed.hosts import Host
 
@@ -98,6 +100,7 @@ class Container:
 
     def create(self) -> Container:
         """``lxc-create -t busybox`` with a network-less config."""
+        refuse_in_fast_tier(f"LXC container {self.name}")
         config = self._base_config_path()
         self._lxc("lxc-create", "-t", "busybox", "-f", config)
         return self

@@ -323,7 +323,8 @@ def write_tokenizer(out: Path) -> None:
         show_progress=False,
     )
     tok.train_from_iterator(_corpus(), trainer=trainer)
-    fast = PreTrainedTokenizerFast(
+    # transformers' tokenizer classes carry no annotations on __init__.
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
         tokenizer_object=tok, eos_token=EOS_TOKEN, bos_token=EOS_TOKEN, pad_token=EOS_TOKEN
     )
     fast.model_max_length = MAX_POSITIONS

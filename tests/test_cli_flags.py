@@ -73,29 +73,31 @@ def test_a_mistyped_option_suggests_the_closest_one(tmp_path: Path) -> None:
     assert "Did you mean '--dry-run'?" in done.stderr
 
 
-def test_old_short_identity_on_push_still_works_and_says_what_to_type(tmp_path: Path) -> None:
+@pytest.mark.parametrize("command", ["push", "verify", "rollback"])
+def test_the_key_file_is_identity_and_dash_i_is_no_longer_taken_for_it(
+    tmp_path: Path, command: str
+) -> None:
+    # -i was the key file here before 0.1.0; it is the inventory (audit, repair, rollout).
     key = tmp_path / "id_test"
     key.write_text("-----BEGIN OPENSSH PRIVATE KEY-----\nAAAA\n-----END OPENSSH PRIVATE KEY-----\n")
     (tmp_path / "config.json").write_bytes(samples.REFERENCE_DRAFTER.read_bytes())
     address, port = refused_address()
     target = f"ssh://root@{address}:{port}/root/models/x"
-    done = Cli(tmp_path).run("push", target, "--from", "config.json", "-i", str(key))
-    assert done.returncode == ExitCode.UNREACHABLE, done.stderr  # the key was taken, then refused
-    warning, error = done.stderr.strip().splitlines()
-    assert warning == (
-        "warning: -i KEY is deprecated; use --identity KEY (-i names the inventory, as in Ansible)"
-    )
-    assert error.startswith("error: ") and "refused" in error
-    plain = Cli(tmp_path).run("push", target, "--from", "config.json", "--identity", str(key))
-    assert "deprecated" not in plain.stderr
+    source = [] if command == "rollback" else ["--from", "config.json"]
+    old = Cli(tmp_path).run(command, target, *source, "-i", str(key))
+    assert old.returncode == ExitCode.USAGE
+    assert "No such option '-i'" in old.stderr
+    new = Cli(tmp_path).run(command, target, *source, "--identity", str(key))
+    assert new.returncode == ExitCode.UNREACHABLE, new.stderr  # the key was taken, then refused
+    assert new.stderr.strip().startswith("error: ") and "refused" in new.stderr
 
 
-def test_history_row_count_is_last_and_the_old_limit_still_works(tmp_path: Path) -> None:
+def test_history_row_count_is_last_and_limit_is_no_option_there(tmp_path: Path) -> None:
     new = Cli(tmp_path).run("history", "-n", "3")
     assert new.returncode == 0 and new.stderr == ""
     old = Cli(tmp_path).run("history", "--limit", "3")
-    assert old.returncode == 0
-    assert "warning: --limit N is deprecated; use --last N" in old.stderr
+    assert old.returncode == ExitCode.USAGE
+    assert "No such option '--limit'" in old.stderr
 
 
 @pytest.mark.parametrize("command", ["push", "verify", "audit"])

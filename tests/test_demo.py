@@ -16,7 +16,8 @@ import pytest
 from dflash_provision.errors import ExitCode
 from testbed.demo import CANNOT_RUN, KEEP_MESSAGE
 
-pytestmark = pytest.mark.integration
+# hosts: the demo starts its own fleet (out of the fast tier; testbed/tier.py refuses it there).
+pytestmark = [pytest.mark.integration, pytest.mark.hosts]
 
 DEMO = (
     "import sys; from pathlib import Path; from testbed.demo import run_demo; "

@@ -155,7 +155,23 @@ def test_every_live_cause_has_its_own_fix() -> None:
     assert all("; fix: " in c for c in live(causes))
     assert len(fixes) == len(live(causes))  # no shared catch-all line
     mask = next(c for c in live(causes) if c.split()[1] == "mask_token_id")
-    assert "mask_token_id from the published config" in mask.rpartition("; fix: ")[2]
+    assert "the published config of the weights' revision" in mask.rpartition("; fix: ")[2]
+
+
+def test_every_cause_fix_is_a_command_the_clis_own_parser_takes() -> None:
+    """Each live cause's fix, in the shapes stage e ranks (near zero, low, a cliff), pasted
+    as printed: real commands (target, port, model config beside the drafter), no MODEL,
+    PATH, REPO@REV; the words after ``#`` are a shell comment."""
+    from tests.fixtures.fix_lines import parse
+
+    seen: set[str] = set()
+    for rates, rate in (([0.5, 0.3], 0.05), ([0.02, 0.01], 0.01), ([0.9, 0.05], 0.3)):
+        causes = acceptance_causes(ctx(), healthy_earlier(), acceptance_data(rates, rate), 15)
+        for cause in live(causes):
+            fix = cause.rpartition("; fix: ")[2]
+            parse(fix)
+            seen.add(fix.split("  # ")[0])
+    assert len(seen) >= 4, seen
 
 
 def test_weights_that_do_not_fit_come_first_with_the_fields_that_disagree() -> None:
@@ -173,7 +189,7 @@ def test_weights_that_do_not_fit_come_first_with_the_fields_that_disagree() -> N
     first = live(causes)[0]
     assert first.startswith("1. the weights do not fit the config or the target")
     assert "num_hidden_layers: config 5, weights 4" in first
-    assert "ONE pinned revision" in first.rpartition("; fix: ")[2]
+    assert "ONE revision" in first.rpartition("; fix: ")[2]
     typed = diagnose(context, earlier, verdict_of(acceptance_data([0.3, 0.1], 0.03)), 15)
     assert first_fix(typed.causes) == first.rpartition("; fix: ")[2]
 

@@ -92,13 +92,14 @@ def test_file_on_disk_link_push_for_a_wrong_file_one_revision_for_weights_that_d
     weights = {"checked": True, "ok": False, "mismatches": [mismatch], "detail": ""}
     report = doctor(a=failed("a", "weights do not fit", status="present", weights=weights))
     fix = link(report, "file on disk").fix or ""
-    assert "ONE pinned revision" in fix and not fix.startswith(PUSH)  # a push cannot fix weights
+    assert "ONE revision" in fix and not fix.startswith(PUSH)  # a push cannot fix weights
     assert report.exit_code == ExitCode.INVALID
     own = failed("a", "weights do not fit", status="present", weights=weights, failed_by="weights")
     own.fix = "put the weights of the config's revision in /m"  # stage a's own weights fix
     assert link(doctor(a=own), "file on disk").fix == own.fix
     report = doctor(a=failed("a", "no such directory", status="dir-missing", path="/m/config.json"))
-    assert (link(report, "file on disk").fix or "").startswith("the drafter directory of")
+    fix = link(report, "file on disk").fix or ""
+    assert fix.startswith("dflash-provision status ") and "the drafter directory of" in fix
 
 
 def test_validation_link_a_push_only_when_the_authoritative_config_fits_the_target() -> None:
@@ -121,12 +122,14 @@ def test_loader_link_the_fix_follows_why_the_loader_failed() -> None:
     # a probe that could not run at all: a fix about the probe
     why = "the probe did not run with /opt/py on the target: sh: /opt/py: not found"
     fix = link(doctor(b=failed("b", why, python="/opt/py")), "loader on the target").fix or ""
-    assert fix.startswith("the probe could not run on the target") and "--python" in fix
+    assert fix.startswith("dflash-provision status ")  # shows the python the server runs
+    assert "the probe could not run on the target" in fix and "--python" in fix
     # fields the loader changes: the config fix
     b = failed("b", "loader", probe=PROBE, loader_problems=["sliding_window: null → 2048"],
                vllm_problems=[])  # fmt: skip
     fix = link(doctor(b=b), "loader on the target").fix or ""
-    assert fix.startswith("make the config survive the loader") and "use_sliding_window" in fix
+    assert fix.startswith("dflash-provision validate ")  # names each field the loader changes
+    assert "make the config survive it" in fix and "use_sliding_window" in fix
 
 
 def test_vllm_link_the_fix_follows_the_problem() -> None:
@@ -186,7 +189,8 @@ def test_acceptance_link_the_fix_is_the_first_open_causes() -> None:
     assert link(report, "acceptance").fix == "take mask_token_id from X"
     # a server that drafts nothing has no ranked causes: the fix points at its log
     silent = failed("e", "the server exports no spec-decode metrics: it is not speculating")
-    assert (link(doctor(e=silent), "acceptance").fix or "").startswith("the server does not draft")
+    fix = link(doctor(e=silent), "acceptance").fix or ""
+    assert fix.startswith("dflash-provision logs ") and "the server does not draft" in fix
     # doctor --json lists the causes once: under the link, not again in the embedded check
     text = json.dumps(report.to_dict())
     assert all(text.count(json.dumps(cause)) == 1 for cause in causes)
@@ -199,7 +203,10 @@ def test_an_inconclusive_stage_is_cannot_tell_with_exit_26_never_healthy() -> No
     assert report.exit_code == ExitCode.INCONCLUSIVE == 26
     data = report.to_dict()
     assert data["ok"] is False and data["cannot_tell"] == ["acceptance"]
-    assert "--prompts" in (data["fix"] or "")
+    # the same doctor again with twice the prompts, pasteable (PUSH's --from x is the source)
+    assert (data["fix"] or "").startswith(
+        f"dflash-provision doctor gpu1:{DRAFTER} --from x --port 8000 --prompts 6  # measures"
+    ), data["fix"]
     # a broken link still outranks a link that cannot tell
     report = doctor(e=e, a=failed("a", "differs", status="present", diff=["x"]))
     assert report.exit_code == ExitCode.DRIFT
@@ -216,4 +223,4 @@ def test_doctor_text_says_cannot_tell_and_its_fix_never_nothing_broken(
     assert "7 acceptance             cannot tell only 12 draft tokens" in out
     assert "nothing broken" not in out
     assert "cannot tell: acceptance: only 12 draft tokens" in out
-    assert "fix: measure again with more evidence" in out
+    assert "fix: dflash-provision doctor " in out and "# measures again with more evidence" in out

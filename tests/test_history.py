@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from dflash_provision import history
+from dflash_provision.errors import ExitCode, LocalWriteFailed
 from dflash_provision.history import AuditRecord, HistoryStore, HostKey
+from dflash_provision.rollout.store import RolloutStore
 from tests.fixtures.cli import run_cli
 
 
@@ -110,26 +112,52 @@ def test_host_filter_finds_a_machine_however_each_command_named_it(store):
     assert query("gpu1:2222") == ["root@gpu1:2222"]
 
 
-def test_a_history_written_before_host_keys_had_columns_is_found_by_host(tmp_path):
-    # Schema 1 kept the host as text only: opening it adds the key columns and fills them.
+# What the development builds before 0.1.0 wrote: schema 1 kept the host as text only.
+_BUILD_1 = """CREATE TABLE events (id INTEGER PRIMARY KEY AUTOINCREMENT, started_at TEXT NOT NULL,
+finished_at TEXT, duration_s REAL, who TEXT NOT NULL, command TEXT NOT NULL, op TEXT NOT NULL,
+host TEXT NOT NULL, path TEXT NOT NULL, sha256_before TEXT, sha256_after TEXT,
+status TEXT NOT NULL, message TEXT NOT NULL DEFAULT '', pid INTEGER NOT NULL);"""
+
+
+@pytest.mark.parametrize(
+    ("setup", "whose"),
+    [
+        (_BUILD_1 + "PRAGMA user_version = 1;", "a build before 0.1.0 (schema 1;"),
+        (_BUILD_1 + "PRAGMA user_version = 2;", "a build before 0.1.0 (schema 2;"),
+        (_BUILD_1, "a build before 0.1.0 (schema 0;"),
+        ("PRAGMA user_version = 4;", "a newer version (schema 4;"),
+    ],
+)
+def test_a_history_of_another_version_is_refused_with_how_to_move_it_aside(
+    tmp_path: Path, setup: str, whose: str
+) -> None:
     db = tmp_path / "history.sqlite3"
     old = sqlite3.connect(db)
-    old.executescript(history._SCHEMA + "PRAGMA user_version = 1;")
-    for host in ("root@gpu1:2222", "gpu1/lxc:c1", "gpu2"):
-        old.execute(
-            "INSERT INTO events (started_at, who, command, op, host, path, status, pid)"
-            " VALUES ('2026-01-01T00:00:00+00:00', 'u@c', 'x', 'push', ?, '/m', 'ok', 1)",
-            (host,),
-        )
-    old.commit()
+    old.executescript(setup)
     old.close()
+    before = db.read_bytes()
+    with pytest.raises(LocalWriteFailed) as caught:
+        HistoryStore(db).query()
+    assert str(caught.value) == (
+        f"history database {db} was written by {whose} this version reads 3); move it aside "
+        f"(mv {db} {db}.old): the next command starts a new one"
+    )
+    assert db.read_bytes() == before  # left as it was: nothing migrated, no WAL switched on
+    # The CLI: one line, exit 9 (the controller's own files); after the mv, a new history.
+    done = run_cli("history", env={"DFLASH_PROVISION_HOME": str(tmp_path)})
+    assert done.returncode == ExitCode.LOCAL_WRITE
+    assert done.stderr == f"error: {caught.value}\n"
+    db.rename(tmp_path / "history.sqlite3.old")
+    assert run_cli("history", env={"DFLASH_PROVISION_HOME": str(tmp_path)}).returncode == 0
+
+
+def test_a_database_that_holds_only_rollouts_gets_the_history_beside_them(tmp_path: Path) -> None:
+    # The rollout store keeps its table in the same file and may create it first.
+    db = tmp_path / "history.sqlite3"
+    RolloutStore(db).all()
     store = HistoryStore(db)
-    assert {e.host for e in store.query(host=HostKey.parse("gpu1"))} == {
-        "root@gpu1:2222",
-        "gpu1/lxc:c1",
-    }
     store.record_finish(store.record_start("push", HostKey("gpu2"), "/m"), status="ok")
-    assert len(store.query(host=HostKey("gpu2"))) == 2
+    assert [e.host for e in store.query()] == ["gpu2"]
 
 
 def test_host_filter_takes_sql_wildcards_literally(store):

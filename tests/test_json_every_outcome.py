@@ -125,6 +125,7 @@ def host_not_known(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[H
         yield one.hosts[0], known
 
 
+@pytest.mark.hosts  # host_not_known starts a real sshd host
 @pytest.mark.parametrize("name", ["push", "verify", "status", "doctor", "runtime-check", "diff"])
 def test_a_refused_login_is_a_document_with_its_status_and_code(
     name: str, host_not_known: tuple[Host, Path], tmp_path: Path

@@ -12,6 +12,9 @@ import time
 import pytest
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.runtime.long_context import FIX_WHY
+from tests.fixtures.fix_lines import fix_lines
+from tests.fixtures.fix_lines import parse as parse_fix
 from tests.fixtures.runtime import DRAFTER_DIR, REFERENCE, put
 from tests.fixtures.standin import Bed, stages
 
@@ -43,7 +46,9 @@ def test_acceptance_that_collapses_past_the_window_fails_stage_e_with_the_cause(
     assert (
         "e  acceptance: FAILED  acceptance past the sliding window (2048 tokens) collapsed" in out
     )
-    assert CAUSE in out and "fix: serve with a vLLM that runs DFlash's per-layer sliding" in out
+    assert CAUSE in out and f"--restart  # {FIX_WHY}" in out
+    for line in fix_lines(out):
+        parse_fix(line)
     assert "runtime-check FAILED at stage e" in out
 
     code, report = bed.check_json("--no-reference")
@@ -61,7 +66,9 @@ def test_acceptance_that_collapses_past_the_window_fails_stage_e_with_the_cause(
     )  # fmt: skip
     assert doctor.returncode == ExitCode.ACCEPTANCE_LOW, doctor.stdout + doctor.stderr
     assert CAUSE in doctor.stdout
-    assert "fix: serve with a vLLM that runs DFlash's per-layer sliding" in doctor.stdout
+    assert f"--restart  # {FIX_WHY}" in doctor.stdout
+    for line in fix_lines(doctor.stdout):
+        parse_fix(line)
 
 
 def test_a_healthy_server_passes_with_the_part_past_the_window_reported(bed: Bed) -> None:

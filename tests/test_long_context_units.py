@@ -23,6 +23,11 @@ from testbed import samples, vllm_standin
 from tests.fixtures.cli import run_cli
 
 REFERENCE = json.loads(samples.REFERENCE_DRAFTER.read_text())
+FIXES = {
+    "restart": "dflash-provision launch h:/srv/drafter --port 8000 --restart",
+    "rerun": f"dflash-provision runtime-check h:/srv/drafter --from {samples.REFERENCE_DRAFTER} "
+    "--port 8000",
+}
 
 
 def figures(drafts: int, accepted: int, k: int = 4, *, requests: int = 1) -> Any:
@@ -90,22 +95,37 @@ def _stage_e(rate_accepted: int = 18) -> StageResult:
 
 def test_a_collapse_fails_stage_e_and_the_gate_keeps_the_finding_for_the_rollout() -> None:
     collapsed = LongContext(LongStatus.COLLAPSED, "acceptance past the sliding window collapsed")
-    e = long_context.apply(_stage_e(), collapsed)
+    e = long_context.apply(_stage_e(), collapsed, **FIXES)
     assert e.failed and e.summary == collapsed.summary
     assert e.acceptance is not None and e.acceptance.finding is Finding.LONG_CONTEXT_COLLAPSED
-    assert e.causes[0].endswith(long_context.CAUSE) and e.fix == long_context.FIX
+    assert e.causes[0].endswith(long_context.CAUSE)
+    assert e.fix == long_context.collapse_fix(FIXES["restart"]) and e.causes[1].endswith(e.fix)
     # The rollout's gate re-judges with its own rules: the finding stays (it is observed).
     again = e.acceptance.with_rules(AcceptanceRules(0.05))
     assert again.finding is Finding.LONG_CONTEXT_COLLAPSED and again.failed
 
 
+def test_the_fix_lines_are_commands_the_clis_own_parser_takes() -> None:
+    """Pasted as printed: the restart (collapse) and this check again (cannot tell), the words
+    after ``#`` a shell comment."""
+    from tests.fixtures.fix_lines import parse
+
+    for fix in (
+        long_context.collapse_fix(FIXES["restart"]),
+        long_context.unknown_fix(FIXES["rerun"]),
+    ):
+        assert "  # " in fix
+        parse(fix)
+
+
 def test_cannot_tell_makes_stage_e_inconclusive_and_skips_are_said() -> None:
     unknown = LongContext(LongStatus.UNKNOWN, "cannot tell past the sliding window: deadline")
-    e = long_context.apply(_stage_e(), unknown)
+    e = long_context.apply(_stage_e(), unknown, **FIXES)
     assert e.inconclusive and e.acceptance is not None
     assert e.acceptance.finding is Finding.LONG_CONTEXT_UNKNOWN
+    assert e.fix == long_context.unknown_fix(FIXES["rerun"])
     skipped = LongContext(LongStatus.SKIPPED, "skipped (--no-long-context): ...", 2048)
-    e = long_context.apply(_stage_e(), skipped)
+    e = long_context.apply(_stage_e(), skipped, **FIXES)
     assert e.passed and e.data["long_context"]["status"] == "skipped"
     assert "long context: skipped (--no-long-context)" in e.evidence[-1]
 
@@ -149,12 +169,12 @@ def test_the_rollout_judges_a_host_whose_acceptance_collapsed_past_the_window_fa
 
     ok = [StageResult(k, k, StageStatus.PASSED, "ok") for k in "abcd"]
     collapsed = LongContext(LongStatus.COLLAPSED, "acceptance past the sliding window collapsed")
-    report = CheckReport("h", 8000, "a", [*ok, long_context.apply(_stage_e(), collapsed)])
+    report = CheckReport("h", 8000, "a", [*ok, long_context.apply(_stage_e(), collapsed, **FIXES)])
     judged = judge_check(report, min_acceptance=0.1)
     assert judged.outcome == "failed"
     assert judged.detail.endswith("but acceptance past the sliding window collapsed")
     unknown = LongContext(LongStatus.UNKNOWN, "cannot tell past the sliding window: deadline")
-    report = CheckReport("h", 8000, "a", [*ok, long_context.apply(_stage_e(), unknown)])
+    report = CheckReport("h", 8000, "a", [*ok, long_context.apply(_stage_e(), unknown, **FIXES)])
     judged = judge_check(report, min_acceptance=0.1)
     assert (
         judged.outcome == "inconclusive" and "cannot tell past the sliding window" in judged.detail

@@ -112,8 +112,8 @@ def test_following_the_login_errors_key_hint_logs_in(
     hosts: Fleet, cli: Cli, model: str, tmp_path: Path, command: str, key: str
 ) -> None:
     """A login error names the flag that gives a key; that flag, typed as the hint spells it,
-    must log in with every command (-i was advised: the inventory in audit, a usage error;
-    deprecated in verify, a warning)."""
+    must log in with every command (-i was advised once: the inventory in audit, a usage
+    error)."""
     h01 = hosts.host("h01")
     assert hosts.client is not None
     seed(in_root(h01, model), REFERENCE)
@@ -144,7 +144,7 @@ def test_following_the_login_errors_key_hint_logs_in(
     followed = cli.run(*args, hint.group(1), str(hosts.client.identity), env=env)
     logged_in = ExitCode.NOT_RUNNING if command == "status" else ExitCode.OK  # no server there
     assert followed.returncode == logged_in, followed.stdout + followed.stderr
-    assert followed.stderr.strip() == "", followed.stderr  # no deprecation warning either
+    assert followed.stderr.strip() == "", followed.stderr  # no warning either
 
 
 def test_unknown_host_key_exits_auth_then_accept_new_records_it_and_pushes(

@@ -352,3 +352,28 @@ def test_vllm_refuses_sliding_layers_without_a_window_layer_by_layer(
         "dflash_config.swa_window_size or the top-level sliding_window."
     )
     assert draft["hf_config"]["sliding_window"] is None
+
+
+def test_probe_finds_which_dflash_config_keys_vllms_dflash_code_reads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A vLLM shaped like 0.20.1 (getattr(metadata, "causal"), no dflash_config read) and one
+    # like 0.24.0 (dflash_config.get("causal", False)), lines as in those releases' dflash.py.
+    lines = {
+        "old": 'assert getattr(attn_metadata, "causal", None) is False, (\n',
+        "new": 'self.dflash_causal = self.dflash_config.get("causal", False)\n',
+    }
+    found = {}
+    for name, line in lines.items():
+        site = tmp_path / name
+        for package in ("vllm", "vllm/v1", "vllm/v1/spec_decode"):
+            (site / package).mkdir(parents=True, exist_ok=True)
+            (site / package / "__init__.py").write_text("")
+        (site / "vllm/v1/spec_decode/dflash.py").write_text(line)
+        monkeypatch.syspath_prepend(str(site))
+        for module in [m for m in sys.modules if m == "vllm" or m.startswith("vllm.")]:
+            monkeypatch.delitem(sys.modules, module)
+        found[name] = remote_probe.dflash_config_reads()
+        monkeypatch.undo()
+    assert found["old"] == {"conversion_reads": [], "conversion_reads_error": None}
+    assert found["new"] == {"conversion_reads": ["causal"], "conversion_reads_error": None}

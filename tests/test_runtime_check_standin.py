@@ -172,7 +172,9 @@ def test_runtime_check_without_a_server_says_so_and_how_to_start_one(bed: Bed) -
     proc = bed.check("--python", bed.standin.python)
     assert proc.returncode == ExitCode.RUNTIME_CHECK_FAILED
     assert f"no vLLM server listens on port {bed.port}" in proc.stdout
-    assert "fix: dflash-provision launch" in proc.stdout
+    fix = next(line for line in proc.stdout.splitlines() if "fix: " in line).split("fix: ", 1)[1]
+    # status shows what launch recorded for the port (no MODEL to fill in); launch is named
+    assert fix.startswith(f"dflash-provision status {bed.host.alias}:") and "launch" in fix, fix
 
 
 # --------------------------------------------------------------------------------------------

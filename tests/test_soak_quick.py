@@ -41,3 +41,6 @@ def test_one_minute_soak_finds_no_violation_and_its_detectors_fire(seed: int) ->
     assert "planted violations detected                  6 of 6" in proc.stdout, report
     for kind in ("corrupt", "leftovers", "contradicted", "over-bound", "traceback", "history"):
         assert f"{kind} (must be 0)" in proc.stdout
+    # Rollouts on the stand-in servers are among the operations (issue 35).
+    operations = next(x for x in proc.stdout.splitlines() if x.startswith("operations"))
+    assert " rollout " in operations, report

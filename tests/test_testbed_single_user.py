@@ -9,7 +9,7 @@ import pytest
 
 from testbed.hosts import SingleUserSshd, _pid_alive, single_user_sshd
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.hosts]  # a real sshd, as this user
 
 
 def ssh(server: SingleUserSshd, argv: list[str]) -> subprocess.CompletedProcess[str]:

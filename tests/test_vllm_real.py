@@ -424,6 +424,37 @@ def test_real_vllms_request_counter_and_a_second_pass_against_its_reference(
 @pytest.mark.vllm
 @pytest.mark.integration
 @pytest.mark.root
+@pytest.mark.timeout(1200)  # run alone, it pays the server's start-up (260 s on a loaded box)
+def test_real_vllm_returns_the_checks_own_figures_and_stage_e_judges_them(
+    bed: RealBed, agreeing_server: Launched
+) -> None:
+    # launch asked 0.32.0's EngineArgs (through the probe) and passed the option; each reply
+    # then carries its own figures, which stage e judges and names; the reference is keyed by
+    # the server's GET /version.
+    port = agreeing_server.port
+    assert "--per-request-spec-decode-metrics summary: vLLM 0.32.0" in agreeing_server.launch.output
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/version", timeout=30) as reply:
+        assert json.loads(reply.read(4096))["version"] == "0.32.0"
+    before = raw_counters(port)
+    check = bed.on_target("runtime-check", "agreeing", port, "--json")
+    after = raw_counters(port)
+    assert check.returncode == 0, check.output
+    e = stage(check.json(), "e")
+    assert e["data"]["source"] == "requests", e["data"]["source_note"]
+    assert any(line.startswith("figures from the check's own requests") for line in e["evidence"])
+    # Nobody else uses this server: the replies' own figures add up to vLLM's counters.
+    assert e["data"]["draft_tokens"] == after["draft_tokens_total"] - before["draft_tokens_total"]
+    accepted = after["accepted_tokens_total"] - before["accepted_tokens_total"]
+    assert e["data"]["accepted_tokens"] == accepted
+    assert e["data"]["drafts"] == after["drafts_total"] - before["drafts_total"]
+    assert e["data"]["acceptance_rate"] >= 0.95 and e["data"]["reference_mismatch"] is None
+    reference = e["data"]["reference"]
+    assert reference is None or reference["vllm_version"] == "0.32.0"
+
+
+@pytest.mark.vllm
+@pytest.mark.integration
+@pytest.mark.root
 def test_replies_through_the_ssh_forward_arrive_whole(
     bed: RealBed, agreeing_server: Launched
 ) -> None:

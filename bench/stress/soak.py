@@ -3,7 +3,13 @@ randomized, bounded, self-undoing fault schedule, checked all along and at the e
 
 Operations (each a ``python -m dflash_provision`` process, or ansible-playbook running the
 drafter_config module, from one of two controllers with their
-own histories): push, rollback, repair and audit (``-i`` over 1-3 hosts), verify. Faults:
+own histories): push, rollback, repair and audit (``-i`` over 1-3 hosts), verify, and rollout:
+the last two hosts serve the vLLM stand-in (testbed/vllm_standin.py, a test double), and a
+rollout there is a canary and one batch (``--batches 1,100%``), each host written, its server
+restarted and gated; one in four rolls out the incident's mask_token_id, which the stand-in
+serves at 1 %, so the canary fails and is rolled back. A rollout left open (paused, killed,
+rollback not proved) is aborted (``rollout --abort``, an operation too) before the next one from
+that controller. Faults:
 
   cli-kill      SIGKILL of an operation's CLI process, 0.1-3 s after it started
   cli-int       SIGINT (Ctrl-C) of it, likewise
@@ -40,9 +46,9 @@ that does not makes the run fail too. Exit 1 on any violation.
     sudo .venv/bin/python -m bench.stress.soak --minutes 10 --hosts 8 --seed 123
     make soak SOAK_ARGS="--minutes 30 --hosts 16"
 
-Rollout joins the operations once its restart work has landed: add it to ``OPERATIONS`` with
-an argv in ``make_op`` and its claim in ``_judge`` (the Ansible drafter_config module, ``_ansible``,
-shows how a program other than the CLI joins).
+A rollout's claims, per host, from its record (``--json``): ``passed`` / ``unchanged`` in a
+completed rollout hold its new sha256, ``rolled_back`` what the host's server ran at baseline
+(the record's ``return_sha256``), ``pending`` and ``excluded`` the bytes the host held before.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ import json
 import os
 import random
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -66,9 +73,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.stress import _common as c
+from testbed import samples
 from testbed.hosts import Fleet, Host
+from testbed.vllm_standin_install import CONTROL_ENV, install_standin, write_control
 
-OPERATIONS = ("push", "rollback", "repair", "audit", "verify", "ansible")
+OPERATIONS = ("push", "rollback", "repair", "audit", "verify", "ansible", "rollout")
 HOST_FAULTS = ("script-kill", "freeze", "disk-full", "read-only", "sshd-restart", "burst")
 CLI_FAULTS = ("cli-kill", "cli-int")
 KINDS = ("corrupt", "leftovers", "contradicted", "over-bound", "traceback", "history")
@@ -86,6 +95,19 @@ PAGE = 4096
 #: file, the marks settle.sh reads.
 BY_DESIGN = ("backup config.json.<UTC stamp>[.NNN]", "config.json.lock", "config.json.out",
              "config.json.mark.<nonce>")  # fmt: skip
+#: Rollout: the hosts that serve the stand-in (the fleet's last two), its control file, the
+#: target model's directory, and the incident's mask_token_id, which the stand-in serves at 1 %
+#: (its ``by_mask_token`` rule, as tests/test_rollout_standin.py uses it).
+SERVING = 2
+STANDIN_DIR = "/root/standin"
+CONTROL = f"{STANDIN_DIR}/control.json"
+TARGET_DIR = "/root/models/Qwen3.6-27B"
+BAD_MASK = 248064
+RULES = {"by_mask_token": {str(BAD_MASK): {"acceptance": 0.01}}}
+READY_TIMEOUT = 60.0
+#: Pre-flight and baseline (a connection, reads and a runtime-check per host), then per step
+#: (canary, batch, a rollback): a write, a restart within the ready timeout, a gate check.
+ROLLOUT_BOUND_S = BOUND_S + 3 * (5 * COMMAND_TIMEOUT + READY_TIMEOUT + 4 * COMMAND_TIMEOUT)
 
 
 @dataclass
@@ -117,7 +139,7 @@ class Op:
     fault: str = ""
     bound: float = BOUND_S
     #: Called before the judge samples the hosts (the planted contradiction's other writer).
-    before_judge: Callable[[], None] | None = None
+    before_judge: Callable[[], object] | None = None
     #: A program other than the CLI (ansible-playbook) and its environment; ``results``: the
     #: file its per-task results are written to (tests/fixtures/ansible_callbacks).
     program: list[str] | None = None
@@ -136,7 +158,9 @@ class Soak:
         self.t0 = time.monotonic()
         self.lock = threading.Lock()
         self.hosts = [HostState(h) for h in fleet.hosts]
-        self.datas = c.configs(CONFIGS)
+        # The configs the workers write, and (last) the one only rollouts write: the incident's
+        # mask_token_id, which fails the canary's gate.
+        self.datas = [*c.configs(CONFIGS), _bad_config()]
         self.known = {d: i for i, d in enumerate(self.datas)}
         self.cfg_paths = []
         for i, data in enumerate(self.datas):
@@ -153,6 +177,18 @@ class Soak:
             f"defaults:\n  path: {c.MODEL}\n  drafter:\n    from: {self.cfg_paths[0]}\n"
             f"groups:\n  gpu:\n    hosts: [{names}]\n"
         )
+        self.serving = self.hosts[-SERVING:]
+        self.serving_inventory = base / "serving.yaml"
+        self.serving_inventory.write_text(
+            f"defaults:\n  path: {c.MODEL}\nhosts:\n"
+            + "".join(f"  - {hs.host.alias}\n" for hs in self.serving)
+        )
+        self.ports = {hs.host.name: _free_port() for hs in self.serving}
+        self.standin: dict[str, tuple[str, str]] = {}  # host -> (vllm, python)
+        #: One rollout at a time per controller: another would be refused (held hosts), and
+        #: an open one is aborted before the next starts.
+        self.rollout_locks = {home: threading.Lock() for home in self.homes}
+        self.launch_locks = {hs.host.name: threading.Lock() for hs in self.serving}
         self.flags = [*c.connection_flags(fleet), "--connect-timeout", str(CONNECT_TIMEOUT),
                       "--command-timeout", str(COMMAND_TIMEOUT)]  # fmt: skip
         self.next_id = 0
@@ -173,6 +209,10 @@ class Soak:
         self.causes: collections.Counter[str] = collections.Counter()
         self.cause_examples: dict[str, str] = {}
         self.samples = 0
+        #: Rollouts that found a stand-in server down (a fault stopped its host) and launched
+        #: it again first.
+        self.launches_needed = 0
+        self.longest: dict[str, float] = {}  # the longest run of each kind of operation, s
         self.stop = threading.Event()
 
     # -- bookkeeping ---------------------------------------------------------------------------
@@ -255,6 +295,9 @@ class Soak:
             cfg = rng.randrange(CONFIGS) if cfg is None else cfg
             if kind in ("repair", "audit"):
                 hosts = rng.sample(self.hosts, k=min(len(self.hosts), rng.randint(1, 3)))
+            elif kind == "rollout":
+                hosts = list(self.serving)
+                cfg = CONFIGS if rng.random() < 0.25 else cfg  # the canary fails: rolled back
             else:
                 hosts = [host or rng.choice(self.hosts)]
             fault = ""
@@ -290,11 +333,99 @@ class Soak:
                 "3",
             ],
             "ansible": [],  # see _ansible
+            "rollout": [
+                "rollout",
+                "-i",
+                str(self.serving_inventory),
+                *src,
+                "--batches",
+                "1,100%",
+                "--ready-timeout",
+                str(READY_TIMEOUT),
+                # The servers were launched with the stand-in's control env: its value is
+                # given again (a launch record keeps only the name).
+                "--env",
+                f"{CONTROL_ENV}={CONTROL}",
+                "--json",
+            ],
         }[kind]
         op = Op(self.new_id(), kind, home, hosts, cfg, [*argv, *self.flags], fault)
         if kind == "ansible":
             self._ansible(op)
+        if kind == "rollout":
+            op.bound = ROLLOUT_BOUND_S
         return op
+
+    def abort_op(self, home: Path, rollout_id: str, hosts: list[HostState]) -> Op:
+        """``rollout --abort ID`` of an open rollout: every host it changed put back."""
+        argv = ["rollout", "--abort", rollout_id, "--env", f"{CONTROL_ENV}={CONTROL}",
+                "--ready-timeout", str(READY_TIMEOUT), "--json", *self.flags]  # fmt: skip
+        return Op(self.new_id(), "rollout-abort", home, hosts, 0, argv, "", ROLLOUT_BOUND_S)
+
+    # -- the stand-in servers rollouts restart -------------------------------------------------
+
+    def serve(self) -> None:
+        """Install the stand-in on the serving hosts, with the target model's config and the
+        control file, and launch it there."""
+        for hs in self.serving:
+            host = hs.host
+            standin = install_standin(host, STANDIN_DIR)
+            self.standin[host.name] = (standin.vllm, standin.python)
+            target = samples.REFERENCE_TARGET.read_bytes()
+            host.exec(["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh",
+                       f"{TARGET_DIR}/config.json"], target, check=True)  # fmt: skip
+            write_control(host, CONTROL, RULES)
+            self.launch(hs)
+
+    def launch(self, hs: HostState) -> bool:
+        """``launch`` the stand-in on ``hs`` when its port does not answer (a fault stopped the
+        host's sshd, and every process of the host with it). Set-up, not an operation: its
+        pre-flight compares the file on the host with --from, so --from is what the host holds.
+        """
+        with self.launch_locks[hs.host.name]:
+            return self._launch(hs)
+
+    def _launch(self, hs: HostState) -> bool:
+        port = self.ports[hs.host.name]
+        if _listening(port):
+            return True
+        data = self.read_config(hs)
+        if data is None or hs.down:
+            return False
+        work = self.base / "launch" / hs.host.name
+        work.mkdir(parents=True, exist_ok=True)
+        now = work / "config.json"
+        now.write_bytes(data)
+        vllm, python = self.standin[hs.host.name]
+        done = c.run_measured(
+            ["launch", f"{hs.host.alias}:{c.MODEL}", "--model", TARGET_DIR, "--from", str(now),
+             "--vllm", vllm, "--python", python, "--port", str(port),
+             "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", str(READY_TIMEOUT),
+             "--no-check", *self.flags],
+            self.homes[0], work, READY_TIMEOUT + BOUND_S,
+        )  # fmt: skip
+        if done.returncode != 0:
+            print(f"soak: launch on {hs.host.name} exited {done.returncode}: "
+                  f"{done.stderr.strip()[-300:]}", file=sys.stderr, flush=True)  # fmt: skip
+        return done.returncode == 0
+
+    def run_rollout(self, op: Op, rng: random.Random) -> None:
+        """A rollout (its servers launched first where a fault stopped them), then an abort of
+        any rollout it or an earlier one left open in its controller's history."""
+        with self.rollout_locks[op.home]:
+            with self.lock:
+                self.launches_needed += sum(not _listening(self.ports[h.host.name])
+                                            for h in op.hosts)  # fmt: skip
+            for hs in op.hosts:
+                self.launch(hs)
+            self.run_op(op, rng)
+            self.abort_open(op.home, rng)
+
+    def abort_open(self, home: Path, rng: random.Random | None = None) -> None:
+        for rollout_id in _open_rollouts(home):
+            for hs in self.serving:  # as before a rollout: a server a fault stopped
+                self.launch(hs)
+            self.run_op(self.abort_op(home, rollout_id, list(self.serving)), rng)
 
     def _ansible(self, op: Op) -> None:
         """The same write through the Ansible drafter_config module (ansible-playbook, its ssh
@@ -351,6 +482,8 @@ class Soak:
             timer.start()
         done = c.wait_cli(proc, started, max(op.bound, 20) * 3)
         wall = time.monotonic() - started
+        with self.lock:
+            self.longest[op.kind] = max(self.longest.get(op.kind, 0.0), wall)
         label = f"op {op.op_id} {op.kind} {' '.join(h.host.name for h in op.hosts)}"
         if done is None or wall > op.bound:
             self.violation("over-bound", f"{label}: ran {wall:.1f} s, bound {op.bound:.0f} s")
@@ -367,7 +500,7 @@ class Soak:
         doc = _json(done.stdout) if done is not None else None
         if op.results is not None:
             doc = _task_result(op.results)
-        writes = op.kind in ("push", "rollback", "repair", "ansible")
+        writes = op.kind in ("push", "rollback", "repair", "ansible", "rollout", "rollout-abort")
         lingering = writes and (done is None or done.returncode in (-9, 17) or doc is None)
         if op.before_judge is not None:
             op.before_judge()
@@ -427,6 +560,23 @@ class Soak:
                 holds = lambda b: False  # noqa: E731 - only another writer explains it
             elif claim == "not-applied":
                 holds = lambda b: _sha(b) != new  # noqa: E731
+        elif op.kind in ("rollout", "rollout-abort") and isinstance(doc, dict):
+            claim, holds = self._rollout_claim(doc, name, before)
+            # A record has a state; a refusal before any record is an error document (status,
+            # reason, error: as every command's --json).
+            state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
+            if state != "completed" and hs is op.hosts[0]:  # once per rollout
+                cause = f"{op.kind} {state}"
+                said = str(doc.get("message") or doc.get("error"))[:200]
+                rows = doc.get("hosts")
+                said += "".join(  # why each host failed or was not proved, as the record says
+                    f" | {h.get('name')} {h.get('phase')}: {str(h.get('detail'))[:300]}"
+                    for h in (rows if isinstance(rows, list) else [])
+                    if isinstance(h, dict) and h.get("phase") in ("failed", "rollback_failed")
+                )
+                with self.lock:
+                    self.causes[cause] += 1
+                    self.cause_examples.setdefault(cause, f"t={self.now():.1f}s {label}: {said}")
         elif op.kind == "verify" and code in (0, 4):
             claim = "in_sync" if code == 0 else "drifted"
             holds = (lambda b: b == want) if code == 0 else (lambda b: b != want)
@@ -456,10 +606,40 @@ class Soak:
             )
         return claim
 
+    def _rollout_claim(
+        self, doc: dict[str, object], name: str, before: bytes | None
+    ) -> tuple[str, Callable[[bytes | None], bool] | None]:
+        """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes.
+
+        A ``rolled_back`` host holds what its server ran at baseline (the record's
+        ``return_sha256``, decided in pre-flight), which is not the bytes the pre-flight read when
+        a push without a restart came before: ``old_sha256`` only where the record has no
+        ``return_sha256``. The same for a rollout's own rollback and an ``--abort``."""
+        state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
+        hosts = doc.get("hosts")
+        row = next((h for h in hosts if isinstance(h, dict) and h.get("name") == name), None) \
+            if isinstance(hosts, list) else None  # fmt: skip
+        if row is None:
+            return f"{state}/-", None
+        phase = str(row.get("phase"))
+        new = row.get("new_sha256") or doc.get("new_sha256")
+        old = row.get("return_sha256") or row.get("old_sha256")
+        holds: Callable[[bytes | None], bool] | None = None
+        if state == "completed" and phase in ("passed", "unchanged"):
+            holds = lambda b: _sha(b) == new  # noqa: E731
+        elif phase == "rolled_back" and old:
+            holds = lambda b: _sha(b) == old  # noqa: E731
+        elif phase in ("pending", "excluded"):
+            holds = lambda b: b == before  # noqa: E731
+        return f"{state}/{phase}", holds
+
     def worker(self, deadline: float, rng: random.Random) -> None:
         while time.monotonic() < deadline and not self.stop.is_set():
             kind = rng.choice(OPERATIONS)
-            self.run_op(self.make_op(kind, rng), rng)
+            if kind == "rollout":
+                self.run_rollout(self.make_op(kind, rng), rng)
+            else:
+                self.run_op(self.make_op(kind, rng), rng)
 
     # -- host faults ---------------------------------------------------------------------------
 
@@ -579,6 +759,8 @@ class Soak:
             self._undo(hs)
         for hs in self.hosts:
             c.wait_sessions_gone(hs.host, 60)
+        for home in self.homes:
+            self.abort_open(home)
         before = self.leftovers(count_as_violation=False)
         ops = [self.make_op("push", self.rng, host=hs, cfg=0) for hs in self.hosts]
         for op in ops:
@@ -692,9 +874,12 @@ class Soak:
         line("wall time", f"{wall:.0f} s")
         line("operations", f"{sum(self.ops.values())}: " + _counts(self.ops))
         line("faults", f"{sum(self.faults.values())}: " + _counts(self.faults))
+        line("longest run by operation, s", ", ".join(
+            f"{k} {v:.0f}" for k, v in sorted(self.longest.items())))  # fmt: skip
         line("outcomes claimed", _counts(self.outcomes))
         line("outcomes judged (ran alone on the host)", self.judged)
         line("config samples", self.samples)
+        line("rollouts that relaunched a server a fault had stopped", self.launches_needed)
         line("writes not done, by cause (step/reason)", sum(self.causes.values()))
         for cause, n in sorted(self.causes.items()):
             print(f"    {n:5d}  {cause}    first: {self.cause_examples[cause]}", flush=True)
@@ -724,6 +909,37 @@ def _signal(proc: object, fault: str) -> None:
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError):
             proc.send_signal(signal.SIGKILL if fault == "cli-kill" else signal.SIGINT)
+
+
+def _bad_config() -> bytes:
+    """The reference drafter config with the incident's mask_token_id."""
+    doc = json.loads(samples.REFERENCE_DRAFTER.read_bytes())
+    doc["dflash_config"] = {**doc["dflash_config"], "mask_token_id": BAD_MASK}
+    return (json.dumps(doc, indent=2) + "\n").encode()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _listening(port: int) -> bool:
+    """The stand-in's port answers (the hosts share this machine's network namespace)."""
+    with socket.socket() as s:
+        s.settimeout(1.0)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+def _open_rollouts(home: Path) -> list[str]:
+    """Ids of the rollouts still open in a controller's history (they hold their hosts)."""
+    done = ("completed", "rolled_back", "aborted", "refused", "interrupted")
+    try:
+        with contextlib.closing(sqlite3.connect(home / "history.sqlite3", timeout=30)) as db:
+            rows = db.execute("SELECT id, state FROM rollouts ORDER BY created_at").fetchall()
+    except sqlite3.Error:
+        return []  # no rollout yet (no table)
+    return [str(r[0]) for r in rows if r[1] not in done]
 
 
 def _in_python_startup(done: c.Finished) -> bool:
@@ -818,6 +1034,7 @@ def _run(args: argparse.Namespace, fleet: Fleet, base: Path) -> int:
     soak = Soak(args, fleet, base)
     for host in fleet.hosts:
         c.seed(host, soak.datas[0])
+    soak.serve()
     started = time.monotonic()
     deadline = started + args.minutes * 60
     sampler = threading.Thread(target=soak.sampler, daemon=True)

@@ -195,15 +195,6 @@ def target_hidden_of(target_config: bytes | None) -> int | None:
     )
 
 
-def weights_fix(drafter_dir: str) -> str:
-    """What to do when the weights and the config are of different revisions."""
-    return (
-        f"put the config and the weights of ONE revision in {drafter_dir}: download the weights "
-        "of the config's revision (e.g. `hf download REPO --revision REV --local-dir DIR`), or "
-        "push the config of the weights' revision (`dflash-provision push TARGET --repo REPO@REV`)"
-    )
-
-
 def check_source(
     spec: str,
     doc: dict[str, Any],

@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 
 import click
 
-from dflash_provision.cli._flags import deprecated_spelling, source_option_list
+from dflash_provision.cli._flags import source_option_list
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
@@ -28,7 +28,7 @@ F = TypeVar("F", bound=Callable[..., Any])
 SSH_CONFIG_ENV = "DFLASH_PROVISION_SSH_CONFIG"
 
 
-def _connection_option_list(old_short_identity: bool) -> list[Callable[[F], F]]:
+def _connection_option_list() -> list[Callable[[F], F]]:
     return [
         click.option(
             "--connect-timeout",
@@ -76,20 +76,6 @@ def _connection_option_list(old_short_identity: bool) -> list[Callable[[F], F]]:
             type=click.Path(exists=True, dir_okay=False),
             help="Private key file, as ssh -i or Ansible's --private-key (repeatable).",
         ),
-        # -i is the inventory in audit and repair (Ansible's -i); the single-target commands
-        # took it for the key file (OpenSSH's -i) and still do, with a warning, for a while.
-        click.option(
-            "-i",
-            "old_identity",
-            multiple=True,
-            hidden=True,
-            type=click.Path(exists=True, dir_okay=False),
-            callback=deprecated_spelling(
-                "-i KEY", "--identity KEY", "-i names the inventory, as in Ansible"
-            ),
-        )
-        if old_short_identity
-        else _no_option,
         click.option("--no-agent", is_flag=True, help="Do not use keys from ssh-agent."),
         click.option(
             "--sudo",
@@ -152,33 +138,28 @@ def checked_key_file(path: str) -> str:
     )
 
 
-def _no_option(func: F) -> F:
-    return func
-
-
 def connection_options(func: F) -> F:
-    """Add the connection options; the command receives ``connection: Connector``."""
-    return _with_connection_options(func, old_short_identity=True)
+    """Add the connection options; the command receives ``connection: Connector``. The key
+    file is ``--identity`` / ``--private-key`` everywhere: ``-i`` is the inventory (Ansible's)."""
+    return _with_connection_options(func)
 
 
 def source_connection_options(func: F) -> F:
-    """The same for a remote SOURCE of validate / diff: the key file is ``--identity`` only
-    (these commands never took ``-i`` for it, and ``-i`` is the inventory elsewhere)."""
-    return _with_connection_options(func, old_short_identity=False)
+    """The same for a remote SOURCE of validate / diff."""
+    return _with_connection_options(func)
 
 
 def runtime_connection_options(func: F) -> F:
-    """The same for the runtime commands on one target (launch, status, stop, logs, doctor):
-    they came after ``-i`` became the inventory, so their key file is ``--identity`` only."""
-    return _with_connection_options(func, old_short_identity=False)
+    """The same for the runtime commands on one target (launch, status, stop, logs, doctor)."""
+    return _with_connection_options(func)
 
 
 def fleet_connection_options(func: F) -> F:
-    """The same for fleet commands, where ``-i`` is the inventory (Ansible's convention)."""
-    return _with_connection_options(func, old_short_identity=False)
+    """The same for fleet commands, where ``-i`` is the inventory."""
+    return _with_connection_options(func)
 
 
-def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
+def _with_connection_options(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -193,10 +174,7 @@ def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
             ssh_config_path=kwargs.pop("ssh_config") or default_ssh_config_path(),
             known_hosts_path=kwargs.pop("known_hosts"),
             host_key_policy="accept-new" if kwargs.pop("accept_new_host_key") else "reject",
-            identity_files=tuple(
-                checked_key_file(path)
-                for path in (*kwargs.pop("identity"), *kwargs.pop("old_identity", ()))
-            ),
+            identity_files=tuple(checked_key_file(path) for path in kwargs.pop("identity")),
             use_agent=not kwargs.pop("no_agent"),
             sudo=kwargs.pop("sudo"),
         )
@@ -205,7 +183,7 @@ def _with_connection_options(func: F, *, old_short_identity: bool) -> F:
         )
         return func(*args, **kwargs)
 
-    for option in reversed(_connection_option_list(old_short_identity)):
+    for option in reversed(_connection_option_list()):
         wrapper = option(wrapper)
     return wrapper  # type: ignore[return-value]
 

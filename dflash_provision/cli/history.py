@@ -7,8 +7,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from dflash_provision.cli._flags import deprecated_spelling
-
 if TYPE_CHECKING:
     from dflash_provision.history import HistoryEntry
 
@@ -49,18 +47,8 @@ if TYPE_CHECKING:
     metavar="N",
     help="Show the N newest records.",
 )
-# --limit was the row count here; everywhere else it is a host pattern (Ansible's --limit).
-@click.option(
-    "--limit",
-    "old_limit",
-    type=click.IntRange(min=1),
-    hidden=True,
-    callback=deprecated_spelling("--limit N", "--last N", "--limit is a host pattern in audit"),
-)
 @click.option("--json", "as_json", is_flag=True, help="Print JSON (a list of records).")
-def command(
-    host: str | None, op: str | None, last: int, old_limit: int | None, as_json: bool
-) -> None:
+def command(host: str | None, op: str | None, last: int, as_json: bool) -> None:
     """Show the local history of pushes, repairs, rollbacks and audits.
 
     A write still shown as "started (incomplete)" never recorded its end: the process was
@@ -74,7 +62,7 @@ def command(
         key = None
         if host is not None:  # a whole TARGET spec (h01:/root/models/X) names its machine
             key = HostKey.of_name(host) if ":/" in host else HostKey.parse(host)
-        entries = default_store().query(host=key, op=op, limit=old_limit or last)
+        entries = default_store().query(host=key, op=op, limit=last)
     if as_json:
         click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
         return

@@ -116,6 +116,14 @@ F = TypeVar("F", bound=Callable[..., Any])
     help="Seconds between TERM and KILL when --restart stops the old server.",
 )
 @rehash_files_option
+@click.option(
+    "--per-request-spec-decode-metrics",
+    "per_request_metrics",
+    type=click.Choice(["none", "summary", "detailed"]),
+    help="Passed to vLLM where the target's vLLM takes it (0.29+; asked before anything "
+    "starts): each reply then carries its own acceptance, which runtime-check judges instead "
+    "of the server's counters. Default: summary where vLLM takes it, else not passed.",
+)
 @click.option("--no-check", is_flag=True, help="Do not run runtime-check after a launch.")
 @click.option(
     "--docker",
@@ -161,6 +169,7 @@ def command(
     ready_timeout: float,
     stop_timeout: float,
     rehash_files: bool,
+    per_request_metrics: str | None,
     no_check: bool,
     docker_image: str | None,
     container_name: str | None,
@@ -179,11 +188,11 @@ def command(
         if not restart:
             raise UsageError("--model is required (`launch TARGET --restart` alone restarts the "
                              "recorded launch)")  # fmt: skip
-        if extra_args or python or force or speculative_extra:
+        if extra_args or python or force or speculative_extra or per_request_metrics:
             raise UsageError(
                 "`launch TARGET --restart` without --model reuses the recorded command line: "
-                "give --model to change the arguments after --, --python, --force or "
-                "--speculative-config"
+                "give --model to change the arguments after --, --python, --force, "
+                "--speculative-config or --per-request-spec-decode-metrics"
             )
         _restart_recorded(
             ctx, connection, target, port, parse_env(env_items),
@@ -210,6 +219,7 @@ def command(
         fix_command=fix_command(target_spec, authority_spec),
         speculative_extra=_speculative_extra(speculative_extra),
         rehash_files=rehash_files,
+        per_request_metrics=per_request_metrics,
     )
     docker_only = (container_name, docker_args, drafter_mount)
     if docker_image is None and any(v is not None for v in docker_only):

@@ -13,6 +13,7 @@ A host that fails while its batch passes (within ``--max-fail-percentage``) is r
 from __future__ import annotations
 
 import contextlib
+import shlex
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, UsageError
-from dflash_provision.rollout import host_ops
+from dflash_provision.rollout import host_ops, what_ran
 from dflash_provision.rollout.batches import split
 from dflash_provision.rollout.identity import HostMismatch, Identity, same_place
 from dflash_provision.rollout.record import CHANGED, Figures, HostState, Rollout, State
@@ -175,6 +176,7 @@ class Engine:
 
     def start(self) -> State:
         self.store.hold(self.rollout)  # RolloutHeld (nothing recorded) when a host is taken
+        self.store.keep_config(self.rollout.new_config.encode())  # what a later rollout returns to
         try:
             if self._measure_fleet() is not None:
                 return self.rollout.state
@@ -241,8 +243,10 @@ class Engine:
             with self._open(host) as transport:
                 fresh, old = host_ops.inspect(
                     transport, member, self.new, self.options.env, transport.command_timeout,
-                    rehash_files=self.rollout.rehash_files,
+                    self.store.config_with_sha, rehash_files=self.rollout.rehash_files,
                 )  # fmt: skip
+            if fresh.return_config is not None:  # what ran, kept for any later rollback
+                self.store.keep_config(fresh.return_config.encode())
         except DflashProvisionError as exc:
             self._set(host, "preflight_failed", exc.message)
             return
@@ -433,7 +437,7 @@ class Engine:
             return True
         # A file pushed without a restart holds the new bytes while its server still runs the
         # config it loaded (the launch record's sha256): that server must be restarted.
-        loaded = (host.launch or {}).get("drafter_sha256")
+        loaded = what_ran.ran_sha(host.launch)
         if loaded is not None and loaded != self.rollout.new_sha256:
             return False
         return host.baseline.source == "measured"
@@ -493,8 +497,11 @@ class Engine:
                     may_be_down=True,
                 )  # fmt: skip
                 started = time.monotonic()
-                with self._journal("rollback", host, "restore the old bytes") as rec:
-                    host_ops.restore(transport, member, host, self.options.keep_backups, rec)
+                with self._journal("rollback", host, "restore what the server ran") as rec:
+                    host_ops.restore(
+                        transport, member, host, self.options.keep_backups,
+                        self.store.config_with_sha, rec,
+                    )  # fmt: skip
                 host_ops.timed(host, "write_s", started)
                 current = host_ops.current_sha(transport, member, transport.command_timeout)
                 if current != host_ops.return_sha(host):
@@ -509,9 +516,22 @@ class Engine:
                         remembered=self.env_seen.get(host.name),
                     )  # fmt: skip
                     host_ops.timed(host, "restart_s", started)
+        except host_ops.NotRecoverable as exc:
+            push = shlex.join(["dflash-provision", "push", member.target.display(), "--from"])
+            self._set(
+                host,
+                "rollback_failed",
+                f"{exc.message}: nothing was restored; finish it: write those bytes back "
+                f"(`{push} FILE`, FILE holding the config with sha256 "
+                f"{str(host_ops.return_sha(host))[:12]}…), then "
+                f"`{self.rollout.command('--abort')}` restarts the server on them and measures "
+                "it",
+            )
+            return
         except DflashProvisionError as exc:
-            fix = f"dflash-provision rollback {member.target.display()}"
-            self._set(host, "rollback_failed", f"{exc.message}; by hand: {fix}")
+            self._set(
+                host, "rollback_failed", f"{exc.message}; retry: {self.rollout.command('--abort')}"
+            )
             return
         if host.restart:
             verdict = self._measure_after(host)

@@ -4,6 +4,7 @@ write, restart with the recorded launch, restore the old bytes. Nothing here sav
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 import time
@@ -11,7 +12,9 @@ from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.rollout import what_ran
 from dflash_provision.rollout.record import Figures, Gate, HostState
+from dflash_provision.rollout.what_ran import Lookup
 
 if TYPE_CHECKING:
     from dflash_provision.history import Recording
@@ -40,13 +43,15 @@ def inspect(
     new: Authority,
     env: dict[str, str],
     timeout: float,
+    lookup: Lookup,
     *,
     rehash_files: bool = False,
 ) -> tuple[HostState, bytes | None]:
     """Pre-flight of one host: its file read, the new config's diff against it, the new config
     validated with the target model's config there and its weights, the files the lock pins
     beside it (``fetch --all-files``: each the pinned one where it lies), the server launch
-    started for this drafter dir. StepFailed says why the host cannot take part."""
+    started for this drafter dir, and what a rollback returns to (what_ran.decide; ``lookup``
+    finds bytes kept on the controller). StepFailed says why the host cannot take part."""
     from dflash_provision.check.diff import render_changes, semantic_diff
     from dflash_provision.remote.ops import read_remote_config
     from dflash_provision.runtime.locate import for_drafter, launched
@@ -79,12 +84,10 @@ def inspect(
         host.launch = live[0].record.to_dict()
         model = live[0].record.model
         restart_checks(transport, live[0].record.env_names, live[0].port, env, timeout)
-        ran = live[0].record.drafter_sha256
-        if ran and ran != current.sha256:
-            host.detail = (
-                f"its file (sha256 {str(current.sha256)[:12]}) is not the config its server "
-                f"loaded (sha256 {ran[:12]}, launch record): a rollback returns to what ran"
-            )
+    ran = what_ran.decide(transport, target, host.launch, current.data, lookup, timeout)
+    host.return_sha256, host.return_config = ran.sha256, _text(ran.data)
+    if ran.differs:
+        host.detail = what_ran.note(ran, current.sha256)
     _validate_there(transport, member, new, model, timeout)
     _pinned_files_there(transport, member, new, rehash_files, timeout)
     return host, current.data
@@ -285,11 +288,25 @@ def current_sha(transport: Transport, member: FleetMember, timeout: float) -> st
 
 
 def return_sha(host: HostState) -> str | None:
-    """The bytes a rollback returns the host to: what its server loaded at baseline (the
-    launch record's drafter sha256: the evidence of what ran), else the bytes found before the
-    write (a host without a launched server)."""
-    ran = (host.launch or {}).get("drafter_sha256") if host.restart else None
-    return ran if isinstance(ran, str) and ran else host.old_sha256
+    """The bytes a rollback returns the host to: what its server loaded at baseline (decided
+    in pre-flight by what_ran.decide), else the bytes found before the write (a host without a
+    launched server, or a record from before return_sha256)."""
+    if host.return_sha256:
+        return host.return_sha256
+    ran = what_ran.ran_sha(host.launch) if host.restart else None
+    return ran or host.old_sha256
+
+
+class NotRecoverable(StepFailed):
+    """What the server ran is nowhere to be found: no rollback can return to it."""
+
+
+def _text(data: bytes | None) -> str | None:
+    """Config bytes as the record keeps them (JSON text); None when they are not UTF-8."""
+    try:
+        return data.decode("utf-8") if data is not None else None
+    except UnicodeDecodeError:
+        return None
 
 
 def restore(
@@ -297,32 +314,48 @@ def restore(
     member: FleetMember,
     host: HostState,
     keep: int,
+    lookup: Lookup,
     recording: Recording | None = None,
 ) -> None:
-    """Put back what the host ran (:func:`return_sha`) from a backup push kept with those
-    bytes, through the write protocol and its read-back; nothing to do when the file holds
-    them already. StepFailed when it cannot be proved."""
-    from dflash_provision.place.push import list_backups, rollback_config
+    """Put back what the host ran (:func:`return_sha`): the bytes pre-flight found (kept in
+    the record), else a backup push kept with those bytes, else the controller's store
+    (``lookup``), through the write protocol and its read-back; nothing to do when the file
+    holds them already. NotRecoverable when they are nowhere, StepFailed when not proved."""
+    from dflash_provision.place.push import list_backups, push_config, rollback_config
     from dflash_provision.remote.proof import WriteOptions
+    from dflash_provision.source.authority import Authority
 
     timeout = transport.command_timeout
     want = return_sha(host)
     if current_sha(transport, member, timeout) == want:
         return
-    backups = list_backups(transport, member.target, timeout=timeout)
-    chosen = next((b for b in reversed(backups) if b.sha256 == want), None)
-    if chosen is None:
-        raise StepFailed(
-            f"no backup with the bytes to return to (sha256 {str(want)[:12]}) in "
-            f"{member.target.model_dir}/.dflash-backups"
+    data = host.return_config.encode() if host.return_config is not None else None
+    if want and (data is None or hashlib.sha256(data).hexdigest() != want):
+        data = lookup(want)
+    if data is not None:
+        label = f"what the server ran (sha256 {str(want)[:12]})"
+        result = push_config(
+            transport, member.target, Authority(label=label, data=data),
+            write=WriteOptions(keep), validate=False, verb="restore",
+        )  # fmt: skip
+        what = label
+    else:
+        backups = list_backups(transport, member.target, timeout=timeout)
+        chosen = next((b for b in reversed(backups) if b.sha256 == want), None)
+        if chosen is None:
+            raise NotRecoverable(
+                f"what its server ran (sha256 {str(want)[:12]}) is in no backup in "
+                f"{member.target.model_dir}/.dflash-backups and not in this controller's "
+                "rollout store"
+            )
+        result = rollback_config(
+            transport, member.target, to=chosen.name, write=WriteOptions(keep), force=True
         )
-    result = rollback_config(
-        transport, member.target, to=chosen.name, write=WriteOptions(keep), force=True
-    )
+        what = chosen.name
     journal_outcome(result, recording)
     proved = result.readback.sha256 if result.readback else None
     if not result.ok or proved != want:
-        raise StepFailed(f"restore of {chosen.name} not proved: {result.message or result.status}")
+        raise StepFailed(f"restore of {what} not proved: {result.message or result.status}")
 
 
 def restart(

@@ -5,7 +5,7 @@ commands repeat."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -164,16 +164,35 @@ def dry_run(
     from dflash_provision.rollout.batches import split
 
     identities(members, run.connector.ssh)
+    lookup = _kept_configs()
     good: list[HostState] = []
     failed: list[tuple[str, str]] = []
     for member in members:
         try:
             with run.open(member) as transport:
                 host, _ = host_ops.inspect(
-                    transport, member, new, env, transport.command_timeout,
+                    transport, member, new, env, transport.command_timeout, lookup,
                     rehash_files=rehash_files,
                 )  # fmt: skip
             good.append(host)
         except DflashProvisionError as exc:
             failed.append((member.name, exc.message))
     return DryRun(split(good, batches), failed)
+
+
+def _kept_configs() -> Callable[[str], bytes | None]:
+    """The rollout store's configs by sha256 for a dry run: read only (no database is made
+    where there is none)."""
+    from dflash_provision.rollout.store import RolloutStore
+
+    store = RolloutStore()
+    if not store.path.exists():
+        return lambda sha: None
+
+    def lookup(sha: str) -> bytes | None:
+        try:
+            return store.config_with_sha(sha)
+        except DflashProvisionError:
+            return None
+
+    return lookup

@@ -97,6 +97,10 @@ class HostState:
     # record speaks of, whatever the inventory says later. None in records from before it.
     identity: dict[str, Any] | None = None
     write_row: int | None = None  # the history row of a write in flight (closed at --resume)
+    # What a rollback returns to (rollout/what_ran.py): the sha256 of the config the server ran
+    # at baseline and its bytes as text when they were found (None: not recoverable).
+    return_sha256: str | None = None
+    return_config: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

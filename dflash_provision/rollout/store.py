@@ -9,6 +9,7 @@ checks themselves are journaled as ordinary history rows (op ``rollout-write``..
 
 from __future__ import annotations
 
+import hashlib
 import json
 import secrets
 import sqlite3
@@ -24,6 +25,14 @@ _SCHEMA = (
     "CREATE TABLE IF NOT EXISTS rollouts (id TEXT PRIMARY KEY, created_at TEXT NOT NULL,"
     " updated_at TEXT NOT NULL, state TEXT NOT NULL, record TEXT NOT NULL)"
 )
+#: Config bytes by sha256: every rollout's new config and every config a rollback returns to
+#: (what a server ran), so a rollback finds what ran when the host kept no backup of it.
+_CONFIGS = (
+    "CREATE TABLE IF NOT EXISTS rollout_configs (sha256 TEXT PRIMARY KEY, kept_at TEXT NOT NULL,"
+    " data BLOB NOT NULL)"
+)
+#: A config is a few KiB; the store keeps nothing bigger (the remote read's own limit).
+MAX_CONFIG_BYTES = 1024 * 1024
 #: A record holds a few KiB per host; anything far bigger was not written by us.
 MAX_RECORD_BYTES = 64 * 1024 * 1024
 
@@ -52,6 +61,7 @@ class RolloutStore:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
             conn.execute(_SCHEMA)
+            conn.execute(_CONFIGS)
         except (sqlite3.Error, OSError) as exc:
             raise LocalWriteFailed(describe_failure(self.path, exc)) from None
         return conn
@@ -72,6 +82,39 @@ class RolloutStore:
             raise LocalWriteFailed(describe_failure(self.path, exc)) from None
         finally:
             conn.close()
+
+    def keep_config(self, data: bytes) -> str:
+        """Keep ``data`` under its sha256 (once); returns the sha256."""
+        sha = hashlib.sha256(data).hexdigest()
+        if len(data) > MAX_CONFIG_BYTES:
+            return sha
+        conn = self._connect()
+        try:
+            conn.execute(
+                "INSERT OR IGNORE INTO rollout_configs (sha256, kept_at, data) VALUES (?, ?, ?)",
+                (sha, _now(), data),
+            )
+        except sqlite3.Error as exc:
+            raise LocalWriteFailed(describe_failure(self.path, exc)) from None
+        finally:
+            conn.close()
+        return sha
+
+    def config_with_sha(self, sha256: str) -> bytes | None:
+        """The bytes kept under ``sha256`` (checked again: a row is only trusted for the
+        bytes it hashes to), or None."""
+        conn = self._connect()
+        try:
+            row = conn.execute(
+                "SELECT data FROM rollout_configs WHERE sha256 = ?", (sha256,)
+            ).fetchone()
+        except sqlite3.Error:
+            return None
+        finally:
+            conn.close()
+        if row is None or not isinstance(row[0], bytes) or len(row[0]) > MAX_CONFIG_BYTES:
+            return None
+        return row[0] if hashlib.sha256(row[0]).hexdigest() == sha256 else None
 
     def load(self, rollout_id: str) -> Rollout:
         conn = self._connect()

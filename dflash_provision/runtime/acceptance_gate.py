@@ -18,7 +18,9 @@ that a pass records. None of them reads the figures back from JSON by key.
     collapsed past the sliding window   failed        (runtime/long_context.py: the long
                                                        prompt's acceptance < half the short's)
     mean length dropped > max_regression
-      below the reference               failed        (a smaller drop: a warning)
+      below the reference               failed        (a smaller drop: a warning; a
+                                                       reference of another or unknown
+                                                       vLLM version: compared, not gated)
     past the window cannot be told      inconclusive  (max-model-len below the window, the
                                                        deadline, other clients' traffic)
     otherwise                           passed
@@ -86,6 +88,9 @@ class AcceptanceRules:
     reference: Reference | None = None  # an earlier pass's figures (or a rollout's baseline)
     max_regression: float | None = None  # None: a drop below the reference is a warning only
     notes: tuple[str, ...] = ()  # e.g. why no reference was compared
+    # Why the reference is compared but not gated on: it was recorded on another or unknown
+    # vLLM version (runtime/reference_version.py); None: it is this version's own.
+    reference_mismatch: str | None = None
 
 
 @dataclass(frozen=True)
@@ -185,7 +190,8 @@ def _finding(
         return Finding.BELOW_MIN_ACCEPTANCE
     if seen.long_context_collapsed:
         return Finding.LONG_CONTEXT_COLLAPSED
-    if drop is not None and rules.max_regression is not None and drop > rules.max_regression:
+    limit = rules.max_regression if rules.reference_mismatch is None else None
+    if drop is not None and limit is not None and drop > limit:
         return Finding.REGRESSED
     if seen.long_context_unknown:
         return Finding.LONG_CONTEXT_UNKNOWN
@@ -238,6 +244,7 @@ def judge_check(
         min_acceptance=min_acceptance,
         reference=baseline,
         max_regression=max_regression if baseline is not None else None,
+        reference_mismatch=None,  # the rollout's baseline was measured on this very server
     )
     judged = verdict.with_rules(rules)
     if (

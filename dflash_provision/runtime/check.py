@@ -9,9 +9,13 @@ Order and cost (exec = one remote command; request = one HTTP request through th
                            its log, when we know the log)
     b  probe               1 exec (the target's python: transformers, and vLLM when importable;
                            the target model comes from the server found in c)
-    d  completion          GET /v1/models, GET /metrics (before), the first smoke prompt
-    e  acceptance          the other smoke prompts, GET /metrics (after); the acceptance
-                           reference from the local history store (no remote cost); for a
+    d  completion          GET /v1/models, GET /version, GET /metrics (before), the first
+                           smoke prompt
+    e  acceptance          the other smoke prompts, GET /metrics (after); judged on the
+                           replies' own per-request figures when every one carries them,
+                           else the counters (runtime/request_acceptance.py); the acceptance
+                           reference of the server's vLLM version from the local history
+                           store (no remote cost; runtime/reference_version.py); for a
                            drafter with sliding layers, one prompt longer than the window
                            (POST /tokenize, 2 x GET /metrics, 1 completion: long_context.py)
 
@@ -32,6 +36,9 @@ from dflash_provision.errors import DflashProvisionError, ExitCode
 from dflash_provision.runtime import long_context
 from dflash_provision.runtime.acceptance_gate import AcceptanceRules, AcceptanceVerdict, Observed
 from dflash_provision.runtime.access import ReplyUnusable, too_large
+from dflash_provision.runtime.link_fixes import restart_command
+from dflash_provision.runtime.reference_version import server_version
+from dflash_provision.runtime.request_acceptance import choose
 from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stage_disk import stage_file, stage_loader
 from dflash_provision.runtime.stage_server import server_model, server_spec, stage_server
@@ -360,6 +367,7 @@ def _serve_stages(
         started = time.monotonic()
         try:
             model_id = served_model_id(access, model, timeout)
+            ctx.server_version = server_version(access, timeout)
             before = spec_counters(_metrics_text(access, timeout))
             prompts = smoke_prompts(settings.prompts)
             first = _complete(access, model_id, prompts[0], settings.max_tokens, timeout)
@@ -375,11 +383,12 @@ def _serve_stages(
             report.smoke_s = stage_d.duration_s
             return [stage_d, skipped("e", "no completion succeeded: nothing to measure")]
         started_e = time.monotonic()
-        tokens, own = first.tokens, 1
+        tokens, own, answers = first.tokens, 1, [first.per_request]
         for prompt in prompts[1:]:
             more = _complete(access, model_id, prompt, settings.max_tokens, timeout)
             tokens += more.tokens if more.ok else 0
             own += 1 if more.ok else 0
+            answers += [more.per_request] if more.ok else []
         report.smoke_s = time.monotonic() - started
         try:
             after = spec_counters(_metrics_text(access, timeout))
@@ -389,20 +398,22 @@ def _serve_stages(
             why = f"the counters could not be read after the smoke prompts: {exc.message}"
             failed = StageResult("e", "acceptance", StageStatus.FAILED, why, [why])
             return [stage_d, failed]
-        result = acceptance(before, after, expected_max_drafts=tokens, own_requests=own)
+        counted = acceptance(before, after, expected_max_drafts=tokens, own_requests=own)
+        result, source = choose(answers, counted)
+        assert result is not None  # the counters were read: choose falls back to them
         earlier = {s.key: s for s in report.stages}
         stage_e = stage_acceptance(
             ctx,
             result,
             rules=_rules(ctx, settings, prompts, result),
-            observed=_observed(earlier, before, after),
+            observed=_observed(earlier, before, after, own=source.own),
             prompts=len(prompts),
             earlier=earlier,
             num_spec=num_spec,
+            source=source,
         )
-        stage_e = long_context.apply(
-            stage_e, _long_context(ctx, settings, access, model_id, stage_e)
-        )
+        long = _long_context(ctx, settings, access, model_id, stage_e)
+        stage_e = long_context.apply(stage_e, long, **_fix_commands(ctx, settings))
         stage_e.duration_s = time.monotonic() - started_e
     return [stage_d, stage_e]
 
@@ -421,14 +432,32 @@ def _long_context(
     )
 
 
-def _observed(earlier: dict[str, StageResult], before: Any, after: Any) -> Observed:
+def _fix_commands(ctx: CheckContext, settings: CheckSettings) -> dict[str, str]:
+    """The commands stage e's own fix lines name: the server's restart, and this check again
+    (the target and authority as the push fix names them: the same source)."""
+    source = shlex.split(ctx.push_fix)[2:]  # after `dflash-provision push`
+    if ctx.container is not None:  # the server reads the drafter at start-up: a new start
+        restart = shlex.join(ctx.container.tool_argv("restart", "--", ctx.container.option.name))
+        return {
+            "restart": restart,
+            "rerun": shlex.join(["dflash-provision", "runtime-check", *source]),
+        }
+    rerun = ["dflash-provision", "runtime-check", *source, "--port", str(settings.port)]
+    return {"restart": restart_command(ctx.target, settings.port), "rerun": shlex.join(rerun)}
+
+
+def _observed(
+    earlier: dict[str, StageResult], before: Any, after: Any, *, own: bool = False
+) -> Observed:
     """What the server showed besides the figures: its metrics, and whether stage c found a
-    sampling setting that makes them no evidence."""
+    sampling setting that makes them no evidence. With the check's own per-request figures
+    (``own``) the server's metrics do not matter: the replies showed it speculating (vLLM
+    returns them with --disable-log-stats too)."""
     c = earlier.get("c")
     not_evidence = c.data.get("figures_not_evidence") if c is not None else None
     return Observed(
-        spec_counters=after.present,
-        vllm_metrics=after.vllm_metrics or before.vllm_metrics,
+        spec_counters=own or after.present,
+        vllm_metrics=own or after.vllm_metrics or before.vllm_metrics,
         not_evidence=not_evidence if isinstance(not_evidence, str) else None,
     )
 
@@ -447,16 +476,21 @@ def _rules(
         )
         return replace(gate, notes=(note,))
     from dflash_provision.history import default_store
-    from dflash_provision.runtime.reference import from_figures, reference_key
+    from dflash_provision.runtime.reference import reference_key, vllm_version
+    from dflash_provision.runtime.reference_version import lookup
 
     key = reference_key(ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens)
     try:
-        found = default_store().latest_reference(key)
+        reference, mismatch = lookup(default_store(), key, vllm_version(ctx))
     except DflashProvisionError as exc:  # a broken history store must not stop the check
         note = f"the acceptance reference could not be read: {exc.message}"
         return replace(gate, notes=(note,))
-    reference = from_figures(*found) if found is not None else None
-    return replace(gate, reference=reference, max_regression=settings.max_regression)
+    return replace(
+        gate,
+        reference=reference,
+        max_regression=settings.max_regression,
+        reference_mismatch=mismatch,
+    )
 
 
 def _record_reference(
@@ -470,7 +504,8 @@ def _record_reference(
     if not verdict.clean_window:
         return
     drop = verdict.regression
-    if drop is not None and drop > 0 and not settings.reset_reference:
+    own_version = verdict.rules.reference_mismatch is None  # else: this version's first
+    if drop is not None and drop > 0 and not settings.reset_reference and own_version:
         return
     from dflash_provision.history import default_store
     from dflash_provision.runtime import reference

@@ -25,6 +25,12 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.check.invariants import block_size_of
 from dflash_provision.runtime.curve import Curve, Shape, classify
+from dflash_provision.runtime.link_fixes import (
+    authority_source,
+    noted,
+    validate_command,
+    weights_fix,
+)
 from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import CheckContext, StageResult
 
@@ -169,8 +175,15 @@ class _Facts:
         return f"dflash-provision launch {self.target}{where}{extra} --restart"
 
     @property
-    def model(self) -> str:
-        return server_model(self.ctx.server) or "MODEL"
+    def model(self) -> str | None:
+        return server_model(self.ctx.server)
+
+    def validate(self) -> str:
+        return validate_command(self.ctx.target, self.model)
+
+    @property
+    def from_lock(self) -> bool:
+        return "--lock" in shlex.split(self.ctx.push_fix)
 
     @property
     def probe(self) -> dict[str, Any]:
@@ -201,10 +214,7 @@ def _weights(f: _Facts) -> Cause:
         "the weights do not fit the config or the target (a config of one revision beside "
         "weights of another, or a retrain of another shape)"
     )
-    fix = (
-        "put the config.json and the safetensors of ONE pinned revision in the drafter "
-        f"directory (dflash-provision fetch REPO --revision SHA), then {f.restart()}"
-    )
+    fix = weights_fix(f.ctx.push_fix, f.restart(), f.ctx.target)
     if not weights or not weights.get("checked"):
         why = str(weights.get("detail") or "no safetensors header check in this run")
         seen = why if "not checked" in why else f"not checked: {why}"
@@ -228,9 +238,10 @@ def _retrained(f: _Facts) -> Cause:
     files = _dict(a.data.get("files") if a else None)
     if not files:
         seen = "no stage reads the weights' values: their shapes are all a header check sees"
-        fix = (
-            "compare the safetensors' sha256 with the pinned revision's on the Hub and put that "
-            f"revision's weights in place, then {f.restart()}"
+        fix = noted(
+            f.restart(),
+            "after comparing the safetensors' sha256 with the pinned revision's on the Hub and "
+            "putting that revision's weights in place (a lock with push --all-files does it)",
         )
         return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO, Shape.LOW}))
     fix = f"{a.fix if a and a.fix else f.ctx.push_fix + ' --all-files'} && {f.restart()}"
@@ -287,9 +298,10 @@ def _aux_ids(f: _Facts) -> Cause:
     c = f.stage("c")
     want = f.ctx.expected_aux
     text = f"the drafter reads other target layers than target_layer_ids + 1 = {want}"
-    fix = (
-        f"the server must read the provisioned target_layer_ids: {f.restart()} (a vLLM without "
-        "PR #40727 reads the ids without the + 1)"
+    fix = noted(
+        f.restart(),
+        "the server must read the provisioned target_layer_ids; a vLLM without PR #40727 reads "
+        "the ids without the + 1",
     )
     near_zero = frozenset({Shape.NEAR_ZERO})
     log = _dict(c.data.get("log") if c else None)
@@ -322,10 +334,11 @@ def _loader(f: _Facts) -> Cause | None:
         "the target's loader normalises critical fields (use_sliding_window false nulls "
         "sliding_window, layer_types rebuilt): sliding-window layers run as full attention"
     )
-    fix = (
-        "make the config survive the loader (use_sliding_window: true with sliding layers, "
-        f"layer_types written out; `dflash-provision validate FILE` names each field), "
-        f"{f.ctx.push_fix} && {f.restart()}"
+    fix = noted(
+        f.validate(),
+        "names each field the loader changes: make the authoritative config survive it "
+        "(use_sliding_window: true with sliding layers, layer_types written out), then "
+        f"{f.ctx.push_fix} && {f.restart()}",
     )
     cliff = frozenset({Shape.CLIFF})
     effective = _dict(f.probe.get("effective"))
@@ -355,9 +368,10 @@ def _vllm_windows(f: _Facts) -> Cause | None:
         "vLLM runs the draft's sliding-window layers as full attention (no per-layer DFlash "
         "sliding windows in that vLLM, or a conversion that drops the window fields)"
     )
-    fix = (
-        "use a vLLM with per-layer DFlash sliding windows that keeps the draft's window fields "
-        "(0.25 or later, or a build with them), then " + f.restart(" --vllm PATH")
+    fix = noted(
+        f.restart(),
+        "after installing a vLLM with per-layer DFlash sliding windows that keeps the draft's "
+        "window fields (0.25 or later, or a build with them) where the launch runs it",
     )
     cliff = frozenset({Shape.CLIFF})
     vllm = _dict(f.probe.get("vllm"))
@@ -391,7 +405,10 @@ def _vllm_changed(f: _Facts) -> Cause | None:
     ).get("version")
     then = ref.vllm_version
     text = "the vLLM upgrade since the reference changed how the draft runs"
-    fix = f"run the reference's vLLM {then} again to confirm: {f.restart(' --vllm PATH')}"
+    fix = noted(
+        f.restart(),
+        f"with the reference's vLLM {then} installed where the launch runs it, to confirm",
+    )
     seen = f"{f.against_reference()}; vLLM {then} then, {now or 'unknown'} now"
     if now is None or str(now) == str(then):
         return Cause(text, f"the same vLLM {then} as the reference", fix, Verdict.RULED_OUT)
@@ -406,9 +423,11 @@ def _mask(f: _Facts) -> Cause:
     where = "the file on disk has the authoritative value" if a and a.passed else f.said("a")
     # The drafter's own value: no stage can know which token it was trained with.
     seen = f"{where}; no stage can tell whether {mask} is the training token"
-    fix = (
-        "take mask_token_id from the published config of the weights' revision "
-        f"(dflash-provision diff {f.target} REPO@REV shows it) and correct the authoritative config"
+    fix = noted(
+        f"dflash-provision diff {shlex.quote(authority_source(f.ctx.authority))} {f.target}",
+        "shows the authoritative mask_token_id against the file the server loaded; take the "
+        "right one from the published config of the weights' revision and correct the "
+        "authoritative config",
     )
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO}))
 
@@ -437,7 +456,7 @@ def _runner(f: _Facts) -> Cause | None:
         )  # fmt: skip
     else:
         seen = "not measured by a stage"
-    fix = f"{f.restart()} (launch sets VLLM_USE_V2_MODEL_RUNNER=1 for mixed layouts)"
+    fix = noted(f.restart(), "launch sets VLLM_USE_V2_MODEL_RUNNER=1 for mixed layouts")
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.NEAR_ZERO}))
 
 
@@ -446,19 +465,21 @@ def _rope_or_target(f: _Facts) -> Cause:
         "another target, revision or quantization than the drafter was trained for (RoPE "
         "settings, hidden size, vocabulary)"
     )
-    seen = f"{f.against_reference()}; the server serves {f.model}"
-    fix = (
-        f"dflash-provision validate {f.target} --target-config MODEL/config.json, and use the "
-        "drafter revision made for this target and its quantization (pin it with fetch --revision)"
+    seen = f"{f.against_reference()}; the server serves {f.model or 'an unknown model'}"
+    fix = noted(
+        f.validate(),
+        "then use the drafter revision made for this target and its quantization (pin it with "
+        "fetch --revision)",
     )
     return Cause(text, seen, fix, Verdict.OPEN, frozenset({Shape.LOW, Shape.NEAR_ZERO}))
 
 
 def _prompts(f: _Facts) -> Cause:
     text = "the prompt distribution: the smoke prompts are far from the drafter's training data"
-    fix = (
+    fix = noted(
+        f"dflash-provision history --host {shlex.quote(f.ctx.target.machine)} --op runtime-check",
         "judge against a reference, not an absolute gate: a passing runtime-check records this "
-        "drafter's figures, later checks compare with them"
+        "drafter's figures (listed here), later checks compare with them",
     )
     ref = f.reference
     if ref is not None:

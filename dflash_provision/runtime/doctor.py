@@ -29,6 +29,7 @@ from dflash_provision.runtime.link_fixes import (
     file_fix,
     inconclusive_fix,
     loader_fix,
+    noted,
     probe_fix,
     validation_fix,
     vllm_fix,
@@ -169,22 +170,24 @@ def trace(
     if container is not None:  # the server reads the drafter at start-up: restart its container
         restart = shlex.join(container.tool_argv("restart", "--", container.option.name))
     model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
+    rerun = _rerun_command(target, c, settings, push_fix)
     links = [
         _authoritative_link(authority),
-        _file_link(a, push_fix, restart),
-        _validation_link(check, authority, push_fix, model_config, model),
-        _loader_link(b, check),
-        _vllm_link(b, c, restart),
+        _file_link(a, push_fix, restart, target),
+        _validation_link(check, authority, push_fix, model_config, target, model),
+        _loader_link(b, target, model),
+        _vllm_link(b, c, restart, target, model),
         _server_link(c, d, restart),
         _acceptance_link(e, target, restart) if e else _missing("acceptance"),
     ]
+    for link in links:  # a stage that could not tell: measure again with more evidence
+        if link.status is StageStatus.INCONCLUSIVE and not link.fix:
+            link.fix = inconclusive_fix(rerun)
     return DoctorReport(target.display(), links, check)
 
 
 def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None = None) -> Link:
-    """A link that is one stage; a stage that could not tell gets a fix about measuring again."""
-    if stage.inconclusive:
-        fix = fix or inconclusive_fix(stage)
+    """A link that is one stage (a stage that could not tell gets its fix in ``trace``)."""
     return Link(
         name,
         stage.status,
@@ -197,12 +200,12 @@ def _from_stage(name: str, stage: StageResult, code: ExitCode, fix: str | None =
     )
 
 
-def _file_link(a: StageResult, push_fix: str, restart: str) -> Link:
+def _file_link(a: StageResult, push_fix: str, restart: str, target: Target) -> Link:
     """Stage a: the fix by what failed (the config, its absence, its weights, its reading)."""
     if not a.failed:
         return _from_stage("file on disk", a, ExitCode.DRIFT)
     code = ExitCode.INVALID if weights_only(a) else ExitCode.DRIFT
-    return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart))
+    return _from_stage("file on disk", a, code, fix=file_fix(a, push_fix, restart, target))
 
 
 def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
@@ -215,9 +218,9 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
         fix = (
             first_fix(causes)
             or (e.fix if collapsed else None)
-            or (
-                f"the server does not draft: its log says why (dflash-provision logs "
-                f"{shlex.quote(target.display())}), then {restart}"
+            or noted(
+                f"dflash-provision logs {shlex.quote(target.display())}",
+                f"the server does not draft: its log says why; then {restart}",
             )
         )
     return _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW, fix=fix)
@@ -225,6 +228,19 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
 
 def _missing(name: str) -> Link:
     return Link(name, StageStatus.SKIPPED, "not reached")
+
+
+def _rerun_command(target: Target, c: StageResult, settings: CheckSettings, push_fix: str) -> str:
+    """This doctor again with twice the smoke prompts (the authority's options are the push
+    fix's: the same source)."""
+    port = c.data.get("port")
+    port = port if isinstance(port, int) else settings.port
+    source = shlex.split(push_fix)[3:]  # after `dflash-provision push TARGET`
+    prompts = str(min(64, settings.prompts * 2))
+    return shlex.join(
+        ["dflash-provision", "doctor", target.display(), *source, "--port", str(port),
+         "--prompts", prompts]
+    )  # fmt: skip
 
 
 def _restart_fix(target: Target, c: StageResult, settings: CheckSettings) -> str:
@@ -286,6 +302,7 @@ def _validation_link(
     authority: Authority,
     push_fix: str,
     target: bytes | None,
+    place: Target,
     model: str | None,
 ) -> Link:
     """The file on disk through every validate layer (it may be wrong AND invalid), with the
@@ -308,6 +325,7 @@ def _validation_link(
         validation_fix(
             push_fix,
             validate_config(authority.data, label=authority.label, target=target).ok,
+            place,
             model,
         ),
         ExitCode.INVALID,
@@ -321,10 +339,10 @@ def _fits(authority: Authority, target: bytes | None) -> bool:
     return validate_config(authority.data, label=authority.label, target=target).ok
 
 
-def _loader_link(b: StageResult, check: CheckReport) -> Link:
+def _loader_link(b: StageResult, target: Target, model: str | None) -> Link:
     problems = b.data.get("loader_problems")
     if problems is None:  # the probe did not run: the whole stage says why
-        fix = probe_fix(b.summary) if b.failed else None
+        fix = probe_fix(b.summary, target) if b.failed else None
         return _from_stage("loader on the target", b, ExitCode.RUNTIME_CHECK_FAILED, fix=fix)
     probe = b.data.get("probe") or {}
     evidence = [f"python {probe.get('python')}, transformers {probe.get('transformers')}"]
@@ -340,11 +358,13 @@ def _loader_link(b: StageResult, check: CheckReport) -> Link:
         StageStatus.FAILED,
         problems[0],
         evidence + problems,
-        loader_fix(b),
+        loader_fix(b, target, model),
     )
 
 
-def _vllm_link(b: StageResult, c: StageResult, restart: str) -> Link:
+def _vllm_link(
+    b: StageResult, c: StageResult, restart: str, target: Target, model: str | None
+) -> Link:
     probe = b.data.get("probe") or {}
     vllm = part(probe, "vllm")
     engine = (c.data.get("log") or {}).get("engine_version")
@@ -357,7 +377,7 @@ def _vllm_link(b: StageResult, c: StageResult, restart: str) -> Link:
             StageStatus.FAILED,
             problems[0],
             evidence + problems,
-            vllm_fix(str(problems[0]), restart),
+            vllm_fix(str(problems[0]), restart, target, model),
         )
     if not vllm.get("importable"):
         why = vllm.get("error") or "not probed"

@@ -126,6 +126,7 @@ def build_record(
         SERVER_HOST,
         "--port",
         str(request.port),
+        *pre.vllm_args,
         *request.extra_args,
     ]
     return LaunchRecord(
@@ -135,6 +136,7 @@ def build_record(
         env_names=sorted(pre.env),
         drafter_dir=pre.drafter_dir,
         drafter_sha256=pre.drafter_sha256,
+        file_sha256=pre.file_sha256,
         model=request.model,
         num_speculative_tokens=pre.num_speculative_tokens,
         vllm_cmd=list(request.vllm_cmd),

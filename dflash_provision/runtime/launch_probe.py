@@ -8,7 +8,9 @@ the ``--vllm`` command, then judged by vllm_features.
   can; V2 without Triton on the host);
 - whether that vLLM runs the drafter as trained (aux ids, sliding windows): a refusal naming
   what is needed (``--force`` starts it anyway, with the finding as a warning);
-- the ``--speculative-config`` keys it would reject at start-up.
+- the ``--speculative-config`` keys it would reject at start-up;
+- whether it takes ``--per-request-spec-decode-metrics`` (``RunnerPlan.vllm`` carries the
+  answer; runtime/request_acceptance.py ``launch_args`` decides what launch passes).
 
 A probe that cannot answer (no python with vLLM found, a timeout) is a warning, not a pass of
 these checks: launch then falls back to the layout rule (a mixed drafter gets the V2 runner)
@@ -43,6 +45,7 @@ class RunnerPlan:
     notes: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     answered: bool = False  # the probe answered with vLLM's resolution of the draft
+    vllm: dict[str, Any] | None = None  # the probe's answer about vLLM (importable)
 
 
 def vllm_python(transport: Transport, vllm_cmd: tuple[str, ...], fallback: str | None) -> str:
@@ -89,6 +92,30 @@ def plan_runner(
     found = vllm_python(transport, vllm_cmd, python)
     budget = max(timeout, PROBE_BUDGET_S)
     answer = run_probe_on(transport, drafter_dir, found, model, num_spec, budget, vllm_only=True)
+    return plan_from_answer(
+        answer,
+        found,
+        doc,
+        env,
+        speculative_keys=speculative_keys,
+        force=force,
+        where=transport.description,
+    )
+
+
+def plan_from_answer(
+    answer: Any,
+    found: str,
+    doc: dict[str, Any],
+    env: dict[str, str],
+    *,
+    speculative_keys: list[str],
+    force: bool,
+    where: str,
+) -> RunnerPlan:
+    """The plan from the probe's ``answer`` (run with the python ``found``); raises the refusal.
+    Which runner serves is asked first: a layout no runner serves is refused as such, with
+    the vLLM that can (``--force`` cannot start what no runner serves)."""
     plan = RunnerPlan(found, dict(env), [])
     vllm = answer.get("vllm") if isinstance(answer, dict) else None
     if not isinstance(vllm, dict) or not vllm.get("importable"):
@@ -98,18 +125,19 @@ def plan_runner(
             f"answer from vLLM ({why}); the layout rule applies and vLLM's start-up decides"
         )
         return plan
+    plan.vllm = vllm
     version = str(vllm.get("version"))
     _check_keys(speculative_keys, vllm, version, plan)
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
         raise RuntimeFailure(
-            f"pre-flight: vLLM {version} on {transport.description} cannot resolve this draft "
+            f"pre-flight: vLLM {version} on {where} cannot resolve this draft "
             f"config: {vllm.get('error')}",
             exit_code=ExitCode.VLLM_UNUSABLE,
         )
     plan.answered = True
-    _judge_as_trained(draft, doc, version, plan, force=force)
     _choose_runner(draft, version, plan)
+    _judge_as_trained(draft, doc, version, plan, force=force)
     return plan
 
 
@@ -164,14 +192,20 @@ def _judge_as_trained(
 
 def _choose_runner(draft: dict[str, Any], version: str, plan: RunnerPlan) -> None:
     """Set VLLM_USE_V2_MODEL_RUNNER only where this vLLM needs and takes it (module docstring)."""
-    from dflash_provision.runtime.vllm_features import MIXED_FIX, serving_runners
+    from dflash_provision.runtime.vllm_features import (
+        MIXED_FIX,
+        layout_refused,
+        refusals_text,
+        serving_runners,
+    )
 
     runners = draft.get("runners")
     if not isinstance(runners, dict):
         plan.warnings.append("cannot tell which model runner serves this drafter (older probe)")
         return
     serve, unknown, refused = serving_runners(draft)
-    if "v2" in serve and runners.get("triton") is False:
+    no_triton = "v2" in serve and runners.get("triton") is False
+    if no_triton:
         serve.remove("v2")
         refused["v2"] = "V2 needs Triton, which this vLLM cannot import on this host"
     v1_gone = (runners.get("v1") or {}).get("present") is False
@@ -183,10 +217,12 @@ def _choose_runner(draft: dict[str, Any], version: str, plan: RunnerPlan) -> Non
             exit_code=ExitCode.VLLM_UNUSABLE,
         )
     if not serve and not unknown:
-        reasons = "; ".join(refused[name] for name in ("v1", "v2") if name in refused)
+        # What can serve it is named only for a layout or Triton refusal: a runner that refuses
+        # the speculative method says so itself.
+        can = f"; {MIXED_FIX} can" if layout_refused(draft) or no_triton else ""
         raise RuntimeFailure(
             f"pre-flight: no model runner of vLLM {version} can serve this drafter here: "
-            f"{reasons}; {MIXED_FIX} can",
+            f"{refusals_text(draft, refused)}{can}",
             exit_code=ExitCode.VLLM_UNUSABLE,
         )
     if given is not None and not v1_gone:

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.runtime.acceptance_gate import judge
+from dflash_provision.runtime.link_fixes import noted
 from dflash_provision.runtime.metrics import Acceptance, acceptance, spec_counters
 from dflash_provision.runtime.stages import StageResult, StageStatus
 from dflash_provision.runtime.vllm_features import intended_windows
@@ -49,16 +50,30 @@ METRICS_BYTES = 4 * 1024 * 1024
 CAUSE = (
     "the sliding-window layers are not run as trained (full attention, or the window's KV recycled)"
 )
-FIX = (
-    "serve with a vLLM that runs DFlash's per-layer sliding windows as trained (0.25+ or a build "
-    "that has qwen3_dflash's _resolve_layer_attention; not 0.26 with vllm#50169's KV recycling), "
-    "then run the check again"
+FIX_WHY = (
+    "after installing, where the launch runs it, a vLLM that runs DFlash's per-layer sliding "
+    "windows as trained (0.25+ or a build that has qwen3_dflash's _resolve_layer_attention; not "
+    "0.26 with vllm#50169's KV recycling); then run the check again"
 )
-UNKNOWN_FIX = (
-    "check past the window where it can be told (a --max-model-len above the window + 32 + "
-    "--max-tokens, a longer --command-timeout, a quiet server), or leave it out with "
-    "--no-long-context"
+UNKNOWN_WHY = (
+    "where past the window can be told: a --max-model-len above the window + 32 + --max-tokens, "
+    "a longer --command-timeout, a quiet server (or a vLLM 0.29+ started with "
+    "--per-request-spec-decode-metrics); or add --no-long-context to leave it out"
 )
+
+
+def collapse_fix(restart: str) -> str:
+    """The fix line of a collapse: ``restart`` (the server's restart command) once another vLLM
+    is in place."""
+    return noted(restart, FIX_WHY)
+
+
+def unknown_fix(rerun: str) -> str:
+    """The fix line when past the window cannot be told: ``rerun`` (this check again) where it
+    can be told."""
+    return noted(rerun, UNKNOWN_WHY)
+
+
 # Short words without digits (a tokenizer may split every digit): each word is at least one
 # token in every tokenizer that splits at spaces before merging (BPE and SentencePiece alike).
 _TEXT = (
@@ -333,10 +348,11 @@ def _measure(run: _Run, window: int, short: AcceptanceVerdict, max_tokens: int) 
 # -- the hook into stage e ----------------------------------------------------------------------
 
 
-def apply(stage_e: StageResult, long: LongContext) -> StageResult:
+def apply(stage_e: StageResult, long: LongContext, *, restart: str, rerun: str) -> StageResult:
     """Stage e with the long-context part: its data and evidence always; a collapse fails the
     stage, a part that cannot tell makes it inconclusive (the gate's verdict says which, so the
-    rollout and the Ansible task inherit it)."""
+    rollout and the Ansible task inherit it). ``restart`` and ``rerun``: the commands its fix
+    lines name (the server's restart, this check again)."""
     stage_e.data["long_context"] = long.to_dict()
     stage_e.evidence.append(f"long context: {long.summary}{_cost(long)}")
     verdict = stage_e.acceptance
@@ -355,9 +371,10 @@ def apply(stage_e: StageResult, long: LongContext) -> StageResult:
     stage_e.acceptance = judged
     stage_e.status = StageStatus(judged.outcome.value)
     stage_e.summary = long.summary
+    fix = collapse_fix(restart) if judged.failed else unknown_fix(rerun)
     if judged.failed:
-        stage_e.causes = [f"1. {CAUSE}", f"   fix: {FIX}"]
-    stage_e.fix = FIX if judged.failed else UNKNOWN_FIX
+        stage_e.causes = [f"1. {CAUSE}", f"   fix: {fix}"]
+    stage_e.fix = fix
     return stage_e
 
 

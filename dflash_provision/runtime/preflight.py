@@ -52,6 +52,8 @@ class LaunchRequest:
     speculative_extra: Mapping[str, Any] = field(default_factory=dict)
     #: The lock's pinned files: hash every one, whatever proofs the history holds.
     rehash_files: bool = False
+    #: --per-request-spec-decode-metrics asked for (None: the default, runtime/request_acceptance)
+    per_request_metrics: str | None = None
 
 
 @dataclass
@@ -70,6 +72,10 @@ class Preflight:
     weights: dict[str, Any] = field(default_factory=dict)  # weights_check.WeightsCheck.to_dict
     file_status: str = "in_sync"  # file_status.judge's word for the drafter file launch passed
     files: dict[str, Any] | None = None  # the lock's pinned files, judged (None: it pins none)
+    #: The sha256 of the drafter file as read on the target: the bytes the server loads (the
+    #: authority's sha256 differs when launch lets a file with the same values pass).
+    file_sha256: str = ""
+    vllm_args: list[str] = field(default_factory=list)  # what launch adds to `vllm serve`
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -86,6 +92,8 @@ class Preflight:
             "warnings": self.warnings,
             "weights": self.weights,
             "file_status": self.file_status,
+            "file_sha256": self.file_sha256,
+            "vllm_args": self.vllm_args,
         } | ({} if self.files is None else {"files": self.files})
 
 
@@ -95,7 +103,9 @@ def preflight(
     """Every check that must pass before vLLM starts (module docstring); raises the refusal."""
     _check_request(request)
     timeout = request.command_timeout
-    file_status, warnings = _require_same_file(transport, target, authority, request, timeout)
+    file_status, warnings, file_sha256 = _require_same_file(
+        transport, target, authority, request, timeout
+    )
     files = _require_pinned_files(transport, target, authority, request)
     doc = json.loads(authority.data)
     from dflash_provision.check.invariants import block_size_of
@@ -129,6 +139,11 @@ def preflight(
         timeout=timeout,
     )
     warnings += plan.warnings
+    from dflash_provision.runtime.request_acceptance import launch_args
+
+    per_request = launch_args(request.per_request_metrics, plan.vllm, version, request.extra_args)
+    notes += [per_request.note] if per_request.note else []
+    warnings += [per_request.warning] if per_request.warning else []
     if plan.answered:
         env, added = plan.env, plan.added
         notes += [describe(plan), *plan.notes]
@@ -149,6 +164,8 @@ def preflight(
         weights=weights.check.to_dict(),
         file_status=file_status,
         files=files,
+        file_sha256=file_sha256,
+        vllm_args=list(per_request.args),
     )
 
 
@@ -160,7 +177,9 @@ def drafter_preflight(
     equals the authoritative config, it validates, N <= block_size - 1, and the env the layout
     needs. Returns (N, env, warnings); raises the refusal."""
     _check_request(request)
-    _, warnings = _require_same_file(transport, target, authority, request, request.command_timeout)
+    _, warnings, _sha = _require_same_file(
+        transport, target, authority, request, request.command_timeout
+    )
     doc = json.loads(authority.data)
     from dflash_provision.check.invariants import block_size_of
     from dflash_provision.check.validate import validate_config
@@ -201,9 +220,10 @@ def _require_same_file(
     authority: Authority,
     request: LaunchRequest,
     timeout: float,
-) -> tuple[str, list[str]]:
+) -> tuple[str, list[str], str]:
     """The drafter file on the target, judged (file_status.judge) and mapped by launch's row of
-    EXIT_CODE: the refusal, or the status and the warnings of a file launch lets pass."""
+    EXIT_CODE: the refusal, or the status, the warnings of a file launch lets pass and the
+    file's sha256."""
     from dflash_provision.check.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
     from dflash_provision.place.push import compare_read
 
@@ -212,12 +232,16 @@ def _require_same_file(
     code = EXIT_CODE[Command.LAUNCH][verdict.status]
     if code is ExitCode.OK:
         if verdict.status not in PASSES_WITH_WARNING[Command.LAUNCH]:
-            return verdict.status.value, []
+            return verdict.status.value, [], read.sha256 or ""
         # The server loads the same values; only the sha256 proof of the file is lost.
-        return verdict.status.value, [
-            f"{verdict.status.value}: {verdict.message}; the server loads the same values, "
-            f"`{request.fix_command}` writes the exact bytes"
-        ]
+        return (
+            verdict.status.value,
+            [
+                f"{verdict.status.value}: {verdict.message}; the server loads the same values, "
+                f"`{request.fix_command}` writes the exact bytes"
+            ],
+            read.sha256 or "",
+        )
     if code is ExitCode.REMOTE_FAILED:
         raise RemoteStepFailed(f"pre-flight: {verdict.message}", step="read")
     lines = verdict.diff.lines if verdict.diff else []
@@ -334,7 +358,8 @@ def _check_weights(
 ) -> _Weights:
     """The drafter's safetensors headers against its config (one exec): a config of one revision
     beside the weights of another is refused before anything starts (--force: a warning)."""
-    from dflash_provision.check.weights_check import check_remote, target_hidden_of, weights_fix
+    from dflash_provision.check.weights_check import check_remote, target_hidden_of
+    from dflash_provision.runtime.link_fixes import weights_fix
 
     check = check_remote(
         transport,
@@ -351,7 +376,7 @@ def _check_weights(
     message = f"the drafter's weights do not fit its config: {shown}{more}"
     if not request.force:
         raise ConfigInvalid(
-            f"pre-flight: {message}; {weights_fix(target.model_dir)} "
+            f"pre-flight: {message}; fix: {weights_fix(request.fix_command, '', target)} "
             "(--force starts vLLM anyway, and its weight loading decides)"
         )
     return _Weights(check, notes, [f"--force: starting although {message}"])

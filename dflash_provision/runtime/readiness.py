@@ -6,6 +6,16 @@ a while): vLLM's DFlash refusals, NotImplementedError, an engine that failed to 
 ERROR-level lines carrying an exception or a traceback; it then gets a few seconds to exit on
 its own. Other ERROR lines and a bare traceback only count once the process is gone (libraries
 print tracebacks of optional imports that fail harmlessly). See ``_rank``.
+
+vLLM (0.20-0.34) prefixes every line its API server and engine write, logged or not, with
+``(APIServer pid=N) `` (``decorate_logs``): a traceback Python prints as the API server dies
+carries that prefix and no level. A configuration vLLM refuses ends as a pydantic
+ValidationError whose reason is on the indented line below its header, e.g. on 0.20.1::
+
+    (APIServer pid=8249) pydantic_core._pydantic_core.ValidationError: 1 validation error ...
+    (APIServer pid=8249)   Value error, VLLM_USE_V2_MODEL_RUNNER does not yet support: ...
+
+so that header and its reasons are reported as one line (see ``_validation_error``).
 """
 
 from __future__ import annotations
@@ -26,10 +36,12 @@ Progress = Callable[[float, str], None]
 
 # vLLM's line prefix: "(EngineCore_DP0 pid=53) ERROR 12-01 06:04:17 [core.py:843] message".
 # vLLM logs a failing engine's traceback with that prefix on every line, so lines are judged
-# by their level and their message, the prefix taken off.
+# by their level and their message, the prefix taken off. The process part comes alone on what
+# Python itself prints (a traceback), coloured when VLLM_LOGGING_COLOR=1.
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_PROCESS = re.compile(r"^(?:\x1b\[[0-9;]*m)?\([^()]*\bpid=\d+\)(?:\x1b\[[0-9;]*m)? ")
 _PREFIX = re.compile(
-    r"^(?:\([^)]*\) )?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) "
-    r"\d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ?"
+    r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL) \d\d-\d\d \d\d:\d\d:\d\d \[[^\]]*\] ?"
 )
 _SPECIFIC = re.compile(r"DFlash sliding attention requires a window size|\bNotImplementedError\b")
 _EXCEPTION = re.compile(r"^[\w.]+(?:Error|Exception|Interrupt)\b:")  # closes a traceback
@@ -39,8 +51,46 @@ _GENERIC_ENGINE = re.compile(
     re.I,
 )
 _TRACEBACK = re.compile(r"^Traceback \(most recent call last\)")
+# pydantic's ValidationError: "N validation error(s) for Model", then per error an optional
+# location line and an indented "  Message [type=..., input_value=..., input_type=...]" line.
+_VALIDATION = re.compile(r"^[\w.]*ValidationError: \d+ validation errors? for (?P<model>\w+)")
+_VALIDATION_REASON = re.compile(r"^ {2}(?P<reason>\S.*?) \[type=[\w.]+")
+_PYDANTIC_KIND = re.compile(r"^(?:Value|Assertion) error, ")
+#: Lines read below a ValidationError's header for its reasons (pydantic prints 2-3 per error).
+_VALIDATION_LINES = 12
 # The command itself could not run (shell and busybox wording).
 _NOT_EXECUTED = re.compile(r"can't execute|: not found$|No such file or directory$")
+
+
+def _split(line: str) -> tuple[str | None, str]:
+    """A line's level (None when it is not a log record) and its message, prefixes taken off."""
+    process = _PROCESS.match(line)
+    rest = line[process.end() :] if process else line
+    prefix = _PREFIX.match(rest)
+    if prefix is None:
+        return None, rest
+    return prefix.group("level"), rest[prefix.end() :]
+
+
+def _validation_error(model: str, below: list[str]) -> str | None:
+    """A ValidationError's header with the reasons pydantic printed below it, as one line:
+    "ValidationError for VllmConfig: Model Runner V2 requires Triton." (``below``: the
+    messages of the lines that follow, prefixes taken off); None when none is found."""
+    reasons: list[str] = []
+    location = ""
+    for message in below:
+        if not message.startswith(" ") and location:
+            break  # past this error's lines (a location line comes before its reason only)
+        reason = _VALIDATION_REASON.match(message)
+        if reason is not None:
+            text = _PYDANTIC_KIND.sub("", reason.group("reason"))
+            reasons.append(f"{location}: {text}" if location else text)
+            location = ""
+        elif message.strip() and not message.startswith(" "):
+            location = message.strip()
+        elif not message.strip():
+            break
+    return f"ValidationError for {model}: {'; '.join(reasons)}" if reasons else None
 
 
 def _rank(line: str, *, exited: bool) -> int | None:
@@ -52,9 +102,7 @@ def _rank(line: str, *, exited: bool) -> int | None:
     exception, an engine failure or a traceback count (libraries print harmless tracebacks of
     optional imports, and not every ERROR line is fatal).
     """
-    prefix = _PREFIX.match(line)
-    level = prefix.group("level") if prefix else None
-    message = line[prefix.end() :] if prefix else line
+    level, message = _split(line)
     if _SPECIFIC.search(message):
         return 0
     if level is None and not exited:
@@ -108,14 +156,21 @@ def fatal_lines(text: str, *, exited: bool) -> list[str]:
     """The log lines that say start-up failed, each once, the most telling first."""
     found: list[tuple[int, int, str]] = []
     seen: set[str] = set()
-    for position, line in enumerate(text.splitlines()):
+    lines = text.splitlines()
+    for position, line in enumerate(lines):
         stripped = line.rstrip()
         if not stripped.strip() or stripped in seen:
             continue
         rank = _rank(stripped, exited=exited)
         if rank is not None:
             seen.add(stripped)
-            found.append((rank, position, stripped.strip()))
+            shown = _ANSI.sub("", stripped).strip()  # reported as text, colours off
+            validation = _VALIDATION.match(_split(stripped)[1])
+            if validation is not None:
+                after = lines[position + 1 : position + 1 + _VALIDATION_LINES]
+                below = [_split(later.rstrip())[1] for later in after]
+                shown = _validation_error(validation.group("model"), below) or shown
+            found.append((rank, position, shown))
     return [line for _, _, line in sorted(found)]
 
 

@@ -66,6 +66,9 @@ class LaunchRecord:
     host: str = ""  # the target's description, for messages
     record_version: int = RECORD_VERSION
     extra: dict[str, Any] = field(default_factory=dict)
+    #: The sha256 of the drafter file the server was started on, as read on the host (what it
+    #: loaded); "" in records from before it (then ``drafter_sha256`` is the evidence).
+    file_sha256: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -95,6 +98,7 @@ class LaunchRecord:
                 host=str(data.get("host", "")),
                 record_version=_int(data.get("record_version", RECORD_VERSION)),
                 extra=dict(data.get("extra") or {}),
+                file_sha256=str(data.get("file_sha256") or ""),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise RemoteStepFailed(f"launch record is malformed: {exc}", step="record") from None

@@ -127,8 +127,11 @@ def figures(
 
 
 def vllm_version(ctx: CheckContext) -> str | None:
-    """The server's vLLM version: its engine's start-up line (stage c), else the version the
-    target's python imports (stage b's probe)."""
+    """The server's vLLM version: its own ``GET /version`` (runtime/reference_version.py), else
+    its engine's start-up line (stage c), else the version the target's python imports (stage
+    b's probe)."""
+    if ctx.server_version:
+        return ctx.server_version
     engine = ctx.log.engine if ctx.log is not None else None
     if engine is not None and engine.version:
         return str(engine.version)

@@ -51,6 +51,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import signal
 import sys
 from collections.abc import Iterator
@@ -59,7 +60,7 @@ from typing import Any
 
 PROBE_VERSION = 1
 #: Bump when the answer's content changes for the same inputs (invalidates cached answers).
-CACHE_FORMAT = "4"
+CACHE_FORMAT = "5"
 CACHE_ENV = "DFLASH_PROBE_CACHE"
 #: Config files larger than this are not hashed (nor cached): a drafter config is a few KB.
 MAX_KEYED_FILE = 1024 * 1024
@@ -191,13 +192,63 @@ def probe_speculators_effective(drafter: str) -> dict[str, Any]:
             "note": "transformers cannot load the speculators layout without remote code and "
             f"vLLM, which converts it, is not importable here ({_error(exc)})",
         }
+    reads = dflash_config_reads()
     try:
         config = SpeculatorsConfig.from_pretrained(drafter)
-        return {"error": None, "config": _jsonable(config.to_dict()), "loader": "vllm"}
+        return {"error": None, "config": _jsonable(config.to_dict()), "loader": "vllm", **reads}
     except ProbeTimeout:
         raise
     except Exception as exc:  # vLLM refusing the layout is the finding
-        return {"error": _error(exc), "config": None, "loader": "vllm"}
+        return {"error": _error(exc), "config": None, "loader": "vllm", **reads}
+
+
+#: dflash_config keys vLLM's speculators conversion added over 0.26-0.27 (``causal``,
+#: ``sample_from_anchor``): a release whose conversion does not write one may still read it
+#: (0.24-0.25 read ``causal``, 0.25-0.26 ``sample_from_anchor``: then with their default).
+CONVERSION_KEYS = ("causal", "sample_from_anchor")
+#: Where vLLM's DFlash code reads dflash_config (modules or packages; missing ones skipped).
+DFLASH_READERS = (
+    "vllm.model_executor.models.qwen3_dflash",
+    "vllm.v1.spec_decode.dflash",
+    "vllm.v1.worker.gpu.spec_decode.dflash",
+)
+_READER_BYTES = 2_000_000
+
+
+def dflash_config_reads() -> dict[str, Any]:
+    """Which of CONVERSION_KEYS this vLLM's DFlash code reads (``conversion_reads``: a key
+    looked up in a dict by its source, ``.get("causal"`` or ``["causal"]``), or None with
+    ``conversion_reads_error`` when no DFlash source could be read."""
+    import importlib.util
+
+    sources: list[str] = []
+    try:
+        for name in DFLASH_READERS:
+            try:
+                spec = importlib.util.find_spec(name)
+            except ImportError:  # a parent package this release does not have
+                continue
+            if spec is None or not spec.origin:
+                continue
+            folder = Path(spec.origin).parent
+            paths = sorted(folder.glob("*.py")) if spec.submodule_search_locations else []
+            for path in paths or [Path(spec.origin)]:
+                with path.open("rb") as handle:
+                    sources.append(handle.read(_READER_BYTES).decode("utf-8", "replace"))
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return {"conversion_reads": None, "conversion_reads_error": _error(exc)}
+    if not sources:
+        return {"conversion_reads": None, "conversion_reads_error": "no DFlash source found"}
+    text = "\n".join(sources)
+    # A read of the config dict: .get("key" or ["key"] (not getattr(metadata, "causal")).
+    found = [
+        key
+        for key in CONVERSION_KEYS
+        if re.search(r"(?:\.get\(|\[)\s*[\"']" + key + r"[\"']", text) is not None
+    ]
+    return {"conversion_reads": found, "conversion_reads_error": None}
 
 
 def speculators_override(
@@ -253,6 +304,7 @@ def probe_vllm(drafter: str, model: str | None, num_tokens: int | None) -> dict[
         "error": None,
         "draft": None,
         "speculative_keys": speculative_keys(),
+        "per_request_metrics": per_request_metrics(),
     }
     if not model and speculators_doc(drafter) is None:
         answer["error"] = "no --model given: vLLM resolves a draft only against its target"
@@ -588,6 +640,30 @@ def speculative_keys() -> dict[str, Any]:
     except Exception as exc:
         return {"keys": None, "forbids_unknown": None, "error": _error(exc)}
     return {"keys": names, "forbids_unknown": extra == "forbid", "error": None}
+
+
+def per_request_metrics() -> dict[str, Any]:
+    """The levels ``vllm serve --per-request-spec-decode-metrics`` takes on this vLLM
+    (EngineArgs' ``per_request_spec_decode_metrics`` field, a Literal; 0.29+): ``[]`` when it
+    has no such option, ``None`` with the error when EngineArgs cannot be read."""
+    import dataclasses
+    import typing
+
+    try:
+        from vllm.engine.arg_utils import EngineArgs
+
+        fields = {f.name: f for f in dataclasses.fields(EngineArgs)}
+    except ProbeTimeout:
+        raise
+    except Exception as exc:
+        return {"levels": None, "error": _error(exc)}
+    found = fields.get("per_request_spec_decode_metrics")
+    if found is None:
+        return {"levels": [], "error": None}
+    levels = [a for a in typing.get_args(found.type) if isinstance(a, str)]
+    if not levels:
+        return {"levels": None, "error": f"its type {found.type!r} names no levels"}
+    return {"levels": levels, "error": None}
 
 
 class _RunnerChoice:

@@ -263,7 +263,8 @@ def restart_recorded(
 
     # The same command line and env names; the record names the drafter bytes it now reads.
     now = datetime.now(UTC).isoformat(timespec="seconds")
-    fields = {"pid": None, "drafter_sha256": sha256 or "", "started_at": now}
+    fields = {"pid": None, "drafter_sha256": sha256 or "", "file_sha256": sha256 or "",
+              "started_at": now}  # fmt: skip
     record = LaunchRecord.from_dict({**launch, **fields})
     timeout = transport.command_timeout
     skip = frozenset({V2_RUNNER_ENV})

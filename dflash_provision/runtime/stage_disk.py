@@ -76,7 +76,8 @@ def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
 def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
     that could not be read are a warning (not a pass of that check); no weights, a note."""
-    from dflash_provision.check.weights_check import check_remote, weights_fix
+    from dflash_provision.check.weights_check import check_remote
+    from dflash_provision.runtime.link_fixes import restart_command, weights_fix
 
     weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
     result.data["weights"] = weights.to_dict()
@@ -94,7 +95,7 @@ def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
         result.summary = first + (
             f" (+{len(weights.mismatches) - 1} more)" if len(weights.mismatches) > 1 else ""
         )
-        result.fix = weights_fix(ctx.target.model_dir)
+        result.fix = weights_fix(ctx.push_fix, restart_command(ctx.target), ctx.target)
         result.data["failed_by"] = "weights"  # the bytes are right: pushing them fixes nothing
     else:
         result.summary += f"; and {first}"
@@ -475,10 +476,20 @@ def speculators_loader_part(
         evidence.append(str(eff.get("note") or "no loader on the target reads this layout"))
         return [], []
 
+    from dflash_provision.runtime.speculators_conversion import settle_unwritten
+
+    notes: list[str] = []
+
     def differences(doc: dict[str, Any]) -> list[str]:
         view = runtime_view(doc, keep_block_size=False)
         wanted = {name: view[name] for name in CRITICAL_FIELDS if name in view}
         got = {name: loaded[name] for name in wanted if name in loaded}
+        # Keys this vLLM's conversion does not write: as its DFlash code sees them.
+        eagle = "eagle_aux_hidden_state_layer_ids"
+        wanted, got, settled = settle_unwritten(
+            wanted, got, eff.get("conversion_reads"), aux=(view.get(eagle), loaded.get(eagle))
+        )
+        notes[:] = settled
         changes = [
             Change(file_field(doc, c.path), c.kind, c.old, c.new)
             for c in semantic_diff(got, wanted)
@@ -487,6 +498,7 @@ def speculators_loader_part(
 
     evidence.append("the target's vLLM converts the speculators layout (SpeculatorsConfig)")
     vs_auth = differences(ctx.auth_doc)
+    evidence += notes
     disk_doc = _disk_doc(ctx)
     by_loader = differences(disk_doc) if disk_doc is not None else vs_auth
     evidence += [f"vLLM's conversion changes the file: {line}" for line in by_loader]
@@ -543,8 +555,10 @@ def _vllm_part(
             + ", ".join(n.upper() for n in serve)
             + "".join(f"; {why}" for why in refused.values())
         )
-    if draft.get("mixed_layout_error"):
+    v2 = part(part(draft, "runners"), "v2")
+    if draft.get("mixed_layout_error") and v2.get("accepts_layout") is not False:
         # Not a wrong value: the V1 runner refuses mixed layouts; launch adds the V2 runner.
+        # (Where V2 refuses it too, as on 0.25, judge_runners says no runner serves it.)
         evidence.append(
             f"mixed sliding/full layout: needs VLLM_USE_V2_MODEL_RUNNER=1 "
             f"({draft['mixed_layout_error']})"

@@ -13,6 +13,7 @@ import shlex
 from typing import Any
 
 from dflash_provision.check.invariants import block_size_of
+from dflash_provision.runtime.link_fixes import noted
 from dflash_provision.runtime.speculators_serve import served_spec
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 from dflash_provision.runtime.vllm_argv import LOGGING_ENV, inferred_method, logging_settings
@@ -47,7 +48,13 @@ def stage_server(ctx: CheckContext, port: int) -> StageResult:
             why,
             [why],
             {"port": port},
-            fix="dflash-provision launch " + shlex.quote(ctx.target.display()) + " --model MODEL",
+            fix=noted(
+                shlex.join(
+                    ["dflash-provision", "status", ctx.target.display(), "--port", str(port)]
+                ),
+                "no server listens there: status shows what launch recorded for it; start one "
+                "with dflash-provision launch (--model names the target model)",
+            ),
         )
     # `vllm serve <speculators drafter dir>`: the spec comes from its speculators_config.
     spec, problems = served_spec(ctx, server, server_spec(server))

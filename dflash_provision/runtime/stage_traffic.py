@@ -19,6 +19,8 @@ from dflash_provision.runtime.acceptance_gate import (
 from dflash_provision.runtime.diagnosis import diagnose, render_causes
 from dflash_provision.runtime.link_fixes import completion_fix
 from dflash_provision.runtime.metrics import Acceptance
+from dflash_provision.runtime.request_acceptance import FigureSource, read_figures
+from dflash_provision.runtime.stage_server import server_model
 from dflash_provision.runtime.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
@@ -41,6 +43,8 @@ class Completion:
     text: str = ""
     error: str = ""
     status: int | None = None
+    # The reply's own spec-decode figures (runtime/request_acceptance.py): None when it has none
+    per_request: Any = None
 
 
 def served_model_id(access: Any, fallback: str | None, timeout: float) -> str | None:
@@ -87,6 +91,7 @@ def complete(
         tokens=tokens if isinstance(tokens, int) and tokens >= 0 else max_tokens,
         text=str(choice.get("text", ""))[:200],
         status=reply.status,
+        per_request=read_figures(parsed),
     )
 
 
@@ -139,7 +144,7 @@ def stage_completion(ctx: CheckContext, first: Completion, fatal_after: list[str
         summary,
         evidence,
         {"status": first.status},
-        fix=completion_fix(ctx.target.display(), first.status, first.error),
+        fix=completion_fix(ctx.target, first.status, first.error, server_model(ctx.server)),
     )
 
 
@@ -180,24 +185,27 @@ def stage_acceptance(
     prompts: int,
     earlier: dict[str, StageResult],
     num_spec: int | None,
+    source: FigureSource | None = None,
 ) -> StageResult:
     """e: the smoke prompts' counter difference judged by the one acceptance gate
     (runtime/acceptance_gate.py), rendered with its evidence; the likely causes of a failed gate
     ranked by the diagnosis (runtime/diagnosis.py)."""
     verdict = judge(figures, rules, observed)
     name = STAGE_NAMES["e"]
-    data = stage_data(verdict, prompts)
+    data = stage_data(verdict, prompts) | (source.to_dict() if source is not None else {})
     delta = figures.delta
     evidence = [
         f"{prompts} greedy prompt(s), {figures.expected_max_drafts} tokens: "
         f"{delta.drafts:g} drafts, {delta.draft_tokens:g} draft tokens, {delta.accepted:g} accepted"
     ]
+    if source is not None:
+        evidence.append(source.line())
     warnings = _traffic_warnings(figures) + list(rules.notes)
     status = StageStatus(verdict.outcome.value)
     early = _early_summary(ctx, verdict)
     if early is not None:
         if verdict.finding in (Finding.NO_VLLM_METRICS, Finding.NOT_SPECULATING):
-            evidence = [early]
+            evidence = [early, *([source.line()] if source is not None else [])]
         else:
             evidence.append(early)
         return StageResult(
@@ -236,6 +244,7 @@ def stage_data(verdict: AcceptanceVerdict, prompts: int) -> dict[str, Any]:
         "prompts": prompts,
         "reference": rules.reference.to_dict() if rules.reference is not None else None,
         "regression": verdict.regression,
+        "reference_mismatch": rules.reference_mismatch,
     }
 
 
@@ -320,8 +329,11 @@ def _reference_lines(verdict: AcceptanceVerdict, evidence: list[str], warnings: 
     if drop is None:
         return
     evidence.append(f"{_versus(verdict)}: {_change(drop)}")
+    mismatch = verdict.rules.reference_mismatch
+    if mismatch is not None:
+        warnings.append(mismatch)
     limit = verdict.rules.max_regression
-    if drop > 0 and (limit is None or drop <= limit):
+    if drop > 0 and (limit is None or drop <= limit or mismatch is not None):
         warnings.append(f"acceptance regressed: {_versus(verdict)}: {drop:.1%} lower")
 
 

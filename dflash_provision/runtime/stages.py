@@ -119,6 +119,7 @@ class CheckContext:
     # runtime/container_server.ContainerServer: the server runs in a Docker/Podman container;
     # stages b-e then reach it through ``docker exec`` and stage c maps its drafter to the host.
     container: Any = None
+    server_version: str | None = None  # the server's GET /version (runtime/reference_version.py)
 
     @property
     def target_layer_ids(self) -> list[int] | None:

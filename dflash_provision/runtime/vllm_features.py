@@ -106,6 +106,16 @@ def serving_runners(draft: dict[str, Any]) -> tuple[list[str], list[str], dict[s
     return serve, unknown, refused
 
 
+def refusals_text(draft: dict[str, Any], refused: dict[str, str]) -> str:
+    """Why the runners in ``refused`` refuse this drafter, each once: 0.25's resolver refuses a
+    mixed layout with the same words whichever runner asks, said once for both."""
+    runners = _dict(draft.get("runners"))
+    why = {_dict(runners.get(name)).get("layout_refusal") for name in refused}
+    if set(refused) == set(RUNNERS) and layout_refused(draft, every=True) and len(why) == 1:
+        return f"both the V1 and the V2 runner refuse its layout ({why.pop()})"
+    return "; ".join(refused[name] for name in RUNNERS if name in refused)
+
+
 def judge_runners(draft: dict[str, Any], version: str) -> Judgement:
     """Whether any model runner of this vLLM serves the drafter (stage b and launch)."""
     result = Judgement()
@@ -119,9 +129,9 @@ def judge_runners(draft: dict[str, Any], version: str) -> Judgement:
     if not serve and not unknown:
         result.problems.append(
             f"no model runner of vLLM {version} serves this drafter: "
-            + "; ".join(refused[name] for name in RUNNERS if name in refused)
+            + refusals_text(draft, refused)
         )
-        result.fix = f"use {MIXED_FIX}" if _mixed_refused(draft) else None
+        result.fix = f"use {MIXED_FIX}" if layout_refused(draft) else None
     elif not serve:
         result.unknowns.append(
             f"cannot tell which model runner of vLLM {version} serves this drafter: "
@@ -130,9 +140,11 @@ def judge_runners(draft: dict[str, Any], version: str) -> Judgement:
     return result
 
 
-def _mixed_refused(draft: dict[str, Any]) -> bool:
+def layout_refused(draft: dict[str, Any], *, every: bool = False) -> bool:
+    """Whether a runner (``every``: each runner) of this vLLM refuses the drafter's layout."""
     runners = _dict(draft.get("runners"))
-    return any(_dict(runners.get(n)).get("accepts_layout") is False for n in RUNNERS)
+    refusing = [_dict(runners.get(n)).get("accepts_layout") is False for n in RUNNERS]
+    return all(refusing) if every else any(refusing)
 
 
 def judge_aux(draft: dict[str, Any], target_layer_ids: list[int] | None, version: str) -> Judgement:
@@ -205,6 +217,8 @@ def judge_attention(draft: dict[str, Any], doc: dict[str, Any], version: str) ->
         result.window_unknown = True
         return result
     layers = draft.get("layers")
+    runners = _dict(draft.get("runners"))
+    refusals = {_dict(runners.get(n)).get("layout_refusal") for n in RUNNERS} - {None}
     for layer in (
         [item for item in layers if isinstance(item, dict)] if isinstance(layers, list) else []
     ):
@@ -214,6 +228,8 @@ def judge_attention(draft: dict[str, Any], doc: dict[str, Any], version: str) ->
         if index >= len(intent):
             result.problems.append(f"vLLM builds layer {index}; the drafter declares {len(intent)}")
             continue
+        if layer.get("error") in refusals:
+            continue  # the runners' refusal of the whole layout: judge_runners reports it
         if layer.get("error"):
             result.problems.append(f"vLLM refuses layer {index}: {layer['error']}")
             continue
