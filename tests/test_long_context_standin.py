@@ -130,6 +130,40 @@ def test_other_clients_traffic_around_the_long_prompt_cannot_tell(bed: Bed) -> N
     e = stages(report)["e"]
     assert code == ExitCode.INCONCLUSIVE, json.dumps(e, indent=1)
     assert "other clients' traffic mixed into the counters around the long prompt" in e["summary"]
+    long = e["data"]["long_context"]
+    assert long["source"] == "counters" and "no per-request figures" in long["source_note"]
+    assert any(
+        line.startswith("long context figures from the server's counters: ")
+        for line in e["evidence"]
+    )
+
+
+@pytest.mark.parametrize(
+    ("mode", "exit_code", "status"),
+    [("as_trained", 0, "passed"), ("full_attention", ExitCode.ACCEPTANCE_LOW, "collapsed")],
+)
+def test_other_clients_traffic_does_not_matter_with_the_long_requests_own_figures(
+    bed: Bed, mode: str, exit_code: int, status: str
+) -> None:
+    # The same traffic as above (drafting badly: 0 %), on a server that returns each request's
+    # own figures: the long request is judged on its own, collapse or not.
+    bed.launch("--", "--per-request-spec-decode-metrics", "summary")
+    bed.control(sliding_layers=mode, foreign_requests=2, foreign_acceptance=0.0)
+    code, report = bed.check_json("--no-reference")
+    e = stages(report)["e"]
+    assert code == exit_code, json.dumps(e, indent=1)
+    long = e["data"]["long_context"]
+    assert long["status"] == status and long["source"] == "requests"
+    assert "other traffic" in long["source_note"]  # the counters had it: said, not judged
+    assert any(
+        line.startswith("long context figures from its own request: ") for line in e["evidence"]
+    )
+    if status == "passed":
+        assert long["rate"] == pytest.approx(0.6, abs=0.05)
+    else:
+        assert long["rate"] < 0.05 and e["summary"].startswith(
+            "acceptance past the sliding window (2048 tokens) collapsed"
+        )
 
 
 def test_no_long_context_says_skipped_and_sends_no_long_prompt(bed: Bed) -> None:

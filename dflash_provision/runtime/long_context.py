@@ -12,14 +12,20 @@ without it: at least one token per word of the prompt, each word being at most 7
 conservative bound of 8 characters per token), ``GET /metrics``, one greedy completion of
 ``--max-tokens`` tokens on a prompt of the window + 32 tokens, ``GET /metrics``. The counters'
 difference around that one request is its acceptance: every draft it made was past the window.
+Where its reply carries its own figures (``metrics.speculative_decoding``, as stage e reads the
+smoke prompts': runtime/request_acceptance.py) those are judged instead, so other clients'
+traffic does not matter; the data's ``source`` and the evidence say which.
 All of it within one deadline, ``--command-timeout``.
 
     no sliding layer                     not sent
     --no-long-context                    skipped (said so)
     short prompts did not pass           not sent (nothing to compare with)
     max-model-len < window + 32 + N      cannot tell (the prompt cannot be longer than the window)
-    deadline, other clients' traffic,
-    counters reset, too few drafts       cannot tell (naming why)
+    deadline, counters reset,
+    too few drafts                       cannot tell (naming why)
+    other clients' traffic               judged on the long request's own figures when its reply
+                                         carries them (--per-request-spec-decode-metrics, vLLM
+                                         0.29+: request_acceptance.py); else cannot tell
     rate < 50 % of the short prompts'    FAILED: the sliding-window layers are not run as trained
     otherwise                            passed (the part past the window reported)
 """
@@ -36,6 +42,13 @@ from dflash_provision.errors import DflashProvisionError
 from dflash_provision.runtime.acceptance_gate import judge
 from dflash_provision.runtime.link_fixes import noted
 from dflash_provision.runtime.metrics import Acceptance, acceptance, spec_counters
+from dflash_provision.runtime.request_acceptance import (
+    SOURCE_COUNTERS,
+    SOURCE_REQUESTS,
+    RequestFigures,
+    own_acceptance,
+    read_figures,
+)
 from dflash_provision.runtime.stages import StageResult, StageStatus
 from dflash_provision.runtime.vllm_features import intended_windows
 
@@ -105,6 +118,8 @@ class LongContext:
     rate: float | None = None
     per_position: tuple[float, ...] = ()
     draft_tokens: float | None = None
+    source: str | None = None  # SOURCE_REQUESTS or SOURCE_COUNTERS: whose figures were judged
+    source_note: str | None = None
     wall_s: float = 0.0
     requests: list[str] = field(default_factory=list)
 
@@ -120,6 +135,8 @@ class LongContext:
             "rate": self.rate,
             "per_position": list(self.per_position),
             "draft_tokens": self.draft_tokens,
+            "source": self.source,
+            "source_note": self.source_note,
             "requests": list(self.requests),
             "wall_s": round(self.wall_s, 3),
         }
@@ -146,7 +163,8 @@ def decide(window: int, short_rate: float, figures: Acceptance) -> tuple[LongSta
         unit = "request(s)" if figures.foreign_requests else "draft(s)"
         return LongStatus.UNKNOWN, (
             "cannot tell past the sliding window: other clients' traffic mixed into the counters "
-            f"around the long prompt ({others} {unit} not the check's own)"
+            f"around the long prompt ({others} {unit} not the check's own; a vLLM 0.29+ started "
+            "with --per-request-spec-decode-metrics returns the request's own figures)"
         )
     if figures.rate is None or figures.delta.draft_tokens < MIN_DRAFT_TOKENS:
         return LongStatus.UNKNOWN, (
@@ -318,7 +336,7 @@ def _measure(run: _Run, window: int, short: AcceptanceVerdict, max_tokens: int) 
             "longer than the window fits (serve with a larger --max-model-len to check it)"
         )
         return replace(base, summary=why)
-    before = _metrics(run)
+    before = _maybe_metrics(run)
     body = {
         "model": run.model_id,
         "prompt": prompt,
@@ -331,8 +349,14 @@ def _measure(run: _Run, window: int, short: AcceptanceVerdict, max_tokens: int) 
         text = reply.body.decode("utf-8", "replace") if isinstance(reply.body, bytes) else ""
         why = f"cannot tell past the sliding window: the long prompt failed (HTTP {reply.status})"
         return replace(base, summary=f"{why}: {' '.join(text.split())[:300]}")
-    after = _metrics(run)
-    figures = acceptance(before, after, expected_max_drafts=max_tokens, own_requests=1)
+    after = _maybe_metrics(run)
+    counted = None
+    if before is not None and after is not None:
+        counted = acceptance(before, after, expected_max_drafts=max_tokens, own_requests=1)
+    figures, source, note = _whose(reply, counted, max_tokens)
+    if figures is None:
+        why = f"cannot tell past the sliding window: {note}"
+        return replace(base, summary=why, source=source, source_note=note)
     assert short.figures.rate is not None
     status, summary = decide(window, short.figures.rate, figures)
     return replace(
@@ -342,7 +366,50 @@ def _measure(run: _Run, window: int, short: AcceptanceVerdict, max_tokens: int) 
         rate=figures.rate,
         per_position=figures.per_position,
         draft_tokens=figures.delta.draft_tokens,
+        source=source,
+        source_note=note,
     )
+
+
+def _maybe_metrics(run: _Run) -> Any:
+    """The counters, or None when /metrics could not be read (the long request's own figures
+    may still tell: vLLM returns them under --disable-log-stats too)."""
+    try:
+        return _metrics(run)
+    except _Deadline:
+        raise
+    except DflashProvisionError:
+        return None
+
+
+def _whose(
+    reply: Any, counted: Acceptance | None, max_tokens: int
+) -> tuple[Acceptance | None, str, str]:
+    """The long request's own figures (``metrics.speculative_decoding`` of its reply, as stage e
+    reads the smoke prompts') when it carries sound ones: other clients' traffic cannot mix into
+    them. Else the counters' difference around it (which such traffic makes no evidence)."""
+    try:
+        doc = json.loads(reply.body) if not reply.truncated else None
+    except ValueError:
+        doc = None
+    own = read_figures(doc)
+    if isinstance(own, RequestFigures):
+        note = (
+            "the long request's own metrics.speculative_decoding: other clients' traffic is not "
+            "in it"
+        )
+        if counted is not None and (counted.foreign_requests or counted.foreign_drafts):
+            note += " (the server's counters around it had other traffic)"
+        return own_acceptance([own], max_tokens), SOURCE_REQUESTS, note
+    why = (
+        f"its per-request figures are no evidence ({own})"
+        if isinstance(own, str)
+        else "its reply carries no per-request figures"
+    )
+    if counted is None:
+        return None, SOURCE_COUNTERS, f"{why}, and GET /metrics could not be read around it"
+    note = f"{why}: the server's counters around it, which other clients' traffic can mix into"
+    return counted, SOURCE_COUNTERS, note
 
 
 # -- the hook into stage e ----------------------------------------------------------------------
@@ -356,6 +423,9 @@ def apply(stage_e: StageResult, long: LongContext, *, restart: str, rerun: str) 
     stage_e.data["long_context"] = long.to_dict()
     stage_e.evidence.append(f"long context: {long.summary}{_cost(long)}")
     verdict = stage_e.acceptance
+    if long.source is not None:
+        whose = "its own request" if long.source == SOURCE_REQUESTS else "the server's counters"
+        stage_e.evidence.append(f"long context figures from {whose}: {long.source_note}")
     if long.rate is not None and verdict is not None:
         stage_e.evidence.append(
             f"long context per position: {_positions(long.per_position)} past the window, "
