@@ -132,6 +132,8 @@ def test_other_clients_traffic_around_the_long_prompt_cannot_tell(bed: Bed) -> N
     assert "other clients' traffic mixed into the counters around the long prompt" in e["summary"]
     long = e["data"]["long_context"]
     assert long["source"] == "counters" and "no per-request figures" in long["source_note"]
+    assert "--no-long-context" in e["fix"] and "runtime-check" in e["fix"]
+    parse_fix(e["fix"])  # pasted as printed: this check again
     assert any(
         line.startswith("long context figures from the server's counters: ")
         for line in e["evidence"]

@@ -236,3 +236,26 @@ def test_without_tokenize_the_words_bound_and_v1_models_max_model_len_are_used()
         timeout=10,
     )  # fmt: skip
     assert small.status is LongStatus.UNKNOWN and "max-model-len 2048 is below" in small.summary
+
+
+class _Answer:
+    def __init__(self, doc: Any) -> None:
+        self.body, self.truncated, self.status = json.dumps(doc).encode(), False, 200
+
+
+def test_the_long_requests_own_figures_win_over_counters_other_traffic_mixed_into() -> None:
+    """vLLM's ``metrics.speculative_decoding`` (vllm/v1/metrics/stats.py to_dict(), K=4):
+    5 steps, 2 accepted of 20: 10 %, judged though the counters saw another client's request."""
+    spec = {"acceptance_histogram": [4, 0, 1, 0, 0], "num_draft_tokens": 20, "num_spec_tokens": 4}
+    mixed = figures(10, 30, requests=2)  # the counters: 75 % with another client's request
+    own, source, note = long_context._whose(_Answer({"metrics": {"speculative_decoding": spec}}),
+                                            mixed, 32)  # fmt: skip
+    assert source == "requests" and own is not None and own.rate == pytest.approx(0.1)
+    assert own.foreign_requests == 0 and "other traffic" in note
+    status, _ = decide(2048, 0.6, own)
+    assert status is LongStatus.COLLAPSED
+    counted, source, note = long_context._whose(_Answer({"choices": []}), mixed, 32)
+    assert source == "counters" and counted is mixed and "no per-request figures" in note
+    assert decide(2048, 0.6, mixed)[0] is LongStatus.UNKNOWN
+    none, source, note = long_context._whose(_Answer({"choices": []}), None, 32)
+    assert none is None and "could not be read" in note

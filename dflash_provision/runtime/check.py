@@ -437,11 +437,10 @@ def _fix_commands(ctx: CheckContext, settings: CheckSettings) -> dict[str, str]:
     (the target and authority as the push fix names them: the same source)."""
     source = shlex.split(ctx.push_fix)[2:]  # after `dflash-provision push`
     if ctx.container is not None:  # the server reads the drafter at start-up: a new start
-        restart = shlex.join(ctx.container.tool_argv("restart", "--", ctx.container.option.name))
-        return {
-            "restart": restart,
-            "rerun": shlex.join(["dflash-provision", "runtime-check", *source]),
-        }
+        where = ctx.container.option
+        restart = shlex.join(ctx.container.tool_argv("restart", "--", where.name))
+        rerun = ["dflash-provision", "runtime-check", *source, "--container", where.display()]
+        return {"restart": restart, "rerun": shlex.join(rerun)}
     rerun = ["dflash-provision", "runtime-check", *source, "--port", str(settings.port)]
     return {"restart": restart_command(ctx.target, settings.port), "rerun": shlex.join(rerun)}
 
