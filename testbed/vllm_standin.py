@@ -46,6 +46,15 @@ as after a restart of the server), ``by_mask_token`` (``{"248064": {"acceptance"
 that apply while the loaded config's ``dflash_config.mask_token_id`` is that id),
 ``foreign_acceptance`` (0..1: the acceptance of the other clients' drafts that ``extra_traffic``
 and ``foreign_requests`` add, default the same as the check's: their prompts draft otherwise).
+``sliding_layers`` (``"as_trained"``, the default; ``"full_attention"``: the drafter's sliding
+layers run as full attention, as vLLM 0.20-0.24 run every DFlash layer (no per-layer sliding
+attention before 0.25's ``_resolve_layer_attention``): acceptance collapses once a request's
+context passes the window; ``"recycled_kv"``: the window's KV blocks are recycled while still
+read, vllm#50169 on 0.26: 2.3 % acceptance past the window against 33 % before it),
+``prefill_s_per_token`` (float: a completion first sleeps this long per prompt token, as a real
+prefill costs time). ``POST /tokenize`` answers as vLLM's (``{"model", "prompt"}`` →
+``{"count", "max_model_len", "tokens", "token_strs"}``, vllm/entrypoints/openai/protocol.py's
+TokenizeResponse), a token being a whitespace word here as for completions.
 ``VLLM_LOG_STATS_INTERVAL`` (seconds, vLLM's own variable, default 10) sets how often the
 SpecDecoding line is logged. ``--enable-log-requests`` logs each
 completion request as vLLM 0.32 does (its prompt at DEBUG with ``VLLM_LOGGING_LEVEL=DEBUG``; a
@@ -226,6 +235,21 @@ class Control:
     # as text), so what a test sees follows from the config the server loaded.
     by_mask_token: tuple[tuple[str, Control], ...] = ()
     hostile: Hostile = field(default_factory=lambda: Hostile())
+    sliding_layers: str = "as_trained"  # see SLIDING_MODES
+    prefill_s_per_token: float = 0.0
+
+
+# How a vLLM release runs a DFlash drafter's sliding layers, and the acceptance it then gets for
+# draft positions past the window (None: as trained, the window holds). "full_attention": vLLM
+# 0.20-0.24 build every DFlash layer with full attention (qwen3_dflash.py has no
+# _resolve_layer_attention before 0.25); the drafter, trained on windowed attention, then drafts
+# from context it never saw: the incident's collapse. "recycled_kv": vllm#50169 (0.26), the
+# window's KV blocks recycled while still read: 2.3 % against 33 % inside the window.
+SLIDING_MODES: dict[str, float | None] = {
+    "as_trained": None,
+    "full_attention": 0.02,
+    "recycled_kv": 0.023,
+}
 
 
 # -- hostile modes (deadline and size-bound tests) --------------------------------------------
@@ -344,6 +368,7 @@ def parse_control(data: Any) -> Control:
     }  # fmt: skip
     known |= {"lifecycle"}  # the hostile process modes, see Lifecycle
     known |= {"by_mask_token", "foreign_acceptance"}
+    known |= {"sliding_layers", "prefill_s_per_token"}
     known |= HOSTILE_KEYS
     unknown = sorted(set(data) - known - {"per_position_acceptance"})
     if unknown:
@@ -382,7 +407,19 @@ def parse_control(data: Any) -> Control:
         if not isinstance(foreign_acceptance, (int, float)) or not 0 <= foreign_acceptance <= 1:
             raise ValueError(f"foreign_acceptance must be within 0..1, not {foreign_acceptance!r}")
         control = replace(control, foreign_acceptance=float(foreign_acceptance))
+    control = _with_long_context(control, data)
     return _with_curve(control, data.get("per_position_acceptance"))
+
+
+def _with_long_context(control: Control, data: dict[str, Any]) -> Control:
+    """``sliding_layers`` (one of SLIDING_MODES) and ``prefill_s_per_token``."""
+    mode = data.get("sliding_layers", "as_trained")
+    if mode not in SLIDING_MODES:
+        raise ValueError(f"sliding_layers must be one of {sorted(SLIDING_MODES)}, not {mode!r}")
+    prefill = data.get("prefill_s_per_token", 0.0)
+    if isinstance(prefill, bool) or not isinstance(prefill, int | float) or not 0 <= prefill <= 1:
+        raise ValueError(f"prefill_s_per_token must be a number within 0..1, not {prefill!r}")
+    return replace(control, sliding_layers=mode, prefill_s_per_token=float(prefill))
 
 
 def _by_mask(data: dict[str, Any]) -> tuple[tuple[str, Control], ...]:
@@ -951,17 +988,26 @@ class Counters:
             return accepted
 
     def generate(
-        self, max_tokens: int, prompt_tokens: int, acceptance: float | tuple[float, ...] | None
+        self,
+        max_tokens: int,
+        prompt_tokens: int,
+        acceptance: float | tuple[float, ...] | None,
+        past_window: tuple[int, float] | None = None,
     ) -> list[int]:
         """Advance the counters as a completion of ``max_tokens`` tokens would; returns the
         tokens accepted at each of its verify steps (each step drafts K).
 
-        ``acceptance`` None: no speculative decoding (no drafts at all).
+        ``acceptance`` None: no speculative decoding (no drafts at all). ``past_window``
+        (window, acceptance): the acceptance of drafts made once the context is longer than the
+        window (SLIDING_MODES).
         """
         produced = 1  # the prefill yields the first token without a draft
         steps: list[int] = []
         while produced < max_tokens and acceptance is not None and self.k > 0:
-            steps.append(self.draft(acceptance))
+            now = acceptance
+            if past_window is not None and prompt_tokens + produced > past_window[0]:
+                now = past_window[1]
+            steps.append(self.draft(now))
             produced += steps[-1] + 1
         with self._lock:
             self.requests += 1
@@ -1110,6 +1156,14 @@ class Engine:
     max_model_len: int
     stop: threading.Event
     reset_seen: str | None = None  # the last reset_counters value acted on
+    window: int | None = None  # the drafter's largest sliding window (None: no sliding layer)
+
+    def past_window(self, control: Control) -> tuple[int, float] | None:
+        """(window, acceptance) past the window when the sliding layers do not run as trained."""
+        collapsed = SLIDING_MODES[control.sliding_layers]
+        if self.window is None or collapsed is None:
+            return None
+        return self.window, collapsed
 
     def acceptance(self, control: Control) -> float | tuple[float, ...] | None:
         """The acceptance a completion runs with now (None: no speculative decoding; a tuple:
@@ -1187,10 +1241,14 @@ def complete(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
         engine.reset_seen = control.reset_counters
         engine.counters.reset()
     _log_request(engine, request)
+    if control.prefill_s_per_token:
+        engine.stop.wait(min(600.0, sum(prompts) * control.prefill_s_per_token))
     choices = []
     steps: list[int] = []
     for index, prompt_tokens in enumerate(prompts):
-        steps = engine.counters.generate(max_tokens, prompt_tokens, engine.acceptance(control))
+        steps = engine.counters.generate(
+            max_tokens, prompt_tokens, engine.acceptance(control), engine.past_window(control)
+        )
         text = "".join(f" stand-in{i % 10}" for i in range(max_tokens))
         choices.append(
             {
@@ -1273,6 +1331,26 @@ def _log_request(engine: Engine, request: dict[str, Any]) -> None:
         f"{request.get('temperature', 1.0)}, max_tokens={request.get('max_tokens', 16)}), "
         "lora_request: None.",
     )
+
+
+def tokenize(engine: Engine, request: dict[str, Any]) -> dict[str, Any]:
+    """POST /tokenize as vLLM's serving_tokenization answers a completion-style request: the
+    prompt's token ids, their count and the server's max_model_len (TokenizeResponse)."""
+    import zlib
+
+    model = request.get("model", engine.args.served_name)
+    if model is not None and model != engine.args.served_name:
+        raise ApiError(404, "NotFoundError", f"The model `{model}` does not exist.", "model")
+    prompt = request.get("prompt")
+    if not isinstance(prompt, str):
+        raise ApiError(400, "BadRequestError", "prompt must be a string", "prompt")
+    tokens = [zlib.crc32(word.encode()) % 151000 for word in prompt.split()] or [0]
+    return {
+        "count": len(tokens),
+        "max_model_len": engine.max_model_len,
+        "tokens": tokens,
+        "token_strs": None,
+    }
 
 
 def models_reply(engine: Engine) -> dict[str, Any]:
@@ -1386,13 +1464,15 @@ class Handler(BaseHTTPRequestHandler):
         self._reply(200, text.encode(), "text/plain; version=0.0.4; charset=utf-8")
 
     def do_POST(self) -> None:
-        if self.path.split("?", 1)[0] != "/v1/completions":
+        path = self.path.split("?", 1)[0]
+        if path not in ("/v1/completions", "/tokenize"):
             self._drain_or_close()
             self._json(404, {"detail": "Not Found"})
             return
         try:
             request = self._read_json()
-            self._json(200, complete(self.engine, request))
+            answer = complete if path == "/v1/completions" else tokenize
+            self._json(200, answer(self.engine, request))
         except ApiError as exc:
             self._json(exc.status, exc.body())
 
@@ -1586,9 +1666,11 @@ def start_engine(
             "RuntimeError", startup.die_at_start, "vllm/v1/engine/core.py:95:__init__"
         )
     log.info("gpu_model_runner.py:2860", f"Starting to load model {args.model}...", proc=proc)
+    window: int | None = None
     if draft is not None:
         log.info("llm_base_proposer.py:1200", "Loading drafter model...", proc=proc)
-        _window_per_layer(draft.config, use_v2)  # building the draft's layers: may raise
+        windows = _window_per_layer(draft.config, use_v2)  # building the draft's layers: may raise
+        window = max((w for w in windows if isinstance(w, int)), default=None)
         source = "speculative config" if draft.aux_from_config else "model"
         log.info(
             "gpu_model_runner.py:5217",
@@ -1599,7 +1681,9 @@ def start_engine(
         "gpu_model_runner.py:2950", "Model loading took 0.0 GiB (stand-in: no weights)", proc=proc
     )
     counters = Counters(draft.num_spec_tokens if draft is not None else 0)
-    return Engine(args, draft, counters, control, log, max_model_len, stop)
+    engine = Engine(args, draft, counters, control, log, max_model_len, stop)
+    engine.window = window if draft is not None else None
+    return engine
 
 
 def _log_stats_forever(engine: Engine, interval: float) -> None:
@@ -1640,7 +1724,8 @@ real transformers, applies vLLM's DFlash start-up rules, logs in vLLM's formats 
 
 Environment: {CONTROL_ENV}=control.json (test control, re-read on every request; keys
 acceptance, fail_completions, startup_delay_s, die_at_start, extra_traffic,
-per_position_acceptance, foreign_requests, impossible_counters, reset_counters, lifecycle;
+per_position_acceptance, foreign_requests, impossible_counters, reset_counters, lifecycle,
+sliding_layers, prefill_s_per_token;
 hostile modes metrics_drip_s, completion_drip_s, health_drip_s, metrics_bytes, version_sleep_s),
 {V2_RUNNER_ENV}=1 (accept mixed sliding/full drafters), {STATS_INTERVAL_ENV}=seconds.
 """
@@ -1725,6 +1810,7 @@ def _announce(log: VllmLog, args: ServeArgs) -> None:
         ("/health", "GET"),
         ("/v1/models", "GET"),
         ("/v1/completions", "POST"),
+        ("/tokenize", "POST"),
         ("/metrics", "GET"),
     ):
         log.info("launcher.py:45", f"Route: {route}, Methods: {methods}")

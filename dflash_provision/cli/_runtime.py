@@ -52,6 +52,17 @@ def server_port_option(func: F) -> F:
     )(func)
 
 
+def long_context_option(func: F) -> F:
+    """--no-long-context (runtime-check, doctor, rollout): stage e's long prompt not sent."""
+    return click.option(
+        "--no-long-context",
+        is_flag=True,
+        help="Do not send stage e's prompt longer than a sliding-window drafter's window (one "
+        "prompt of window + 32 tokens, its acceptance past the window compared with the short "
+        "prompts'); the check says it was skipped.",
+    )(func)
+
+
 def _container_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
     from dflash_provision.errors import UsageError
     from dflash_provision.runtime.container_server import parse_container_option
@@ -116,6 +127,7 @@ def check_options(func: F) -> F:
         click.option(
             "--model", help="The target model for vLLM's resolution (default: the server's)."
         ),
+        long_context_option,
         click.option(
             "--verbose",
             "-v",

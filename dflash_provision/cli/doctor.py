@@ -54,6 +54,7 @@ def command(
     rehash_files: bool,
     as_json: bool,
     connection: Connector,
+    no_long_context: bool,
 ) -> None:
     from dflash_provision.cli._runtime import fix_command
     from dflash_provision.place.target import parse_target
@@ -70,6 +71,7 @@ def command(
         timeout=connection.ssh.command_timeout,
         python=python,
         model=model,
+        long_context=not no_long_context,
         rehash_files=rehash_files,
     )
     with connection.open(target) as transport:

@@ -20,7 +20,11 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
-from dflash_provision.cli._runtime import container_option, rehash_files_option
+from dflash_provision.cli._runtime import (
+    container_option,
+    long_context_option,
+    rehash_files_option,
+)
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 
@@ -106,6 +110,7 @@ if TYPE_CHECKING:
     "--abort", "abort_id", metavar="ID", help="Put back every host the rollout changed, proved."
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the rollout as JSON.")
+@long_context_option
 @click.option(
     "--prometheus",
     type=click.Path(dir_okay=False, path_type=Path),
@@ -212,7 +217,11 @@ def _new_config(selection: FleetSelection) -> Any:
 def _settings(opts: dict[str, Any]) -> Any:
     from dflash_provision.runtime.check import CheckSettings
 
-    return CheckSettings(min_acceptance=opts["min_acceptance"], probe=True)
+    return CheckSettings(
+        min_acceptance=opts["min_acceptance"],
+        probe=True,
+        long_context=not opts.get("no_long_context"),
+    )
 
 
 def _gate(opts: dict[str, Any]) -> Any:

@@ -130,6 +130,7 @@ def command(
     as_json: bool,
     prometheus: Path | None,
     host_deadline: float | None,
+    no_long_context: bool,
 ) -> None:
     from dflash_provision.runtime.check import CheckSettings
 
@@ -151,6 +152,7 @@ def command(
         max_regression=max_regression,
         references=not no_reference,
         reset_reference=reset_reference,
+        long_context=not no_long_context,
         rehash_files=rehash_files,
     )
     single = len(selection.targets) == 1 and selection.inventory is None and not selection.limit

@@ -43,7 +43,7 @@ OPTIONS = (
     *HOST_OPTIONS,
     *SOURCE_OPTIONS,
     "port", "min_acceptance", "prompts", "max_tokens", "min_draft_tokens", "max_regression",
-    "python", "model", "skip_loader", "no_reference", "reset_reference",
+    "python", "model", "skip_loader", "no_reference", "reset_reference", "no_long_context",
 )  # fmt: skip
 
 
@@ -89,6 +89,7 @@ def parse_args(args: Mapping[str, Any]) -> RuntimeCheckArgs:
         max_regression=regression,
         references=not no_reference,
         reset_reference=reset,
+        long_context=not flag(args, "no_long_context"),
     )
     return RuntimeCheckArgs(host, source, settings)
 

@@ -15,10 +15,14 @@ that a pass records. None of them reads the figures back from JSON by key.
                                                        fewer draft tokens than the minimum)
     nothing drafted                     failed
     rate < min_acceptance               failed
+    collapsed past the sliding window   failed        (runtime/long_context.py: the long
+                                                       prompt's acceptance < half the short's)
     mean length dropped > max_regression
       below the reference               failed        (a smaller drop: a warning; a
                                                        reference of another or unknown
                                                        vLLM version: compared, not gated)
+    past the window cannot be told      inconclusive  (max-model-len below the window, the
+                                                       deadline, other clients' traffic)
     otherwise                           passed
 """
 
@@ -55,6 +59,8 @@ class Finding(enum.StrEnum):
     NO_DRAFTS = "no_drafts"
     BELOW_MIN_ACCEPTANCE = "below_min_acceptance"
     REGRESSED = "regressed"
+    LONG_CONTEXT_COLLAPSED = "long_context_collapsed"
+    LONG_CONTEXT_UNKNOWN = "long_context_unknown"
 
 
 _OUTCOME = {
@@ -68,6 +74,8 @@ _OUTCOME = {
     Finding.NO_DRAFTS: Outcome.FAILED,
     Finding.BELOW_MIN_ACCEPTANCE: Outcome.FAILED,
     Finding.REGRESSED: Outcome.FAILED,
+    Finding.LONG_CONTEXT_COLLAPSED: Outcome.FAILED,
+    Finding.LONG_CONTEXT_UNKNOWN: Outcome.INCONCLUSIVE,
 }
 
 
@@ -92,6 +100,10 @@ class Observed:
     spec_counters: bool = True  # its /metrics has the spec-decode counters
     vllm_metrics: bool = True  # its /metrics has any vllm: metric at all
     not_evidence: str | None = None  # a setting that makes the figures no evidence (stage c)
+    # The long prompt past the drafter's sliding window (runtime/long_context.py): why its
+    # acceptance collapsed, or why it cannot be told; None: no finding (or not measured).
+    long_context_collapsed: str | None = None
+    long_context_unknown: str | None = None
 
 
 @dataclass(frozen=True)
@@ -176,9 +188,13 @@ def _finding(
         return Finding.NO_DRAFTS
     if figures.rate < rules.min_acceptance:
         return Finding.BELOW_MIN_ACCEPTANCE
+    if seen.long_context_collapsed:
+        return Finding.LONG_CONTEXT_COLLAPSED
     limit = rules.max_regression if rules.reference_mismatch is None else None
     if drop is not None and limit is not None and drop > limit:
         return Finding.REGRESSED
+    if seen.long_context_unknown:
+        return Finding.LONG_CONTEXT_UNKNOWN
     return Finding.PASSED
 
 
@@ -242,6 +258,9 @@ def judge_check(
             f"mean acceptance length {mean:.2f} is {judged.regression:.0%} below baseline "
             f"{baseline_mean_length:.2f} (--max-regression {max_regression:.0%})"
         )
+        return HostJudgement("failed", detail, rate, mean)
+    if judged.finding is Finding.LONG_CONTEXT_COLLAPSED:
+        detail = f"acceptance {shown}, but {judged.observed.long_context_collapsed}"
         return HostJudgement("failed", detail, rate, mean)
     if judged.failed:
         return HostJudgement("failed", f"acceptance {shown} < {min_acceptance:.0%}", rate, mean)

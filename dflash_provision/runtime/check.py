@@ -15,7 +15,9 @@ Order and cost (exec = one remote command; request = one HTTP request through th
                            replies' own per-request figures when every one carries them,
                            else the counters (runtime/request_acceptance.py); the acceptance
                            reference of the server's vLLM version from the local history
-                           store (no remote cost; runtime/reference_version.py)
+                           store (no remote cost; runtime/reference_version.py); for a
+                           drafter with sliding layers, one prompt longer than the window
+                           (POST /tokenize, 2 x GET /metrics, 1 completion: long_context.py)
 
 c's lookup runs before b so that b can hand vLLM the model the server really serves and use the
 python that runs it. d's completion is also e's first smoke prompt.
@@ -31,8 +33,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.runtime import long_context
 from dflash_provision.runtime.acceptance_gate import AcceptanceRules, AcceptanceVerdict, Observed
 from dflash_provision.runtime.access import ReplyUnusable, too_large
+from dflash_provision.runtime.link_fixes import restart_command
 from dflash_provision.runtime.reference_version import server_version
 from dflash_provision.runtime.request_acceptance import choose
 from dflash_provision.runtime.speculators_serve import served_spec
@@ -98,6 +102,8 @@ class CheckSettings:
     # newest one and record a pass; reset_reference records without comparing.
     references: bool = False
     reset_reference: bool = False
+    # Stage e's long prompt past a sliding-window drafter's window (runtime/long_context.py).
+    long_context: bool = True
     # Stage a and a lock that pins the drafter's other files: hash each one on the host even
     # when a recorded proof says it is unchanged.
     rehash_files: bool = False
@@ -406,8 +412,37 @@ def _serve_stages(
             num_spec=num_spec,
             source=source,
         )
+        long = _long_context(ctx, settings, access, model_id, stage_e)
+        stage_e = long_context.apply(stage_e, long, **_fix_commands(ctx, settings))
         stage_e.duration_s = time.monotonic() - started_e
     return [stage_d, stage_e]
+
+
+def _long_context(
+    ctx: CheckContext, settings: CheckSettings, access: Any, model_id: str | None, e: StageResult
+) -> long_context.LongContext:
+    return long_context.measure(
+        access,
+        model_id,
+        ctx.auth_doc,
+        e.acceptance,
+        enabled=settings.long_context,
+        max_tokens=settings.max_tokens,
+        timeout=settings.timeout,
+    )
+
+
+def _fix_commands(ctx: CheckContext, settings: CheckSettings) -> dict[str, str]:
+    """The commands stage e's own fix lines name: the server's restart, and this check again
+    (the target and authority as the push fix names them: the same source)."""
+    source = shlex.split(ctx.push_fix)[2:]  # after `dflash-provision push`
+    if ctx.container is not None:  # the server reads the drafter at start-up: a new start
+        where = ctx.container.option
+        restart = shlex.join(ctx.container.tool_argv("restart", "--", where.name))
+        rerun = ["dflash-provision", "runtime-check", *source, "--container", where.display()]
+        return {"restart": restart, "rerun": shlex.join(rerun)}
+    rerun = ["dflash-provision", "runtime-check", *source, "--port", str(settings.port)]
+    return {"restart": restart_command(ctx.target, settings.port), "rerun": shlex.join(rerun)}
 
 
 def _observed(

@@ -214,9 +214,14 @@ def _acceptance_link(e: StageResult, target: Target, restart: str) -> Link:
     fix = None
     if e.failed:
         causes = e.acceptance.causes if e.acceptance is not None else ()
-        fix = first_fix(causes) or noted(
-            f"dflash-provision logs {shlex.quote(target.display())}",
-            f"the server does not draft: its log says why; then {restart}",
+        collapsed = e.data.get("long_context", {}).get("status") == "collapsed"
+        fix = (
+            first_fix(causes)
+            or (e.fix if collapsed else None)
+            or noted(
+                f"dflash-provision logs {shlex.quote(target.display())}",
+                f"the server does not draft: its log says why; then {restart}",
+            )
         )
     return _from_stage("acceptance", e, ExitCode.ACCEPTANCE_LOW, fix=fix)
 

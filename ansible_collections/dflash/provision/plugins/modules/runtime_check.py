@@ -60,6 +60,12 @@ options:
     description: Skip stage b.
     type: bool
     default: false
+  no_long_context:
+    description: >-
+      Do not send stage e's prompt longer than a sliding-window drafter's window (its
+      acceptance past the window against the short prompts'); the result says it was skipped.
+    type: bool
+    default: false
   no_reference:
     description: Neither compare with the acceptance reference nor record one.
     type: bool
