@@ -561,7 +561,7 @@ class Soak:
             elif claim == "not-applied":
                 holds = lambda b: _sha(b) != new  # noqa: E731
         elif op.kind in ("rollout", "rollout-abort") and isinstance(doc, dict):
-            claim, holds = self._rollout_claim(doc, name, before)
+            claim, holds = self._rollout_claim(doc, name, before, op.kind == "rollout")
             # A record has a state; a refusal before any record is an error document (status,
             # reason, error: as every command's --json).
             state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
@@ -607,14 +607,19 @@ class Soak:
         return claim
 
     def _rollout_claim(
-        self, doc: dict[str, object], name: str, before: bytes | None
+        self, doc: dict[str, object], name: str, before: bytes | None, whole: bool
     ) -> tuple[str, Callable[[bytes | None], bool] | None]:
         """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes.
 
         A ``rolled_back`` host holds what its server ran at baseline (the record's
         ``return_sha256``, decided in pre-flight), which is not the bytes the pre-flight read when
         a push without a restart came before: ``old_sha256`` only where the record has no
-        ``return_sha256``. The same for a rollout's own rollback and an ``--abort``."""
+        ``return_sha256``.
+
+        ``whole``: this operation ran the rollout (every phase in its record is its own). An
+        ``--abort`` leaves a host that an earlier run already rolled back alone (engine.abort
+        acts on the changed hosts that are not ``rolled_back``): that phase in its record is
+        history, not a claim about the bytes now, and other writers may have written since."""
         state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
         hosts = doc.get("hosts")
         row = next((h for h in hosts if isinstance(h, dict) and h.get("name") == name), None) \
@@ -627,7 +632,7 @@ class Soak:
         holds: Callable[[bytes | None], bool] | None = None
         if state == "completed" and phase in ("passed", "unchanged"):
             holds = lambda b: _sha(b) == new  # noqa: E731
-        elif phase == "rolled_back" and old:
+        elif phase == "rolled_back" and old and whole:
             holds = lambda b: _sha(b) == old  # noqa: E731
         elif phase in ("pending", "excluded"):
             holds = lambda b: b == before  # noqa: E731
