@@ -421,7 +421,10 @@ def apply(stage_e: StageResult, long: LongContext, *, restart: str, rerun: str) 
     rollout and the Ansible task inherit it). ``restart`` and ``rerun``: the commands its fix
     lines name (the server's restart, this check again)."""
     stage_e.data["long_context"] = long.to_dict()
-    stage_e.evidence.append(f"long context: {long.summary}{_cost(long)}")
+    # A stage e that already failed on its short prompts sent nothing more: a line saying so
+    # would only lengthen the failing report (its data still says it).
+    if not (long.status is LongStatus.NOT_SENT and not stage_e.passed):
+        stage_e.evidence.append(f"long context: {long.summary}{_cost(long)}")
     verdict = stage_e.acceptance
     if long.source is not None:
         whose = "its own request" if long.source == SOURCE_REQUESTS else "the server's counters"
