@@ -403,7 +403,7 @@ def test_ssh_config_or_identity_file_that_does_not_exist_is_a_usage_error(
 ) -> None:
     # No fleet needed: the CLI must refuse before connecting anywhere.
     missing = tmp_path / "no-such-file"
-    for option in ("--ssh-config", "--identity", "-i"):
+    for option in ("--ssh-config", "--identity"):
         proc = cli.run("push", "h01:/root/models/X", "--from", REF, option, str(missing))
         assert proc.returncode == ExitCode.USAGE, proc.stderr
         assert str(missing) in proc.stderr and "does not exist" in proc.stderr

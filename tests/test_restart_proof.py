@@ -469,6 +469,9 @@ def test_a_fix_line_from_a_lock_pasted_pushes_the_locked_bytes_and_restarts(
         again = bed.cli.run("doctor", h02.target, "--lock", lock, *bed.ssh, env=hf)
         assert again.returncode == 0, again.stdout + again.stderr
     finally:
+        # The bed's working directory is shared by the module's tests: a dflash.lock left there
+        # would become the default authority of every later command that names none.
+        Path(lock).unlink(missing_ok=True)
         bed.fresh(h02)
 
 
