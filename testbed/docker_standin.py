@@ -28,7 +28,7 @@ STANDIN = Path(vllm_standin.__file__).resolve()
 PYTHON = f"{sys.prefix}/bin/python"
 READY_TIMEOUT_S = 120.0  # importing transformers on a loaded 2-core machine takes seconds
 # A stdlib probe run inside the container by its (mounted) Python: exit 0 when /health is 200.
-_HEALTH = (
+HEALTH_PROBE = (
     "import sys, urllib.request\n"
     "try:\n"
     "    sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200 else 1)\n"
@@ -94,7 +94,7 @@ def wait_ready(container: DockerContainer, port: int, timeout: float = READY_TIM
     while time.monotonic() < deadline:
         if container.state() != "running":
             break
-        if container.exec([PYTHON, "-c", _HEALTH, url], timeout=30).returncode == 0:
+        if container.exec([PYTHON, "-c", HEALTH_PROBE, url], timeout=30).returncode == 0:
             return
         time.sleep(0.5)
     logs = container.daemon.docker("logs", "--tail", "20", container.name, check=False)

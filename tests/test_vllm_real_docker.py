@@ -29,6 +29,7 @@ import pytest
 from dflash_provision.errors import ExitCode
 from testbed import tiny_models
 from testbed.docker import DockerContainer, DockerDaemon
+from testbed.docker_standin import HEALTH_PROBE
 from testbed.vllm_real import VllmEnv
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.docker import unique_container_name
@@ -40,13 +41,6 @@ PORT = 8000
 NUM_SPEC = 4
 READY_TIMEOUT_S = 900.0
 SERVE_ARGS = ("--max-model-len", "256", "--dtype", "float32", "--enforce-eager")
-_HEALTH = (
-    "import sys, urllib.request\n"
-    "try:\n"
-    "    sys.exit(0 if urllib.request.urlopen(sys.argv[1], timeout=5).status == 200 else 1)\n"
-    "except Exception:\n"
-    "    sys.exit(1)\n"
-)
 
 
 @dataclass
@@ -81,10 +75,8 @@ class Bed:
         deadline = time.monotonic() + READY_TIMEOUT_S
         url = f"http://127.0.0.1:{PORT}/health"
         while time.monotonic() < deadline and container.state() == "running":
-            if (
-                container.exec([str(self.env.python), "-c", _HEALTH, url], timeout=30).returncode
-                == 0
-            ):
+            probe = [str(self.env.python), "-c", HEALTH_PROBE, url]
+            if container.exec(probe, timeout=30).returncode == 0:
                 return
             time.sleep(2)
         logs = self.daemon.docker("logs", "--tail", "30", container.name, check=False)

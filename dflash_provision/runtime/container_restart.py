@@ -147,17 +147,16 @@ def _await(
     """Until /health answers 200 inside (one deadline); RestartFailed when the container exits
     first (with its log's fatal lines) or the deadline passes."""
     from dflash_provision.runtime.access import open_server
-    from dflash_provision.runtime.readiness import fatal_lines, probe_health
+    from dflash_provision.runtime.readiness import probe_health
 
     deadline = time.monotonic() + ready_s
     while True:
         found = open_container_server(host, option, target, docker_host=docker_host, running=False)
         if not found.record.running:
-            log = found.startup_log(timeout=host.command_timeout)
-            fatal = fatal_lines(log, exited=True) or log.strip().splitlines()[-3:]
             raise RestartFailed(
                 f"{found.what} on {host.description} exited after docker restart (state "
-                f"{found.record.status}): " + " | ".join(line[:300] for line in fatal[:3]),
+                f"{found.record.status}): "
+                + found.why_it_exited(timeout=host.command_timeout, tail=3),
                 exit_code=ExitCode.LAUNCH_FAILED,
                 stopped=True,
             )

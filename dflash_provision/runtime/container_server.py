@@ -214,6 +214,15 @@ class ContainerServer:
             raise ContainerError(f"{self.what} on {self.host.description}: docker logs: {said}")
         return result.stdout[:max_bytes].decode("utf-8", errors="replace")
 
+    def why_it_exited(self, *, timeout: float | None, tail: int) -> str:
+        """An exited container's reason: its log's fatal lines (readiness's judgement), else its
+        last ``tail`` lines; at most three, each cut at 300 characters."""
+        from dflash_provision.runtime.readiness import fatal_lines
+
+        log = self.startup_log(timeout=timeout)
+        fatal = fatal_lines(log, exited=True) or log.strip().splitlines()[-tail:]
+        return " | ".join(line[:300] for line in fatal[:3])
+
     def fix_hint(self, given: Any = None) -> str:
         """Start the container again with the provisioned directory where the server reads it
         (a running container's mounts cannot change: a new container is the fix)."""

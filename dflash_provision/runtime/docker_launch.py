@@ -244,7 +244,7 @@ def _await(
     """Until /health answers 200 inside (one deadline, --ready-timeout); exit 20 when the
     container exits first (with its log's fatal lines) or the deadline passes."""
     from dflash_provision.runtime.access import open_server
-    from dflash_provision.runtime.readiness import fatal_lines, probe_health
+    from dflash_provision.runtime.readiness import probe_health
 
     deadline = time.monotonic() + request.ready_timeout
     python = request.python or "python3"
@@ -253,11 +253,10 @@ def _await(
             host, option, target, docker_host=spec.docker_host, running=False
         )
         if not found.record.running:
-            log = found.startup_log(timeout=request.command_timeout)
-            fatal = fatal_lines(log, exited=True) or log.strip().splitlines()[-5:]
             raise RuntimeFailure(
                 f"launch failed: {found.what} exited during start-up (state "
-                f"{found.record.status}): " + " | ".join(line[:300] for line in fatal[:3]),
+                f"{found.record.status}): "
+                + found.why_it_exited(timeout=request.command_timeout, tail=5),
                 exit_code=ExitCode.LAUNCH_FAILED,
             )
         left = deadline - time.monotonic()
