@@ -141,7 +141,7 @@ class Bench:
         from dflash_provision.fleet.run import CountingTransport, FleetRun, authority_loader
         from dflash_provision.history import HistoryStore
         from dflash_provision.inventory import FleetMember
-        from dflash_provision.place.target import parse_target
+        from dflash_provision.target import parse_target
         from dflash_provision.source.authority import SourceSpec
         from dflash_provision.transport.base import CommandResult, Transport
         from dflash_provision.transport.factory import Connector

@@ -51,7 +51,7 @@ from dflash_provision.data_dir import data_dir as data_dir
 from dflash_provision.errors import LocalWriteFailed
 
 if TYPE_CHECKING:
-    from dflash_provision.place.target import Target
+    from dflash_provision.target import Target
 
 _T = TypeVar("_T")
 
@@ -93,7 +93,7 @@ CREATE TABLE IF NOT EXISTS events (
 );
 CREATE INDEX IF NOT EXISTS events_host_time ON events (host, id);
 CREATE INDEX IF NOT EXISTS events_machine_time ON events (machine, id);
--- Acceptance references: the figures of a passing runtime-check (runtime/reference.py), each
+-- Acceptance references: the figures of a passing runtime-check (verify/reference.py), each
 -- beside its "runtime-check" row in events. Looked up by host, server port, drafter sha256 and
 -- the digest of the smoke prompts, the newest one being the reference.
 CREATE TABLE IF NOT EXISTS acceptance_references (
@@ -152,7 +152,7 @@ class HostKey:
         is the spec, ``root@h01:/root/models/X``) is keyed by its machine, as push keys it, so
         ``history --host h01`` finds it; an inventory name is the machine itself."""
         from dflash_provision.errors import DflashProvisionError
-        from dflash_provision.place.target import parse_target
+        from dflash_provision.target import parse_target
 
         if ":" in name or "@" in name:
             try:
@@ -633,7 +633,7 @@ class HistoryStore:
         """The newest reference for ``key`` (when it was recorded, its figures), else None.
         The host must match exactly: another login, port or container is another host.
         ``vllm_version``: only a reference recorded on that vLLM version (the figures' own
-        ``vllm_version``: acceptance moves between releases, runtime/reference_version.py)."""
+        ``vllm_version``: acceptance moves between releases, verify/reference_version.py)."""
         sql = (
             "SELECT recorded_at, figures FROM acceptance_references WHERE drafter_sha256 = ?"
             " AND prompts_sha256 = ? AND server_port = ? AND machine = ? AND login IS ?"

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.runtime.access import ContainerAccess, DeadlineReached, LocalAccess
+from dflash_provision.server.access import ContainerAccess, DeadlineReached, LocalAccess
 from dflash_provision.transport.local import LocalTransport
 
 ANSWER = b"HTTP/1.1 200 OK\r\ncontent-length: 1000\r\n\r\n" + b"x" * 1000

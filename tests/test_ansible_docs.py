@@ -72,7 +72,7 @@ def test_ansible_doc_documents_exactly_the_options_the_library_accepts(
     name: str, tmp_path: Path
 ) -> None:
     doc = _doc(name, tmp_path)
-    library = importlib.import_module(f"dflash_provision.playbook.{name}")
+    library = importlib.import_module(f"dflash_provision.ansible_modules.{name}")
     assert sorted(doc["doc"]["options"]) == sorted(library.OPTIONS)
     assert doc["doc"]["short_description"] and doc["examples"] and doc["return"]
     # The shared options come from the one fragment (ansible-doc has merged it in).

@@ -2,7 +2,7 @@
 registry) over its ssh connection against real sshd hosts of the test bed: check mode, diff mode,
 apply with proof and history, idempotence, a planted symlink refused, a source that fails
 validation refused on the controller. The module is an action plugin over this project's push
-(dflash_provision.playbook.drafter_config), so the host side is push's own protocol."""
+(dflash_provision.ansible_modules.drafter_config), so the host side is push's own protocol."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from dflash_provision.transport.ssh.channel_deadlines import Deadlines
 from tests.fixtures.ssh import client_options

@@ -1,4 +1,4 @@
-"""Unit tests of the acceptance diagnosis (runtime/diagnosis.py, runtime/curve.py): the curve's
+"""Unit tests of the acceptance diagnosis (verify/diagnosis.py, vllm/curve.py): the curve's
 shapes at their thresholds, causes ranked by what the stages measured (a cause a passed stage
 ruled out is never the first fix), and each cause line with the fix that belongs to it. Built
 StageResults shaped like the real stages' data; the real runs are in test_diagnosis_standin.py."""
@@ -10,14 +10,14 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.place.target import parse_target
-from dflash_provision.runtime import curve
-from dflash_provision.runtime.acceptance_gate import AcceptanceRules, judge
-from dflash_provision.runtime.curve import Shape, classify
-from dflash_provision.runtime.diagnosis import diagnose, first_fix, render_causes
-from dflash_provision.runtime.metrics import Acceptance, SpecCounters
-from dflash_provision.runtime.reference import from_figures
-from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
+from dflash_provision.target import parse_target
+from dflash_provision.vllm import curve
+from dflash_provision.verify.acceptance_gate import AcceptanceRules, judge
+from dflash_provision.vllm.curve import Shape, classify
+from dflash_provision.verify.diagnosis import diagnose, first_fix, render_causes
+from dflash_provision.vllm.metrics import Acceptance, SpecCounters
+from dflash_provision.verify.reference import from_figures
+from dflash_provision.verify.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
 

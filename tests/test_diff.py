@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from dflash_provision.check.diff import Change, render_changes, semantic_diff
+from dflash_provision.validation.diff import Change, render_changes, semantic_diff
 from testbed import samples
 
 

@@ -12,12 +12,12 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.place.target import parse_target
-from dflash_provision.runtime.check import CheckReport, CheckSettings
-from dflash_provision.runtime.diagnosis import Cause, render_causes
-from dflash_provision.runtime.diagnosis import Verdict as CauseVerdict
-from dflash_provision.runtime.doctor import DoctorReport, Link, trace
-from dflash_provision.runtime.stages import StageResult, StageStatus
+from dflash_provision.target import parse_target
+from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
+from dflash_provision.verify.diagnosis import Cause, render_causes
+from dflash_provision.verify.diagnosis import Verdict as CauseVerdict
+from dflash_provision.verify.doctor import DoctorReport, Link, trace
+from dflash_provision.verify.stages import StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
 from tests.test_diagnosis import verdict_of
@@ -146,8 +146,8 @@ def test_vllm_link_the_fix_follows_the_problem() -> None:
 
 
 def test_server_link_a_completion_that_never_answered_is_not_a_drafter_that_does_not_fit() -> None:
-    from dflash_provision.runtime.stage_traffic import Completion, stage_completion
-    from dflash_provision.runtime.stages import CheckContext
+    from dflash_provision.verify.stage_traffic import Completion, stage_completion
+    from dflash_provision.verify.stages import CheckContext
 
     ctx = CheckContext(
         transport=None,  # type: ignore[arg-type]  # stage d's verdict runs no command

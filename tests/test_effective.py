@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.check.effective import check_effective
-from dflash_provision.check.validate import validate_config
+from dflash_provision.validation.effective import check_effective
+from dflash_provision.validation.validate import validate_config
 from testbed import samples
 
 pytestmark = pytest.mark.integration

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check.validate import parse_config
+from dflash_provision.validation.validate import parse_config
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host, refused_address

@@ -1,5 +1,5 @@
 """Fast start: a config this machine has judged is not judged again, and transformers (~2 s to
-import) is loaded only for a config it has not seen (dflash_provision.check.verdict_cache).
+import) is loaded only for a config it has not seen (dflash_provision.validation.verdict_cache).
 
 The subprocess tests run the real CLI under ``python -X importtime``, which lists every module a
 process imported on stderr: "transformers" absent from that list is what "did not import
@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check import verdict_cache
-from dflash_provision.check.validate import validate_config
+from dflash_provision.validation import verdict_cache
+from dflash_provision.validation.validate import validate_config
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host, refused_address

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check import strict_json
-from dflash_provision.check.diff import config_diff
-from dflash_provision.check.validate import parse_config, validate_config
+from dflash_provision.formats import strict_json
+from dflash_provision.validation.diff import config_diff
+from dflash_provision.validation.validate import parse_config, validate_config
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host
@@ -168,7 +168,7 @@ def test_unexpected_exception_is_one_line_that_says_how_to_get_the_traceback(
     # A bug is planted in a real CLI process (the installed entry point, unmodified) by a
     # sitecustomize module that breaks the validator: nothing in the product knows about it.
     (tmp_path / "sitecustomize.py").write_text(
-        "import dflash_provision.check.validate as v\n"
+        "import dflash_provision.validation.validate as v\n"
         "def broken(*args, **kwargs):\n"
         "    raise KeyError('planted bug\\nsecond line')\n"
         "v.validate_config = broken\n"

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.check.invariants import block_size_of, check_invariants, check_target
+from dflash_provision.validation.invariants import block_size_of, check_invariants, check_target
 from testbed import samples
 
 PUBLISHED = [

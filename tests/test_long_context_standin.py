@@ -1,4 +1,4 @@
-"""Stage e's long-context part (runtime/long_context.py) through the CLI, against a real sshd host
+"""Stage e's long-context part (verify/long_context.py) through the CLI, against a real sshd host
 running the vLLM STAND-IN (a test double) with the reference drafter (4 sliding layers of 2048
 tokens + 1 full): a server whose sliding layers run as full attention (vLLM 0.20-0.24) or whose
 window's KV is recycled (vllm#50169, 0.26) fails stage e with the cause; a healthy one passes
@@ -12,7 +12,7 @@ import time
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.runtime.long_context import FIX_WHY
+from dflash_provision.verify.long_context import FIX_WHY
 from tests.fixtures.fix_lines import fix_lines
 from tests.fixtures.fix_lines import parse as parse_fix
 from tests.fixtures.runtime import DRAFTER_DIR, REFERENCE, put

@@ -1,4 +1,4 @@
-"""Unit tests of stage e's long-context part (runtime/long_context.py): which drafters have a
+"""Unit tests of stage e's long-context part (verify/long_context.py): which drafters have a
 window, the pure decision on the long request's counters, how it turns stage e's verdict (and
 so the rollout's judgement), and the stand-in's past-window behaviour and /tokenize. No hosts:
 tests/test_long_context_standin.py runs the same through the CLI on a real sshd host."""
@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.runtime import long_context
-from dflash_provision.runtime.acceptance_gate import (
+from dflash_provision.verify import long_context
+from dflash_provision.verify.acceptance_gate import (
     AcceptanceRules,
     Finding,
     judge,
 )
-from dflash_provision.runtime.long_context import LongContext, LongStatus, decide
-from dflash_provision.runtime.metrics import SpecCounters, acceptance
-from dflash_provision.runtime.stages import StageResult, StageStatus
+from dflash_provision.verify.long_context import LongContext, LongStatus, decide
+from dflash_provision.vllm.metrics import SpecCounters, acceptance
+from dflash_provision.verify.stages import StageResult, StageStatus
 from testbed import samples, vllm_standin
 from tests.fixtures.cli import run_cli
 
@@ -164,8 +164,8 @@ def test_the_standin_collapses_only_past_the_window(mode: str, past: float) -> N
 
 
 def test_the_rollout_judges_a_host_whose_acceptance_collapsed_past_the_window_failed() -> None:
-    from dflash_provision.runtime.acceptance_gate import judge_check
-    from dflash_provision.runtime.check import CheckReport
+    from dflash_provision.verify.acceptance_gate import judge_check
+    from dflash_provision.verify.runtime_check import CheckReport
 
     ok = [StageResult(k, k, StageStatus.PASSED, "ok") for k in "abcd"]
     collapsed = LongContext(LongStatus.COLLAPSED, "acceptance past the sliding window collapsed")
@@ -182,7 +182,7 @@ def test_the_rollout_judges_a_host_whose_acceptance_collapsed_past_the_window_fa
 
 
 def test_the_ansible_task_and_the_cli_take_the_option_to_skip_it() -> None:
-    from dflash_provision.playbook.runtime_check import parse_args
+    from dflash_provision.ansible_modules.runtime_check import parse_args
 
     args = {"path": "/m", "src": "a.json"}
     assert parse_args(args).settings.long_context

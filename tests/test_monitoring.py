@@ -82,7 +82,7 @@ def test_dashboard_queries_only_the_tools_gauges() -> None:
 
 
 def _sources() -> str:
-    files = ("report.py", "runtime/fleet_check.py")
+    files = ("report.py", "verify/fleet_check.py")
     return "".join((ROOT / "dflash_provision" / f).read_text() for f in files)
 
 
@@ -431,7 +431,7 @@ def test_promtool_a_same_values_host_raises_the_drift_alert(tmp_path: Path) -> N
     # The textfile comes from the real renderer; the host's file has the authoritative values
     # in other bytes, which repair rewrites: the same alert as a drifted file.
     from dflash_provision.fleet import HostAudit, HostStatus
-    from dflash_provision.report import prometheus_text
+    from dflash_provision.fleet.report import prometheus_text
 
     audit = HostAudit(
         "h09", "serving", f"h09:{DRAFTER_DIR}", PATH_LABEL, HostStatus.SAME_VALUES,

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check.file_status import (
+from dflash_provision.host_state.file_status import (
     EXIT_CODE,
     NEEDS_WRITE,
     PASSES_WITH_WARNING,

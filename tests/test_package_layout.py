@@ -110,7 +110,7 @@ def test_the_remote_scripts_have_one_protocol_module() -> None:
     assert elsewhere == []
     # protocol.script_text tells a runtime script from a file-protocol one by the file found
     remote = {p.name for p in (PACKAGE / "remote" / "scripts").glob("*.sh")}
-    runtime = {p.name for p in (PACKAGE / "runtime" / "scripts").glob("*.sh")}
+    runtime = {p.name for p in (PACKAGE / "server" / "scripts").glob("*.sh")}
     assert remote & runtime == set()
 
 

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check.file_status import Command
-from dflash_provision.check.files_status import (
+from dflash_provision.host_state.file_status import Command
+from dflash_provision.host_state.files_status import (
     FilesStatus,
     FileVerdict,
     combined_exit,
@@ -127,7 +127,7 @@ def test_launch_and_runtime_check_take_their_codes_from_the_one_judge() -> None:
     """What the runtime side cannot stage cheaply on a host (a login that cannot read a shard):
     launch's refusal and stage a's code for each status, by the judge's rows."""
     from dflash_provision.errors import DriftFound, RemoteStepFailed, RuntimeFailure
-    from dflash_provision.runtime.drafter_files import refusal
+    from dflash_provision.server.drafter_files import refusal
 
     fix = "dflash-provision push gpu1:/m --lock dflash.lock"
     unreadable = judge_files([SHARD], _read(**{SHARDS[0]: FileFacts(SHARDS[0], "unreadable")}))

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check.file_status import HostStatus
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
 from dflash_provision.place.push import (
     NOT_APPLIED_MESSAGE,
@@ -27,7 +27,7 @@ from dflash_provision.place.push import (
     rollback_config,
     verify_config,
 )
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import list_remote_backups
 from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.transport.local import LocalTransport

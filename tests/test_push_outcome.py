@@ -31,7 +31,7 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.place.push import PushStatus, push_config
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import open_transport

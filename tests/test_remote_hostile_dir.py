@@ -18,7 +18,7 @@ import pytest
 
 from dflash_provision.errors import ConfigInvalid, DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.place.push import NoBackups, PushStatus, push_config, rollback_config
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import (
     WriteStatus,
     list_remote_backups,

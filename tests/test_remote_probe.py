@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.runtime import remote_probe
+from dflash_provision.vllm import probe as remote_probe
 from testbed import tiny_models
 from testbed.tiny_models import DRAFTERS, DrafterSpec
 

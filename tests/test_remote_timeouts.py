@@ -27,7 +27,7 @@ import paramiko
 import pytest
 
 from dflash_provision.errors import RemoteStepFailed
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import WriteStatus, read_remote_config, write_remote_config
 from dflash_provision.transport.factory import open_transport
 from testbed import samples

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dflash_provision import report
+from dflash_provision.fleet import report
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet import (
     HostAudit,

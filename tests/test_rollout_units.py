@@ -13,11 +13,11 @@ from dflash_provision.rollout.batches import parse_batches, split
 from dflash_provision.rollout.host_ops import judge
 from dflash_provision.rollout.record import Figures, Gate, HostState, Rollout, State
 from dflash_provision.rollout.store import RolloutHeld, RolloutStore
-from dflash_provision.runtime.acceptance_gate import AcceptanceRules
-from dflash_provision.runtime.acceptance_gate import judge as judge_acceptance
-from dflash_provision.runtime.check import CheckReport
-from dflash_provision.runtime.metrics import Acceptance, SpecCounters
-from dflash_provision.runtime.stages import StageResult, StageStatus
+from dflash_provision.verify.acceptance_gate import AcceptanceRules
+from dflash_provision.verify.acceptance_gate import judge as judge_acceptance
+from dflash_provision.verify.runtime_check import CheckReport
+from dflash_provision.vllm.metrics import Acceptance, SpecCounters
+from dflash_provision.verify.stages import StageResult, StageStatus
 
 
 @pytest.mark.parametrize(
@@ -106,7 +106,7 @@ def test_the_printed_commands_repeat_only_the_connection_flags() -> None:
 
 def _member(name: str, spec: str) -> Any:
     from dflash_provision.inventory import FleetMember
-    from dflash_provision.place.target import parse_target
+    from dflash_provision.target import parse_target
     from dflash_provision.source.authority import SourceSpec
 
     return FleetMember(name, parse_target(spec), SourceSpec())

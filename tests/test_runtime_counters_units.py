@@ -1,5 +1,5 @@
-"""Unit tests for the counter math behind stage e (runtime/metrics.py), its verdicts
-(stage_traffic.stage_acceptance), the acceptance references (runtime/reference.py and their
+"""Unit tests for the counter math behind stage e (vllm/metrics.py), its verdicts
+(stage_traffic.stage_acceptance), the acceptance references (verify/reference.py and their
 table in the history store) and the fleet's mapping of an inconclusive host. No hosts: the
 same paths run against the stand-in in tests/test_runtime_counters_standin.py."""
 
@@ -12,13 +12,14 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
-from dflash_provision.place.target import parse_target
-from dflash_provision.runtime import fleet_check, metrics, reference
-from dflash_provision.runtime.acceptance_gate import AcceptanceRules as AcceptanceGate
-from dflash_provision.runtime.acceptance_gate import Observed
-from dflash_provision.runtime.check import CheckReport
-from dflash_provision.runtime.stage_traffic import stage_acceptance
-from dflash_provision.runtime.stages import CheckContext, StageResult, StageStatus
+from dflash_provision.target import parse_target
+from dflash_provision.verify import fleet_check, reference
+from dflash_provision.vllm import metrics
+from dflash_provision.verify.acceptance_gate import AcceptanceRules as AcceptanceGate
+from dflash_provision.verify.acceptance_gate import Observed
+from dflash_provision.verify.runtime_check import CheckReport
+from dflash_provision.verify.stage_traffic import stage_acceptance
+from dflash_provision.verify.stages import CheckContext, StageResult, StageStatus
 from dflash_provision.source.authority import Authority
 from testbed import samples
 from tests.fixtures.cli import run_cli

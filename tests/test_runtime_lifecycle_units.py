@@ -11,10 +11,10 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
-from dflash_provision.place.target import parse_target
-from dflash_provision.runtime.launch import describe_differences, launch
-from dflash_provision.runtime.preflight import LaunchRequest, runtime_env
-from dflash_provision.runtime.process import (
+from dflash_provision.target import parse_target
+from dflash_provision.server.launch import describe_differences, launch
+from dflash_provision.server.preflight import LaunchRequest, runtime_env
+from dflash_provision.server.process import (
     PortState,
     argv_matches,
     find_server,
@@ -22,8 +22,8 @@ from dflash_provision.runtime.process import (
     speculative_config_of,
     stop_server,
 )
-from dflash_provision.runtime.readiness import fatal_lines
-from dflash_provision.runtime.records import LaunchRecord
+from dflash_provision.server.readiness import fatal_lines
+from dflash_provision.server.records import LaunchRecord
 from dflash_provision.source.authority import Authority
 from dflash_provision.transport.local import LocalTransport
 from testbed import samples
@@ -237,7 +237,7 @@ def test_one_start_at_a_time_per_port_and_a_dead_starters_lock_is_taken_over(
 ) -> None:
     import subprocess
 
-    from dflash_provision.runtime.process import start_server
+    from dflash_provision.server.process import start_server
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     port = _free_port()
@@ -325,7 +325,7 @@ def _helpers() -> str:
     from importlib import resources
 
     common = resources.files("dflash_provision.remote") / "scripts" / "common.sh"
-    runtime = resources.files("dflash_provision.runtime") / "scripts" / "runtime.sh"
+    runtime = resources.files("dflash_provision.server") / "scripts" / "runtime.sh"
     return common.read_text(encoding="utf-8") + "\n" + runtime.read_text(encoding="utf-8")
 
 
@@ -369,7 +369,7 @@ def test_stop_after_the_server_exited_ends_what_it_left_by_its_marker(
     import os
     import time
 
-    from dflash_provision.runtime.process import start_server
+    from dflash_provision.server.process import start_server
 
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
     port = _free_port()

@@ -13,13 +13,14 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.remote.protocol import script_text
-from dflash_provision.runtime import locate, vllm_log
-from dflash_provision.runtime.records import LaunchRecord
-from dflash_provision.runtime.stage_server import stage_server
-from dflash_provision.runtime.stages import CheckContext, StageStatus
-from dflash_provision.runtime.vllm_argv import read_speculative
+from dflash_provision.server import locate
+from dflash_provision.vllm import log as vllm_log
+from dflash_provision.server.records import LaunchRecord
+from dflash_provision.verify.stage_server import stage_server
+from dflash_provision.verify.stages import CheckContext, StageStatus
+from dflash_provision.vllm.argv import read_speculative
 from dflash_provision.source.authority import Authority
 from testbed import samples
 
@@ -152,7 +153,7 @@ def test_coloured_records_and_vllms_own_ready_line_are_understood() -> None:
 
 class Server:
     def __init__(self, argv: list[str]) -> None:
-        from dflash_provision.runtime.vllm_argv import read_speculative as read
+        from dflash_provision.vllm.argv import read_speculative as read
 
         self.pid, self.argv, self.record = 42, argv, None
         self.argv_spec = read(argv)

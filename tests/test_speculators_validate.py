@@ -10,12 +10,12 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.check.diff import render_changes, semantic_diff
-from dflash_provision.check.effective import check_effective
-from dflash_provision.check.invariants import check_invariants, check_target
-from dflash_provision.check.schema_check import check_schema
-from dflash_provision.check.speculators_layout import default_target_layer_ids, runtime_view
-from dflash_provision.check.validate import validate_config
+from dflash_provision.validation.diff import render_changes, semantic_diff
+from dflash_provision.validation.effective import check_effective
+from dflash_provision.validation.invariants import check_invariants, check_target
+from dflash_provision.validation.schema_check import check_schema
+from dflash_provision.validation.speculators_layout import default_target_layer_ids, runtime_view
+from dflash_provision.validation.validate import validate_config
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from tests.fixtures.cli import run_cli
@@ -255,8 +255,8 @@ def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
 def spec_ctx(auth: dict[str, Any], disk: dict[str, Any] | None = None) -> Any:
     from types import SimpleNamespace
 
-    from dflash_provision.place.target import parse_target
-    from dflash_provision.runtime.stages import CheckContext
+    from dflash_provision.target import parse_target
+    from dflash_provision.verify.stages import CheckContext
     from dflash_provision.source.authority import Authority
 
     data = json.dumps(auth).encode()
@@ -280,7 +280,7 @@ class Server:
 def test_stage_c_reads_n_and_method_from_speculators_config_of_the_served_dir(
     spec: dict[str, Any],
 ) -> None:
-    from dflash_provision.runtime.stage_server import stage_server
+    from dflash_provision.verify.stage_server import stage_server
 
     ctx = spec_ctx(spec)
     ctx.server = Server(["vllm", "serve", "/m/D/", "--port", "8000"])
@@ -305,7 +305,7 @@ def test_stage_c_reads_n_and_method_from_speculators_config_of_the_served_dir(
 def test_stage_b_compares_vllms_conversion_naming_the_speculators_fields(
     spec: dict[str, Any],
 ) -> None:
-    from dflash_provision.runtime.stage_disk import speculators_loader_part
+    from dflash_provision.verify.stage_disk import speculators_loader_part
 
     converted = runtime_view(spec, keep_block_size=False)
     assert speculators_loader_part(spec_ctx(spec), {"config": converted}, []) == ([], [])
@@ -327,7 +327,7 @@ def test_stage_b_compares_vllms_conversion_naming_the_speculators_fields(
 def test_stage_b_without_a_draft_for_a_speculators_drafter_fails_even_without_model(
     spec: dict[str, Any],
 ) -> None:
-    from dflash_provision.runtime.stage_disk import _vllm_part
+    from dflash_provision.verify.stage_disk import _vllm_part
 
     # The probe resolves a speculators drafter against its own verifier: no draft is an answer.
     timed_out = {"importable": True, "version": "0.32.0", "error": "probe timed out", "draft": None}
@@ -337,7 +337,7 @@ def test_stage_b_without_a_draft_for_a_speculators_drafter_fails_even_without_mo
 
 
 def test_diff_across_layouts_compares_what_vllm_reads_named_as_b_keeps_it() -> None:
-    from dflash_provision.check.diff import cross_layout_diff
+    from dflash_provision.validation.diff import cross_layout_diff
 
     reference = samples.load_json(samples.REFERENCE_DRAFTER)
     spec = samples.load_json(samples.SPECULATORS_DRAFTER)

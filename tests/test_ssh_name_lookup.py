@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.source import hub
-from dflash_provision.source.netlookup import lookup_within
+from dflash_provision.netlookup import lookup_within
 from testbed.samples import REFERENCE_DRAFTER
 from tests.fixtures.cli import Done, run_cli
 

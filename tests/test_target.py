@@ -7,7 +7,7 @@ import os
 import pytest
 
 from dflash_provision.errors import ExitCode, UsageError
-from dflash_provision.place.target import (
+from dflash_provision.target import (
     ContainerRef,
     Target,
     make_target,

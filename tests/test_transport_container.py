@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 import pytest
 
 from dflash_provision.errors import AuthError, ContainerError, RemoteStepFailed
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.container import ContainerTransport
 from dflash_provision.transport.factory import open_transport

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.check.validate import parse_config, validate_config
+from dflash_provision.validation.validate import parse_config, validate_config
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from tests.fixtures.cli import run_cli

@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode, RuntimeFailure
-from dflash_provision.runtime.launch_probe import plan_from_answer
-from dflash_provision.runtime.vllm_features import (
+from dflash_provision.server.launch_probe import plan_from_answer
+from dflash_provision.vllm.features import (
     intended_windows,
     judge_draft,
     rejected_keys,
@@ -142,9 +142,9 @@ def test_keys_a_forbidding_vllm_lacks_are_rejected() -> None:
 
 
 def test_stage_b_does_not_say_a_layout_both_runners_refuse_needs_v2() -> None:
-    from dflash_provision.place.target import parse_target
-    from dflash_provision.runtime.stage_disk import _vllm_part
-    from dflash_provision.runtime.stages import CheckContext
+    from dflash_provision.target import parse_target
+    from dflash_provision.verify.stage_disk import _vllm_part
+    from dflash_provision.verify.stages import CheckContext
     from dflash_provision.source.authority import Authority
 
     data = json.dumps(MIXED).encode()

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.runtime import remote_probe
+from dflash_provision.vllm import probe as remote_probe
 from testbed import tiny_models, vllm_matrix
 from tests.fixtures.cli import run_cli
 

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.check.safetensors_header import (
+from dflash_provision.formats.safetensors_header import (
     HeaderError,
     check_length,
     header_length,
     parse_header,
 )
-from dflash_provision.check.weights_check import check_weights
+from dflash_provision.host_state.weights_check import check_weights
 from dflash_provision.remote.weights_read import read_local_weights, read_remote_weights
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.local import LocalTransport

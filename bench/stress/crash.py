@@ -44,7 +44,7 @@ from pathlib import Path
 from bench.stress import _common as c
 from dflash_provision.history import HistoryStore, default_db_path
 from dflash_provision.place.push import PushStatus, push_config
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import open_transport

@@ -13,13 +13,13 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.fleet.files_audit import HostFilesAudit
 
 if TYPE_CHECKING:
-    from dflash_provision.check.files_status import FilesJudgement
+    from dflash_provision.host_state.files_status import FilesJudgement
     from dflash_provision.fleet.results import HostRepair
     from dflash_provision.fleet.run import FleetRun
     from dflash_provision.history import HistoryStore
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.push_files import FilesPush
-    from dflash_provision.place.target import Target
+    from dflash_provision.target import Target
     from dflash_provision.source.authority import Authority, SourceSpec
     from dflash_provision.source.pinned_files import PinnedFile
     from dflash_provision.transport.base import Transport
@@ -36,12 +36,12 @@ def verify_all_files(
 ) -> None:
     """verify TARGET --all-files: the config as verify reads it, then every pinned file, on one
     connection; one exit code for both (check/files_status.combined_exit)."""
-    from dflash_provision.check.file_status import Command
-    from dflash_provision.check.files_status import combined_exit
+    from dflash_provision.host_state.file_status import Command
+    from dflash_provision.host_state.files_status import combined_exit
     from dflash_provision.errors import RemoteStepFailed
     from dflash_provision.history import HostKey, default_store
     from dflash_provision.place.push import verify_config
-    from dflash_provision.remote.pinned_check import check_pinned_files
+    from dflash_provision.host_state.pinned_check import check_pinned_files
     from dflash_provision.source.pinned_source import pinned_for
 
     pinned = pinned_for(spec, authority)
@@ -99,7 +99,7 @@ def audit_all_files_command(
     """audit --all-files: the configs as audit reports them, each host's files after them."""
     import time
 
-    from dflash_provision import report
+    from dflash_provision.fleet import report
     from dflash_provision.cli._fleet import ProgressDisplay
     from dflash_provision.errors import ExitCode
     from dflash_provision.fleet.files_audit import audit_all_files, fleet_exit_code
@@ -140,7 +140,7 @@ def audit_all_files_command(
 def _echo_audit(
     results: Sequence[HostFilesAudit], elapsed: float, code: ExitCode, as_json: bool
 ) -> None:
-    from dflash_provision import report
+    from dflash_provision.fleet import report
     from dflash_provision.cli._render import echo_table
     from dflash_provision.fleet.files_audit import files_summary
 
@@ -223,8 +223,8 @@ def repair_files_command(
     config ended in sync has its files made right (checked only with --dry-run)."""
     import time
 
-    from dflash_provision import report
-    from dflash_provision.check.file_status import HostStatus
+    from dflash_provision.fleet import report
+    from dflash_provision.host_state.file_status import HostStatus
     from dflash_provision.cli._fleet import ProgressDisplay
     from dflash_provision.cli._render import echo_table
     from dflash_provision.fleet.files_repair import fleet_exit_code, repair_all_files

@@ -147,7 +147,7 @@ def _check_targets(targets: Sequence[str]) -> None:
     """Each TARGET parses; an inventory file given as one (``audit fleet.yaml``, -i forgotten)
     says how to give it."""
     from dflash_provision.errors import UsageError
-    from dflash_provision.place.target import parse_target
+    from dflash_provision.target import parse_target
 
     for spec in targets:
         if ":" not in spec and not spec.startswith(("/", "./", "../")) and Path(spec).is_file():

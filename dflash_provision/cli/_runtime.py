@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
-    from dflash_provision.runtime.check import CheckReport
-    from dflash_provision.runtime.stages import StageResult
+    from dflash_provision.verify.runtime_check import CheckReport
+    from dflash_provision.verify.stages import StageResult
     from dflash_provision.source.authority import SourceSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -65,7 +65,7 @@ def long_context_option(func: F) -> F:
 
 def _container_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
     from dflash_provision.errors import UsageError
-    from dflash_provision.runtime.container_server import parse_container_option
+    from dflash_provision.server.container_server import parse_container_option
 
     if value is None:
         return None
@@ -183,7 +183,7 @@ def emit_report(report: CheckReport, *, as_json: bool, verbose: bool = True) -> 
 
 def open_causes(causes: list[str]) -> list[str]:
     """Stage e's cause lines without those a passed stage ruled out (kept for --verbose)."""
-    from dflash_provision.runtime.diagnosis import RULED_OUT
+    from dflash_provision.verify.diagnosis import RULED_OUT
 
     return [cause for cause in causes if not cause.startswith(RULED_OUT)]
 

@@ -25,7 +25,7 @@ Exit codes:
        written (the results are printed all the same).
 
 ``--prometheus FILE`` writes a node_exporter textfile-collector file atomically (metrics in
-dflash_provision.report). Progress is shown only when stdout is a terminal.
+dflash_provision.fleet.report). Progress is shown only when stdout is a terminal.
 """
 
 from __future__ import annotations
@@ -73,7 +73,7 @@ def command(
 ) -> None:
     """Check a whole fleet for drift in parallel: one SSH connection and one read per host,
     every result recorded in the history. Plain TARGETs without a source use ./dflash.lock."""
-    from dflash_provision import report
+    from dflash_provision.fleet import report
     from dflash_provision.fleet import audit, audit_exit_code
     from dflash_provision.fleet.interrupt import FleetInterrupted
     from dflash_provision.history import default_store

@@ -16,13 +16,13 @@ from dflash_provision.transport.factory import Connector
 def load_side(spec: str, connection: Connector) -> Authority:
     """Load one side of a diff. The single place to teach diff about new kinds of SOURCE
     (remote targets such as ``root@gpu1:/path``, reached with the SSH options)."""
-    from dflash_provision.source.sources import load_source
+    from dflash_provision.cli._sources import load_source
 
     return load_source(spec, connector=connection)
 
 
 def _parse(side: Authority) -> Any:
-    from dflash_provision.check.validate import parse_config
+    from dflash_provision.validation.validate import parse_config
 
     parsed = parse_config(side.data, what=side.label)
     # Any parse problem refuses the diff, a duplicate key too: its file holds two values and
@@ -45,7 +45,7 @@ def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Conne
     A and B are each a SOURCE: a file, a directory, a Hub repo id or a remote TARGET such as
     root@gpu1:/root/models/X (forms below). Exits 0 when identical, 4 when they differ.
     """
-    from dflash_provision.check.diff import (
+    from dflash_provision.validation.diff import (
         cross_layout_diff,
         layouts_of,
         render_changes,

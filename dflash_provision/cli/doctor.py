@@ -1,5 +1,5 @@
 """``dflash-provision doctor``: one target's config pipeline as a trace, first broken link named
-with the command that fixes it (see dflash_provision.runtime.doctor)."""
+with the command that fixes it (see dflash_provision.verify.doctor)."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.runtime.container_server import ContainerOption
+    from dflash_provision.server.container_server import ContainerOption
 
 _WORD = {"passed": "ok", "failed": "BROKEN", "skipped": "-", "inconclusive": "cannot tell"}
 
@@ -57,9 +57,9 @@ def command(
     no_long_context: bool,
 ) -> None:
     from dflash_provision.cli._runtime import fix_command
-    from dflash_provision.place.target import parse_target
-    from dflash_provision.runtime.check import CheckSettings
-    from dflash_provision.runtime.doctor import diagnose, report_json
+    from dflash_provision.target import parse_target
+    from dflash_provision.verify.runtime_check import CheckSettings
+    from dflash_provision.verify.doctor import diagnose, report_json
 
     target = parse_target(target_spec)
     authority = authority_spec.load()
@@ -77,7 +77,7 @@ def command(
     with connection.open(target) as transport:
         found = None
         if container is not None:
-            from dflash_provision.runtime.container_server import open_container_server
+            from dflash_provision.server.container_server import open_container_server
 
             found = open_container_server(
                 transport, container, target, docker_host=connection.docker_host

@@ -23,11 +23,11 @@ from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.place.target import Target
-    from dflash_provision.runtime.check import CheckReport
-    from dflash_provision.runtime.launch import LaunchResult
-    from dflash_provision.runtime.preflight import LaunchRequest, Preflight
-    from dflash_provision.runtime.records import LaunchRecord
+    from dflash_provision.target import Target
+    from dflash_provision.verify.runtime_check import CheckReport
+    from dflash_provision.server.launch import LaunchResult
+    from dflash_provision.server.preflight import LaunchRequest, Preflight
+    from dflash_provision.server.records import LaunchRecord
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
@@ -179,9 +179,9 @@ def command(
     connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
-    from dflash_provision.place.target import parse_target
-    from dflash_provision.runtime.launch import ReadinessInterrupted, launch
-    from dflash_provision.runtime.preflight import LaunchRequest
+    from dflash_provision.target import parse_target
+    from dflash_provision.server.launch import ReadinessInterrupted, launch
+    from dflash_provision.server.preflight import LaunchRequest
 
     target = parse_target(target_spec)
     if model is None:
@@ -278,11 +278,11 @@ def _restart_recorded(
     rehash_files: bool,
     fix: str,
 ) -> None:
-    """``launch TARGET --restart`` alone (runtime/restart.py restart_launch), then
+    """``launch TARGET --restart`` alone (server/restart.py restart_launch), then
     runtime-check when an authority is named (--from/--repo/--lock, or ./dflash.lock). A lock
     that pins the drafter's other files has them checked first: wrong ones refuse the restart
     before the server is stopped."""
-    from dflash_provision.runtime.restart import Overrides, restart_launch
+    from dflash_provision.server.restart import Overrides, restart_launch
     from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
     overrides = Overrides(num_speculative_tokens, None if vllm_cmd is None else tuple(vllm_cmd))
@@ -305,7 +305,7 @@ def _restart_recorded(
             if not named and not no_check:
                 click.echo("  runtime-check skipped: no authority named (--from, --repo, --lock)")
         if authority is not None and not no_check:
-            from dflash_provision.runtime.preflight import LaunchRequest
+            from dflash_provision.server.preflight import LaunchRequest
 
             request = LaunchRequest(
                 model=record.model, port=record.port, python=record.python,
@@ -331,8 +331,8 @@ def _refuse_wrong_files(
     fix: str,
 ) -> None:
     """The lock's pinned files checked before the recorded restart stops anything (launch's
-    refusal, runtime/drafter_files.py); nothing when the lock pins none."""
-    from dflash_provision.runtime.drafter_files import check_drafter_files, refusal
+    refusal, server/drafter_files.py); nothing when the lock pins none."""
+    from dflash_provision.server.drafter_files import check_drafter_files, refusal
 
     files = check_drafter_files(transport, target, authority, rehash=rehash, timeout=timeout)
     refused = refusal(files, transport.description, fix) if files is not None else None
@@ -432,10 +432,10 @@ def _runtime_check(
 ) -> CheckReport | None:
     """runtime-check (CHECKS' stages a-e) on the connection launch already has; the report is
     printed here in human mode and returned (None when this build has no runtime-check)."""
-    if find_spec("dflash_provision.runtime.check") is None:
+    if find_spec("dflash_provision.verify.runtime_check") is None:
         click.echo("runtime-check: not in this build; skipped", err=True)
         return None
-    from dflash_provision.runtime.check import CheckSettings, run_check
+    from dflash_provision.verify.runtime_check import CheckSettings, run_check
 
     settings = CheckSettings(
         port=request.port, python=request.python, timeout=request.command_timeout

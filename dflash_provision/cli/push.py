@@ -66,7 +66,7 @@ def command(
 ) -> None:
     from dflash_provision.history import HostKey, default_store, journal
     from dflash_provision.place.push import push_config
-    from dflash_provision.place.target import parse_target
+    from dflash_provision.target import parse_target
     from dflash_provision.remote.proof import WriteOptions
 
     target = parse_target(target_spec)

@@ -82,7 +82,7 @@ def command(
     same_values file, the right values in other bytes, included), through the full write
     protocol, and audit it again (exit 0 only if all end in sync). --dry-run shows each host's
     audit detail and writes nothing. Plain TARGETs without a source use ./dflash.lock."""
-    from dflash_provision import report
+    from dflash_provision.fleet import report
     from dflash_provision.fleet import repair, repair_exit_code
     from dflash_provision.fleet.interrupt import FleetInterrupted
     from dflash_provision.history import default_store

@@ -189,7 +189,7 @@ def _write_prometheus(rollout: Rollout, path: Path | None) -> None:
         return
     import time
 
-    from dflash_provision.report import write_textfile
+    from dflash_provision.fleet.report import write_textfile
     from dflash_provision.rollout.prometheus import prometheus_text
 
     try:
@@ -215,7 +215,7 @@ def _new_config(selection: FleetSelection) -> Any:
 
 
 def _settings(opts: dict[str, Any]) -> Any:
-    from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.verify.runtime_check import CheckSettings
 
     return CheckSettings(
         min_acceptance=opts["min_acceptance"],
@@ -227,7 +227,7 @@ def _settings(opts: dict[str, Any]) -> Any:
 def _gate(opts: dict[str, Any]) -> Any:
     from dflash_provision.errors import UsageError
     from dflash_provision.rollout.record import Gate
-    from dflash_provision.runtime.reference import parse_fraction
+    from dflash_provision.verify.reference import parse_fraction
 
     regression = None
     if opts["max_regression"] is not None:

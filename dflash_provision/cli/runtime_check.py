@@ -1,5 +1,5 @@
 """``dflash-provision runtime-check``: prove that the server on a port runs the provisioned
-drafter and that its drafts are accepted (stages a-e, see dflash_provision.runtime.check).
+drafter and that its drafts are accepted (stages a-e, see dflash_provision.verify.runtime_check).
 
 One TARGET (and no inventory): every stage with its evidence. An inventory (``-i``), ``--limit``
 or several TARGETs: the fleet form, hosts in parallel, a table (``--json``, ``--prometheus``).
@@ -11,7 +11,7 @@ impossible counters, too few draft tokens); 2 usage; the usual codes for connect
 (single target) and Hub errors.
 
 A passing check records its acceptance figures as a reference in the history store
-(runtime/reference.py); a later check of the same host, port, drafter and prompts compares.
+(verify/reference.py); a later check of the same host, port, drafter and prompts compares.
 """
 
 from __future__ import annotations
@@ -28,8 +28,8 @@ from dflash_provision.cli._runtime import check_options, container_option, emit_
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.runtime.check import CheckSettings
-    from dflash_provision.runtime.container_server import ContainerOption
+    from dflash_provision.verify.runtime_check import CheckSettings
+    from dflash_provision.server.container_server import ContainerOption
     from dflash_provision.source.authority import Authority, SourceSpec
 
 
@@ -132,7 +132,7 @@ def command(
     host_deadline: float | None,
     no_long_context: bool,
 ) -> None:
-    from dflash_provision.runtime.check import CheckSettings
+    from dflash_provision.verify.runtime_check import CheckSettings
 
     if no_reference and (reset_reference or max_regression is not None):
         other = "--reset-reference" if reset_reference else "--max-regression"
@@ -166,7 +166,7 @@ def command(
 
 
 def _fraction(value: str | None) -> float | None:
-    from dflash_provision.runtime.reference import parse_fraction
+    from dflash_provision.verify.reference import parse_fraction
 
     if value is None:
         return None
@@ -199,9 +199,9 @@ def _single(
     container: ContainerOption | None = None,
     verbose: bool = False,
 ) -> int:
-    from dflash_provision.place.target import parse_target
-    from dflash_provision.runtime.check import push_fix_command, run_check
-    from dflash_provision.runtime.container_server import open_container_server
+    from dflash_provision.target import parse_target
+    from dflash_provision.verify.runtime_check import push_fix_command, run_check
+    from dflash_provision.server.container_server import open_container_server
 
     target = parse_target(selection.targets[0])
     if selection.model_path:
@@ -294,8 +294,8 @@ def _fleet(
 ) -> int:
     from dflash_provision.cli._fleet import ProgressDisplay, make_run
     from dflash_provision.cli._render import echo_rich
-    from dflash_provision.report import write_textfile
-    from dflash_provision.runtime import fleet_check
+    from dflash_provision.fleet.report import write_textfile
+    from dflash_provision.verify import fleet_check
 
     members = selection.members(default=_default_source(selection))
     run = make_run(connection)

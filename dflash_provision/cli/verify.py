@@ -47,7 +47,7 @@ def command(
 ) -> None:
     from dflash_provision.errors import ExitCode, RemoteStepFailed
     from dflash_provision.place.push import verify_config
-    from dflash_provision.place.target import parse_target
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

@@ -5,7 +5,7 @@
 the authoritative bytes (same_values, drifted, missing, invalid, loader_normalised) runs the full
 write protocol (``push_config``: atomic write + read-back) on the connection the audit opened,
 then audits the host again. In-sync and unreachable hosts are never written to. Whether a file
-is right is decided by :func:`dflash_provision.check.file_status.judge`, as for verify, launch and
+is right is decided by :func:`dflash_provision.host_state.file_status.judge`, as for verify, launch and
 runtime-check.
 
 Per-host costs are kept flat: validation (whose "effective" layer imports and runs transformers)
@@ -15,7 +15,7 @@ one, and the authoritative config is parsed once per drafter source.
 
 from __future__ import annotations
 
-from dflash_provision.check.file_status import NEEDS_WRITE, UNREACHABLE_STATUSES, HostStatus
+from dflash_provision.host_state.file_status import NEEDS_WRITE, UNREACHABLE_STATUSES, HostStatus
 from dflash_provision.fleet.auditing import DEFAULT_WORKERS, AuditProgress, audit, audit_host
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.repairing import RepairProgress, repair

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, TypeVar
 
-from dflash_provision.check.file_status import HostStatus
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.interrupt import (

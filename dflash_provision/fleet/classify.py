@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dflash_provision.check.file_status import HostStatus
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import AuthError, ContainerError, RemoteStepFailed, UnreachableError
 
 _UNREACHABLE_BY_REASON = {

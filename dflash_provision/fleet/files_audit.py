@@ -10,8 +10,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.check.file_status import EXIT_CODE, Command, HostStatus
-from dflash_provision.check.files_status import (
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
+from dflash_provision.host_state.files_status import (
     FilesJudgement,
     FilesStatus,
     combined_exit,
@@ -138,7 +138,7 @@ def _audit_host(
     run: FleetRun, member: FleetMember, pinned: list[PinnedFile], history: HistoryStore | None
 ) -> HostFilesAudit:
     from dflash_provision.history import HostKey
-    from dflash_provision.remote.pinned_check import check_pinned_files
+    from dflash_provision.host_state.pinned_check import check_pinned_files
 
     started = time.monotonic()
     try:

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from dflash_provision.check.file_status import HostStatus
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.auditing import (
     DEFAULT_WORKERS,

@@ -7,7 +7,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.check.file_status import EXIT_CODE, Command, HostStatus
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import ExitCode
 
 if TYPE_CHECKING:

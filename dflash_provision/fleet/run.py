@@ -13,7 +13,7 @@ from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.transport.base import CommandResult, Transport
 
 if TYPE_CHECKING:
-    from dflash_provision.check.file_status import Judgement
+    from dflash_provision.host_state.file_status import Judgement
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.transport.factory import Connector
 
@@ -123,7 +123,7 @@ class FleetRun:
     def verdict(self, read: RemoteRead, authority: Authority) -> Judgement:
         """file_status.judge of ``read``, once per distinct content and authority: a fleet of
         hosts holding the same wrong file costs one validation."""
-        from dflash_provision.check.file_status import judge
+        from dflash_provision.host_state.file_status import judge
 
         if not read.present or read.sha256 is None or read.sha256 == authority.sha256:
             return judge(read, authority)  # nothing worth remembering: no validation runs
@@ -133,7 +133,7 @@ class FleetRun:
         return result
 
     def _judge(self, read: RemoteRead, authority: Authority) -> Judgement:
-        from dflash_provision.check.file_status import judge
+        from dflash_provision.host_state.file_status import judge
 
         # The counter needs the lock; validation itself is thread-safe (effective.py serialises
         # the transformers import) and runs once per distinct file thanks to the verdict cache.

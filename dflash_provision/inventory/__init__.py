@@ -48,7 +48,7 @@ Three ways to name a fleet, all producing ``list[FleetMember]``:
    ``ansible_ssh_common_args``) become its ``route`` (see ansible_ssh.py).
 
 3. Plain TARGETs on the command line (``root@h1:/root/models/X``, see
-   dflash_provision.place.target).
+   dflash_provision.target).
 
 Command-line ``--repo/--revision/--lock/--from`` and ``--path`` override what an inventory says
 (like Ansible's extra vars), and are required for plain TARGETs.
@@ -74,7 +74,7 @@ from dflash_provision.inventory.common import (
 )
 from dflash_provision.inventory.model import UNGROUPED, FleetMember, Overrides
 from dflash_provision.inventory.ours import OurYaml
-from dflash_provision.place.target import parse_target
+from dflash_provision.target import parse_target
 
 __all__ = ["UNGROUPED", "FleetMember", "Overrides", "load_inventory", "load_members"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dflash_provision.place.target import Target
+from dflash_provision.target import Target
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.options import HostRoute
 

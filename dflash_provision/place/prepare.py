@@ -41,7 +41,7 @@ def require_pinned(spec: SourceSpec) -> None:
 def check_fit(authority: Authority, target: Authority, *, effective: bool) -> None:
     """ConfigInvalid, one line naming the first errors, unless the drafter config passes every
     validation layer, the target model's fit included."""
-    from dflash_provision.check.validate import validate_config
+    from dflash_provision.validation.validate import validate_config
 
     report = validate_config(
         authority.data, label=authority.label, target=target.data, effective=effective
@@ -76,7 +76,7 @@ def prepare_drafter(
     Raises ConfigInvalid (3), UsageError (2) for a path that is not a local absolute one, and
     RemoteStepFailed with the write's own code (7, 17) when the write is not proved."""
     from dflash_provision.place.push import push_config
-    from dflash_provision.place.target import parse_target
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.local import LocalTransport
 
     if not drafter_dir.startswith("/"):

@@ -19,8 +19,8 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.check.diff import ConfigDiff, config_diff
-from dflash_provision.check.file_status import EXIT_CODE, Command, HostStatus
+from dflash_provision.validation.diff import ConfigDiff, config_diff
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import (
     ConfigInvalid,
     DflashProvisionError,
@@ -42,9 +42,9 @@ from dflash_provision.remote.settle import Verdict
 from dflash_provision.transport.base import Transport
 
 if TYPE_CHECKING:
-    from dflash_provision.check.findings import ValidationReport
+    from dflash_provision.validation.findings import ValidationReport
     from dflash_provision.history import Recording
-    from dflash_provision.place.target import Target
+    from dflash_provision.target import Target
     from dflash_provision.source.authority import Authority
 
 NOT_APPLIED_MESSAGE = "write did not take effect"
@@ -199,7 +199,7 @@ def check_authority(
 
     ``verb`` words the refusal ("push", "restore"). The ``--force`` hint is offered only where
     ``--force`` would then write the file: never for a file that does not parse."""
-    from dflash_provision.check.validate import validate_config
+    from dflash_provision.validation.validate import validate_config
 
     report = validate_config(authority.data, label=authority.label, effective=effective)
     if report.ok:
@@ -277,7 +277,7 @@ def _refuse_a_new_file_of_another_name(
     not there. Writing it would create a stray file beside config.json and report success; a
     file of that name that exists is the user's own and is written as asked. One more read,
     only for such a name."""
-    from dflash_provision.place.target import CONFIG_FILENAME
+    from dflash_provision.target import CONFIG_FILENAME
 
     name = target.config_path.rsplit("/", 1)[-1]
     if name == CONFIG_FILENAME:
@@ -489,7 +489,7 @@ class VerifyResult:
 def compare_read(target: str, read: RemoteRead, authority: Authority) -> VerifyResult:
     """Judge a RemoteRead against the authority (file_status.judge; no I/O) and say it as
     verify does."""
-    from dflash_provision.check.file_status import judge
+    from dflash_provision.host_state.file_status import judge
 
     judgement = judge(read, authority)
     expected = _sha(authority.data) or ""

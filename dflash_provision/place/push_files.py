@@ -1,6 +1,6 @@
 """push --all-files: the pinned files of a drafter directory made right on one target.
 
-Checked where they lie first (remote/pinned_check.py); each file missing, of another size or
+Checked where they lie first (host_state/pinned_check.py); each file missing, of another size or
 other bytes, or a link out of the directory, is placed from the controller's Hub cache
 (remote/place_files.py); then every file is checked again, and that check is the proof. Strays
 (files vLLM would load that the commit does not have) are named, never deleted: removing a
@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.check.files_status import FilesJudgement, FilesStatus, FileVerdict
+from dflash_provision.host_state.files_status import FilesJudgement, FilesStatus, FileVerdict
 from dflash_provision.errors import ExitCode
 from dflash_provision.source.pinned_files import SHA256
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
-    from dflash_provision.check.files_status import FileJudgement
+    from dflash_provision.host_state.files_status import FileJudgement
     from dflash_provision.history import HistoryStore, HostKey, Recording
     from dflash_provision.remote.place_files import Placed, Progress
     from dflash_provision.source.pinned_files import PinnedFile
@@ -87,7 +87,7 @@ def push_files(
     """Check, place what is wrong, check again (the proof). ``source_for``: the controller's
     copy of a pinned file (remote.place_files.cached_copy; a fleet shares one per file).
     ``dry_run``: check only."""
-    from dflash_provision.remote.pinned_check import check_pinned_files
+    from dflash_provision.host_state.pinned_check import check_pinned_files
     from dflash_provision.remote.place_files import place_file
 
     before = check_pinned_files(transport, model_dir, pinned, host=host, history=history)

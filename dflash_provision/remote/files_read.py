@@ -3,7 +3,7 @@ what the host holds under each pinned name (its identity, and its hash computed 
 ``sha256sum`` / ``sha1sum``), and which names vLLM could read that the lock does not pin.
 
 Only these facts travel, never a file's bytes. What they mean against the lock is judged by
-check/files_status.py. The reply is untrusted: every line is checked before it is used.
+host_state/files_status.py. The reply is untrusted: every line is checked before it is used.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The one protocol of the remote scripts: loading their text, the argv that runs one, and the
 parse of what it answers. ``remote/ops.py`` (read, write, backups), ``remote/settle.py``,
-``remote/weights_read.py``, ``runtime/process.py`` and ``runtime/bounded.py`` all run their
+``remote/weights_read.py``, ``server/process.py`` and ``server/bounded.py`` all run their
 scripts through this module; none has a loader or parser of its own.
 
 Each operation is ONE exec: ``sh -c SCRIPT dflash-NAME ARG...``. The script text is a constant
@@ -16,7 +16,7 @@ order, nothing after them; :func:`reply_parts` takes them apart strictly.
 
 Timeouts: a caller passes none and gets the transport's ``command_timeout`` (the CLI's
 ``--command-timeout``), which also bounds the host side (each script's watchdog, or
-runtime/bounded.py around it); no module here has a number of seconds of its own.
+server/bounded.py around it); no module here has a number of seconds of its own.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 #: wheel installs them as files, and importlib.resources would cost every command a few
 #: milliseconds of imports for the same read).
 REMOTE_SCRIPTS = _PACKAGE / "remote" / "scripts"
-RUNTIME_SCRIPTS = _PACKAGE / "runtime" / "scripts"
+RUNTIME_SCRIPTS = _PACKAGE / "server" / "scripts"
 
 #: What a script needs besides common.sh, read before it: the push's lock for the write and for
 #: the settle step that must wait for an interrupted write; the runtime helpers for every

@@ -15,7 +15,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dflash_provision.check.safetensors_header import LIMIT_TEXT, MAX_HEADER_BYTES
+from dflash_provision.formats.safetensors_header import LIMIT_TEXT, MAX_HEADER_BYTES
 from dflash_provision.remote.ops import remote_deadline
 from dflash_provision.remote.protocol import (
     RemoteProtocolError,

@@ -32,8 +32,8 @@ if TYPE_CHECKING:
     from dflash_provision.fleet.run import CountingTransport
     from dflash_provision.inventory import FleetMember
     from dflash_provision.rollout.store import RolloutStore
-    from dflash_provision.runtime.check import CheckSettings
-    from dflash_provision.runtime.restart import RestartDone
+    from dflash_provision.verify.runtime_check import CheckSettings
+    from dflash_provision.server.restart import RestartDone
     from dflash_provision.source.authority import Authority
 
 Progress = Callable[[str], None]

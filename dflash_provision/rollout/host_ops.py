@@ -20,10 +20,10 @@ if TYPE_CHECKING:
     from dflash_provision.history import Recording
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.push import PushResult
-    from dflash_provision.place.target import Target
-    from dflash_provision.runtime.check import CheckReport, CheckSettings
-    from dflash_provision.runtime.container_server import ContainerOption, ContainerServer
-    from dflash_provision.runtime.restart import RestartDone
+    from dflash_provision.target import Target
+    from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
+    from dflash_provision.server.container_server import ContainerOption, ContainerServer
+    from dflash_provision.server.restart import RestartDone
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.base import Transport
 
@@ -57,9 +57,9 @@ def inspect(
     started for this drafter dir (or, with ``container``, the server in that container:
     served_in), and what a rollback returns to (what_ran.decide; ``lookup`` finds bytes kept
     on the controller). StepFailed says why the host cannot take part."""
-    from dflash_provision.check.diff import render_changes, semantic_diff
+    from dflash_provision.validation.diff import render_changes, semantic_diff
     from dflash_provision.remote.ops import read_remote_config
-    from dflash_provision.runtime.locate import for_drafter, launched
+    from dflash_provision.server.locate import for_drafter, launched
 
     target = member.target
     host = HostState(member.name, target.display(), target.config_path)
@@ -115,11 +115,11 @@ def served_in(
 ) -> tuple[ContainerServer, str | None]:
     """The server in the container (``rollout --container``): running, on its port, the
     container's main process, given the provisioned directory through its mounts (see
-    runtime/container_restart.py); kept in ``host.server_container``. Returns the container
+    server/container_restart.py); kept in ``host.server_container``. Returns the container
     and the target model its command names. StepFailed saying why not."""
-    from dflash_provision.runtime.container_restart import served_by, served_model
-    from dflash_provision.runtime.container_server import open_container_server
-    from dflash_provision.runtime.restart import RestartFailed
+    from dflash_provision.server.container_restart import served_by, served_model
+    from dflash_provision.server.container_server import open_container_server
+    from dflash_provision.server.restart import RestartFailed
 
     found = open_container_server(transport, option, target, docker_host=docker_host)
     try:
@@ -134,11 +134,11 @@ def served_in(
 def _pinned_files_there(
     transport: Transport, member: FleetMember, new: Authority, rehash: bool, timeout: float
 ) -> None:
-    """The new config's pinned files on the host (runtime/drafter_files.py, judged by launch's
+    """The new config's pinned files on the host (server/drafter_files.py, judged by launch's
     row of files_status.EXIT_CODE, as the restart would be): StepFailed naming each wrong one."""
-    from dflash_provision.check.file_status import Command
+    from dflash_provision.host_state.file_status import Command
     from dflash_provision.errors import ExitCode
-    from dflash_provision.runtime.drafter_files import check_drafter_files, wrong_files
+    from dflash_provision.server.drafter_files import check_drafter_files, wrong_files
 
     files = check_drafter_files(transport, member.target, new, rehash=rehash, timeout=timeout)
     if files is None or files.exit_code(Command.LAUNCH) is ExitCode.OK:
@@ -156,9 +156,9 @@ def restart_checks(
     """What a restart refuses on, checked before anything is written or stopped: the port's
     server is the launch's (its stop would not be refused), and the values of its env names
     can be read from it or were given with --env (read and dropped: never kept)."""
-    from dflash_provision.runtime.preflight import V2_RUNNER_ENV
-    from dflash_provision.runtime.process import probe_port
-    from dflash_provision.runtime.restart import RestartFailed, old_server, server_env
+    from dflash_provision.server.preflight import V2_RUNNER_ENV
+    from dflash_provision.server.process import probe_port
+    from dflash_provision.server.restart import RestartFailed, old_server, server_env
 
     try:
         state = probe_port(transport, port, timeout=timeout)
@@ -182,9 +182,9 @@ def restart_possible(
     resumed batch's write, a rollback's restore), so a restart that would be refused never
     follows a change of the file. ``may_be_down``: a rollback, whose server may have died on
     the new config: then its env values must be in ``remembered`` (this run) or ``env``."""
-    from dflash_provision.runtime.preflight import V2_RUNNER_ENV
-    from dflash_provision.runtime.process import probe_port
-    from dflash_provision.runtime.restart import server_down
+    from dflash_provision.server.preflight import V2_RUNNER_ENV
+    from dflash_provision.server.process import probe_port
+    from dflash_provision.server.restart import server_down
 
     if not host.restart or host.launch is None or host.port is None:
         return
@@ -213,9 +213,9 @@ def _validate_there(
     *,
     model_reader: Transport | None = None,
 ) -> None:
-    from dflash_provision.check.validate import validate_config
-    from dflash_provision.check.weights_check import check_remote, target_hidden_of
-    from dflash_provision.runtime.preflight import target_config
+    from dflash_provision.validation.validate import validate_config
+    from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
+    from dflash_provision.server.preflight import target_config
 
     # A server in a container names its model by the path inside: read it there.
     reader = model_reader or transport
@@ -241,8 +241,8 @@ def recorded_reference(
     """The host's acceptance reference in the history store (runtime-check --max-regression's:
     same host, port, drafter bytes and smoke prompts), or None."""
     from dflash_provision.history import default_store
-    from dflash_provision.runtime.check import smoke_prompts
-    from dflash_provision.runtime.reference import from_figures, reference_key
+    from dflash_provision.verify.runtime_check import smoke_prompts
+    from dflash_provision.verify.reference import from_figures, reference_key
 
     prompts = smoke_prompts(settings.prompts)
     port = host.port or settings.port
@@ -274,8 +274,8 @@ def measure(
 ) -> tuple[Verdict, CheckReport]:
     """Every runtime-check stage, judged by the rollout's gate (``container``: as
     runtime-check --container, the container's record read again: a restart changed it)."""
-    from dflash_provision.runtime.check import push_fix_command, run_check
-    from dflash_provision.runtime.container_server import open_container_server
+    from dflash_provision.verify.runtime_check import push_fix_command, run_check
+    from dflash_provision.server.container_server import open_container_server
 
     found = None
     if container is not None:
@@ -289,7 +289,7 @@ def judge(report: CheckReport, gate: Gate, baseline: Figures | None) -> Verdict:
     """The rollout's gate on a host's check: the one acceptance gate
     (runtime/acceptance_gate.judge_check) with the rollout's minimum, and its baseline's mean
     acceptance length for --max-regression."""
-    from dflash_provision.runtime.acceptance_gate import judge_check
+    from dflash_provision.verify.acceptance_gate import judge_check
 
     judged = judge_check(
         report,
@@ -424,9 +424,9 @@ def restart(
     remembered: dict[str, str] | None = None,
 ) -> RestartDone:
     """Stop the host's server and start it again with its recorded launch, proved (see
-    runtime/restart.py's restart_recorded); StepFailed saying what was found when it is
+    server/restart.py's restart_recorded); StepFailed saying what was found when it is
     refused or not proved."""
-    from dflash_provision.runtime.restart import RestartFailed, restart_recorded
+    from dflash_provision.server.restart import RestartFailed, restart_recorded
 
     assert host.launch is not None and host.port is not None
     try:
@@ -449,9 +449,9 @@ def restart_in_container(
     may_be_down: bool = False,
 ) -> RestartDone:
     """``docker restart`` of the host's server container, proved
-    (runtime/container_restart.py); StepFailed saying what was found otherwise."""
-    from dflash_provision.runtime.container_restart import restart_container
-    from dflash_provision.runtime.restart import RestartFailed
+    (server/container_restart.py); StepFailed saying what was found otherwise."""
+    from dflash_provision.server.container_restart import restart_container
+    from dflash_provision.server.restart import RestartFailed
 
     option = container_of(host)
     assert option is not None
@@ -466,7 +466,7 @@ def restart_in_container(
 
 def container_of(host: HostState) -> ContainerOption | None:
     """The container the record says the host's server runs in (``rollout --container``)."""
-    from dflash_provision.runtime.container_server import parse_container_option
+    from dflash_provision.server.container_server import parse_container_option
 
     if not host.server_container:
         return None

@@ -22,7 +22,7 @@ from dflash_provision.rollout.record import Gate, HostState, Rollout
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
-    from dflash_provision.runtime.container_server import ContainerOption
+    from dflash_provision.server.container_server import ContainerOption
     from dflash_provision.source.authority import Authority
     from dflash_provision.transport.options import SshOptions
 

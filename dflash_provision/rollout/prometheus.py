@@ -10,7 +10,7 @@ stops (completed, paused, rolled back, aborted, refused, interrupted)::
 
 from __future__ import annotations
 
-from dflash_provision.report import prometheus_labels
+from dflash_provision.fleet.report import prometheus_labels
 from dflash_provision.rollout.record import Rollout, State
 
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from dflash_provision.errors import DflashProvisionError
 
 if TYPE_CHECKING:
-    from dflash_provision.place.target import Target
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 #: Looks bytes up by sha256 on the controller (RolloutStore.config_with_sha).

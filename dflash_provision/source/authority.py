@@ -185,7 +185,7 @@ class Authority:
     @functools.cached_property
     def document(self) -> Any:
         """The config parsed strictly (ConfigInvalid when it does not parse)."""
-        from dflash_provision.check import strict_json
+        from dflash_provision.formats import strict_json
 
         try:
             return strict_json.loads(self.data.decode("utf-8"))

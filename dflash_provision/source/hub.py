@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, NoReturn
 from urllib.parse import urlsplit
 
 from dflash_provision.errors import ExitCode, HubError, UsageError
-from dflash_provision.source.netlookup import LookupTimedOut, lookup_within
+from dflash_provision.netlookup import LookupTimedOut, lookup_within
 
 if TYPE_CHECKING:
     from huggingface_hub import HfFileMetadata

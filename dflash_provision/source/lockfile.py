@@ -27,7 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.check import strict_json
+from dflash_provision.formats import strict_json
 from dflash_provision.errors import ConfigInvalid, UsageError
 
 if TYPE_CHECKING:

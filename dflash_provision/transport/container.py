@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from dflash_provision.errors import AuthError, ContainerError
-from dflash_provision.place.target import ContainerKind
+from dflash_provision.target import ContainerKind
 from dflash_provision.transport import docker_exec
 from dflash_provision.transport.base import CommandResult, Transport, WrappingTransport
 

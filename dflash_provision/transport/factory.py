@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dflash_provision.place.target import Target
+from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.options import HostRoute, SshOptions
 

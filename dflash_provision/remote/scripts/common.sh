@@ -115,7 +115,7 @@ start_watchdog() {
 	) </dev/null >/dev/null 2>&1 &
 }
 
-# end_script PID [GROUP]: what the watchdog does at the deadline (runtime/scripts/reap.sh does
+# end_script PID [GROUP]: what the watchdog does at the deadline (server/scripts/reap.sh does
 # the same on the caller's Ctrl-C): the process group GROUP when PID leads one (TERM, a second,
 # KILL), then PID itself and its children (TERM), the caller's own process excepted.
 end_script() {

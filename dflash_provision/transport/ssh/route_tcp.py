@@ -11,7 +11,7 @@ from __future__ import annotations
 import socket
 
 from dflash_provision.errors import UnreachableError
-from dflash_provision.source.netlookup import AddrInfo, LookupTimedOut, lookup_within
+from dflash_provision.netlookup import AddrInfo, LookupTimedOut, lookup_within
 
 
 def open_tcp(hostname: str, port: int, timeout: float, where: str) -> socket.socket:

@@ -1,7 +1,7 @@
 # Copyright: dflash-provision maintainers
 # Apache-2.0 (see galaxy.yml)
 """Action plugin for dflash.provision.drafter_facts: audit's read and judge of one host
-(dflash_provision.playbook.drafter_facts) through this play's connection."""
+(dflash_provision.ansible_modules.drafter_facts) through this play's connection."""
 
 from __future__ import annotations
 

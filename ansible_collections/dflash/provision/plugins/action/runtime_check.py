@@ -1,7 +1,7 @@
 # Copyright: dflash-provision maintainers
 # Apache-2.0 (see galaxy.yml)
 """Action plugin for dflash.provision.runtime_check: runtime-check's stages a-e for one host's
-server (dflash_provision.playbook.runtime_check) through this play's connection."""
+server (dflash_provision.ansible_modules.runtime_check) through this play's connection."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 """What every dflash.provision action plugin does: parse the task's options with the library's
 own checks, find controller files as ansible.builtin.copy finds its src, and run the library's
 task function with the play's connection as the way to the host. The work itself is the
-dflash-provision library's (dflash_provision.playbook), never a copy here."""
+dflash-provision library's (dflash_provision.ansible_modules), never a copy here."""
 
 from __future__ import annotations
 
@@ -58,7 +58,7 @@ class DflashAction(ActionBase):
         try:
             from dflash_provision.errors import DflashProvisionError
 
-            library = importlib.import_module(f"dflash_provision.playbook.{self.LIBRARY}")
+            library = importlib.import_module(f"dflash_provision.ansible_modules.{self.LIBRARY}")
         except ImportError as exc:
             raise AnsibleActionFail(
                 f"{name} needs the dflash-provision package on the controller "
