@@ -139,10 +139,10 @@ class Bench:
     def audit(self, what: str, *, repair: bool = False) -> Row:
         from dflash_provision.fleet.files_audit import audit_all_files
         from dflash_provision.fleet.run import CountingTransport, FleetRun, authority_loader
-        from dflash_provision.history import HistoryStore
+        from dflash_provision.history.store import HistoryStore
         from dflash_provision.inventory import FleetMember
-        from dflash_provision.target import parse_target
         from dflash_provision.source.authority import SourceSpec
+        from dflash_provision.target import parse_target
         from dflash_provision.transport.base import CommandResult, Transport
         from dflash_provision.transport.factory import Connector
         from dflash_provision.transport.options import SshOptions

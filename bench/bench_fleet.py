@@ -58,8 +58,8 @@ import minimal_paramiko
 from dflash_provision.fleet import FleetRun, audit, authority_loader, repair
 from dflash_provision.inventory import FleetMember
 from dflash_provision.place.push import check_authority, push_config
-from dflash_provision.target import parse_target
 from dflash_provision.source.authority import Authority, SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 from testbed import samples

@@ -223,10 +223,10 @@ def test_all_files_checked_where_they_lie_in_a_busybox_container(
 def test_no_weights_travel_to_the_controller(ssh_host: Host) -> None:
     """What crosses the connection for a 5 MB drafter, as the transport carries it: the
     script, the pinned names, the facts: a few KB, never the files."""
-    from dflash_provision.history import HostKey
-    from dflash_provision.target import parse_target
+    from dflash_provision.history.host_key import HostKey
     from dflash_provision.host_state.pinned_check import check_pinned_files
     from dflash_provision.source.pinned_files import GIT_BLOB, SHA256, PinnedFile
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.base import CommandResult, Transport
     from dflash_provision.transport.factory import Connector
     from dflash_provision.transport.options import SshOptions

@@ -151,9 +151,9 @@ def test_a_placement_cut_off_mid_file_resumes_where_the_host_stopped(ssh_host: H
     import hashlib
 
     from dflash_provision.errors import DflashProvisionError
-    from dflash_provision.target import parse_target
     from dflash_provision.remote.place_files import place_file
     from dflash_provision.source.pinned_files import SHA256, PinnedFile
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.base import CommandResult, Transport
     from dflash_provision.transport.factory import Connector
     from dflash_provision.transport.options import SshOptions

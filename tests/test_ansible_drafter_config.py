@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.history import HistoryStore
+from dflash_provision.history.store import HistoryStore
 from testbed import samples
 from testbed.hosts import Fleet, Host
 from tests.fixtures.ansible_play import Play

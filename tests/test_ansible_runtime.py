@@ -30,7 +30,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.history import HistoryStore
+from dflash_provision.history.store import HistoryStore
 from testbed import samples
 from testbed.vllm_standin_install import (
     CONTROL_ENV,

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.history import HistoryStore
+from dflash_provision.history.store import HistoryStore
 from testbed import samples
 from testbed.hosts import Fleet, Host
 from tests.fixtures.ansible_play import Play, Played

@@ -24,14 +24,14 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError, RemoteStepFailed
 from dflash_provision.fleet import FleetRun, audit, authority_loader
 from dflash_provision.fleet.run import CountingTransport
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.inventory import FleetMember
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import ReadStatus, RemoteRead, read_remote_config
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.transport.factory import Connector, open_transport
 from testbed import samples

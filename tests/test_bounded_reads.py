@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.host_state.file_status import HostStatus
+from dflash_provision.cli._sources import MAX_SOURCE_BYTES, load_source
 from dflash_provision.errors import ExitCode, UsageError
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.place.push import PushStatus, push_config, verify_config
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import (
     MAX_CONFIG_BYTES,
     ReadStatus,
@@ -29,7 +29,7 @@ from dflash_provision.remote.ops import (
 )
 from dflash_provision.remote.protocol import script_text
 from dflash_provision.source.authority import Authority
-from dflash_provision.cli._sources import MAX_SOURCE_BYTES, load_source
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from tests.fixtures.cli import run_cli

@@ -10,15 +10,15 @@ from typing import Any
 
 import pytest
 
+from dflash_provision.source.authority import Authority
 from dflash_provision.target import parse_target
-from dflash_provision.vllm import curve
 from dflash_provision.verify.acceptance_gate import AcceptanceRules, judge
-from dflash_provision.vllm.curve import Shape, classify
 from dflash_provision.verify.diagnosis import diagnose, first_fix, render_causes
-from dflash_provision.vllm.metrics import Acceptance, SpecCounters
 from dflash_provision.verify.reference import from_figures
 from dflash_provision.verify.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.source.authority import Authority
+from dflash_provision.vllm import curve
+from dflash_provision.vllm.curve import Shape, classify
+from dflash_provision.vllm.metrics import Acceptance, SpecCounters
 from testbed import samples
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()

@@ -12,13 +12,13 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.source.authority import Authority
 from dflash_provision.target import parse_target
-from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
 from dflash_provision.verify.diagnosis import Cause, render_causes
 from dflash_provision.verify.diagnosis import Verdict as CauseVerdict
 from dflash_provision.verify.doctor import DoctorReport, Link, trace
+from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
 from dflash_provision.verify.stages import StageResult, StageStatus
-from dflash_provision.source.authority import Authority
 from testbed import samples
 from tests.test_diagnosis import verdict_of
 

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.validation.validate import parse_config
 from dflash_provision.errors import ExitCode
+from dflash_provision.validation.validate import parse_config
 from testbed import samples
 from testbed.hosts import Host, refused_address
 from tests.fixtures.cli import Cli, run_cli, the_error_line

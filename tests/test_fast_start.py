@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.errors import ExitCode
 from dflash_provision.validation import verdict_cache
 from dflash_provision.validation.validate import validate_config
-from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host, refused_address
 from tests.fixtures.cli import (

@@ -35,7 +35,7 @@ from dflash_provision.fleet import (
     repair,
     repair_exit_code,
 )
-from dflash_provision.history import HistoryStore
+from dflash_provision.history.store import HistoryStore
 from dflash_provision.inventory import load_members
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions

@@ -12,8 +12,8 @@ from dflash_provision.errors import AuthError, UnreachableError
 from dflash_provision.fleet import FleetRun, HostStatus, audit, authority_loader, classify_exception
 from dflash_provision.fleet.run import Memo
 from dflash_provision.inventory import FleetMember
-from dflash_provision.target import parse_target
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 from dflash_provision.transport.options import SshOptions
 from testbed import samples

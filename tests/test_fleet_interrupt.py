@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.history import HistoryStore
+from dflash_provision.history.store import HistoryStore
 from testbed import samples
 from testbed.hosts import Fleet
 from tests.fixtures.after_rename import fault_after_rename, hold_tool, release, wait_renamed

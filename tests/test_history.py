@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision import history
 from dflash_provision.errors import ExitCode, LocalWriteFailed
-from dflash_provision.history import AuditRecord, HistoryStore, HostKey
+from dflash_provision.history import store as history
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import AuditRecord, HistoryStore
 from dflash_provision.rollout.store import RolloutStore
 from tests.fixtures.cli import run_cli
 
@@ -66,7 +67,8 @@ def test_a_write_killed_midway_stays_visible_as_incomplete(tmp_path):
     script = (
         "import os, sys\n"
         "from pathlib import Path\n"
-        "from dflash_provision.history import HistoryStore, HostKey\n"
+        "from dflash_provision.history.host_key import HostKey\n"
+        "from dflash_provision.history.store import HistoryStore\n"
         f"store = HistoryStore(Path({str(db)!r}))\n"
         "cm = store.recorded('push', HostKey('h03'), '/m/config.json', sha256_before='cc'*32)\n"
         "cm.__enter__()\n"
@@ -187,7 +189,8 @@ def test_concurrent_threads_and_processes_all_land(store):
 
     child = (
         "from pathlib import Path\n"
-        "from dflash_provision.history import HistoryStore, HostKey\n"
+        "from dflash_provision.history.host_key import HostKey\n"
+        "from dflash_provision.history.store import HistoryStore\n"
         f"s = HistoryStore(Path({str(store.path)!r}))\n"
         "for j in range(40):\n"
         "    s.record_finish(s.record_start('audit', HostKey('proc'), str(j)), status='ok')\n"
@@ -208,7 +211,8 @@ def test_concurrent_threads_and_processes_all_land(store):
 _FIRST_USE = (
     "import os, sys, time\n"
     "from pathlib import Path\n"
-    "from dflash_provision.history import HistoryStore, HostKey\n"
+    "from dflash_provision.history.host_key import HostKey\n"
+    "from dflash_provision.history.store import HistoryStore\n"
     "store = HistoryStore(Path(sys.argv[1]))\n"
     "Path(sys.argv[2] + '.' + str(os.getpid())).touch()\n"
     "while not os.path.exists(sys.argv[2]):\n"

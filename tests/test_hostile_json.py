@@ -13,10 +13,10 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.errors import ExitCode
 from dflash_provision.formats import strict_json
 from dflash_provision.validation.diff import config_diff
 from dflash_provision.validation.validate import parse_config, validate_config
-from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host
 from tests.fixtures.cli import Cli, run_cli, the_error_line

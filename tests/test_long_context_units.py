@@ -17,8 +17,8 @@ from dflash_provision.verify.acceptance_gate import (
     judge,
 )
 from dflash_provision.verify.long_context import LongContext, LongStatus, decide
-from dflash_provision.vllm.metrics import SpecCounters, acceptance
 from dflash_provision.verify.stages import StageResult, StageStatus
+from dflash_provision.vllm.metrics import SpecCounters, acceptance
 from testbed import samples, vllm_standin
 from tests.fixtures.cli import run_cli
 

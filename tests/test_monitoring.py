@@ -82,7 +82,7 @@ def test_dashboard_queries_only_the_tools_gauges() -> None:
 
 
 def _sources() -> str:
-    files = ("report.py", "verify/fleet_check.py")
+    files = ("fleet/report.py", "verify/fleet_check.py")
     return "".join((ROOT / "dflash_provision" / f).read_text() for f in files)
 
 

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.errors import ExitCode
 from dflash_provision.host_state.file_status import (
     EXIT_CODE,
     NEEDS_WRITE,
@@ -22,7 +23,6 @@ from dflash_provision.host_state.file_status import (
     HostStatus,
     judge,
 )
-from dflash_provision.errors import ExitCode
 from dflash_provision.remote.ops import ReadStatus, RemoteRead
 from dflash_provision.source.authority import Authority
 from testbed.hosts import Host

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.history import HistoryStore
+from dflash_provision.history.store import HistoryStore
 from testbed import samples
 from testbed.hosts import Host
 from tests.fixtures.after_rename import install_tool, release, wait_renamed

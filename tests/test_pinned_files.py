@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.host_state.file_status import Command
 from dflash_provision.host_state.files_status import (
     FilesStatus,
@@ -20,7 +21,6 @@ from dflash_provision.host_state.files_status import (
     fleet_files_exit,
     judge_files,
 )
-from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.remote.file_proofs import reusable
 from dflash_provision.remote.files_read import FileFacts, FilesRead
 from dflash_provision.source.lockfile import (

@@ -17,8 +17,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import ConfigInvalid, ExitCode, UsageError
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.place.push import (
     NOT_APPLIED_MESSAGE,
     OLD_UNREADABLE,
@@ -27,9 +27,9 @@ from dflash_provision.place.push import (
     rollback_config,
     verify_config,
 )
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import list_remote_backups
 from dflash_provision.source.authority import Authority, SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.local import LocalTransport
 from testbed import samples
 from tests.fixtures.cli import run_cli

@@ -35,10 +35,10 @@ from dflash_provision.place.push import (
     push_config,
     rollback_config,
 )
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import WriteStatus, write_remote_config
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from testbed.hosts import Host

@@ -31,9 +31,9 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from dflash_provision.place.push import PushStatus, push_config
-from dflash_provision.target import parse_target
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from testbed.hosts import Host
@@ -247,7 +247,7 @@ def test_repair_cut_off_after_rename_journals_written_and_does_not_guess_the_old
     assert host["after"]["status"] == "in_sync", host
     # --json says what the host showed when the write was settled, as history does.
     assert host["sha256_after"] == host["after"]["sha256"], host
-    from dflash_provision.history import HistoryStore
+    from dflash_provision.history.store import HistoryStore
 
     rows = HistoryStore(tmp_path / "history.sqlite3").query(op="repair", limit=None)
     assert [(r.status, r.sha256_after) for r in rows] == [("written", host["after"]["sha256"])]

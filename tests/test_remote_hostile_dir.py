@@ -18,7 +18,6 @@ import pytest
 
 from dflash_provision.errors import ConfigInvalid, DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.place.push import NoBackups, PushStatus, push_config, rollback_config
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import (
     WriteStatus,
     list_remote_backups,
@@ -27,6 +26,7 @@ from dflash_provision.remote.ops import (
 )
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from testbed.hosts import Host

@@ -27,8 +27,8 @@ import paramiko
 import pytest
 
 from dflash_provision.errors import RemoteStepFailed
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import WriteStatus, read_remote_config, write_remote_config
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from testbed import samples
 from testbed.hosts import Host

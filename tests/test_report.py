@@ -10,7 +10,6 @@ from pathlib import Path
 
 from rich.console import Console
 
-from dflash_provision.fleet import report
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet import (
     HostAudit,
@@ -20,6 +19,7 @@ from dflash_provision.fleet import (
     Timings,
     audit_exit_code,
     repair_exit_code,
+    report,
 )
 from dflash_provision.plain_table import Cell, TableSpec, plain_lines, rich_table
 

@@ -11,11 +11,13 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.references import ReferenceKey
+from dflash_provision.history.store import HistoryStore
 from dflash_provision.verify.acceptance_gate import AcceptanceRules, Finding, judge
-from dflash_provision.vllm.metrics import SpecCounters, acceptance
 from dflash_provision.verify.reference import Reference
 from dflash_provision.verify.reference_version import lookup, mismatch
+from dflash_provision.vllm.metrics import SpecCounters, acceptance
 from dflash_provision.vllm.request_acceptance import (
     SOURCE_COUNTERS,
     SOURCE_REQUESTS,

@@ -131,7 +131,7 @@ def test_resume_and_abort_refuse_an_inventory_that_re_points_or_drops_a_host(bed
 
 
 def _db_path(bed: Bed) -> Path:
-    from dflash_provision.history import DB_FILENAME
+    from dflash_provision.history.store import DB_FILENAME
 
     return bed.cli.workdir / "home" / DB_FILENAME
 

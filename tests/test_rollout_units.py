@@ -16,8 +16,8 @@ from dflash_provision.rollout.store import RolloutHeld, RolloutStore
 from dflash_provision.verify.acceptance_gate import AcceptanceRules
 from dflash_provision.verify.acceptance_gate import judge as judge_acceptance
 from dflash_provision.verify.runtime_check import CheckReport
-from dflash_provision.vllm.metrics import Acceptance, SpecCounters
 from dflash_provision.verify.stages import StageResult, StageStatus
+from dflash_provision.vllm.metrics import Acceptance, SpecCounters
 
 
 @pytest.mark.parametrize(
@@ -106,8 +106,8 @@ def test_the_printed_commands_repeat_only_the_connection_flags() -> None:
 
 def _member(name: str, spec: str) -> Any:
     from dflash_provision.inventory import FleetMember
-    from dflash_provision.target import parse_target
     from dflash_provision.source.authority import SourceSpec
+    from dflash_provision.target import parse_target
 
     return FleetMember(name, parse_target(spec), SourceSpec())
 

@@ -13,14 +13,14 @@ from typing import Any
 import pytest
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.source.authority import Authority
 from dflash_provision.target import parse_target
 from dflash_provision.verify import fleet_check
-from dflash_provision.vllm import log as vllm_log
 from dflash_provision.verify.runtime_check import CheckReport
 from dflash_provision.verify.stage_disk import compare_effective, compare_vllm_draft
 from dflash_provision.verify.stage_server import stage_server
 from dflash_provision.verify.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.source.authority import Authority
+from dflash_provision.vllm import log as vllm_log
 from testbed import samples
 from tests.test_diagnosis import acceptance_causes, verdict_of
 

@@ -11,16 +11,18 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.history import HistoryStore, HostKey, ReferenceKey
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.references import ReferenceKey
+from dflash_provision.history.store import HistoryStore
+from dflash_provision.source.authority import Authority
 from dflash_provision.target import parse_target
 from dflash_provision.verify import fleet_check, reference
-from dflash_provision.vllm import metrics
 from dflash_provision.verify.acceptance_gate import AcceptanceRules as AcceptanceGate
 from dflash_provision.verify.acceptance_gate import Observed
 from dflash_provision.verify.runtime_check import CheckReport
 from dflash_provision.verify.stage_traffic import stage_acceptance
 from dflash_provision.verify.stages import CheckContext, StageResult, StageStatus
-from dflash_provision.source.authority import Authority
+from dflash_provision.vllm import metrics
 from testbed import samples
 from tests.fixtures.cli import run_cli
 

@@ -307,9 +307,9 @@ def test_a_large_reply_through_the_ssh_forward_arrives_whole(bed: Bed) -> None:
     # python's http.server answers HTTP/1.0 (the connection closes after the reply, as vLLM's
     # "Connection: close" does): http.client then closes its socket before the body is read,
     # which must not end the SSH channel mid-body. 300 KB spans many channel windows.
-    from dflash_provision.target import parse_target
     from dflash_provision.server.access import open_server
     from dflash_provision.server.readiness import probe_health
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import open_transport
     from dflash_provision.transport.options import SshOptions
 

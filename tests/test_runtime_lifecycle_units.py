@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 
 from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
-from dflash_provision.target import parse_target
 from dflash_provision.server.launch import describe_differences, launch
 from dflash_provision.server.preflight import LaunchRequest, runtime_env
 from dflash_provision.server.process import (
@@ -25,6 +24,7 @@ from dflash_provision.server.process import (
 from dflash_provision.server.readiness import fatal_lines
 from dflash_provision.server.records import LaunchRecord
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.transport.local import LocalTransport
 from testbed import samples
 

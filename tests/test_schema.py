@@ -10,7 +10,11 @@ from typing import Any
 import pytest
 from jsonschema import Draft202012Validator
 
-from dflash_provision.validation.schema_check import SUPPORTED_ARCHITECTURES, check_schema, schemas_dir
+from dflash_provision.validation.schema_check import (
+    SUPPORTED_ARCHITECTURES,
+    check_schema,
+    schemas_dir,
+)
 from testbed import samples
 
 PUBLISHED = [

@@ -8,9 +8,9 @@ import json
 from typing import Any
 
 from dflash_provision.target import parse_target
-from dflash_provision.vllm import log as vllm_log
 from dflash_provision.verify.stage_server import sampling_findings, stage_server
 from dflash_provision.verify.stages import StageStatus
+from dflash_provision.vllm import log as vllm_log
 from dflash_provision.vllm.argv import inferred_method, logging_settings
 from tests.test_server_read_units import AUX, DRAFTER, ENGINE, MARK, SERVE, Server, ctx
 

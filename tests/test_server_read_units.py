@@ -13,15 +13,15 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.target import parse_target
 from dflash_provision.remote.protocol import script_text
 from dflash_provision.server import locate
-from dflash_provision.vllm import log as vllm_log
 from dflash_provision.server.records import LaunchRecord
+from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.verify.stage_server import stage_server
 from dflash_provision.verify.stages import CheckContext, StageStatus
+from dflash_provision.vllm import log as vllm_log
 from dflash_provision.vllm.argv import read_speculative
-from dflash_provision.source.authority import Authority
 from testbed import samples
 
 DRAFTER = "/root/models/Qwen3.6-27B-DFlash"

@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
+from dflash_provision.errors import ExitCode
 from dflash_provision.validation.diff import render_changes, semantic_diff
 from dflash_provision.validation.effective import check_effective
 from dflash_provision.validation.invariants import check_invariants, check_target
 from dflash_provision.validation.schema_check import check_schema
 from dflash_provision.validation.speculators_layout import default_target_layer_ids, runtime_view
 from dflash_provision.validation.validate import validate_config
-from dflash_provision.errors import ExitCode
 from testbed import samples
 from tests.fixtures.cli import run_cli
 
@@ -255,9 +255,9 @@ def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
 def spec_ctx(auth: dict[str, Any], disk: dict[str, Any] | None = None) -> Any:
     from types import SimpleNamespace
 
+    from dflash_provision.source.authority import Authority
     from dflash_provision.target import parse_target
     from dflash_provision.verify.stages import CheckContext
-    from dflash_provision.source.authority import Authority
 
     data = json.dumps(auth).encode()
     ctx = CheckContext(

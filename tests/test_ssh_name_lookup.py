@@ -19,8 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.source import hub
 from dflash_provision.netlookup import lookup_within
+from dflash_provision.source import hub
 from testbed.samples import REFERENCE_DRAFTER
 from tests.fixtures.cli import Done, run_cli
 

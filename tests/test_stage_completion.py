@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import json
 
+from dflash_provision.source.authority import Authority
 from dflash_provision.target import parse_target
 from dflash_provision.verify.stage_traffic import Completion, stage_completion
 from dflash_provision.verify.stages import CheckContext
-from dflash_provision.source.authority import Authority
 from tests.fixtures.runtime import DRAFTER_DIR, REFERENCE
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from dflash_provision.validation.validate import parse_config, validate_config
 from dflash_provision.errors import ExitCode
+from dflash_provision.validation.validate import parse_config, validate_config
 from testbed import samples
 from tests.fixtures.cli import run_cli
 

@@ -142,10 +142,10 @@ def test_keys_a_forbidding_vllm_lacks_are_rejected() -> None:
 
 
 def test_stage_b_does_not_say_a_layout_both_runners_refuse_needs_v2() -> None:
+    from dflash_provision.source.authority import Authority
     from dflash_provision.target import parse_target
     from dflash_provision.verify.stage_disk import _vllm_part
     from dflash_provision.verify.stages import CheckContext
-    from dflash_provision.source.authority import Authority
 
     data = json.dumps(MIXED).encode()
     ctx = CheckContext(

@@ -31,8 +31,8 @@ from typing import Any
 
 import pytest
 
-from dflash_provision.validation.validate import validate_config
 from dflash_provision.errors import ExitCode
+from dflash_provision.validation.validate import validate_config
 from testbed import tiny_models, vllm_real
 from testbed.hosts import Fleet, Host, missing_prerequisites
 from testbed.vllm_real import VllmEnv, VllmEnvError, ensure_vllm_env
@@ -467,8 +467,8 @@ def test_replies_through_the_ssh_forward_arrive_whole(
     http.client a holder whose ``close()`` does nothing (the channel closed after the body is
     read) made 15 of 15 reads whole.
     """
-    from dflash_provision.target import parse_target
     from dflash_provision.server.access import open_server
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import open_transport
     from dflash_provision.transport.options import SshOptions
 

@@ -131,8 +131,8 @@ def test_a_push_whose_reply_does_not_add_up_reads_the_file_again_and_says_why(
     # The verdict "written" arrived, its bytes did not add up: the push takes none of them,
     # reads the file again (one more exec, as for a read-back that differs) and warns.
     from dflash_provision.place.push import PushStatus, push_config
-    from dflash_provision.target import parse_target
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.local import LocalTransport
 
     class ThenLocal(HostReply):

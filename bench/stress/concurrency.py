@@ -43,10 +43,10 @@ from pathlib import Path
 
 from bench.stress import _common as c
 from dflash_provision.place.push import push_config
-from dflash_provision.target import parse_target
 from dflash_provision.remote.ops import ReadStatus, read_remote_config
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from dflash_provision.transport.options import SshOptions
 from testbed import samples

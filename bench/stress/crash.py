@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.stress import _common as c
-from dflash_provision.history import HistoryStore, default_db_path
+from dflash_provision.history.store import HistoryStore, default_db_path
 from dflash_provision.place.push import PushStatus, push_config
-from dflash_provision.target import parse_target
 from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import open_transport
 from dflash_provision.transport.options import SshOptions
 from testbed.hosts import FILLER_NAME, Fleet, Host

@@ -13,8 +13,8 @@ from dflash_provision.errors import DflashProvisionError, UsageError
 from dflash_provision.transport.callback import CallbackTransport, ShellRunner
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.source.authority import SourceSpec
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 #: The options every module has: the drafter directory and how the host is reached.

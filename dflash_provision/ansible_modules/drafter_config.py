@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError
 from dflash_provision.ansible_modules.common import (
     HOST_OPTIONS,
     SOURCE_OPTIONS,
@@ -28,6 +27,7 @@ from dflash_provision.ansible_modules.common import (
     parse_source,
     refuse_unknown,
 )
+from dflash_provision.errors import DflashProvisionError
 from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
@@ -80,7 +80,8 @@ def _apply(
     check_mode: bool,
     diff_mode: bool,
 ) -> dict[str, Any]:
-    from dflash_provision.history import HostKey, default_store, journal
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import default_store, journal
     from dflash_provision.place.push import PushStatus, push_config
     from dflash_provision.remote.proof import WriteOptions
 

@@ -14,7 +14,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.errors import DflashProvisionError
 from dflash_provision.ansible_modules.common import (
     HOST_OPTIONS,
     SOURCE_OPTIONS,
@@ -26,6 +25,7 @@ from dflash_provision.ansible_modules.common import (
     parse_source,
     refuse_unknown,
 )
+from dflash_provision.errors import DflashProvisionError
 from dflash_provision.transport.callback import ShellRunner
 
 OPTIONS = (*HOST_OPTIONS, *SOURCE_OPTIONS)
@@ -58,7 +58,7 @@ def _gather(
 ) -> dict[str, Any]:
     from dflash_provision.fleet.auditing import audit_on, record_audits
     from dflash_provision.fleet.run import CountingTransport, FleetRun
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
     from dflash_provision.inventory import FleetMember
 
     spec = args.source.spec()

@@ -16,7 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, UsageError
 from dflash_provision.ansible_modules.common import (
     HOST_OPTIONS,
     SOURCE_OPTIONS,
@@ -32,11 +31,12 @@ from dflash_provision.ansible_modules.common import (
     refuse_unknown,
     text,
 )
+from dflash_provision.errors import DflashProvisionError, UsageError
 from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
-    from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
     from dflash_provision.verify.fleet_check import HostVerdict
+    from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
 
 #: As the CLI names them (``skip_loader`` is ``--skip-loader``, and so on).
 OPTIONS = (
@@ -121,8 +121,8 @@ def run_runtime_check(runner: ShellRunner, host: str, args: RuntimeCheckArgs) ->
 def _run(runner: ShellRunner, host: str, args: RuntimeCheckArgs) -> dict[str, Any]:
     import shlex
 
-    from dflash_provision.verify.runtime_check import push_fix_command, run_check
     from dflash_provision.verify.fleet_check import HostVerdict, verdict_of
+    from dflash_provision.verify.runtime_check import push_fix_command, run_check
 
     spec = args.source.spec()
     authority = spec.load()

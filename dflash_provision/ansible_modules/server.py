@@ -16,13 +16,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import (
-    DflashProvisionError,
-    ExitCode,
-    RemoteStepFailed,
-    RuntimeFailure,
-    UsageError,
-)
 from dflash_provision.ansible_modules.common import (
     HOST_OPTIONS,
     HostArgs,
@@ -33,11 +26,18 @@ from dflash_provision.ansible_modules.common import (
     parse_host,
     refuse_unknown,
 )
+from dflash_provision.errors import (
+    DflashProvisionError,
+    ExitCode,
+    RemoteStepFailed,
+    RuntimeFailure,
+    UsageError,
+)
 from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.server.locate import Launched
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 OPTIONS = (*HOST_OPTIONS, "state", "port", "env", "ready_timeout")

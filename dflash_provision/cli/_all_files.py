@@ -13,15 +13,15 @@ from dflash_provision.errors import ExitCode
 from dflash_provision.fleet.files_audit import HostFilesAudit
 
 if TYPE_CHECKING:
-    from dflash_provision.host_state.files_status import FilesJudgement
     from dflash_provision.fleet.results import HostRepair
     from dflash_provision.fleet.run import FleetRun
-    from dflash_provision.history import HistoryStore
+    from dflash_provision.history.store import HistoryStore
+    from dflash_provision.host_state.files_status import FilesJudgement
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.push_files import FilesPush
-    from dflash_provision.target import Target
     from dflash_provision.source.authority import Authority, SourceSpec
     from dflash_provision.source.pinned_files import PinnedFile
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
     from dflash_provision.transport.factory import Connector
 
@@ -36,12 +36,13 @@ def verify_all_files(
 ) -> None:
     """verify TARGET --all-files: the config as verify reads it, then every pinned file, on one
     connection; one exit code for both (check/files_status.combined_exit)."""
+    from dflash_provision.errors import RemoteStepFailed
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import default_store
     from dflash_provision.host_state.file_status import Command
     from dflash_provision.host_state.files_status import combined_exit
-    from dflash_provision.errors import RemoteStepFailed
-    from dflash_provision.history import HostKey, default_store
-    from dflash_provision.place.push import verify_config
     from dflash_provision.host_state.pinned_check import check_pinned_files
+    from dflash_provision.place.push import verify_config
     from dflash_provision.source.pinned_source import pinned_for
 
     pinned = pinned_for(spec, authority)
@@ -99,12 +100,12 @@ def audit_all_files_command(
     """audit --all-files: the configs as audit reports them, each host's files after them."""
     import time
 
-    from dflash_provision.fleet import report
     from dflash_provision.cli._fleet import ProgressDisplay
     from dflash_provision.errors import ExitCode
+    from dflash_provision.fleet import report
     from dflash_provision.fleet.files_audit import audit_all_files, fleet_exit_code
     from dflash_provision.fleet.interrupt import FleetInterrupted
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
 
     started = time.monotonic()
     try:
@@ -140,8 +141,8 @@ def audit_all_files_command(
 def _echo_audit(
     results: Sequence[HostFilesAudit], elapsed: float, code: ExitCode, as_json: bool
 ) -> None:
-    from dflash_provision.fleet import report
     from dflash_provision.cli._render import echo_table
+    from dflash_provision.fleet import report
     from dflash_provision.fleet.files_audit import files_summary
 
     audits = [r.audit for r in results]
@@ -175,7 +176,7 @@ def push_pinned_files(
 ) -> FilesPush:
     """push --all-files after the config: the files checked, the wrong ones placed (progress in
     bytes on stderr), checked again."""
-    from dflash_provision.history import HostKey
+    from dflash_provision.history.host_key import HostKey
     from dflash_provision.place.push_files import push_files
     from dflash_provision.remote.place_files import cached_copy
 
@@ -223,12 +224,12 @@ def repair_files_command(
     config ended in sync has its files made right (checked only with --dry-run)."""
     import time
 
-    from dflash_provision.fleet import report
-    from dflash_provision.host_state.file_status import HostStatus
     from dflash_provision.cli._fleet import ProgressDisplay
     from dflash_provision.cli._render import echo_table
+    from dflash_provision.fleet import report
     from dflash_provision.fleet.files_repair import fleet_exit_code, repair_all_files
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
+    from dflash_provision.host_state.file_status import HostStatus
 
     started = time.monotonic()
     ready = [

@@ -12,9 +12,9 @@ import click
 from dflash_provision.errors import UsageError
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.server.preflight import LaunchRequest
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
     from dflash_provision.transport.factory import Connector
 
 
@@ -33,12 +33,12 @@ def launch_docker(
 ) -> int:
     """Start (or with --restart replace) the container, prove it, then runtime-check; the exit
     code (the check's when it ran)."""
-    from dflash_provision.verify.runtime_check import CheckSettings, run_check
     from dflash_provision.server.container_server import (
         open_container_server,
         parse_container_option,
     )
     from dflash_provision.server.docker_launch import DockerLaunch, launch_in_container
+    from dflash_provision.verify.runtime_check import CheckSettings, run_check
 
     option = parse_container_option(f"docker:{name}")  # the same name rule as --container
     if mount is not None and not mount.startswith("/"):

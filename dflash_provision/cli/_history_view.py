@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryEntry
+    from dflash_provision.history.store import HistoryEntry
 
 GAP = "  "
 MESSAGE_MIN = 40  # a message column narrower than this: the message goes under its row

@@ -12,9 +12,9 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 if TYPE_CHECKING:
+    from dflash_provision.source.authority import SourceSpec
     from dflash_provision.verify.runtime_check import CheckReport
     from dflash_provision.verify.stages import StageResult
-    from dflash_provision.source.authority import SourceSpec
 
 F = TypeVar("F", bound=Callable[..., Any])
 

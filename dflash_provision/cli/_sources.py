@@ -42,8 +42,8 @@ def load_source(
 def load_remote(spec: str, connector: Connector | None = None) -> Authority:
     """Read a target's config.json (default: ~/.ssh/config, known_hosts, no other options)."""
     from dflash_provision.errors import RemoteStepFailed
-    from dflash_provision.target import parse_target
     from dflash_provision.remote.ops import ReadStatus, read_remote_config
+    from dflash_provision.target import parse_target
     from dflash_provision.transport.factory import Connector
 
     target = parse_target(spec)

@@ -73,10 +73,9 @@ def command(
 ) -> None:
     """Check a whole fleet for drift in parallel: one SSH connection and one read per host,
     every result recorded in the history. Plain TARGETs without a source use ./dflash.lock."""
-    from dflash_provision.fleet import report
-    from dflash_provision.fleet import audit, audit_exit_code
+    from dflash_provision.fleet import audit, audit_exit_code, report
     from dflash_provision.fleet.interrupt import FleetInterrupted
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
 
     members = selection.members()
     run = make_run(connection)

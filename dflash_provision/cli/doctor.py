@@ -58,8 +58,8 @@ def command(
 ) -> None:
     from dflash_provision.cli._runtime import fix_command
     from dflash_provision.target import parse_target
-    from dflash_provision.verify.runtime_check import CheckSettings
     from dflash_provision.verify.doctor import diagnose, report_json
+    from dflash_provision.verify.runtime_check import CheckSettings
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

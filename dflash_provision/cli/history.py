@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryEntry
+    from dflash_provision.history.store import HistoryEntry
 
 
 @click.command("history")
@@ -54,7 +54,8 @@ def command(host: str | None, op: str | None, last: int, as_json: bool) -> None:
     A write still shown as "started (incomplete)" never recorded its end: the process was
     killed or the controller crashed. Run `dflash-provision verify` on that host.
     """
-    from dflash_provision.history import HostKey, check_home, default_db_path, default_store
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import check_home, default_db_path, default_store
 
     check_home()  # a DFLASH_PROVISION_HOME that is a file is an error, not "no history yet"
     entries = []

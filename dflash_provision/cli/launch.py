@@ -23,13 +23,13 @@ from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
-    from dflash_provision.verify.runtime_check import CheckReport
     from dflash_provision.server.launch import LaunchResult
     from dflash_provision.server.preflight import LaunchRequest, Preflight
     from dflash_provision.server.records import LaunchRecord
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
+    from dflash_provision.verify.runtime_check import CheckReport
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -179,9 +179,9 @@ def command(
     connection: Connector,
     extra_args: tuple[str, ...],
 ) -> None:
-    from dflash_provision.target import parse_target
     from dflash_provision.server.launch import ReadinessInterrupted, launch
     from dflash_provision.server.preflight import LaunchRequest
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     if model is None:

@@ -46,9 +46,9 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
-    from dflash_provision.target import parse_target
     from dflash_provision.server.locate import choose_port
     from dflash_provision.server.process import read_log
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:

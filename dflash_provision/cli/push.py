@@ -64,10 +64,11 @@ def command(
     all_files: bool,
     connection: Connector,
 ) -> None:
-    from dflash_provision.history import HostKey, default_store, journal
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import default_store, journal
     from dflash_provision.place.push import push_config
-    from dflash_provision.target import parse_target
     from dflash_provision.remote.proof import WriteOptions
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

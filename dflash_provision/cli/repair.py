@@ -82,10 +82,9 @@ def command(
     same_values file, the right values in other bytes, included), through the full write
     protocol, and audit it again (exit 0 only if all end in sync). --dry-run shows each host's
     audit detail and writes nothing. Plain TARGETs without a source use ./dflash.lock."""
-    from dflash_provision.fleet import report
-    from dflash_provision.fleet import repair, repair_exit_code
+    from dflash_provision.fleet import repair, repair_exit_code, report
     from dflash_provision.fleet.interrupt import FleetInterrupted
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
     from dflash_provision.remote.proof import WriteOptions
 
     members = selection.members()

@@ -64,10 +64,11 @@ def command(
     authority_spec: SourceSpec,
     connection: Connector,
 ) -> None:
-    from dflash_provision.history import HostKey, default_store, journal
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import default_store, journal
     from dflash_provision.place.push import list_backups, rollback_config
-    from dflash_provision.target import parse_target
     from dflash_provision.remote.proof import WriteOptions
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     timeout = connection.ssh.command_timeout

@@ -247,7 +247,7 @@ def _new_rollout(
 ) -> Rollout:
     from dataclasses import asdict
 
-    from dflash_provision.history import utc_now
+    from dflash_provision.history.store import utc_now
     from dflash_provision.rollout.batches import parse_batches
     from dflash_provision.rollout.plan import Settings, connection_args, new_rollout
     from dflash_provision.rollout.store import new_id

@@ -28,9 +28,9 @@ from dflash_provision.cli._runtime import check_options, container_option, emit_
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.verify.runtime_check import CheckSettings
     from dflash_provision.server.container_server import ContainerOption
     from dflash_provision.source.authority import Authority, SourceSpec
+    from dflash_provision.verify.runtime_check import CheckSettings
 
 
 @click.command(
@@ -199,9 +199,9 @@ def _single(
     container: ContainerOption | None = None,
     verbose: bool = False,
 ) -> int:
+    from dflash_provision.server.container_server import open_container_server
     from dflash_provision.target import parse_target
     from dflash_provision.verify.runtime_check import push_fix_command, run_check
-    from dflash_provision.server.container_server import open_container_server
 
     target = parse_target(selection.targets[0])
     if selection.model_path:

@@ -13,9 +13,9 @@ from dflash_provision.cli._runtime import container_option, server_port_option
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.server.container_server import ContainerOption, ContainerServer
     from dflash_provision.server.status import ServerStatus
+    from dflash_provision.target import Target
 
 
 @click.command(
@@ -45,9 +45,9 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
-    from dflash_provision.target import parse_target
     from dflash_provision.server.locate import choose_port
     from dflash_provision.server.status import server_status
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     if container is not None:

@@ -52,9 +52,9 @@ def command(
     connection: Connector,
 ) -> None:
     from dflash_provision.errors import ExitCode
-    from dflash_provision.target import parse_target
     from dflash_provision.server.locate import choose_port
     from dflash_provision.server.process import stop_server
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     if container is not None:
@@ -116,8 +116,8 @@ def _in_container(
 ) -> int:
     """stop --container: ``docker stop`` of the container whose server listens on the port."""
     from dflash_provision.errors import ExitCode
-    from dflash_provision.target import parse_target
     from dflash_provision.server.container_server import open_container_server, stop_container
+    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:

@@ -10,7 +10,6 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from typing import TYPE_CHECKING, TypeVar
 
-from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.interrupt import (
@@ -21,10 +20,11 @@ from dflash_provision.fleet.interrupt import (
 )
 from dflash_provision.fleet.results import HostAudit
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.inventory import FleetMember
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore
+    from dflash_provision.history.store import HistoryStore
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.transport.factory import Connector
 
@@ -225,7 +225,8 @@ def resolve_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
 
 
 def record_audits(history: HistoryStore, audits: Sequence[HostAudit], op: str = "audit") -> None:
-    from dflash_provision.history import AuditRecord, HostKey
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import AuditRecord
 
     history.record_audits(
         [

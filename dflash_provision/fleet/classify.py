@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import AuthError, ContainerError, RemoteStepFailed, UnreachableError
+from dflash_provision.host_state.file_status import HostStatus
 
 _UNREACHABLE_BY_REASON = {
     "refused": HostStatus.UNREACHABLE_REFUSED,

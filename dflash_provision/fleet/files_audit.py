@@ -10,13 +10,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
-from dflash_provision.host_state.files_status import (
-    FilesJudgement,
-    FilesStatus,
-    combined_exit,
-    fleet_files_exit,
-)
 from dflash_provision.errors import DflashProvisionError, ExitCode
 from dflash_provision.fleet.auditing import (
     audit_on,
@@ -29,10 +22,17 @@ from dflash_provision.fleet.auditing import (
 from dflash_provision.fleet.interrupt import FleetInterrupted
 from dflash_provision.fleet.results import HostAudit, audit_exit_code
 from dflash_provision.fleet.run import FleetRun
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
+from dflash_provision.host_state.files_status import (
+    FilesJudgement,
+    FilesStatus,
+    combined_exit,
+    fleet_files_exit,
+)
 from dflash_provision.inventory import FleetMember
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore
+    from dflash_provision.history.store import HistoryStore
     from dflash_provision.source.pinned_files import PinnedFile
 
 
@@ -98,7 +98,8 @@ def _record(history: HistoryStore, results: Sequence[HostFilesAudit]) -> None:
     """The configs' rows as audit records them, and one ``audit-files`` row per host whose
     files were checked (the directory, its status, the first problem), so that ``history``
     does not show a host whose config is in sync but whose weights are not as all right."""
-    from dflash_provision.history import AuditRecord, HostKey
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import AuditRecord
 
     record_audits(history, [r.audit for r in results])
     rows = [
@@ -137,7 +138,7 @@ def fleet_exit_code(results: Sequence[HostFilesAudit]) -> ExitCode:
 def _audit_host(
     run: FleetRun, member: FleetMember, pinned: list[PinnedFile], history: HistoryStore | None
 ) -> HostFilesAudit:
-    from dflash_provision.history import HostKey
+    from dflash_provision.history.host_key import HostKey
     from dflash_provision.host_state.pinned_check import check_pinned_files
 
     started = time.monotonic()

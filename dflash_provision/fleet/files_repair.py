@@ -16,7 +16,7 @@ from dflash_provision.fleet.run import FleetRun, Memo
 from dflash_provision.inventory import FleetMember
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore
+    from dflash_provision.history.store import HistoryStore
     from dflash_provision.place.push_files import FilesPush
     from dflash_provision.source.pinned_files import PinnedFile
 
@@ -96,7 +96,7 @@ def _repair_host(
     dry_run: bool,
     history: HistoryStore | None,
 ) -> HostFilesRepair:
-    from dflash_provision.history import HostKey
+    from dflash_provision.history.host_key import HostKey
     from dflash_provision.place.push_files import push_files
 
     started = time.monotonic()

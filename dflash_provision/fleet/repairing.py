@@ -8,7 +8,6 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
-from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.fleet.auditing import (
     DEFAULT_WORKERS,
@@ -22,12 +21,14 @@ from dflash_provision.fleet.auditing import (
 from dflash_provision.fleet.interrupt import FleetInterrupted
 from dflash_provision.fleet.results import HostAudit, HostRepair, RepairAction
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
-from dflash_provision.history import HostKey, journal
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import journal
+from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.inventory import FleetMember
 from dflash_provision.remote.proof import WriteOptions
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore
+    from dflash_provision.history.store import HistoryStore
     from dflash_provision.place.push import PushResult
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.transport.factory import Connector

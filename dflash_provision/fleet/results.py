@@ -7,8 +7,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import ExitCode
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 
 if TYPE_CHECKING:
     from dflash_provision.place.push import PushResult

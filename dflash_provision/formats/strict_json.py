@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.validation.findings import json_path
+from dflash_provision.formats.json_path import json_path
 
 # Published DFlash configs nest 2 levels deep; 64 leaves room for any real config and stays far
 # below the recursion limit of every walker that runs after parsing.

@@ -49,9 +49,10 @@ from typing import TYPE_CHECKING, Any, TypeVar
 from dflash_provision.data_dir import HOME_ENV as HOME_ENV
 from dflash_provision.data_dir import data_dir as data_dir
 from dflash_provision.errors import LocalWriteFailed
+from dflash_provision.history.host_key import HostKey
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
+    from dflash_provision.history.references import ReferenceKey
 
 _T = TypeVar("_T")
 
@@ -121,75 +122,6 @@ class OtherSchema(sqlite3.DatabaseError):
     def __init__(self, version: int) -> None:
         super().__init__(f"schema {version}")
         self.version = version
-
-
-@dataclass(frozen=True)
-class HostKey:
-    """How the history names a host: the machine as the user named it (a target spec's host, or
-    an inventory name), and the login, port and container (``lxc:c1``) when they were given.
-
-    ``str()`` is the text shown in ``history``, e.g. ``root@gpu1:2222/lxc:c1``.
-    """
-
-    machine: str
-    login: str | None = None
-    port: int | None = None
-    container: str | None = None
-
-    @classmethod
-    def of_target(cls, target: Target) -> HostKey:
-        """The key of a target spec's machine (``local`` for this one)."""
-        return cls(
-            target.host or "local",
-            target.user if target.host else None,
-            target.port if target.host else None,
-            target.container.display() if target.container else None,
-        )
-
-    @classmethod
-    def of_name(cls, name: str) -> HostKey:
-        """The key of a fleet member's name: a plain TARGET given on the command line (its name
-        is the spec, ``root@h01:/root/models/X``) is keyed by its machine, as push keys it, so
-        ``history --host h01`` finds it; an inventory name is the machine itself."""
-        from dflash_provision.errors import DflashProvisionError
-        from dflash_provision.target import parse_target
-
-        if ":" in name or "@" in name:
-            try:
-                target = parse_target(name)
-            except DflashProvisionError:
-                return cls(name)
-            if target.host is not None:
-                return cls.of_target(target)
-        return cls(name)
-
-    @classmethod
-    def parse(cls, text: str) -> HostKey:
-        """``[user@]machine[:port][/container]`` (machine may be ``[v6]``): what ``history
-        --host`` takes, and what schema 1 stored as text."""
-        where, slash, container = text.partition("/")
-        login, at, machine = where.rpartition("@")
-        port = ""
-        if machine.startswith("[") and "]" in machine:  # [v6::addr]:port
-            inside, _, rest = machine[1:].partition("]")
-            machine, port = inside, rest[1:]
-        elif machine.count(":") == 1:
-            machine, port = machine.split(":")
-        return cls(
-            machine,
-            login if at else None,
-            int(port) if port.isdigit() else None,
-            container if slash else None,
-        )
-
-    def __str__(self) -> str:
-        host = f"[{self.machine}]" if ":" in self.machine else self.machine
-        text = f"{self.login}@{host}" if self.login else host
-        text += f":{self.port}" if self.port is not None else ""
-        return text + (f"/{self.container}" if self.container else "")
-
-    def columns(self) -> tuple[str, str | None, int | None, str | None]:
-        return self.machine, self.login, self.port, self.container
 
 
 def default_db_path() -> Path:
@@ -310,18 +242,6 @@ class HistoryEntry:
 
 
 _ENTRY_COLUMNS = tuple(f.name for f in fields(HistoryEntry))
-
-
-@dataclass(frozen=True)
-class ReferenceKey:
-    """What makes two runtime-checks comparable: the same host and server port, the same
-    drafter config (the authority's sha256) and the same smoke prompts (their digest)."""
-
-    host: HostKey
-    path: str
-    server_port: int
-    drafter_sha256: str
-    prompts_sha256: str
 
 
 @dataclass(frozen=True)

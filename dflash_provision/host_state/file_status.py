@@ -25,10 +25,10 @@ from typing import TYPE_CHECKING
 from dflash_provision.errors import ExitCode
 
 if TYPE_CHECKING:
-    from dflash_provision.validation.diff import ConfigDiff
-    from dflash_provision.validation.findings import Finding
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.source.authority import Authority
+    from dflash_provision.validation.diff import ConfigDiff
+    from dflash_provision.validation.findings import Finding
 
 
 class HostStatus(enum.StrEnum):

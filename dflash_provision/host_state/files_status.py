@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.host_state.file_status import Command
 from dflash_provision.errors import ExitCode
+from dflash_provision.host_state.file_status import Command
 from dflash_provision.source.pinned_files import GIT_BLOB, vllm_reads
 
 if TYPE_CHECKING:

@@ -10,7 +10,8 @@ from dflash_provision.host_state.files_status import FilesJudgement, FileVerdict
 from dflash_provision.remote.files_read import read_pinned_files
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore, HostKey
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import HistoryStore
     from dflash_provision.source.pinned_files import PinnedFile
     from dflash_provision.transport.base import Transport
 

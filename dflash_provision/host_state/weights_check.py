@@ -29,8 +29,8 @@ from dflash_provision.formats.safetensors_header import (
     check_length,
     parse_header,
 )
-from dflash_provision.validation.weights_shapes import compare, positive
 from dflash_provision.remote.weights_read import INDEX_NAME, WeightsRead
+from dflash_provision.validation.weights_shapes import compare, positive
 
 if TYPE_CHECKING:
     from dflash_provision.transport.base import Transport

@@ -9,8 +9,8 @@ from typing import Any
 
 from dflash_provision.errors import UsageError
 from dflash_provision.inventory.model import FleetMember
-from dflash_provision.target import ContainerRef, Target, make_target, parse_container_ref
 from dflash_provision.source.authority import RepoRef, SourceSpec
+from dflash_provision.target import ContainerRef, Target, make_target, parse_container_ref
 
 
 def yaml_module() -> Any:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from dflash_provision.target import Target
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import Target
 from dflash_provision.transport.options import HostRoute
 
 UNGROUPED = "ungrouped"

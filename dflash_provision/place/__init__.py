@@ -1,3 +1,3 @@
-"""Putting the authoritative bytes on a target and proving them there: the target grammar
-(HOST/KIND:NAME:PATH) and push (write, read back, report); the host-side protocol it runs is
-dflash_provision.remote."""
+"""Putting the authoritative bytes on a target and proving them there: push (write, read back,
+report), push --all-files and the preparation both share; the target grammar is
+dflash_provision.target, the host-side protocol dflash_provision.remote."""

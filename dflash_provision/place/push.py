@@ -19,14 +19,13 @@ import hashlib
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.validation.diff import ConfigDiff, config_diff
-from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.errors import (
     ConfigInvalid,
     DflashProvisionError,
     ExitCode,
     UsageError,
 )
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.remote.ops import (
     Backup,
     ReadStatus,
@@ -40,12 +39,13 @@ from dflash_provision.remote.ops import (
 from dflash_provision.remote.proof import WriteOptions, WriteProof, write_and_prove
 from dflash_provision.remote.settle import Verdict
 from dflash_provision.transport.base import Transport
+from dflash_provision.validation.diff import ConfigDiff, config_diff
 
 if TYPE_CHECKING:
-    from dflash_provision.validation.findings import ValidationReport
-    from dflash_provision.history import Recording
-    from dflash_provision.target import Target
+    from dflash_provision.history.store import Recording
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
+    from dflash_provision.validation.findings import ValidationReport
 
 NOT_APPLIED_MESSAGE = "write did not take effect"
 REPLACED_MESSAGE = "replaced by a later write"

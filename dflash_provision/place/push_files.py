@@ -14,15 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.host_state.files_status import FilesJudgement, FilesStatus, FileVerdict
 from dflash_provision.errors import ExitCode
+from dflash_provision.host_state.files_status import FilesJudgement, FilesStatus, FileVerdict
 from dflash_provision.source.pinned_files import SHA256
 
 if TYPE_CHECKING:
     from contextlib import AbstractContextManager
 
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import HistoryStore, Recording
     from dflash_provision.host_state.files_status import FileJudgement
-    from dflash_provision.history import HistoryStore, HostKey, Recording
     from dflash_provision.remote.place_files import Placed, Progress
     from dflash_provision.source.pinned_files import PinnedFile
     from dflash_provision.transport.base import Transport
@@ -125,7 +126,7 @@ def _journal(
     sent (an interrupted placement stays visible, as an interrupted push does): the sha256
     found there before when the host computed one, the pinned one after (a git blob id is
     named in the message instead: the row's columns are sha256s)."""
-    from dflash_provision.history import journal
+    from dflash_provision.history.store import journal
 
     found = (
         before.digest if item.algorithm == SHA256 and before.verdict.value != "missing" else None

@@ -22,7 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dflash_provision.history import HistoryStore, HostKey, utc_now
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import HistoryStore, utc_now
 
 if TYPE_CHECKING:
     from dflash_provision.remote.files_read import FileFacts

@@ -32,9 +32,9 @@ if TYPE_CHECKING:
     from dflash_provision.fleet.run import CountingTransport
     from dflash_provision.inventory import FleetMember
     from dflash_provision.rollout.store import RolloutStore
-    from dflash_provision.verify.runtime_check import CheckSettings
     from dflash_provision.server.restart import RestartDone
     from dflash_provision.source.authority import Authority
+    from dflash_provision.verify.runtime_check import CheckSettings
 
 Progress = Callable[[str], None]
 
@@ -114,7 +114,8 @@ class Engine:
     def _journal(self, op: str, host: HostState, what: str) -> Any:
         """A history row for one step (write, restart, check, restore) of one host, "started"
         before the step runs, as push and repair journal theirs."""
-        from dflash_provision.history import HostKey, default_store, journal
+        from dflash_provision.history.host_key import HostKey
+        from dflash_provision.history.store import default_store, journal
 
         recording = journal(
             default_store(), op, HostKey.of_name(host.name), host.path,
@@ -476,7 +477,7 @@ class Engine:
     def _finish_cut_off_write(self, host: HostState, sha: str | None) -> None:
         """The journal row of a write the controller died in (still "started") closed with
         what the host holds now: the write happened or it did not."""
-        from dflash_provision.history import FAILED, default_store
+        from dflash_provision.history.store import FAILED, default_store
 
         if host.write_row is None:
             return

@@ -17,15 +17,15 @@ from dflash_provision.rollout.record import Figures, Gate, HostState
 from dflash_provision.rollout.what_ran import Lookup
 
 if TYPE_CHECKING:
-    from dflash_provision.history import Recording
+    from dflash_provision.history.store import Recording
     from dflash_provision.inventory import FleetMember
     from dflash_provision.place.push import PushResult
-    from dflash_provision.target import Target
-    from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
     from dflash_provision.server.container_server import ContainerOption, ContainerServer
     from dflash_provision.server.restart import RestartDone
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
+    from dflash_provision.verify.runtime_check import CheckReport, CheckSettings
 
 
 class StepFailed(DflashProvisionError):
@@ -57,9 +57,9 @@ def inspect(
     started for this drafter dir (or, with ``container``, the server in that container:
     served_in), and what a rollback returns to (what_ran.decide; ``lookup`` finds bytes kept
     on the controller). StepFailed says why the host cannot take part."""
-    from dflash_provision.validation.diff import render_changes, semantic_diff
     from dflash_provision.remote.ops import read_remote_config
     from dflash_provision.server.locate import for_drafter, launched
+    from dflash_provision.validation.diff import render_changes, semantic_diff
 
     target = member.target
     host = HostState(member.name, target.display(), target.config_path)
@@ -136,8 +136,8 @@ def _pinned_files_there(
 ) -> None:
     """The new config's pinned files on the host (server/drafter_files.py, judged by launch's
     row of files_status.EXIT_CODE, as the restart would be): StepFailed naming each wrong one."""
-    from dflash_provision.host_state.file_status import Command
     from dflash_provision.errors import ExitCode
+    from dflash_provision.host_state.file_status import Command
     from dflash_provision.server.drafter_files import check_drafter_files, wrong_files
 
     files = check_drafter_files(transport, member.target, new, rehash=rehash, timeout=timeout)
@@ -213,9 +213,9 @@ def _validate_there(
     *,
     model_reader: Transport | None = None,
 ) -> None:
-    from dflash_provision.validation.validate import validate_config
     from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
     from dflash_provision.server.preflight import target_config
+    from dflash_provision.validation.validate import validate_config
 
     # A server in a container names its model by the path inside: read it there.
     reader = model_reader or transport
@@ -240,9 +240,9 @@ def recorded_reference(
 ) -> Figures | None:
     """The host's acceptance reference in the history store (runtime-check --max-regression's:
     same host, port, drafter bytes and smoke prompts), or None."""
-    from dflash_provision.history import default_store
-    from dflash_provision.verify.runtime_check import smoke_prompts
+    from dflash_provision.history.store import default_store
     from dflash_provision.verify.reference import from_figures, reference_key
+    from dflash_provision.verify.runtime_check import smoke_prompts
 
     prompts = smoke_prompts(settings.prompts)
     port = host.port or settings.port
@@ -274,8 +274,8 @@ def measure(
 ) -> tuple[Verdict, CheckReport]:
     """Every runtime-check stage, judged by the rollout's gate (``container``: as
     runtime-check --container, the container's record read again: a restart changed it)."""
-    from dflash_provision.verify.runtime_check import push_fix_command, run_check
     from dflash_provision.server.container_server import open_container_server
+    from dflash_provision.verify.runtime_check import push_fix_command, run_check
 
     found = None
     if container is not None:

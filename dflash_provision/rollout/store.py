@@ -17,7 +17,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, LocalWriteFailed, UsageError
-from dflash_provision.history import BUSY_TIMEOUT_S, default_db_path, describe_failure
+from dflash_provision.history.store import BUSY_TIMEOUT_S, default_db_path, describe_failure
 from dflash_provision.rollout.identity import Identity
 from dflash_provision.rollout.record import HostState, Rollout, State
 

@@ -31,13 +31,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
-from dflash_provision.target import Target
 from dflash_provision.server.container_server import (
     ContainerOption,
     ContainerServer,
     open_container_server,
 )
 from dflash_provision.server.restart import RestartDone, RestartFailed, refused
+from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
 _POLL_S = 1.0

@@ -33,8 +33,8 @@ from functools import cached_property
 from typing import Any
 
 from dflash_provision.errors import ContainerError, UsageError
-from dflash_provision.target import ContainerKind, ContainerRef, Target
 from dflash_provision.server.bounded import run_bounded
+from dflash_provision.target import ContainerKind, ContainerRef, Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.container import ContainerTransport
 from dflash_provision.transport.docker_inspect import ContainerRecord, read_record

@@ -46,7 +46,6 @@ from dflash_provision.errors import (
     RuntimeFailure,
     UsageError,
 )
-from dflash_provision.target import ContainerKind, Target
 from dflash_provision.server.container_server import (
     ContainerOption,
     ContainerServer,
@@ -54,6 +53,7 @@ from dflash_provision.server.container_server import (
 )
 from dflash_provision.server.preflight import LaunchRequest, drafter_preflight
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import ContainerKind, Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.docker_inspect import read_record
 
@@ -278,7 +278,7 @@ def _prove(
     found: ContainerServer, old_id: str | None, inside: str, n: int, timeout: float
 ) -> list[str]:
     """This start's evidence (module docstring): exit 20 when any part is missing."""
-    from dflash_provision.verify.stage_server import same_path
+    from dflash_provision.server.locate import same_path
     from dflash_provision.vllm.log import parse_startup
 
     proof = [

@@ -14,8 +14,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from dflash_provision.host_state.file_status import Command
-from dflash_provision.host_state.files_status import FilesStatus, FileVerdict
 from dflash_provision.errors import (
     DflashProvisionError,
     DriftFound,
@@ -23,11 +21,13 @@ from dflash_provision.errors import (
     RemoteStepFailed,
     RuntimeFailure,
 )
+from dflash_provision.host_state.file_status import Command
+from dflash_provision.host_state.files_status import FilesStatus, FileVerdict
 
 if TYPE_CHECKING:
     from dflash_provision.host_state.files_status import FilesJudgement
-    from dflash_provision.target import Target
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 #: How many wrong files a one-line message names (the rest are counted; --json has them all).
@@ -46,7 +46,8 @@ def check_drafter_files(
     None when it pins none beyond config.json. Proofs go to (and come from) the history."""
     if not authority.pinned_files:
         return None
-    from dflash_provision.history import HostKey, default_store
+    from dflash_provision.history.host_key import HostKey
+    from dflash_provision.history.store import default_store
     from dflash_provision.host_state.pinned_check import check_pinned_files
 
     return check_pinned_files(

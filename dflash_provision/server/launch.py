@@ -43,7 +43,6 @@ from datetime import UTC, datetime
 from typing import Any, Literal
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, RuntimeFailure, UsageError
-from dflash_provision.target import Target
 from dflash_provision.server.access import open_server
 from dflash_provision.server.preflight import LaunchRequest, Preflight, preflight
 from dflash_provision.server.process import (
@@ -57,6 +56,7 @@ from dflash_provision.server.process import (
 from dflash_provision.server.readiness import Progress, ReadyResult, wait_ready
 from dflash_provision.server.records import LOGFILE, LaunchRecord
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
 SERVER_HOST = "127.0.0.1"

@@ -87,7 +87,7 @@ def plan_runner(
     timeout: float,
 ) -> RunnerPlan:
     """Ask the target's vLLM (module docstring); raises the refusal."""
-    from dflash_provision.verify.stage_disk import run_probe_on
+    from dflash_provision.server.probe_run import run_probe_on
 
     found = vllm_python(transport, vllm_cmd, python)
     budget = max(timeout, PROBE_BUDGET_S)

@@ -15,12 +15,17 @@ import posixpath
 from dataclasses import dataclass
 
 from dflash_provision.errors import RemoteStepFailed, UsageError
-from dflash_provision.target import Target
 from dflash_provision.server.process import run_bounded_script
 from dflash_provision.server.records import LaunchRecord
+from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
 DEFAULT_PORT = 8000
+
+
+def same_path(a: str | None, b: str) -> bool:
+    """Whether ``a`` names the directory ``b`` names, however either is written."""
+    return a is not None and posixpath.normpath(a) == posixpath.normpath(b)
 
 
 @dataclass(frozen=True)

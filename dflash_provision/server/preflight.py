@@ -9,7 +9,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from dflash_provision.validation.findings import ValidationReport
 from dflash_provision.errors import (
     ConfigInvalid,
     DriftFound,
@@ -18,12 +17,13 @@ from dflash_provision.errors import (
     RuntimeFailure,
     UsageError,
 )
-from dflash_provision.target import Target
 from dflash_provision.remote.ops import read_remote_config
 from dflash_provision.server.access import check_access
 from dflash_provision.server.process import check_port
 from dflash_provision.source.authority import Authority
+from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
+from dflash_provision.validation.findings import ValidationReport
 
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -359,7 +359,7 @@ def _check_weights(
     """The drafter's safetensors headers against its config (one exec): a config of one revision
     beside the weights of another is refused before anything starts (--force: a warning)."""
     from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
-    from dflash_provision.verify.link_fixes import weights_fix
+    from dflash_provision.server.fix_lines import weights_fix
 
     check = check_remote(
         transport,

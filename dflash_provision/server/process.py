@@ -20,8 +20,8 @@ from dflash_provision.remote.protocol import (  # the one script protocol
     stderr_line,
 )
 from dflash_provision.server.records import LaunchRecord
-from dflash_provision.vllm.argv import ArgvSpec, read_speculative
 from dflash_provision.transport.base import Transport
+from dflash_provision.vllm.argv import ArgvSpec, read_speculative
 
 #: What ``read_log`` returns at most unless told otherwise.
 DEFAULT_LOG_BYTES = 256 * 1024

@@ -184,7 +184,7 @@ def prove(
     """After a start that reported ready: the new server is a new process running ``record``'s
     command line, and its own engine record names the drafter and N. RestartFailed (the
     message says what was found) otherwise."""
-    from dflash_provision.verify.stage_server import same_path
+    from dflash_provision.server.locate import same_path
     from dflash_provision.vllm.log import parse_startup
 
     where = f"port {record.port} on {transport.description}"

@@ -27,8 +27,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.formats import strict_json
 from dflash_provision.errors import ConfigInvalid, UsageError
+from dflash_provision.formats import strict_json
 
 if TYPE_CHECKING:
     from dflash_provision.source.hub import FetchedConfig

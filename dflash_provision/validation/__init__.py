@@ -1,3 +1,4 @@
-"""Whether a config is right: strict JSON, the schema, the DFlash invariants, the effective
-config transformers loads, findings, the weights against the config, the semantic diff, the
-verdict cache, and the one judge of a host's file against the authority (file_status)."""
+"""Whether a config's bytes are right, with no I/O to a host: the schema, the DFlash invariants,
+the effective config transformers loads, findings, the speculators layout, the weights' shapes
+against the config, the semantic diff and the verdict cache. What a host holds is judged one
+floor up, in dflash_provision.host_state."""

@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from dflash_provision.validation.findings import json_path
+from dflash_provision.formats.json_path import json_path
 
 ChangeKind = Literal["changed", "added", "removed", "type_changed"]
 
@@ -155,7 +155,11 @@ def cross_layout_diff(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     transformer fields, the taps (as vLLM's target_layer_ids), the mask token and block_size,
     each path named as the NEW side's file keeps it. A field by field diff of two layouts would
     only say that every key moved."""
-    from dflash_provision.validation.speculators_layout import file_field, is_speculators, runtime_view
+    from dflash_provision.validation.speculators_layout import (
+        file_field,
+        is_speculators,
+        runtime_view,
+    )
 
     # The taps in B's convention: hidden-state indices (aux ids) for the speculators layout.
     as_aux = is_speculators(new)

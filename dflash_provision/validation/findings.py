@@ -6,9 +6,6 @@ status, so a reader, human or fleet audit, can tell *where* a config went wrong,
 
 from __future__ import annotations
 
-import json
-import re
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -27,24 +24,6 @@ LAYERS: tuple[Layer, ...] = (
     "weights",
     "against",
 )
-
-_PLAIN_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_\-]*$")
-
-
-def json_path(parts: Iterable[str | int]) -> str:
-    """Render a path as ``a.b[2].c``, the form every finding and change uses.
-
-    Keys that would read ambiguously (dots, spaces, empty) are written as ``["a.b"]``.
-    """
-    out = ""
-    for part in parts:
-        if isinstance(part, int):
-            out += f"[{part}]"
-        elif _PLAIN_KEY.match(part):
-            out += f".{part}" if out else part
-        else:
-            out += f"[{json.dumps(part, ensure_ascii=False)}]"
-    return out
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from dflash_provision.validation.findings import Finding, json_path
+from dflash_provision.formats.json_path import json_path
+from dflash_provision.validation.findings import Finding
 
 # architecture name -> schema file name (in the schemas directory)
 SCHEMA_FILES: dict[str, str] = {

@@ -12,8 +12,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_provision.formats import strict_json
+from dflash_provision.formats.json_path import json_path
 from dflash_provision.validation.diff import Change, render_value, semantic_diff
-from dflash_provision.validation.findings import Finding, Layer, ValidationReport, json_path
+from dflash_provision.validation.findings import Finding, Layer, ValidationReport
 from dflash_provision.validation.invariants import check_invariants, check_target
 from dflash_provision.validation.schema_check import check_schema
 
@@ -155,8 +156,8 @@ def validate_config(
 
     With ``effective`` the verdict of the data-only layers comes from the verdict cache when this
     machine has judged the same bytes under the same rules before
-    (dflash_provision.validation.verdict_cache), so transformers is imported only for a config it has
-    not seen.
+    (dflash_provision.validation.verdict_cache), so transformers is imported only for a config it
+    has not seen.
     """
     from dflash_provision.validation import verdict_cache
 

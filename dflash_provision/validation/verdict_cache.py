@@ -36,7 +36,8 @@ MAX_ENTRY_BYTES = 1 << 20  # an entry is ~1 KB; anything bigger is not ours
 # What decides a verdict besides the bytes: change any of these files and old verdicts expire.
 _RULE_MODULES = (
     "validate.py",
-    "strict_json.py",  # what parses at all (nesting, numbers): a rule like the others
+    "../formats/strict_json.py",  # what parses at all (nesting, numbers): a rule like the others
+    "../formats/json_path.py",  # how a finding names its place
     "schema_check.py",
     "invariants.py",
     "effective.py",

@@ -32,12 +32,12 @@ import enum
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
-from dflash_provision.vllm.metrics import Acceptance
 from dflash_provision.verify.reference import Reference, regression
+from dflash_provision.vllm.metrics import Acceptance
 
 if TYPE_CHECKING:
-    from dflash_provision.verify.runtime_check import CheckReport
     from dflash_provision.verify.diagnosis import Cause
+    from dflash_provision.verify.runtime_check import CheckReport
 
 
 class Outcome(enum.StrEnum):

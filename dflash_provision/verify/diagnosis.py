@@ -23,16 +23,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.server.fix_lines import noted, weights_fix
 from dflash_provision.validation.invariants import block_size_of
-from dflash_provision.vllm.curve import Curve, Shape, classify
-from dflash_provision.verify.link_fixes import (
-    authority_source,
-    noted,
-    validate_command,
-    weights_fix,
-)
+from dflash_provision.verify.link_fixes import authority_source, validate_command
 from dflash_provision.verify.stage_server import server_model
 from dflash_provision.verify.stages import CheckContext, StageResult
+from dflash_provision.vllm.curve import Curve, Shape, classify
 
 if TYPE_CHECKING:
     from dflash_provision.verify.acceptance_gate import AcceptanceVerdict

@@ -23,26 +23,26 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
-from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check, with_port
+from dflash_provision.server.fix_lines import noted
 from dflash_provision.verify.diagnosis import first_fix
 from dflash_provision.verify.link_fixes import (
     file_fix,
     inconclusive_fix,
     loader_fix,
-    noted,
     probe_fix,
     validation_fix,
     vllm_fix,
     weights_only,
 )
+from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check, with_port
 from dflash_provision.verify.stage_disk import part
 from dflash_provision.verify.stage_server import server_model
 from dflash_provision.verify.stages import StageResult, StageStatus
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.server.container_server import ContainerServer
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 

@@ -40,8 +40,8 @@ from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFa
 from dflash_provision.fleet.auditing import for_each_host, internal_error, resolve_authorities
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.run import CountingTransport
-from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check
 from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check
 
 if TYPE_CHECKING:
     from rich.table import Table

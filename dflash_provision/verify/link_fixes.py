@@ -14,15 +14,12 @@ import shlex
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
+from dflash_provision.server.fix_lines import noted, weights_fix
+
 if TYPE_CHECKING:
+    from dflash_provision.source.authority import Authority
     from dflash_provision.target import Target
     from dflash_provision.verify.stages import StageResult
-    from dflash_provision.source.authority import Authority
-
-
-def noted(command: str, why: str) -> str:
-    """``command`` with ``why`` as a shell comment after it (pasted, the comment is ignored)."""
-    return f"{command}  # {why}" if why else command
 
 
 def target_config_source(target: Target, model: str | None) -> str | None:
@@ -102,24 +99,6 @@ def weights_only(a: StageResult) -> bool:
     weights = a.data.get("weights")
     mismatched = isinstance(weights, dict) and bool(weights.get("mismatches"))
     return mismatched and not a.data.get("diff") and a.data.get("status") == "present"
-
-
-def weights_fix(push_fix: str, restart: str, target: Target) -> str:
-    """The config and the weights are of different revisions: a lock pins every file of one
-    revision and ``push --all-files`` puts them in place; from another source the weights'
-    files cannot be named here, only checked."""
-    then = f" && {restart}" if restart else ""
-    if "--lock" in shlex.split(push_fix):
-        return noted(
-            f"{push_fix} --all-files{then}",
-            "puts every file of the lock's one pinned revision in place (config and weights)",
-        )
-    return noted(
-        shlex.join(["dflash-provision", "validate", target.display()]),
-        f"names each weight that does not fit; put the config and the safetensors of ONE "
-        f"revision in {target.model_dir} (a lock with push --all-files does it)"
-        + (f", then {restart}" if restart else ""),
-    )
 
 
 def validation_fix(

@@ -39,8 +39,10 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.server.fix_lines import noted
 from dflash_provision.verify.acceptance_gate import judge
-from dflash_provision.verify.link_fixes import noted
+from dflash_provision.verify.stages import StageResult, StageStatus
+from dflash_provision.vllm.features import intended_windows
 from dflash_provision.vllm.metrics import Acceptance, acceptance, spec_counters
 from dflash_provision.vllm.request_acceptance import (
     SOURCE_COUNTERS,
@@ -49,8 +51,6 @@ from dflash_provision.vllm.request_acceptance import (
     own_acceptance,
     read_figures,
 )
-from dflash_provision.verify.stages import StageResult, StageStatus
-from dflash_provision.vllm.features import intended_windows
 
 if TYPE_CHECKING:
     from dflash_provision.verify.acceptance_gate import AcceptanceVerdict

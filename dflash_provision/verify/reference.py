@@ -22,13 +22,14 @@ import json
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.history import HostKey, ReferenceKey
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.references import ReferenceKey
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
-    from dflash_provision.vllm.metrics import Acceptance
-    from dflash_provision.verify.stages import CheckContext
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
+    from dflash_provision.verify.stages import CheckContext
+    from dflash_provision.vllm.metrics import Acceptance
 
 # A drop smaller than this is float noise, not a regression worth a warning.
 _NOISE = 1e-6

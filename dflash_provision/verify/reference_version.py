@@ -21,7 +21,8 @@ from typing import TYPE_CHECKING, Any
 from dflash_provision.errors import DflashProvisionError
 
 if TYPE_CHECKING:
-    from dflash_provision.history import HistoryStore, ReferenceKey
+    from dflash_provision.history.references import ReferenceKey
+    from dflash_provision.history.store import HistoryStore
     from dflash_provision.verify.reference import Reference
 
 #: ``{"version": "0.32.0"}`` is a few dozen bytes; anything past this is not that answer.

@@ -33,12 +33,11 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.server.access import ReplyUnusable, too_large
 from dflash_provision.verify import long_context
 from dflash_provision.verify.acceptance_gate import AcceptanceRules, AcceptanceVerdict, Observed
-from dflash_provision.server.access import ReplyUnusable, too_large
 from dflash_provision.verify.link_fixes import restart_command
 from dflash_provision.verify.reference_version import server_version
-from dflash_provision.vllm.request_acceptance import choose
 from dflash_provision.verify.speculators_serve import served_spec
 from dflash_provision.verify.stage_disk import stage_file, stage_loader
 from dflash_provision.verify.stage_server import server_model, server_spec, stage_server
@@ -59,11 +58,12 @@ from dflash_provision.verify.stages import (
     StageStatus,
     skipped,
 )
+from dflash_provision.vllm.request_acceptance import choose
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.server.container_server import ContainerServer
     from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
     from dflash_provision.transport.base import Transport
 
 DEFAULT_PORT = 8000
@@ -306,8 +306,8 @@ def with_port(transport: Transport, target: Target, settings: CheckSettings) -> 
 def _authoritative_doc(authority: Authority) -> dict[str, Any]:
     """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
     be compared with it)."""
-    from dflash_provision.validation.validate import parse_config
     from dflash_provision.errors import ConfigInvalid
+    from dflash_provision.validation.validate import parse_config
 
     parsed = parse_config(authority.data, what=authority.label)
     if parsed.doc is None:
@@ -474,7 +474,7 @@ def _rules(
             "not compared with the acceptance reference: other clients' traffic is in the figures"
         )
         return replace(gate, notes=(note,))
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
     from dflash_provision.verify.reference import reference_key, vllm_version
     from dflash_provision.verify.reference_version import lookup
 
@@ -506,7 +506,7 @@ def _record_reference(
     own_version = verdict.rules.reference_mismatch is None  # else: this version's first
     if drop is not None and drop > 0 and not settings.reset_reference and own_version:
         return
-    from dflash_provision.history import default_store
+    from dflash_provision.history.store import default_store
     from dflash_provision.verify import reference
 
     prompts = smoke_prompts(settings.prompts)

@@ -7,13 +7,12 @@ import json
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.server.probe_run import run_probe_on
 from dflash_provision.verify.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 from dflash_provision.vllm.features import Judgement
 
 if TYPE_CHECKING:
-    from dflash_provision.transport.base import Transport
-
-_MAX_PROBE_OUTPUT = 256 * 1024
+    pass
 
 # -- a: file on disk ---------------------------------------------------------------------------
 
@@ -29,8 +28,8 @@ def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the pinned files (server/drafter_files.py, one exec) to a's verdict by
     runtime-check's row of files_status.EXIT_CODE: a wrong or unreadable file fails the stage
     (24), one that cannot be told leaves a passed stage inconclusive (26), never passed."""
-    from dflash_provision.host_state.file_status import Command
     from dflash_provision.errors import ExitCode
+    from dflash_provision.host_state.file_status import Command
     from dflash_provision.server.drafter_files import (
         all_files_fix,
         check_drafter_files,
@@ -77,7 +76,8 @@ def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
     that could not be read are a warning (not a pass of that check); no weights, a note."""
     from dflash_provision.host_state.weights_check import check_remote
-    from dflash_provision.verify.link_fixes import restart_command, weights_fix
+    from dflash_provision.server.fix_lines import weights_fix
+    from dflash_provision.verify.link_fixes import restart_command
 
     weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
     result.data["weights"] = weights.to_dict()
@@ -177,82 +177,11 @@ def _stage_file_bytes(ctx: CheckContext) -> StageResult:
 # -- b: loader-effective config and vLLM's resolution on the target ----------------------------
 
 
-def probe_command(
-    python: str,
-    drafter_dir: str,
-    model: str | None,
-    num_spec: int | None,
-    timeout: float,
-    *,
-    vllm_only: bool = False,
-) -> list[str]:
-    """argv for the target-side probe (its source goes on stdin, see remote_probe)."""
-    argv = [python, "-", "--drafter", drafter_dir, "--timeout", f"{timeout:g}"]
-    if vllm_only:
-        argv.append("--vllm-only")
-    if model:
-        argv += ["--model", model]
-    if num_spec is not None:
-        argv += ["--num-speculative-tokens", str(num_spec)]
-    return argv
-
-
-def probe_source() -> str:
-    """The probe's program text (REALVLLM's remote_probe), shipped on stdin."""
-    from dflash_provision.vllm import probe as remote_probe
-
-    source = getattr(remote_probe, "PROBE_SOURCE", None)
-    if isinstance(source, str):
-        return source
-    maker = getattr(remote_probe, "probe_source", None)
-    if callable(maker):
-        return str(maker())
-    from pathlib import Path
-
-    return Path(remote_probe.__file__).read_text(encoding="utf-8")
-
-
 def run_probe(
     ctx: CheckContext, python: str, model: str | None, num_spec: int | None
 ) -> dict[str, Any] | str:
     """Run the probe on the target. The parsed JSON object, or a one-line error."""
     return run_probe_on(ctx.transport, ctx.target.model_dir, python, model, num_spec, ctx.timeout)
-
-
-def run_probe_on(
-    transport: Transport,
-    drafter_dir: str,
-    python: str,
-    model: str | None,
-    num_spec: int | None,
-    timeout: float,
-    *,
-    vllm_only: bool = False,
-) -> dict[str, Any] | str:
-    """The probe with ``python`` on the target (stage b, launch's pre-flight): its JSON
-    object, or a one-line error."""
-    budget = max(timeout, 30.0)
-    argv = probe_command(python, drafter_dir, model, num_spec, budget, vllm_only=vllm_only)
-    try:
-        source = probe_source()
-    except ImportError:
-        return "the target-side probe (dflash_provision.vllm.probe) is not in this build"
-    from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
-
-    try:  # ended on the target at its deadline, not only abandoned here
-        result = run_bounded(transport, argv, stdin=source.encode(), timeout=budget + 15)
-    except EndedAtDeadline as exc:
-        return f"the probe did not finish: {exc.message}"
-    out = result.stdout[:_MAX_PROBE_OUTPUT]
-    try:
-        parsed = json.loads(out.decode("utf-8", "replace"))
-    except ValueError:
-        err = result.stderr.decode("utf-8", "replace").strip().splitlines()
-        why = err[-1] if err else f"exit status {result.exit_status}, no JSON on stdout"
-        return f"the probe did not run with {python} on the target: {why[:300]}"
-    if not isinstance(parsed, dict) or parsed.get("probe") != 1:
-        return "the probe answered with something that is not its JSON report"
-    return parsed
 
 
 def _critical(doc: dict[str, Any]) -> dict[str, Any]:

@@ -8,21 +8,17 @@ two, or with the provisioned drafter, fails the stage naming both values."""
 
 from __future__ import annotations
 
-import posixpath
 import shlex
 from typing import Any
 
+from dflash_provision.server.fix_lines import noted
+from dflash_provision.server.locate import same_path
 from dflash_provision.validation.invariants import block_size_of
-from dflash_provision.verify.link_fixes import noted
 from dflash_provision.verify.speculators_serve import served_spec
 from dflash_provision.verify.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 from dflash_provision.vllm.argv import LOGGING_ENV, inferred_method, logging_settings
 
 # -- c: the running server ---------------------------------------------------------------------
-
-
-def same_path(a: str | None, b: str) -> bool:
-    return a is not None and posixpath.normpath(a) == posixpath.normpath(b)
 
 
 def server_spec(server: Any) -> dict[str, Any]:

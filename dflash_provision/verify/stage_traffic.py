@@ -18,10 +18,10 @@ from dflash_provision.verify.acceptance_gate import (
 )
 from dflash_provision.verify.diagnosis import diagnose, render_causes
 from dflash_provision.verify.link_fixes import completion_fix
-from dflash_provision.vllm.metrics import Acceptance
-from dflash_provision.vllm.request_acceptance import FigureSource, read_figures
 from dflash_provision.verify.stage_server import server_model
 from dflash_provision.verify.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
+from dflash_provision.vllm.metrics import Acceptance
+from dflash_provision.vllm.request_acceptance import FigureSource, read_figures
 
 # -- d and e: a real completion, then acceptance over a few smoke prompts ----------------------
 

@@ -27,12 +27,12 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from dflash_provision.target import Target
     from dflash_provision.remote.ops import RemoteRead
+    from dflash_provision.source.authority import Authority
+    from dflash_provision.target import Target
+    from dflash_provision.transport.base import Transport
     from dflash_provision.verify.acceptance_gate import AcceptanceVerdict
     from dflash_provision.vllm.log import LogFacts
-    from dflash_provision.source.authority import Authority
-    from dflash_provision.transport.base import Transport
 
 
 class StageStatus(enum.StrEnum):

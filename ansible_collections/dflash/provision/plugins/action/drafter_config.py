@@ -1,8 +1,8 @@
 # Copyright: dflash-provision maintainers
 # Apache-2.0 (see galaxy.yml)
-"""Action plugin for dflash.provision.drafter_config: dflash_provision.ansible_modules.drafter_config
-resolves and validates the source here, on the controller, and runs push's write-and-prove
-protocol through this play's connection."""
+"""Action plugin for dflash.provision.drafter_config:
+dflash_provision.ansible_modules.drafter_config resolves and validates the source here, on the
+controller, and runs push's write-and-prove protocol through this play's connection."""
 
 from __future__ import annotations
 
