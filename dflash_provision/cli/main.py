@@ -225,7 +225,8 @@ def _wraps_ctrl_c(exc: BaseException) -> bool:
 def _after_run(code: int) -> int:
     """Say so when the history could not record this run (the command's own outcome was already
     reported); exit 9 unless the command has more urgent news (any other non-zero code)."""
-    history = sys.modules.get("dflash_provision.history.store")  # not imported: nothing was recorded
+    # not imported: nothing was recorded
+    history = sys.modules.get("dflash_provision.history.store")
     problem = history.default_store_problem() if history is not None else None
     if problem is None:
         return code

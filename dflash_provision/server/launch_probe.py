@@ -1,6 +1,6 @@
 """``launch``'s pre-flight questions to the target's own vLLM, before anything is stopped or
-started: the probe of runtime-check's stage b (remote_probe), run with the python that runs
-the ``--vllm`` command, then judged by vllm_features.
+started: the probe of runtime-check's stage b (vllm/probe.py), run with the python that runs
+the ``--vllm`` command, then judged by vllm/features.py.
 
 - which model runner serves this drafter there, and so whether ``VLLM_USE_V2_MODEL_RUNNER`` is
   set (only where that vLLM needs it to pick the runner and knows the variable; 0.34 has no V1

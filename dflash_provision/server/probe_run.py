@@ -23,7 +23,7 @@ def probe_command(
     *,
     vllm_only: bool = False,
 ) -> list[str]:
-    """argv for the target-side probe (its source goes on stdin, see remote_probe)."""
+    """argv for the target-side probe (its source goes on stdin, see vllm/probe.py)."""
     argv = [python, "-", "--drafter", drafter_dir, "--timeout", f"{timeout:g}"]
     if vllm_only:
         argv.append("--vllm-only")
@@ -35,16 +35,16 @@ def probe_command(
 
 
 def probe_source() -> str:
-    """The probe's program text (REALVLLM's remote_probe), shipped on stdin."""
-    from dflash_provision.vllm import probe as remote_probe
+    """The probe's program text (vllm/probe.py), shipped on stdin."""
+    from dflash_provision.vllm import probe
 
-    source = getattr(remote_probe, "PROBE_SOURCE", None)
+    source = getattr(probe, "PROBE_SOURCE", None)
     if isinstance(source, str):
         return source
-    maker = getattr(remote_probe, "probe_source", None)
+    maker = getattr(probe, "probe_source", None)
     if callable(maker):
         return str(maker())
-    return Path(remote_probe.__file__).read_text(encoding="utf-8")
+    return Path(probe.__file__).read_text(encoding="utf-8")
 
 
 def run_probe_on(

@@ -321,7 +321,7 @@ def _int(value: Any) -> int | None:
 
 def _read_log(ctx: CheckContext) -> Any:
     """The server's start-up facts from its log (ours: the launch record names it): this
-    launch's part of the log from its beginning, read with vllm_log's rules."""
+    launch's part of the log from its beginning, read with vllm/log.py's rules."""
     from dflash_provision.server.process import read_startup_log
     from dflash_provision.vllm.log import parse_startup
 

@@ -214,7 +214,7 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any], version: str = 
 
 
 def judge_vllm_draft(ctx: CheckContext, draft: dict[str, Any], version: str = "") -> Judgement:
-    """What the target's vLLM runs (vllm_features, from the probe's feature detection) against
+    """What the target's vLLM runs (vllm/features.py, from the probe's feature detection) against
     the authoritative config, plus the draft hf_config's window fields."""
     from dflash_provision.validation.speculators_layout import runtime_view
     from dflash_provision.vllm.features import (

@@ -2,8 +2,8 @@
 aux layers == target_layer_ids + 1 from its start-up log).
 
 The server is read the way vLLM reads itself: its command line with ``vllm serve``'s rules
-(vllm_argv: the last of repeated options wins), cross-checked with the engine's own start-up
-record (vllm_log: only vLLM's records of this launch, before ready). A disagreement between the
+(vllm/argv.py: the last of repeated options wins), cross-checked with the engine's own start-up
+record (vllm/log.py: only vLLM's records of this launch, before ready). A disagreement between the
 two, or with the provisioned drafter, fails the stage naming both values."""
 
 from __future__ import annotations
@@ -135,7 +135,7 @@ def _repeat_warnings(read: Any, problems: list[str]) -> list[str]:
 def _with_method(
     ctx: CheckContext, spec: dict[str, Any], evidence: list[str], data: dict[str, Any]
 ) -> dict[str, Any]:
-    """``spec`` with the method vLLM gives it when the command line names none (vllm_argv's
+    """``spec`` with the method vLLM gives it when the command line names none (vllm/argv.py's
     ``inferred_method``: from the drafter's path and its config's architectures)."""
     if not spec or spec.get("method") is not None:
         return spec

@@ -209,7 +209,7 @@ def has_switch(argv: list[str], switch: str) -> bool:
 def logging_settings(argv: list[str]) -> list[str]:
     """The command line's logging options that change what vLLM's log shows (vLLM 0.32's
     LoggingConfig: ``--log-level``, ``--logging-config[.FIELD]``, ``--log-config-file``), each
-    as written; empty when it leaves vLLM's records at INFO in a format vllm_log reads (the
+    as written; empty when it leaves vLLM's records at INFO in a format log.py reads (the
     default text one or the JSON formatter)."""
     args = [canonical(a) for a in serve_args(argv)]
     found: list[str] = []

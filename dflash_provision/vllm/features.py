@@ -1,5 +1,5 @@
 """What a target's vLLM does with a drafter, judged from the probe's feature detection
-(remote_probe: ``draft["runners"]``, ``draft["attention"]``, ``vllm["speculative_keys"]``).
+(probe.py: ``draft["runners"]``, ``draft["attention"]``, ``vllm["speculative_keys"]``).
 
 Shared by runtime-check's stage b (does that vLLM run the drafter as it was trained?) and
 launch's pre-flight (which runner, which environment, which --speculative-config keys).

@@ -18,7 +18,7 @@ DFlash code absent. Whether that code reads it is the probe's feature detection
 0.24+), beside ``eagle_aux_hidden_state_layer_ids`` = the same ids, which is what its runner
 taps (``_get_eagle3_aux_layers_from_config`` reads the eagle ids first; its DFlash model reads
 only the length of ``target_layer_ids``). Such a conversion is not a finding: which layers a
-vLLM taps is judged from its runners' own answer (vllm_features.judge_aux).
+vLLM taps is judged from its runners' own answer (features.judge_aux).
 """
 
 from __future__ import annotations
