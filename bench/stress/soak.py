@@ -7,9 +7,11 @@ own histories): push, rollback, repair and audit (``-i`` over 1-3 hosts), verify
 the last two hosts serve the vLLM stand-in (testbed/vllm_standin.py, a test double), and a
 rollout there is a canary and one batch (``--batches 1,100%``), each host written, its server
 restarted and gated; one in four rolls out the incident's mask_token_id, which the stand-in
-serves at 1 %, so the canary fails and is rolled back. A rollout left open (paused, killed,
-rollback not proved) is aborted (``rollout --abort``, an operation too) before the next one from
-that controller. Faults:
+serves at 1 %, so the canary fails and is rolled back. One rollout runs at a time, whichever
+controller starts it; a rollout left open (paused, killed, rollback not proved) in either
+controller's history is aborted (``rollout --abort``, an operation too) before the next one, and
+a server a fault stopped is brought back first with ``status`` and ``launch [--restart]``
+(bench/stress/soak_servers.py, its failed attempts counted by cause). Faults:
 
   cli-kill      SIGKILL of an operation's CLI process, 0.1-3 s after it started
   cli-int       SIGINT (Ctrl-C) of it, likewise
@@ -61,7 +63,6 @@ import json
 import os
 import random
 import signal
-import socket
 import sqlite3
 import subprocess
 import sys
@@ -73,14 +74,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bench.stress import _common as c
+from bench.stress.soak_servers import BAD_MASK, CONTROL, READY_TIMEOUT, StandinServers
 from testbed import samples
 from testbed.hosts import Fleet, Host
-from testbed.vllm_standin_install import CONTROL_ENV, install_standin, write_control
+from testbed.vllm_standin_install import CONTROL_ENV
 
 OPERATIONS = ("push", "rollback", "repair", "audit", "verify", "ansible", "rollout")
 HOST_FAULTS = ("script-kill", "freeze", "disk-full", "read-only", "sshd-restart", "burst")
 CLI_FAULTS = ("cli-kill", "cli-int")
 KINDS = ("corrupt", "leftovers", "contradicted", "over-bound", "traceback", "history")
+#: A rollout host's phases whose record detail says why the rollout did not complete.
+_WHY_PHASES = ("preflight_failed", "failed", "rollback_failed")
 CONNECT_TIMEOUT = 3.0
 COMMAND_TIMEOUT = 6.0
 #: Python start-up and imports on a loaded 2-core machine, before any connection is tried.
@@ -95,16 +99,8 @@ PAGE = 4096
 #: file, the marks settle.sh reads.
 BY_DESIGN = ("backup config.json.<UTC stamp>[.NNN]", "config.json.lock", "config.json.out",
              "config.json.mark.<nonce>")  # fmt: skip
-#: Rollout: the hosts that serve the stand-in (the fleet's last two), its control file, the
-#: target model's directory, and the incident's mask_token_id, which the stand-in serves at 1 %
-#: (its ``by_mask_token`` rule, as tests/test_rollout_standin.py uses it).
+#: Rollout: the hosts that serve the stand-in (the fleet's last two; bench/stress/soak_servers.py).
 SERVING = 2
-STANDIN_DIR = "/root/standin"
-CONTROL = f"{STANDIN_DIR}/control.json"
-TARGET_DIR = "/root/models/Qwen3.6-27B"
-BAD_MASK = 248064
-RULES = {"by_mask_token": {str(BAD_MASK): {"acceptance": 0.01}}}
-READY_TIMEOUT = 60.0
 #: Pre-flight and baseline (a connection, reads and a runtime-check per host), then per step
 #: (canary, batch, a rollback): a write, a restart within the ready timeout, a gate check.
 ROLLOUT_BOUND_S = BOUND_S + 3 * (5 * COMMAND_TIMEOUT + READY_TIMEOUT + 4 * COMMAND_TIMEOUT)
@@ -145,6 +141,8 @@ class Op:
     program: list[str] | None = None
     env: dict[str, str] | None = None
     results: Path | None = None
+    #: An abort: each host's phase in the record before it ran (read from the history).
+    earlier_phases: dict[str, str] = field(default_factory=dict)
 
 
 class Soak:
@@ -183,14 +181,16 @@ class Soak:
             f"defaults:\n  path: {c.MODEL}\nhosts:\n"
             + "".join(f"  - {hs.host.alias}\n" for hs in self.serving)
         )
-        self.ports = {hs.host.name: _free_port() for hs in self.serving}
-        self.standin: dict[str, tuple[str, str]] = {}  # host -> (vllm, python)
-        #: One rollout at a time per controller: another would be refused (held hosts), and
-        #: an open one is aborted before the next starts.
-        self.rollout_locks = {home: threading.Lock() for home in self.homes}
-        self.launch_locks = {hs.host.name: threading.Lock() for hs in self.serving}
+        #: One rollout (or abort) at a time on the serving hosts, whichever controller runs
+        #: it: a second one would only be refused (an open rollout holds its hosts), so every
+        #: rollout still open in either controller's history is aborted before the next starts.
+        self.rollout_lock = threading.Lock()
         self.flags = [*c.connection_flags(fleet), "--connect-timeout", str(CONNECT_TIMEOUT),
                       "--command-timeout", str(COMMAND_TIMEOUT)]  # fmt: skip
+        self.servers = StandinServers(
+            self.serving, base=base, home=self.homes[0], flags=self.flags, model=c.MODEL,
+            read_config=self.read_config, now=self.now,
+        )  # fmt: skip
         self.next_id = 0
         self.ops: collections.Counter[str] = collections.Counter()
         self.outcomes: collections.Counter[str] = collections.Counter()
@@ -209,9 +209,6 @@ class Soak:
         self.causes: collections.Counter[str] = collections.Counter()
         self.cause_examples: dict[str, str] = {}
         self.samples = 0
-        #: Rollouts that found a stand-in server down (a fault stopped its host) and launched
-        #: it again first.
-        self.launches_needed = 0
         self.longest: dict[str, float] = {}  # the longest run of each kind of operation, s
         self.stop = threading.Event()
 
@@ -360,71 +357,29 @@ class Soak:
         """``rollout --abort ID`` of an open rollout: every host it changed put back."""
         argv = ["rollout", "--abort", rollout_id, "--env", f"{CONTROL_ENV}={CONTROL}",
                 "--ready-timeout", str(READY_TIMEOUT), "--json", *self.flags]  # fmt: skip
-        return Op(self.new_id(), "rollout-abort", home, hosts, 0, argv, "", ROLLOUT_BOUND_S)
+        op = Op(self.new_id(), "rollout-abort", home, hosts, 0, argv, "", ROLLOUT_BOUND_S)
+        op.earlier_phases = _record_phases(home, rollout_id)
+        return op
 
-    # -- the stand-in servers rollouts restart -------------------------------------------------
-
-    def serve(self) -> None:
-        """Install the stand-in on the serving hosts, with the target model's config and the
-        control file, and launch it there."""
-        for hs in self.serving:
-            host = hs.host
-            standin = install_standin(host, STANDIN_DIR)
-            self.standin[host.name] = (standin.vllm, standin.python)
-            target = samples.REFERENCE_TARGET.read_bytes()
-            host.exec(["sh", "-c", 'mkdir -p "${1%/*}" && cat > "$1"', "sh",
-                       f"{TARGET_DIR}/config.json"], target, check=True)  # fmt: skip
-            write_control(host, CONTROL, RULES)
-            self.launch(hs)
-
-    def launch(self, hs: HostState) -> bool:
-        """``launch`` the stand-in on ``hs`` when its port does not answer (a fault stopped the
-        host's sshd, and every process of the host with it). Set-up, not an operation: its
-        pre-flight compares the file on the host with --from, so --from is what the host holds.
-        """
-        with self.launch_locks[hs.host.name]:
-            return self._launch(hs)
-
-    def _launch(self, hs: HostState) -> bool:
-        port = self.ports[hs.host.name]
-        if _listening(port):
-            return True
-        data = self.read_config(hs)
-        if data is None or hs.down:
-            return False
-        work = self.base / "launch" / hs.host.name
-        work.mkdir(parents=True, exist_ok=True)
-        now = work / "config.json"
-        now.write_bytes(data)
-        vllm, python = self.standin[hs.host.name]
-        done = c.run_measured(
-            ["launch", f"{hs.host.alias}:{c.MODEL}", "--model", TARGET_DIR, "--from", str(now),
-             "--vllm", vllm, "--python", python, "--port", str(port),
-             "--env", f"{CONTROL_ENV}={CONTROL}", "--ready-timeout", str(READY_TIMEOUT),
-             "--no-check", *self.flags],
-            self.homes[0], work, READY_TIMEOUT + BOUND_S,
-        )  # fmt: skip
-        if done.returncode != 0:
-            print(f"soak: launch on {hs.host.name} exited {done.returncode}: "
-                  f"{done.stderr.strip()[-300:]}", file=sys.stderr, flush=True)  # fmt: skip
-        return done.returncode == 0
+    # -- rollouts on the stand-in servers ------------------------------------------------------
 
     def run_rollout(self, op: Op, rng: random.Random) -> None:
-        """A rollout (its servers launched first where a fault stopped them), then an abort of
-        any rollout it or an earlier one left open in its controller's history."""
-        with self.rollout_locks[op.home]:
-            with self.lock:
-                self.launches_needed += sum(not _listening(self.ports[h.host.name])
-                                            for h in op.hosts)  # fmt: skip
+        """A rollout on the serving hosts, one at a time whichever controller runs it: first
+        every rollout still open in either controller's history is aborted (it holds the hosts:
+        the new one would only be refused), the servers a fault stopped are brought back
+        (soak_servers.py), then the rollout, then an abort of what it left open."""
+        with self.rollout_lock:
+            for home in self.homes:
+                self.abort_open(home, rng)
             for hs in op.hosts:
-                self.launch(hs)
+                self.servers.ensure(hs)
             self.run_op(op, rng)
             self.abort_open(op.home, rng)
 
     def abort_open(self, home: Path, rng: random.Random | None = None) -> None:
         for rollout_id in _open_rollouts(home):
             for hs in self.serving:  # as before a rollout: a server a fault stopped
-                self.launch(hs)
+                self.servers.ensure(hs)
             self.run_op(self.abort_op(home, rollout_id, list(self.serving)), rng)
 
     def _ansible(self, op: Op) -> None:
@@ -561,7 +516,11 @@ class Soak:
             elif claim == "not-applied":
                 holds = lambda b: _sha(b) != new  # noqa: E731
         elif op.kind in ("rollout", "rollout-abort") and isinstance(doc, dict):
-            claim, holds = self._rollout_claim(doc, name, before, op.kind == "rollout")
+            # A rollout's every phase is its own; an abort's only where the host was not
+            # already rolled back before it ran (see _rollout_claim).
+            earlier = op.earlier_phases.get(name)
+            own = op.kind == "rollout" or earlier not in (None, "rolled_back")
+            claim, holds = self._rollout_claim(doc, name, before, own)
             # A record has a state; a refusal before any record is an error document (status,
             # reason, error: as every command's --json).
             state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
@@ -572,7 +531,7 @@ class Soak:
                 said += "".join(  # why each host failed or was not proved, as the record says
                     f" | {h.get('name')} {h.get('phase')}: {str(h.get('detail'))[:300]}"
                     for h in (rows if isinstance(rows, list) else [])
-                    if isinstance(h, dict) and h.get("phase") in ("failed", "rollback_failed")
+                    if isinstance(h, dict) and h.get("phase") in _WHY_PHASES
                 )
                 with self.lock:
                     self.causes[cause] += 1
@@ -597,17 +556,24 @@ class Soak:
                 if claim in ("wrote", "in_sync") and final == "in_sync":
                     holds = lambda b: b == want  # noqa: E731
         if alone and holds is not None and not holds(after):
-            seen = "absent" if after is None else f"config{self.known.get(after, '?')}"
-            was = "absent" if before is None else f"config{self.known.get(before, '?')}"
             self.violation(
                 "contradicted",
                 f"{label} from {op.home.name} said {claim!r} (exit {code}) for {name} with "
-                f"config{op.cfg}; the host held {was} before and {seen} after, no other writer",
+                f"config{op.cfg}; the host held {self.name_bytes(before)} before and "
+                f"{self.name_bytes(after)} after, no other writer",
+                detail=_claim_evidence(doc, name),
             )
         return claim
 
+    def name_bytes(self, data: bytes | None) -> str:
+        """Which known config ``data`` is, with its sha256's first digits (the --json
+        documents name bytes by sha256)."""
+        if data is None:
+            return "absent"
+        return f"config{self.known.get(data, '?')} (sha256 {_sha(data)[:12]})"
+
     def _rollout_claim(
-        self, doc: dict[str, object], name: str, before: bytes | None, whole: bool
+        self, doc: dict[str, object], name: str, before: bytes | None, own: bool
     ) -> tuple[str, Callable[[bytes | None], bool] | None]:
         """``state/phase`` a rollout's record gives ``name`` and what it says of the bytes.
 
@@ -616,10 +582,12 @@ class Soak:
         a push without a restart came before: ``old_sha256`` only where the record has no
         ``return_sha256``.
 
-        ``whole``: this operation ran the rollout (every phase in its record is its own). An
-        ``--abort`` leaves a host that an earlier run already rolled back alone (engine.abort
-        acts on the changed hosts that are not ``rolled_back``): that phase in its record is
-        history, not a claim about the bytes now, and other writers may have written since."""
+        ``own``: this operation's run gave the host its phase (a rollout: every host; an
+        ``--abort``: a host that was not ``rolled_back`` before it ran). An abort leaves a host
+        that an earlier run already rolled back alone (engine.abort acts on the changed hosts
+        that are not ``rolled_back``): that phase in its record is history, not a claim about
+        the bytes now, and other writers may have written since; a host the abort itself put
+        back is judged like a rollout's."""
         state = str(doc.get("state") or f"{doc.get('status')}/{doc.get('reason')}")
         hosts = doc.get("hosts")
         row = next((h for h in hosts if isinstance(h, dict) and h.get("name") == name), None) \
@@ -632,7 +600,7 @@ class Soak:
         holds: Callable[[bytes | None], bool] | None = None
         if state == "completed" and phase in ("passed", "unchanged"):
             holds = lambda b: _sha(b) == new  # noqa: E731
-        elif phase == "rolled_back" and old and whole:
+        elif phase == "rolled_back" and old and own:
             holds = lambda b: _sha(b) == old  # noqa: E731
         elif phase in ("pending", "excluded"):
             holds = lambda b: b == before  # noqa: E731
@@ -884,7 +852,13 @@ class Soak:
         line("outcomes claimed", _counts(self.outcomes))
         line("outcomes judged (ran alone on the host)", self.judged)
         line("config samples", self.samples)
-        line("rollouts that relaunched a server a fault had stopped", self.launches_needed)
+        relaunch = self.servers.stats
+        line("stand-in servers found not ready before a rollout or abort", relaunch.needed)
+        line("  brought back (status, launch [--restart])", relaunch.done)
+        line("  given up at the deadline", relaunch.gave_up)
+        line("  failed attempts, by cause", sum(relaunch.causes.values()))
+        for cause, n in sorted(relaunch.causes.items()):
+            print(f"    {n:5d}  {cause}    first: {relaunch.examples[cause]}", flush=True)
         line("writes not done, by cause (step/reason)", sum(self.causes.values()))
         for cause, n in sorted(self.causes.items()):
             print(f"    {n:5d}  {cause}    first: {self.cause_examples[cause]}", flush=True)
@@ -896,10 +870,15 @@ class Soak:
             found = self.violations[kind]
             bad += len(found)
             line(f"{kind} (must be 0)", len(found))
-            for ex in found[:3]:
+            # Every contradiction (up to 50: each is to be investigated), with the claim's
+            # evidence from its document; the first 3 of the other kinds.
+            shown = found[:50] if kind == "contradicted" else found[:3]
+            for i, ex in enumerate(shown):
                 print(f"    seed {self.seed} t={ex.at_s:.1f}s  {ex.text}", flush=True)
-            if found and found[0].detail:
-                print("      | " + found[0].detail.replace("\n", "\n      | "), flush=True)
+                if ex.detail and (i == 0 or kind == "contradicted"):
+                    print("      | " + ex.detail.replace("\n", "\n      | "), flush=True)
+            if len(found) > len(shown):
+                print(f"    ... and {len(found) - len(shown)} more", flush=True)
         missed = [k for k in KINDS if not self.planted[k]]
         line("planted violations detected", f"{len(KINDS) - len(missed)} of {len(KINDS)}"
              + (f" (MISSED: {', '.join(missed)})" if missed else ""))  # fmt: skip
@@ -923,17 +902,32 @@ def _bad_config() -> bytes:
     return (json.dumps(doc, indent=2) + "\n").encode()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+def _claim_evidence(doc: object, name: str) -> str:
+    """What a document said of ``name``, for a contradiction's example: push's fields, or a
+    rollout's id and state with the host's row, or a fleet command's row (one JSON line)."""
+    if not isinstance(doc, dict):
+        return ""
+    keep = ("id", "state", "status", "old_sha256", "new_sha256", "failed_step", "reason",
+            "message", "error")  # fmt: skip
+    shown: dict[str, object] = {k: doc[k] for k in keep if k in doc}
+    rows = doc.get("hosts")
+    if isinstance(rows, list):
+        row = next((h for h in rows if isinstance(h, dict) and h.get("name") == name), None)
+        shown["host"] = row
+    return json.dumps(shown, default=str)[:1500]
 
 
-def _listening(port: int) -> bool:
-    """The stand-in's port answers (the hosts share this machine's network namespace)."""
-    with socket.socket() as s:
-        s.settimeout(1.0)
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _record_phases(home: Path, rollout_id: str) -> dict[str, str]:
+    """Each host's phase in a rollout's record as the history holds it now ({} if unread)."""
+    try:
+        with contextlib.closing(sqlite3.connect(home / "history.sqlite3", timeout=30)) as db:
+            row = db.execute("SELECT record FROM rollouts WHERE id = ?", (rollout_id,)).fetchone()
+    except sqlite3.Error:
+        return {}
+    doc = _json(row[0]) if row else None
+    hosts = doc.get("hosts") if isinstance(doc, dict) else None
+    return {str(h.get("name")): str(h.get("phase"))
+            for h in (hosts if isinstance(hosts, list) else []) if isinstance(h, dict)}  # fmt: skip
 
 
 def _open_rollouts(home: Path) -> list[str]:
@@ -1039,7 +1033,7 @@ def _run(args: argparse.Namespace, fleet: Fleet, base: Path) -> int:
     soak = Soak(args, fleet, base)
     for host in fleet.hosts:
         c.seed(host, soak.datas[0])
-    soak.serve()
+    soak.servers.install()
     started = time.monotonic()
     deadline = started + args.minutes * 60
     sampler = threading.Thread(target=soak.sampler, daemon=True)
