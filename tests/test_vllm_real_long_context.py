@@ -145,6 +145,7 @@ def test_a_max_model_len_too_short_for_the_long_prompt_cannot_tell_naming_why(
     )
     assert "POST /v1/completions" not in long["requests"]  # nothing sent that could not fit
     assert e["summary"] == long["summary"]
+    assert "--no-long-context" in e["fix"]  # the way to leave it out, in the rerun line
     text = server.bed.on_target("runtime-check", "sliding", server.port, "--max-tokens", "200")
     assert text.returncode == ExitCode.INCONCLUSIVE
-    assert "--no-long-context" in text.stdout  # the fix line names the way to leave it out
+    assert f"e  acceptance: INCONCLUSIVE  {long['summary']}" in text.stdout
