@@ -17,7 +17,7 @@ The drafter weight names follow vLLM's ``qwen3_dflash.py`` loader: ``layers.{i}.
 Typical use::
 
     models = build_tiny_models(Path("/var/cache/dflash-provision/tiny-models"))
-    models.target, models.agreeing, models.random, models.mixed, ...
+    models.target, models.agreeing, models.random, models.sliding, models.mixed, ...
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 #: Bump when the generated files change, so an old build under the same directory is redone.
-BUILD_VERSION = "1"
+BUILD_VERSION = "2"
 MARKER = ".tiny-models-built"
 
 HIDDEN = 128
@@ -86,6 +86,15 @@ DRAFTERS: tuple[DrafterSpec, ...] = (
     # (id 5 + 1) does not exist in the 4-layer tiny target; vLLM captures one aux state where
     # fc expects two ("expects 256 concatenated aux hidden features but received 128").
     DrafterSpec("wrong-ids", target_layer_ids=(1, 5), num_target_layers=8),
+    # ~100% accepted like the agreeing one, but its one layer is sliding (window 64): the
+    # layout vLLM's CPU build serves with a window (mixed needs the V2 runner, i.e. Triton), so
+    # stage e's long prompt past the window runs on real vLLM.
+    DrafterSpec(
+        "sliding",
+        layer_types=("sliding_attention",),
+        use_sliding_window=True,
+        sliding_window=SLIDING_WINDOW,
+    ),
     # The real Qwen3.6-27B-DFlash layout (4 sliding + 1 full). It resolves in vLLM without
     # serving; the CPU build cannot serve it (the V2 model runner needs Triton).
     DrafterSpec(
@@ -128,6 +137,10 @@ class TinyModels:
     @property
     def wrong_ids(self) -> Path:
         return self.drafter("wrong-ids")
+
+    @property
+    def sliding(self) -> Path:
+        return self.drafter("sliding")
 
     @property
     def mixed(self) -> Path:

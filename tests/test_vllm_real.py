@@ -238,6 +238,7 @@ def test_tiny_drafters_validate_exactly_as_their_role_says(tmp_path: Path) -> No
         "random": [],
         "sliding-no-window": ["effective", "invariants"],  # a sliding layer needs the window on
         "wrong-ids": ["target"],  # made for an 8-layer target
+        "sliding": [],
         "mixed": [],
     }
 
