@@ -3,7 +3,7 @@ drifted one way shows its diff once (and ``--brief`` one line per host), no word
 sha256) is cut in the middle at 80 columns, and one host is "1 host".
 
 Local targets (``/abs/dir``) go through the same read and write scripts as remote hosts and the
-same table code; the real CLI in a subprocess, piped, at the COLUMNS given.
+same table code; the real CLI in-process (run_cli_in_process), piped, at the COLUMNS given.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from testbed import samples
-from tests.fixtures.cli import Done, run_cli
+from tests.fixtures.cli import Done, run_cli_in_process
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
@@ -44,7 +44,9 @@ def fleet(tmp_path: Path, count: int, data: bytes, name: str = "gpu") -> list[st
 
 
 def run(tmp_path: Path, *args: str, columns: int = 80) -> Done:
-    return run_cli(*args, cwd=tmp_path, home=tmp_path / "home", env={"COLUMNS": str(columns)})
+    return run_cli_in_process(
+        *args, cwd=tmp_path, home=tmp_path / "home", env={"COLUMNS": str(columns)}
+    )
 
 
 def test_a_fleet_drifted_one_way_shows_its_diff_once(short: Path) -> None:

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 
 from testbed import samples
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli_in_process
 
 
 def _reference_with(**changes: Any) -> bytes:
@@ -46,13 +46,13 @@ def test_validate_json_and_audit_agree_on_which_files_are_loader_normalised(
 
     validated = {}
     for name, directory in dirs.items():
-        proc = run_cli("validate", directory / "config.json", "--json", home=home, timeout=300)
+        proc = run_cli_in_process("validate", directory / "config.json", "--json", home=home)
         assert proc.stdout, proc.stderr
         validated[name] = json.loads(proc.stdout)["loader_normalised"]
 
-    proc = run_cli(
+    proc = run_cli_in_process(
         "audit", "--json", "--from", samples.REFERENCE_DRAFTER, *dirs.values(),
-        home=home, timeout=300,
+        home=home,
     )  # fmt: skip
     hosts = json.loads(proc.stdout)["hosts"]
     audited = {

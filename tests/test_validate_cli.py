@@ -10,7 +10,7 @@ import pytest
 from dflash_provision.errors import ExitCode
 from dflash_provision.validation.validate import parse_config, validate_config
 from testbed import samples
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli_in_process
 
 # --- parse layer (in process, fast) ---
 
@@ -92,7 +92,9 @@ def test_published_config_is_valid_without_the_loader(path: Path) -> None:
 
 @pytest.mark.integration
 def test_incident_against_reference_fails_naming_each_wrong_field() -> None:
-    result = run_cli("validate", samples.INCIDENT_DRAFTER, "--against", samples.REFERENCE_DRAFTER)
+    result = run_cli_in_process(
+        "validate", samples.INCIDENT_DRAFTER, "--against", samples.REFERENCE_DRAFTER
+    )
     assert result.returncode == ExitCode.INVALID, result.stderr
     out = result.stdout
     assert "✓ effective" in out
@@ -106,7 +108,7 @@ def test_incident_against_reference_fails_naming_each_wrong_field() -> None:
 
 @pytest.mark.integration
 def test_json_report_with_target_config_mismatches() -> None:
-    result = run_cli(
+    result = run_cli_in_process(
         "validate", samples.QWEN3_8B_DRAFTER, "--target-config", samples.REFERENCE_TARGET, "--json"
     )
     assert result.returncode == ExitCode.INVALID, result.stderr
@@ -122,20 +124,20 @@ def test_json_report_with_target_config_mismatches() -> None:
 def test_cli_reports_parse_error_position_and_valid_file(tmp_path: Path) -> None:
     broken = tmp_path / "config.json"
     broken.write_text('{\n  "architectures": ["DFlashDraftModel"],\n  "block_size": 16,,\n}\n')
-    result = run_cli("validate", tmp_path)  # a directory: reads its config.json
+    result = run_cli_in_process("validate", tmp_path)  # a directory: reads its config.json
     assert result.returncode == ExitCode.INVALID
     assert "✗ parse" in result.stdout
     assert "line 3, column 20" in result.stdout
     assert "- schema (skipped)" in result.stdout
 
-    result = run_cli("validate", samples.REFERENCE_DRAFTER, "--no-effective")
+    result = run_cli_in_process("validate", samples.REFERENCE_DRAFTER, "--no-effective")
     assert result.returncode == ExitCode.OK, result.stdout
     assert result.stdout.rstrip().endswith("valid")
     assert "- effective (skipped)" in result.stdout
 
 
 def test_cli_unreadable_source_is_a_usage_error(tmp_path: Path) -> None:
-    result = run_cli("validate", tmp_path / "missing.json", "--no-effective")
+    result = run_cli_in_process("validate", tmp_path / "missing.json", "--no-effective")
     assert result.returncode == ExitCode.USAGE
     assert "no such file" in result.stderr
 
@@ -144,15 +146,17 @@ def test_diff_command_output_and_exit_codes(tmp_path: Path) -> None:
     reordered = tmp_path / "reordered.json"
     doc = json.loads(samples.REFERENCE_DRAFTER.read_bytes())
     reordered.write_text(json.dumps(dict(reversed(list(doc.items())))))
-    same = run_cli("diff", samples.REFERENCE_DRAFTER, reordered)
+    same = run_cli_in_process("diff", samples.REFERENCE_DRAFTER, reordered)
     assert (same.returncode, same.stdout.strip()) == (ExitCode.OK, "identical")
 
-    drift = run_cli("diff", samples.INCIDENT_DRAFTER, samples.REFERENCE_DRAFTER)
+    drift = run_cli_in_process("diff", samples.INCIDENT_DRAFTER, samples.REFERENCE_DRAFTER)
     assert drift.returncode == ExitCode.DRIFT
     assert "dflash_config.mask_token_id: 248064 → 248070" in drift.stdout
     assert "sliding_window: null → 2048" in drift.stdout
 
-    as_json = run_cli("diff", samples.INCIDENT_DRAFTER, samples.REFERENCE_DRAFTER, "--json")
+    as_json = run_cli_in_process(
+        "diff", samples.INCIDENT_DRAFTER, samples.REFERENCE_DRAFTER, "--json"
+    )
     assert as_json.returncode == ExitCode.DRIFT
     payload = json.loads(as_json.stdout)
     assert payload["identical"] is False
@@ -162,12 +166,12 @@ def test_diff_command_output_and_exit_codes(tmp_path: Path) -> None:
 
 
 def test_cli_num_speculative_tokens_must_fit_the_block() -> None:
-    too_many = run_cli(
+    too_many = run_cli_in_process(
         "validate", samples.REFERENCE_DRAFTER, "--no-effective", "--num-speculative-tokens", "16"
     )
     assert too_many.returncode == ExitCode.INVALID
     assert "num_speculative_tokens 16 exceeds block_size - 1 = 15" in too_many.stdout
-    fits = run_cli(
+    fits = run_cli_in_process(
         "validate", samples.REFERENCE_DRAFTER, "--no-effective", "--num-speculative-tokens", "15"
     )
     assert fits.returncode == ExitCode.OK, fits.stdout
