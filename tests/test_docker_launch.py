@@ -114,3 +114,81 @@ def test_launch_docker_reports_a_server_that_dies_at_start_up(
         assert fatal in done.stderr
     finally:
         docker_daemon.docker("rm", "-f", name, check=False)
+
+
+LATE_IMAGE = "dflash-testbed/vllm-standin-late-python:1"
+LATE_PYTHON = "/opt/late/python"
+
+
+def late_python_image(daemon: DockerDaemon, ready_after_s: int) -> str:
+    """The stand-in image whose entrypoint first puts a python at LATE_PYTHON that fails (as a
+    packed environment does while it unpacks), and only after ``ready_after_s`` seconds the
+    real one, then execs the server (``ready_after_s`` 0: never the real one, and no server)."""
+    from testbed.docker import busybox_rootfs_tar
+    from testbed.docker_standin import PYTHON, STANDIN
+
+    image = f"{LATE_IMAGE}-{ready_after_s}"
+    unpacking = r"'#!/bin/sh\necho env: still unpacking >&2\nexit 1\n'"  # printf's format
+    real = (
+        f"sleep {ready_after_s}; printf '#!/bin/sh\\nexec {PYTHON} \"$@\"\\n' > /opt/late/new "
+        f"&& chmod +x /opt/late/new && mv /opt/late/new {LATE_PYTHON}; exec {PYTHON} {STANDIN} "
+        '"$0" "$@"'
+        if ready_after_s
+        else "exec sleep 2147483647"
+    )
+    script = (
+        f"mkdir -p /opt/late && printf {unpacking} > {LATE_PYTHON} && "
+        f"chmod +x {LATE_PYTHON}; {real}"
+    )
+    entrypoint = json.dumps(["/bin/sh", "-c", script, "serve"])
+    if daemon.docker("image", "inspect", image, check=False).returncode != 0:
+        daemon.docker(
+            "import", "--change", f"ENTRYPOINT {entrypoint}", "-", image,
+            stdin=busybox_rootfs_tar(), timeout=120,
+        )  # fmt: skip
+    return image
+
+
+def launch_late(
+    daemon: DockerDaemon, home: Path, drafter: Path, name: str, image: str, *more: str
+) -> Done:
+    return run_cli(
+        "launch", drafter, *FROM, "--model", "/models/base", "--docker", image,
+        "--container-name", name, "--docker-args", python_mount_args(), "--port", "8124",
+        "--drafter-mount", "/models/drafter", "--python", LATE_PYTHON, *more,
+        home=home, env=daemon.environment, timeout=300,
+    )  # fmt: skip
+
+
+def test_a_probe_that_fails_while_the_container_starts_is_not_ready_yet(
+    docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    # The first probes find a python that cannot make the request (exit 1): a container still
+    # starting, as `docker restart` in a rollout already took it; launch waited too little.
+    drafter = drafter_dir(tmp_path / "srv")
+    name = unique_container_name("ld")
+    image = late_python_image(docker_daemon, ready_after_s=4)
+    try:
+        done = launch_late(docker_daemon, tmp_path, drafter, name, image, "--ready-timeout", "120")
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.startswith(f"started: docker container {name}")
+        assert "runtime-check passed" in done.stdout
+    finally:
+        docker_daemon.docker("rm", "-f", name, check=False)
+
+
+def test_a_container_never_ready_fails_at_the_deadline_naming_the_last_probe_error(
+    docker_daemon: DockerDaemon, tmp_path: Path
+) -> None:
+    drafter = drafter_dir(tmp_path / "srv")
+    name = unique_container_name("ld")
+    image = late_python_image(docker_daemon, ready_after_s=0)
+    try:
+        done = launch_late(docker_daemon, tmp_path, drafter, name, image, "--ready-timeout", "6")
+        assert done.returncode == ExitCode.LAUNCH_FAILED, done.stdout + done.stderr
+        line = next(x for x in done.stderr.splitlines() if x.startswith("error:"))
+        assert f"docker container {name} not ready within 6 s (last probe: " in line, line
+        assert "env: still unpacking" in line, line  # what the last probe met
+        assert inspect(docker_daemon, name)["State"]["Running"] is True  # left running, said so
+    finally:
+        docker_daemon.docker("rm", "-f", name, check=False)

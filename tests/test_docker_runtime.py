@@ -27,6 +27,7 @@ from testbed.docker_standin import python_mounts, serve_argv, standin_container,
 from testbed.hosts import Host
 from tests.fixtures.cli import Done, run_cli
 from tests.fixtures.docker import unique_container_name
+from tests.fixtures.fix_lines import parse as parse_fix
 from tests.fixtures.ssh import host_args
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
@@ -153,6 +154,7 @@ def test_doctor_in_a_container_fixes_a_drifted_file_by_a_push_and_a_restart_of_t
     fix = next(line for line in done.stdout.splitlines() if line.startswith("fix: "))
     assert f"dflash-provision push {served.drafter}" in fix
     assert fix.endswith(f"&& docker restart -- {served.container.name}"), fix
+    parse_fix(fix.removeprefix("fix: "))  # the container's restart too, as a user pastes it
 
 
 def test_a_container_whose_models_mount_is_another_host_directory_fails_stage_c_naming_both(

@@ -308,6 +308,34 @@ def test_docker_and_podman_exec_argv() -> None:
     ]  # fmt: skip
 
 
+def test_the_daemon_option_is_built_in_one_place_for_every_docker_command() -> None:
+    import dflash_provision
+    from dflash_provision.server.docker_launch import DockerLaunch, run_argv
+    from dflash_provision.server.preflight import LaunchRequest
+    from dflash_provision.transport.docker_exec import tool_argv
+    from dflash_provision.transport.docker_inspect import inspect_argv
+
+    # Written once (transport/docker_exec.tool_argv): a copy elsewhere drifts (podman given -H).
+    package = Path(dflash_provision.__file__).parent
+    builders = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob("*.py")
+        if '["-H", ' in path.read_text(encoding="utf-8")
+    )
+    assert builders == ["transport/docker_exec.py"], builders
+    sock = "unix:///run/user/1000/docker.sock"
+    assert tool_argv("docker", "logs", "--", "v", docker_host=sock) == [
+        "docker", "-H", sock, "logs", "--", "v",
+    ]  # fmt: skip
+    assert tool_argv("podman", "logs", "--", "v", docker_host=sock) == ["podman", "logs", "--", "v"]
+    assert inspect_argv("docker", "v", docker_host=sock)[:3] == ["docker", "-H", sock]
+    request = LaunchRequest(model="m")
+    for kind, daemon in (("docker", ["-H", sock]), ("podman", [])):
+        spec = DockerLaunch("img", "v", kind=kind, docker_host=sock)  # type: ignore[arg-type]
+        argv = run_argv(spec, request, ["vllm", "serve"], "/m", "/srv/m", 15)
+        assert argv[: 2 + len(daemon)] == [kind, *daemon, "run"]
+
+
 class _Answers(Transport):
     """Answers every command with one fixed result (a tool's own refusal)."""
 

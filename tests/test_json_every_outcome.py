@@ -105,10 +105,22 @@ def test_an_unreachable_target_is_a_document_with_its_status_and_code(
     assert doc["reason"] == "refused"
     assert f"error: {doc['error']}" in done.stderr.splitlines()
     assert doc["command"] == name
-    # The target it could not reach, also for the fleet commands' single form (runtime-check):
-    # validate and diff take SOURCEs, either of which may be the remote one.
-    if name not in ("validate", "diff"):
-        assert doc["target"] == nowhere, doc
+    # The target it could not reach, also for the fleet commands' single form (runtime-check)
+    # and for the SOURCEs of validate and diff (here diff's A).
+    assert doc["target"] == nowhere, doc
+
+
+def test_diffs_document_names_the_side_it_could_not_read(nowhere: str, tmp_path: Path) -> None:
+    # Either side may be the one that fails: the document names that one, as given.
+    done = run_cli("diff", REF, nowhere, "--connect-timeout", "5", "--json", cwd=tmp_path,
+                   home=tmp_path / "home")  # fmt: skip
+    doc = the_document(done)
+    assert (doc["command"], doc["target"]) == ("diff", nowhere), doc
+    (tmp_path / "broken.json").write_text('{"a": 1,')
+    done = run_cli("diff", REF, "broken.json", "--json", cwd=tmp_path, home=tmp_path / "home")
+    doc = the_document(done)
+    assert done.returncode == ExitCode.INVALID, done.stderr
+    assert doc["target"] == "broken.json", doc
 
 
 @pytest.fixture(scope="module")

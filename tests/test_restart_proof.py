@@ -252,13 +252,16 @@ def test_what_ran_comes_from_the_controllers_store_when_the_host_kept_no_backup(
         assert h01.config() == GOOD  # what its server ran, not the bytes before the write
         host = json.loads(done.stdout)["hosts"][0]
         assert host["phase"] == "rolled_back"
+        # The host line names what was restored (the journal's step): GOOD, not BAD's old bytes.
+        ran = hashlib.sha256(GOOD).hexdigest()[:12]
+        assert host["detail"].startswith(f"restored what the server ran (sha256 {ran}), proved")
         assert host["after"]["rate"] == pytest.approx(0.6, abs=0.02)
     finally:
         bed.fresh(h01)
 
 
 def test_what_ran_found_nowhere_is_rollback_failed_with_the_command_that_finishes_it(
-    bed: Bed,
+    bed: Bed, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     h01 = bed.places[0]
     (bed.tmp / "nowhere").mkdir()
@@ -279,11 +282,17 @@ def test_what_ran_found_nowhere_is_rollback_failed_with_the_command_that_finishe
         rollout_id = json.loads(done.stdout)["id"]
         abort = f"dflash-provision rollout --abort {rollout_id}"
         assert abort in host["detail"], host["detail"]
-        # What the detail says, done: the bytes that ran written back, then the --abort.
-        pushed = bed.run("push", h01.target, "--from", bed.file(REFERENCE, "ref"), cli=own)
-        assert pushed.returncode == 0, pushed.stdout + pushed.stderr
-        aborted = bed.run("rollout", "--abort", rollout_id, cli=own)
-        assert aborted.returncode == ExitCode.ABORTED, aborted.stdout + aborted.stderr
+        # The fix line: the write-back and the --abort, pasteable once the one step no command
+        # can do (saving what ran, named by its sha256) is done, as its comment says.
+        (fix,) = fix_lines(host["detail"])
+        ran = hashlib.sha256(REFERENCE).hexdigest()
+        saved = own.workdir / f"what-ran-{ran[:12]}.json"
+        assert f"# first save the config with sha256 {ran} (what the server ran) as ./" in fix
+        saved.write_bytes(REFERENCE)
+        monkeypatch.chdir(own.workdir)  # where it is pasted: --from's file is there
+        parse_fix(fix)
+        pasted = _paste(bed, fix, cli=own)
+        assert pasted.returncode == ExitCode.ABORTED, fix + "\n" + pasted.stdout + pasted.stderr
         assert h01.config() == REFERENCE
         check = bed.run("runtime-check", h01.target, "--from", bed.file(REFERENCE, "ref"))
         assert check.returncode == 0, check.stdout + check.stderr
@@ -370,12 +379,14 @@ def test_resume_and_abort_without_env_keep_each_servers_environment(bed: Bed) ->
 
 
 def _paste(
-    bed: Bed, line: str, extra: dict[str, str] | None = None
+    bed: Bed, line: str, extra: dict[str, str] | None = None, *, cli: Cli | None = None
 ) -> subprocess.CompletedProcess[str]:
     """``line`` run by a shell as a user pastes it: the installed ``dflash-provision`` on PATH,
-    the test bed's ssh_config from the environment (fix lines carry no connection options)."""
+    the test bed's ssh_config from the environment (fix lines carry no connection options), in
+    ``cli``'s working directory and history (default: the bed's)."""
+    workdir = (cli or bed.cli).workdir
     env = cli_env(
-        home=bed.cli.workdir / "home",
+        home=workdir / "home",
         env={
             "PATH": f"{Path(ENTRY_POINT).parent}:{os.environ['PATH']}",
             SSH_CONFIG_ENV: bed.ssh[1],
@@ -383,7 +394,7 @@ def _paste(
         },
     )
     return subprocess.run(
-        ["sh", "-c", line], cwd=bed.cli.workdir, env=env, capture_output=True, text=True,
+        ["sh", "-c", line], cwd=workdir, env=env, capture_output=True, text=True,
         timeout=600, check=False,
     )  # fmt: skip
 

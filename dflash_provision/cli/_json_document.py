@@ -21,6 +21,9 @@ from dflash_provision.errors import ContainerError, DflashProvisionError, ExitCo
 
 JSON_FLAG = "--json"
 _GLOBAL_FLAGS = ("--debug",)  # the group's own options, before the command name
+# The parameters that name what a command reads: TARGET, [TARGET]..., validate's SOURCE (diff
+# has two SOURCEs: it names the one it is reading itself, with name_target).
+_TARGET_PARAMS = ("target_spec", "targets", "source")
 
 
 def json_command(group: click.Group, argv: list[str]) -> str | None:
@@ -46,20 +49,27 @@ def json_command(group: click.Group, argv: list[str]) -> str | None:
     return name if has_flag else None
 
 
+def name_target(ctx: click.Context, spec: str) -> None:
+    """What the error document's ``target`` names from now on: what the command was given and
+    is reading (``diff`` names the SOURCE it was loading or parsing when it failed)."""
+    root = ctx.find_root().obj
+    if isinstance(root, dict):
+        root["target"] = spec
+
+
 def remember_target(command: click.Command, state: dict[str, Any]) -> None:
-    """Keep the command's TARGET in ``state`` as it is parsed, for the document (a parse that
-    fails before it leaves the target unknown: null)."""
+    """Keep the command's TARGET (validate: its SOURCE) in ``state`` as it is parsed, for the
+    document (a parse that fails before it leaves the target unknown: null)."""
     for param in command.params:
         # TARGET, or the fleet commands' [TARGET]... when it is one (their single form).
-        if param.name not in ("target_spec", "targets") or getattr(param, "_remembers", False):
+        if param.name not in _TARGET_PARAMS or getattr(param, "_remembers", False):
             continue
         original = param.callback
 
         def keep(ctx: click.Context, p: click.Parameter, value: Any, _cb: Any = original) -> Any:
-            root = ctx.find_root().obj
             one = value[0] if isinstance(value, tuple) and len(value) == 1 else value
-            if isinstance(root, dict) and isinstance(one, str):
-                root["target"] = one
+            if isinstance(one, str):
+                name_target(ctx, one)
             return _cb(ctx, p, value) if _cb is not None else value
 
         param.callback = keep

@@ -33,6 +33,16 @@ def _parse(side: Authority) -> Any:
     return parsed.doc
 
 
+def _read(ctx: click.Context, spec: str, connection: Connector) -> tuple[Authority, Any]:
+    """One side loaded and parsed; a failure's --json document names this side as its target
+    (the SOURCE the user gave that could not be read or parsed)."""
+    from dflash_provision.cli._json_document import name_target
+
+    name_target(ctx, spec)
+    side = load_side(spec, connection)
+    return side, _parse(side)
+
+
 @click.command(name="diff")
 @click.argument("a")
 @click.argument("b")
@@ -52,8 +62,7 @@ def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Conne
         semantic_diff,
     )
 
-    side_a, side_b = load_side(a, connection), load_side(b, connection)
-    doc_a, doc_b = _parse(side_a), _parse(side_b)
+    (side_a, doc_a), (side_b, doc_b) = _read(ctx, a, connection), _read(ctx, b, connection)
     layouts = layouts_of(doc_a, doc_b)
     crossing = layouts[0] != layouts[1]
     # Two published layouts: compare what vLLM reads, named as B keeps it; they are never

@@ -546,15 +546,10 @@ class Engine:
                     self.save(f"{host.name}: restarted on the restored bytes ({done.evidence})")
                     host_ops.timed(host, "restart_s", started)
         except host_ops.NotRecoverable as exc:
-            push = shlex.join(["dflash-provision", "push", member.target.display(), "--from"])
             self._set(
                 host,
                 "rollback_failed",
-                f"{exc.message}: nothing was restored; finish it: write those bytes back "
-                f"(`{push} FILE`, FILE holding the config with sha256 "
-                f"{str(host_ops.return_sha(host))[:12]}…), then "
-                f"`{self.rollout.command('--abort')}` restarts the server on them and measures "
-                "it",
+                f"{exc.message}: nothing was restored; fix: {self._write_back_fix(host)}",
             )
             return
         except DflashProvisionError as exc:
@@ -574,8 +569,29 @@ class Engine:
                     f"not proved: measure again and finish with {fix}",
                 )
                 return
+        # The journal's step ("restore what the server ran"), in the same words: what_ran.py
+        # decides what that is (the config the server loaded, not always the bytes before the
+        # write).
+        ran = str(host_ops.return_sha(host))[:12]
         self._set(
-            host, "rolled_back", f"old bytes restored, proved; acceptance {host.after.show()}"
+            host,
+            "rolled_back",
+            f"restored what the server ran (sha256 {ran}), proved; acceptance {host.after.show()}",
+        )
+
+    def _write_back_fix(self, host: HostState) -> str:
+        """The fix line when what the server ran is found nowhere: push those bytes from a file
+        named by their sha256, then --abort (restart and measure); the one step no command can
+        do, saving that file, is the line's shell comment."""
+        from dflash_provision.server.fix_lines import noted
+
+        sha = str(host_ops.return_sha(host))
+        file = f"./what-ran-{sha[:12]}.json"
+        target = self.members[host.name].target.display()
+        push = ["dflash-provision", "push", target, "--from", file, *self.rollout.connection_args]
+        return noted(
+            f"{shlex.join(push)} && {self.rollout.command('--abort')}",
+            f"first save the config with sha256 {sha} (what the server ran) as {file}",
         )
 
     def _measure_after(self, host: HostState) -> host_ops.Verdict | None:

@@ -147,6 +147,11 @@ class DeadlineReached(ReplyUnusable):
         self.received = received
 
 
+class NoProbePython(RemoteStepFailed):
+    """The target has no such python to make a request with (exit 126/127, step "access"):
+    the same on every try, so a wait for readiness stops at once (``--python`` names one)."""
+
+
 def too_large(method: str, path: str, max_bytes: int) -> ReplyUnusable:
     """``GET /metrics: answer larger than 4 MiB: refused``."""
     return ReplyUnusable(
@@ -446,7 +451,7 @@ class ContainerAccess(ServerAccess):
         text = stderr.decode("utf-8", "replace").strip()
         last = text.splitlines()[-1] if text else f"exit status {status}"
         if status in (126, 127):
-            return RemoteStepFailed(
+            return NoProbePython(
                 f"{self.transport.description}: no {self.python} to reach the server's port "
                 f"on the target ({last}); name one with --python",
                 step="access",

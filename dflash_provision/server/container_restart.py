@@ -26,21 +26,21 @@ with the N the container's command gives, and /health answered 200.
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 from typing import Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.errors import ExitCode
 from dflash_provision.server.container_server import (
     ContainerOption,
     ContainerServer,
+    Readiness,
     open_container_server,
+    wait_ready,
 )
 from dflash_provision.server.restart import RestartDone, RestartFailed, refused
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 
-_POLL_S = 1.0
 _RESTART_GRACE_S = 60.0  # beyond --time: docker's own SIGKILL, and the start of the new process
 
 
@@ -144,38 +144,35 @@ def _await(
     docker_host: str | None,
     python: str | None,
 ) -> ContainerServer:
-    """Until /health answers 200 inside (one deadline); RestartFailed when the container exits
-    first (with its log's fatal lines) or the deadline passes."""
-    from dflash_provision.server.access import open_server
-    from dflash_provision.server.readiness import probe_health
+    """The container ready again (container_server.wait_ready); RestartFailed when it exits
+    first (with its log's fatal lines) or the deadline passes (with the last probe's error)."""
+    from dflash_provision.server.access import NoProbePython
 
-    deadline = time.monotonic() + ready_s
-    while True:
-        found = open_container_server(host, option, target, docker_host=docker_host, running=False)
-        if not found.record.running:
-            raise RestartFailed(
-                f"{found.what} on {host.description} exited after docker restart (state "
-                f"{found.record.status}): "
-                + found.why_it_exited(timeout=host.command_timeout, tail=3),
-                exit_code=ExitCode.LAUNCH_FAILED,
-                stopped=True,
-            )
-        left = deadline - time.monotonic()
-        if left > 0:
-            try:
-                with open_server(found.transport, port, python=python or "python3") as access:
-                    if probe_health(access, timeout=max(1.0, min(10.0, left))) == 200:
-                        return found
-            except DflashProvisionError:
-                pass  # not answering yet: the deadline decides
-        if time.monotonic() >= deadline:
-            raise RestartFailed(
-                f"{found.what} on {host.description}: the server did not come back ready "
-                f"within {ready_s:g} s after docker restart",
-                exit_code=ExitCode.LAUNCH_FAILED,
-                stopped=True,
-            )
-        time.sleep(_POLL_S)
+    try:
+        waited = wait_ready(
+            host, option, target, port, ready_s=ready_s, docker_host=docker_host, python=python
+        )
+    except NoProbePython as exc:  # restarted, but no way to ask whether it is ready
+        raise RestartFailed(
+            f"{exc.message} (after docker restart)", exit_code=ExitCode.LAUNCH_FAILED,
+            stopped=True,
+        ) from exc  # fmt: skip
+    found = waited.found
+    if waited.outcome is Readiness.EXITED:
+        raise RestartFailed(
+            f"{found.what} on {host.description} exited after docker restart (state "
+            f"{found.record.status}): {waited.why}",
+            exit_code=ExitCode.LAUNCH_FAILED,
+            stopped=True,
+        )
+    if waited.outcome is Readiness.TIMED_OUT:
+        raise RestartFailed(
+            f"{found.what} on {host.description}: the server did not come back ready "
+            f"within {ready_s:g} s after docker restart (last probe: {waited.why})",
+            exit_code=ExitCode.LAUNCH_FAILED,
+            stopped=True,
+        )
+    return found
 
 
 def _prove(

@@ -28,21 +28,26 @@ from __future__ import annotations
 
 import re
 import shlex
+import time
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
+from enum import Enum
 from functools import cached_property
 from typing import Any
 
-from dflash_provision.errors import ContainerError, UsageError
+from dflash_provision.errors import ContainerError, DflashProvisionError, UsageError
 from dflash_provision.server.bounded import run_bounded
 from dflash_provision.target import ContainerKind, ContainerRef, Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.container import ContainerTransport
+from dflash_provision.transport.docker_exec import tool_argv
 from dflash_provision.transport.docker_inspect import ContainerRecord, read_record
 
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]+")
 DEFAULT_PORT = 8000
 #: docker logs of one start is read up to this many bytes on the host (start-up comes first).
 LOG_BYTES = 512 * 1024
+_POLL_S = 1.0  # between two readiness probes
 _STOP_GRACE_S = 30.0  # beyond --timeout: docker stop's own SIGKILL and the daemon's bookkeeping
 # `"$@"` is the docker argv; its output (both streams: vLLM logs to stdout, Python's tracebacks
 # go to stderr) is cut at $1 bytes on the host, never carried whole over the connection.
@@ -113,10 +118,8 @@ class ContainerServer:
         return replace(target, container=ref, path=self.inside or self.provisioned)
 
     def tool_argv(self, *args: str) -> list[str]:
-        daemon = (
-            ["-H", self.docker_host] if self.docker_host and self.option.kind == "docker" else []
-        )
-        return [self.option.kind, *daemon, *args]
+        """``docker [-H DOCKER_HOST] args...`` (or podman) for this container's daemon."""
+        return tool_argv(self.option.kind, *args, docker_host=self.docker_host)
 
     # -- the drafter path, both ways --------------------------------------------------------
 
@@ -264,6 +267,82 @@ def open_container_server(
             f"{found.what} on {host.description} is not running (state {record.status})"
         )
     return found
+
+
+class Readiness(Enum):
+    READY = "ready"
+    EXITED = "exited"
+    TIMED_OUT = "timed_out"
+
+
+@dataclass(frozen=True)
+class ContainerReadiness:
+    """What :func:`wait_ready` found: the container's last record read, and why it is not
+    ready (exited: its log's fatal lines, else its last lines; timed out: the last probe's
+    answer or error)."""
+
+    outcome: Readiness
+    found: ContainerServer
+    why: str = ""
+
+
+def wait_ready(
+    host: Transport,
+    option: ContainerOption,
+    target: Target,
+    port: int,
+    *,
+    ready_s: float,
+    docker_host: str | None = None,
+    python: str | None = None,
+    tail: int = 3,
+    command_timeout: float | None = None,
+    waiting: Callable[[ContainerServer], None] | None = None,
+) -> ContainerReadiness:
+    """Until /health answers 200 inside the container (one deadline, ``ready_s``), the
+    container exits, or the deadline passes: the record is read again before each probe, so an
+    exit is reported with its reason, also one that comes as the deadline passes.
+
+    A probe that fails (refused, reset, no answer, ``docker exec`` refused while the container
+    changes state, a python that cannot make the request yet) is "not ready yet": a starting
+    container may do any of that, and only the deadline tells a server that will not come up
+    from one that is still starting; the last failure is the TIMED_OUT result's ``why``. Only
+    a container with no such python (NoProbePython: exit 126/127) stops the wait at once,
+    raised: no later probe could ask, and a mistyped ``--python`` would otherwise cost the
+    whole deadline. ``waiting`` is called after each probe that was not ready."""
+    timeout = command_timeout if command_timeout is not None else host.command_timeout
+    deadline = time.monotonic() + ready_s
+    last = "no probe was made"
+    while True:
+        found = open_container_server(host, option, target, docker_host=docker_host, running=False)
+        if not found.record.running:
+            why = found.why_it_exited(timeout=timeout, tail=tail)
+            return ContainerReadiness(Readiness.EXITED, found, why)
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return ContainerReadiness(Readiness.TIMED_OUT, found, last)
+        status, last = _probe_health(found, port, python, timeout=max(1.0, min(10.0, left)))
+        if status == 200:
+            return ContainerReadiness(Readiness.READY, found)
+        if waiting is not None:
+            waiting(found)
+        time.sleep(min(_POLL_S, max(0.0, deadline - time.monotonic())))
+
+
+def _probe_health(
+    found: ContainerServer, port: int, python: str | None, *, timeout: float
+) -> tuple[int | None, str]:
+    """/health's status asked from inside, and what the probe met, in words (for a timeout)."""
+    from dflash_provision.server.access import NoProbePython, open_server
+
+    try:
+        with open_server(found.transport, port, python=python) as access:
+            reply = access.request("GET", "/health", timeout=timeout, max_bytes=4096)
+    except NoProbePython:
+        raise
+    except DflashProvisionError as exc:
+        return None, exc.message
+    return reply.status, f"/health answered HTTP {reply.status}"
 
 
 @dataclass(frozen=True)

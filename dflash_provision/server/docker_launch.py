@@ -25,7 +25,8 @@ runs, in order, on the host (one connection):
                   publishes nothing unless DOCKER_ARGS say ``-p``;
     readiness     until --ready-timeout (one deadline): the container's state (exited: exit 20
                   with its log's fatal lines) and /health asked from inside (docker exec of the
-                  container's python, --python);
+                  container's python, --python); a failed probe is "not ready yet", the
+                  deadline's exit 20 names the last one (container_server.wait_ready);
     proof         the container is a new one (another id; the replaced one is gone), its engine
                   start-up record of THIS start (``docker logs --since StartedAt``) names the
                   mounted drafter and N, and /health answered 200. Anything short: exit 20.
@@ -49,15 +50,16 @@ from dflash_provision.errors import (
 from dflash_provision.server.container_server import (
     ContainerOption,
     ContainerServer,
-    open_container_server,
+    Readiness,
+    wait_ready,
 )
 from dflash_provision.server.preflight import LaunchRequest, drafter_preflight
 from dflash_provision.source.authority import Authority
 from dflash_provision.target import ContainerKind, Target
 from dflash_provision.transport.base import Transport
+from dflash_provision.transport.docker_exec import tool_argv
 from dflash_provision.transport.docker_inspect import read_record
 
-_POLL_S = 1.0
 _DOCKER_TIMEOUT_S = 60.0
 
 
@@ -153,7 +155,6 @@ def run_argv(
     n: int,
 ) -> list[str]:
     """``docker run -d ...`` for this launch (the module docstring's start line)."""
-    daemon = ["-H", spec.docker_host] if spec.docker_host and spec.kind == "docker" else []
     speculative = {"method": "dflash", "model": inside, "num_speculative_tokens": n}
     speculative.update(request.speculative_extra)
     if entrypoint and entrypoint[-1] == "serve":
@@ -165,13 +166,14 @@ def run_argv(
     # 0.0.0.0 is the container's own network namespace: Docker publishes nothing unless
     # --docker-args say -p (a server on 127.0.0.1 there could not be published at all).
     anywhere = "0.0.0.0"  # noqa: S104
-    return [
-        spec.kind, *daemon, "run", "-d", "--name", spec.name, "--env-file", "/dev/stdin",
+    return tool_argv(
+        spec.kind, "run", "-d", "--name", spec.name, "--env-file", "/dev/stdin",
         "--label", f"dflash-provision.drafter={drafter_dir}",
         "-v", f"{drafter_dir}:{inside}:ro", *spec.docker_args, "--", spec.image,
         *model, "--speculative-config", json.dumps(speculative, separators=(",", ":")),
         "--host", anywhere, "--port", str(request.port), *request.extra_args,
-    ]  # fmt: skip
+        docker_host=spec.docker_host,
+    )  # fmt: skip
 
 
 def _env_file(env: dict[str, str]) -> bytes:
@@ -182,9 +184,10 @@ def _env_file(env: dict[str, str]) -> bytes:
 
 
 def _entrypoint(host: Transport, spec: DockerLaunch, timeout: float) -> list[str]:
-    daemon = ["-H", spec.docker_host] if spec.docker_host and spec.kind == "docker" else []
-    argv = [spec.kind, *daemon, "image", "inspect", "--format", "{{json .Config.Entrypoint}}"]
-    result = host.run([*argv, "--", spec.image], timeout=timeout)
+    fmt = ["--format", "{{json .Config.Entrypoint}}"]
+    argv = tool_argv(spec.kind, "image", "inspect", *fmt, "--", spec.image,
+                     docker_host=spec.docker_host)  # fmt: skip
+    result = host.run(argv, timeout=timeout)
     if result.exit_status != 0:
         said = result.stderr.decode("utf-8", "replace").strip()[-300:]
         raise RuntimeFailure(
@@ -216,12 +219,12 @@ def _replace_old(
             f"{old.status}, image {old.image}): --restart replaces it",
             exit_code=ExitCode.PORT_TAKEN,
         )
-    daemon = ["-H", spec.docker_host] if spec.docker_host and spec.kind == "docker" else []
-    stop = round(request.stop_timeout)
+    stop, daemon = round(request.stop_timeout), spec.docker_host
     for argv, limit in (
-        ([option.kind, *daemon, "stop", "--time", str(stop), "--", option.name], stop + 30.0),
-        ([option.kind, *daemon, "rm", "--", option.name], _DOCKER_TIMEOUT_S),
-    ):
+        (tool_argv(option.kind, "stop", "--time", str(stop), "--", option.name,
+                   docker_host=daemon), stop + 30.0),
+        (tool_argv(option.kind, "rm", "--", option.name, docker_host=daemon), _DOCKER_TIMEOUT_S),
+    ):  # fmt: skip
         result = host.run(argv, timeout=limit)
         if result.exit_status != 0:
             said = result.stderr.decode("utf-8", "replace").strip()[-300:]
@@ -241,37 +244,30 @@ def _await(
     request: LaunchRequest,
     progress: Callable[[str], None],
 ) -> ContainerServer:
-    """Until /health answers 200 inside (one deadline, --ready-timeout); exit 20 when the
-    container exits first (with its log's fatal lines) or the deadline passes."""
-    from dflash_provision.server.access import open_server
-    from dflash_provision.server.readiness import probe_health
-
-    deadline = time.monotonic() + request.ready_timeout
-    python = request.python or "python3"
-    while True:
-        found = open_container_server(
-            host, option, target, docker_host=spec.docker_host, running=False
+    """The new container ready (container_server.wait_ready, --ready-timeout); exit 20 when it
+    exits first (with its log's fatal lines) or the deadline passes (with the last probe's
+    error)."""
+    waited = wait_ready(
+        host, option, target, request.port, ready_s=request.ready_timeout,
+        docker_host=spec.docker_host, python=request.python, tail=5,
+        command_timeout=request.command_timeout,
+        waiting=lambda found: progress(f"waiting for /health in {found.what}"),
+    )  # fmt: skip
+    found = waited.found
+    if waited.outcome is Readiness.EXITED:
+        raise RuntimeFailure(
+            f"launch failed: {found.what} exited during start-up (state "
+            f"{found.record.status}): {waited.why}",
+            exit_code=ExitCode.LAUNCH_FAILED,
         )
-        if not found.record.running:
-            raise RuntimeFailure(
-                f"launch failed: {found.what} exited during start-up (state "
-                f"{found.record.status}): "
-                + found.why_it_exited(timeout=request.command_timeout, tail=5),
-                exit_code=ExitCode.LAUNCH_FAILED,
-            )
-        left = deadline - time.monotonic()
-        if left > 0:  # each probe within what is left of the one deadline
-            with open_server(found.transport, request.port, python=python) as access:
-                if probe_health(access, timeout=max(1.0, min(10.0, left))) == 200:
-                    return found
-        if time.monotonic() >= deadline:
-            raise RuntimeFailure(
-                f"launch failed: {found.what} not ready within {request.ready_timeout:g} s "
-                "(it keeps running: `dflash-provision stop TARGET --container NAME` ends it)",
-                exit_code=ExitCode.LAUNCH_FAILED,
-            )
-        progress(f"waiting for /health in {found.what}")
-        time.sleep(_POLL_S)
+    if waited.outcome is Readiness.TIMED_OUT:
+        raise RuntimeFailure(
+            f"launch failed: {found.what} not ready within {request.ready_timeout:g} s (last "
+            f"probe: {waited.why}; it keeps running: `dflash-provision stop TARGET --container "
+            "NAME` ends it)",
+            exit_code=ExitCode.LAUNCH_FAILED,
+        )
+    return found
 
 
 def _prove(

@@ -65,18 +65,24 @@ _EXEC_NOT_FOUND = re.compile(
 )
 
 
+def tool_argv(tool: str, *args: str, docker_host: str | None = None) -> list[str]:
+    """``tool [-H DOCKER_HOST] args...``: the one place ``-H`` is added, for docker only (podman
+    has no ``-H``: its socket is chosen by its own configuration)."""
+    daemon = ["-H", docker_host] if docker_host and tool == "docker" else []
+    return [tool, *daemon, *args]
+
+
 def exec_argv(
     tool: str, name: str, argv: Sequence[str], *, docker_host: str | None = None
 ) -> list[str]:
     """The argv that runs ``argv`` inside container ``name`` (``docker_host``: docker only)."""
-    daemon = ["-H", docker_host] if docker_host and tool == "docker" else []
-    return [tool, *daemon, "exec", "-i", "--", name, *argv]
+    return tool_argv(tool, "exec", "-i", "--", name, *argv, docker_host=docker_host)
 
 
 def inspect_state_argv(tool: str, name: str, *, docker_host: str | None = None) -> list[str]:
     """The argv that prints the container's state (``exited``, ``created``...) on one line."""
-    daemon = ["-H", docker_host] if docker_host and tool == "docker" else []
-    return [tool, *daemon, "container", "inspect", "--format", "{{.State.Status}}", "--", name]
+    fmt = ["--format", "{{.State.Status}}"]
+    return tool_argv(tool, "container", "inspect", *fmt, "--", name, docker_host=docker_host)
 
 
 def socket_denied(stderr: str) -> bool:

@@ -24,6 +24,7 @@ from typing import Any
 
 from dflash_provision.errors import ContainerError, RemoteStepFailed
 from dflash_provision.transport.base import Transport
+from dflash_provision.transport.docker_exec import tool_argv
 
 #: ``docker container inspect`` of one container is a few KB; a record beyond this is refused.
 MAX_RECORD_BYTES = 1024 * 1024
@@ -108,8 +109,7 @@ class ContainerRecord:
 
 def inspect_argv(tool: str, name: str, *, docker_host: str | None = None) -> list[str]:
     """The argv that prints the container's record as a JSON array of one."""
-    daemon = ["-H", docker_host] if docker_host and tool == "docker" else []
-    return [tool, *daemon, "container", "inspect", "--", name]
+    return tool_argv(tool, "container", "inspect", "--", name, docker_host=docker_host)
 
 
 def read_record(
