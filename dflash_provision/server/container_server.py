@@ -36,6 +36,7 @@ from functools import cached_property
 from typing import Any
 
 from dflash_provision.errors import ContainerError, DflashProvisionError, UsageError
+from dflash_provision.server.access import NoProbePython, open_server
 from dflash_provision.server.bounded import run_bounded
 from dflash_provision.target import ContainerKind, ContainerRef, Target
 from dflash_provision.transport.base import Transport
@@ -309,7 +310,9 @@ def wait_ready(
     from one that is still starting; the last failure is the TIMED_OUT result's ``why``. Only
     a container with no such python (NoProbePython: exit 126/127) stops the wait at once,
     raised: no later probe could ask, and a mistyped ``--python`` would otherwise cost the
-    whole deadline. ``waiting`` is called after each probe that was not ready."""
+    whole deadline; unless the container's record, read again, says it has exited since
+    (docker exec gives 126 there too), which is EXITED. ``waiting`` is called after each
+    probe that was not ready."""
     timeout = command_timeout if command_timeout is not None else host.command_timeout
     deadline = time.monotonic() + ready_s
     last = "no probe was made"
@@ -321,7 +324,18 @@ def wait_ready(
         left = deadline - time.monotonic()
         if left <= 0:
             return ContainerReadiness(Readiness.TIMED_OUT, found, last)
-        status, last = _probe_health(found, port, python, timeout=max(1.0, min(10.0, left)))
+        try:
+            status, last = _probe_health(found, port, python, timeout=max(1.0, min(10.0, left)))
+        except NoProbePython:
+            # docker exec answers 126 for a container that died between the read and the
+            # probe too: its own record decides between "exited" and "no such python"
+            again = open_container_server(
+                host, option, target, docker_host=docker_host, running=False
+            )
+            if not again.record.running:
+                why = again.why_it_exited(timeout=timeout, tail=tail)
+                return ContainerReadiness(Readiness.EXITED, again, why)
+            raise
         if status == 200:
             return ContainerReadiness(Readiness.READY, found)
         if waiting is not None:
@@ -333,7 +347,6 @@ def _probe_health(
     found: ContainerServer, port: int, python: str | None, *, timeout: float
 ) -> tuple[int | None, str]:
     """/health's status asked from inside, and what the probe met, in words (for a timeout)."""
-    from dflash_provision.server.access import NoProbePython, open_server
 
     try:
         with open_server(found.transport, port, python=python) as access:
