@@ -15,6 +15,10 @@ from tests.fixtures.cli import run_cli
 _INTERRUPT_ON_IMPORT = """
 import os, signal, sys
 
+# A shell's background job starts with SIGINT ignored, and python keeps an inherited SIG_IGN:
+# the handler a terminal's foreground process gets, so the test runs under `make ... &` too.
+signal.signal(signal.SIGINT, signal.default_int_handler)
+
 class _InterruptOnImport:
     def find_spec(self, name, path=None, target=None):
         if name == MODULE:
