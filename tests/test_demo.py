@@ -204,7 +204,7 @@ def test_demo_shows_a_rollout_caught_at_the_canary_and_rolled_back(demo) -> None
         "h01: baseline acceptance 60.0%",
         "h01: written (proved by read-back",
         "h01: failed (acceptance 1.0% < 10%)",
-        "h01: rolled_back (restored what the server ran (sha256 ",
+        "h01: rolled_back (restored what the server ran",  # wrapped at 80 columns here
         "h01   1      rolled_back  60.0% → 1.0% → 60.0%",
         "h02   2      pending",
         "[exit 27]",

@@ -149,3 +149,47 @@ def test_a_max_model_len_too_short_for_the_long_prompt_cannot_tell_naming_why(
     text = server.bed.on_target("runtime-check", "sliding", server.port, "--max-tokens", "200")
     assert text.returncode == ExitCode.INCONCLUSIVE
     assert f"e  acceptance: INCONCLUSIVE  {long['summary']}" in text.stdout
+
+
+def test_real_vllm_0_28_without_per_request_figures_judges_the_long_part_by_its_counters(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A release before per-request spec-decode metrics (0.28.0: its EngineArgs has no such
+    field, so launch does not pass the flag) serves the sliding drafter end to end here; the
+    long part is then judged by vLLM's counters around the long request, and says so."""
+    from testbed import vllm_matrix
+
+    reason = missing_prerequisites()
+    if reason:
+        pytest.skip(f"testbed: {reason}")
+    release = vllm_matrix.RELEASES["0.28.0"]
+    vllm_matrix.ensure_release(release)
+    models = tiny_models.build_tiny_models(tmp_path_factory.mktemp("tiny") / "models")
+    with Fleet(tmp_path_factory.mktemp("vllm-host"), 1, address_prefix=None) as fleet:
+        host = fleet.hosts[0]
+        _install_models(host, models)
+        bed = RealBed(host, release.env, models, tmp_path_factory.mktemp("cli"))
+        port = free_port()
+        launched = bed.launch("sliding", port, "--no-check")
+        try:
+            assert launched.returncode == 0, launched.output
+            assert "--per-request-spec-decode-metrics" not in launched.output
+            before = raw_counters(port)
+            check = bed.on_target("runtime-check", "sliding", port, "--json")
+            after = raw_counters(port)
+        finally:
+            bed.stop("sliding", port)
+    assert check.returncode == 0, check.output
+    report = check.json()
+    assert [s["status"] for s in report["stages"]] == ["passed"] * 5
+    e = stage(report, "e")
+    assert e["data"]["source"] == "counters"
+    long = e["data"]["long_context"]
+    assert long["status"] == "passed", long
+    assert long["window"] == WINDOW and long["prompt_tokens"] >= WINDOW + 32
+    assert long["source"] == "counters", long["source_note"]
+    assert long["source_note"].startswith("its reply carries no per-request figures: ")
+    assert long["draft_tokens"] >= 8 and long["rate"] >= 0.95
+    assert "long context figures from the server's counters: " in "\n".join(e["evidence"])
+    drafted = after["draft_tokens_total"] - before["draft_tokens_total"]
+    assert drafted == e["data"]["draft_tokens"] + long["draft_tokens"]
