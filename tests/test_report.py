@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from dflash_provision.cli._json_document import render_document
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet import (
     HostAudit,
@@ -70,7 +71,7 @@ def test_summary_line_counts_statuses_in_a_stable_order():
 
 
 def test_json_document_carries_summary_and_per_host_evidence():
-    document = json.loads(report.to_json(report.audit_document(FLEET, elapsed_s=1.0, exit_code=4)))
+    document = json.loads(render_document(report.audit_document(FLEET, elapsed_s=1.0, exit_code=4)))
     assert document["summary"] == {
         "hosts": 3,
         "elapsed_s": 1.0,

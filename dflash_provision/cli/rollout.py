@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import (
     container_option,
     long_context_option,
@@ -332,13 +333,11 @@ def _finish(ctx: click.Context, rollout: Rollout, as_json: bool) -> None:
 
 
 def _show(rollout: Rollout, as_json: bool, code: int | None = None) -> None:
-    import json
-
     if as_json:
         doc = rollout.to_dict()
         doc.pop("new_config", None)
         doc["exit_code"] = code
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        echo_document(doc)
         return
     rows = [("host", "batch", "outcome", "baseline → new → after rollback", "detail")]
     rows += [_row(h) for h in rollout.hosts]
@@ -356,15 +355,13 @@ def _row(h: HostState) -> tuple[str, str, str, str, str]:
 
 
 def _status(store: Any, rollout_id: str, as_json: bool) -> None:
-    import json
-
     if rollout_id:
         _show(store.load(rollout_id), as_json)
         return
     rows = store.all()
     if as_json:
         keys = ("id", "created_at", "updated_at", "state")
-        click.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
+        echo_document([dict(zip(keys, r, strict=True)) for r in rows])
         return
     for r in rows:
         click.echo(f"{r[0]}  {r[3]:<16} started {r[1]}  updated {r[2]}")

@@ -16,7 +16,6 @@ A passing check records its acceptance figures as a reference in the history sto
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import check_options, container_option, emit_report
 from dflash_provision.transport.factory import Connector
 
@@ -315,7 +315,7 @@ def _fleet(
         write_textfile(prometheus, fleet_check.prometheus_text(rows, timestamp=time.time()))
     if as_json:
         document = fleet_check.fleet_document(rows, elapsed_s=elapsed, exit_code=int(code))
-        click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+        echo_document(document)
     else:
         echo_rich(fleet_check.fleet_table(rows), fleet_check.summary_line(rows, elapsed))
     return int(code)

@@ -20,7 +20,6 @@ be right" is what an alert wants; ``dflash_config_status`` tells the reasons apa
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections import Counter
@@ -204,10 +203,6 @@ def repair_document(
         },
         "hosts": [r.to_dict() for r in repairs],
     }
-
-
-def to_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, ensure_ascii=False)
 
 
 # -- Prometheus textfile -------------------------------------------------------------------------

@@ -17,7 +17,6 @@ Built on runtime-check's stages: the same evidence, arranged as a chain instead 
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -394,7 +393,3 @@ def _server_link(c: StageResult, d: StageResult | None, restart: str) -> Link:
             link.evidence.append(f"completion: {d.summary}")
         return link
     return _from_stage("running server", d, ExitCode.RUNTIME_CHECK_FAILED, fix=d.fix)
-
-
-def report_json(report: DoctorReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str)
