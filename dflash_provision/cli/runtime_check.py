@@ -293,7 +293,7 @@ def _fleet(
     host_deadline: float | None = None,
 ) -> int:
     from dflash_provision.cli._fleet import ProgressDisplay, make_run
-    from dflash_provision.cli._render import echo_rich
+    from dflash_provision.cli._render import echo_table
     from dflash_provision.fleet.report import write_textfile
     from dflash_provision.verify import fleet_check
 
@@ -317,7 +317,7 @@ def _fleet(
         document = fleet_check.fleet_document(rows, elapsed_s=elapsed, exit_code=int(code))
         echo_document(document)
     else:
-        echo_rich(fleet_check.fleet_table(rows), fleet_check.summary_line(rows, elapsed))
+        echo_table(fleet_check.fleet_table(rows), fleet_check.summary_line(rows, elapsed))
     return int(code)
 
 

@@ -41,12 +41,11 @@ from dflash_provision.fleet.auditing import for_each_host, internal_error, resol
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.run import CountingTransport
 from dflash_provision.formats.prometheus_text import MetricFamily, render
+from dflash_provision.plain_table import Cell, Column, TableSpec
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
 
@@ -260,33 +259,33 @@ _STYLE = {
 _MARK = {"passed": "ok", "failed": "FAIL", "skipped": "-", "inconclusive": "??"}
 
 
-def fleet_table(rows: Sequence[HostCheck]) -> Table:
+def fleet_table(rows: Sequence[HostCheck]) -> TableSpec:
     """host, verdict, one column per stage, acceptance, detail."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("host", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    for key in STAGE_KEYS:
-        table.add_column(key, no_wrap=True)
-    table.add_column("acceptance", no_wrap=True, justify="right")
-    table.add_column("detail", overflow="fold")
+    columns = (
+        Column("host", no_wrap=True),
+        Column("verdict", no_wrap=True),
+        *(Column(key, no_wrap=True) for key in STAGE_KEYS),
+        Column("acceptance", no_wrap=True, justify="right"),
+        Column("detail", overflow="fold"),
+    )
+    cells = []
     for row in rows:
         marks = []
         for key in STAGE_KEYS:
             stage = row.report.stage(key) if row.report else None
-            marks.append(_MARK[stage.status.value] if stage else "?")
+            marks.append(Cell(_MARK[stage.status.value] if stage else "?"))
         rate = row.report.acceptance if row.report else None
         verdict = row.unreachable_status or row.verdict.value
-        table.add_row(
-            row.name,
-            Text(verdict, style=_STYLE[row.verdict]),
-            *marks,
-            f"{rate:.1%}" if rate is not None else "-",
-            Text(row.detail),
+        cells.append(
+            (
+                Cell(row.name, markup=True),
+                Cell(verdict, style=_STYLE[row.verdict]),
+                *marks,
+                Cell(f"{rate:.1%}" if rate is not None else "-"),
+                Cell(row.detail),
+            )
         )
-    return table
+    return TableSpec(columns, tuple(cells))
 
 
 def summary_line(rows: Sequence[HostCheck], elapsed_s: float) -> str:
