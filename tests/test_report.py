@@ -58,7 +58,7 @@ def render(renderable) -> str:
 
 
 def test_table_lists_every_host_with_status_and_each_drifted_field():
-    text = render(report.audit_table(FLEET))
+    text = render(rich_table(report.audit_spec(FLEET)))
     assert re.search(r"h01\s+in_sync", text)
     assert re.search(r"h02\s+drifted\s+dflash_config.mask_token_id: 248064 → 248070", text)
     assert "sliding_window: null → 2048" in text
@@ -178,7 +178,7 @@ def test_repair_table_shows_before_action_and_after():
         message="fixed 2 field(s)",
         after=make("h02", HostStatus.IN_SYNC),
     )
-    text = render(report.repair_table([fixed]))
+    text = render(rich_table(report.repair_spec([fixed])))
     assert re.search(r"h02\s+drifted\s+wrote\s+in_sync\s+fixed 2 field\(s\)", text)
     assert report.repair_summary_line([fixed]) == "1 host: 1 wrote; 1 in sync now"
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
@@ -225,60 +225,6 @@ def _single(
         )
     emit_report(report, as_json=as_json, verbose=verbose)
     return int(report.exit_code)
-
-
-# The launching command's own options that mean the same here (its ctx.params, as parsed).
-_INHERITED_VALUES = {
-    "repo": "--repo",
-    "revision": "--revision",
-    "from_file": "--from",
-    "lock": "--lock",
-    "lock_repo": "--lock-repo",
-    "python": "--python",
-    "connect_timeout": "--connect-timeout",
-    "command_timeout": "--command-timeout",
-    "ssh_config": "--ssh-config",
-    "known_hosts": "--known-hosts",
-    "lxc_path": "--lxc-path",
-    "docker_host": "--docker-host",
-}
-_INHERITED_FLAGS = {
-    "accept_new_host_key": "--accept-new-host-key",
-    "no_agent": "--no-agent",
-    "sudo": "--sudo",
-}
-
-
-def inherited_args(params: dict[str, Any]) -> list[str]:
-    """The authority, python and connection options of a launching command, as arguments."""
-    args: list[str] = []
-    for name, flag in _INHERITED_VALUES.items():
-        if params.get(name) is not None:
-            args += [flag, str(params[name])]
-    args += [flag for name, flag in _INHERITED_FLAGS.items() if params.get(name)]
-    for key in params.get("identity") or ():
-        args += ["--identity", str(key)]
-    return args
-
-
-def run_after_launch(ctx: click.Context, args: list[str]) -> int:
-    """Run this command after ``launch``: ``args`` (TARGET, --port...) plus the launch's own
-    authority, python and connection options; returns the exit code."""
-    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
-    extra = inherited_args(ctx.params)
-    merged = list(args)
-    i = 0
-    while i < len(extra):  # what the caller passed explicitly wins
-        flag = extra[i]
-        takes_value = flag not in _INHERITED_FLAGS.values()
-        if flag not in given or flag == "--identity":
-            merged += extra[i : i + 2] if takes_value else [flag]
-        i += 2 if takes_value else 1
-    try:
-        command.main(args=merged, standalone_mode=False, obj=ctx.obj)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    return 0
 
 
 # -- a fleet -----------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Render fleet results: rich tables for people, JSON for programs, a node_exporter textfile.
+"""Render fleet results: tables for people (TableSpec, printed by cli/_render.py), JSON documents
+for programs, a node_exporter textfile (formats/prometheus_text.py).
 
 Renderers return values (tables, strings); the CLI prints them. ``write_textfile`` is the one
 writer here: node_exporter's textfile collector may read the file at any moment, so it is written
@@ -25,15 +26,11 @@ import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflash_provision.fleet import HostAudit, HostRepair, HostStatus, RepairAction
 from dflash_provision.formats.prometheus_text import MetricFamily, render
-from dflash_provision.plain_table import Cell, Column, TableSpec, rich_table
-
-if TYPE_CHECKING:
-    from rich.table import Table
-
+from dflash_provision.plain_table import Cell, Column, TableSpec
 
 STATUS_STYLE: dict[HostStatus, str] = {
     HostStatus.IN_SYNC: "green",
@@ -139,10 +136,6 @@ def audit_spec(audits: Sequence[HostAudit], *, show_diff: bool = True) -> TableS
     return TableSpec(AUDIT_COLUMNS, tuple(rows))
 
 
-def audit_table(audits: Sequence[HostAudit], *, show_diff: bool = True) -> Table:
-    return rich_table(audit_spec(audits, show_diff=show_diff))
-
-
 def repair_spec(repairs: Sequence[HostRepair], *, show_diff: bool = True) -> TableSpec:
     """Host, what it was, what was done, what it is now, and the message (a dry run's diff
     once per distinct diff; ``show_diff=False``: its first line)."""
@@ -165,10 +158,6 @@ def repair_spec(repairs: Sequence[HostRepair], *, show_diff: bool = True) -> Tab
             )
         )
     return TableSpec(REPAIR_COLUMNS, tuple(rows))
-
-
-def repair_table(repairs: Sequence[HostRepair]) -> Table:
-    return rich_table(repair_spec(repairs))
 
 
 # -- JSON ----------------------------------------------------------------------------------------

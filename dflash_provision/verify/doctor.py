@@ -331,13 +331,6 @@ def _validation_link(
     )
 
 
-def _fits(authority: Authority, target: bytes | None) -> bool:
-    """The authoritative config passes every layer with this target model's config."""
-    from dflash_provision.validation.validate import validate_config
-
-    return validate_config(authority.data, label=authority.label, target=target).ok
-
-
 def _loader_link(b: StageResult, target: Target, model: str | None) -> Link:
     problems = b.data.get("loader_problems")
     if problems is None:  # the probe did not run: the whole stage says why
