@@ -91,7 +91,7 @@ def stacked_lines(
     lines = [GAP.join(_pad(c.header, w, c) for c, w in headers).rstrip()]
     for row in table.rows:
         parts = []
-        for cell, w, column in zip(row[:-1], head, table.columns, strict=True):
+        for cell, w, column in zip(row[:-1], head, table.columns[:-1], strict=True):
             text = paint(cell.text, cell.style) if paint and cell.style else cell.text
             padding = " " * (w - len(cell.text))
             parts.append(padding + text if column.justify == "right" else text + padding)

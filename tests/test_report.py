@@ -22,7 +22,14 @@ from dflash_provision.fleet import (
     repair_exit_code,
     report,
 )
-from dflash_provision.plain_table import Cell, TableSpec, plain_lines, rich_table
+from dflash_provision.plain_table import (
+    Cell,
+    Column,
+    TableSpec,
+    plain_lines,
+    rich_table,
+    stacked_lines,
+)
 
 
 def make(name: str, status: HostStatus, **kw) -> HostAudit:
@@ -204,6 +211,22 @@ def test_a_piped_table_that_fits_is_printed_as_rich_prints_it():
         assert plain is not None  # what audit and repair print: no rich needed
         assert plain == rich_in_a_pipe(table, 200)
     assert plain_lines(drifted, 30) is None  # too narrow: rich folds the detail column
+
+
+def test_a_right_justified_column_lines_up_piped_stacked_and_in_rich():
+    """runtime-check's fleet table right-aligns acceptance: piped as rich prints it, and the
+    same alignment when the detail goes under each row."""
+    columns = (Column("host"), Column("acceptance", justify="right"), Column("detail"))
+    rows = (
+        (Cell("gpu1"), Cell("60.0%"), Cell("ok")),
+        (Cell("gpu22"), Cell("-"), Cell("unreachable")),
+    )
+    table = TableSpec(columns, rows)
+    plain = plain_lines(table, 200)
+    assert plain == rich_in_a_pipe(table, 200)
+    assert plain[1:] == ["gpu1        60.0%  ok", "gpu22           -  unreachable"]
+    stacked = stacked_lines(table, 200)
+    assert stacked[:2] == ["host   acceptance", "gpu1        60.0%"]
 
 
 def test_plain_lines_print_what_rich_prints_or_decline():
