@@ -32,6 +32,7 @@ class Column:
     header: str
     no_wrap: bool = False
     overflow: Literal["fold", "crop", "ellipsis", "ignore"] = "ellipsis"
+    justify: Literal["left", "right"] = "left"  # right: figures line up on their last digit
 
 
 @dataclass(frozen=True)
@@ -64,8 +65,8 @@ def plain_lines(table: TableSpec, width: int) -> list[str] | None:
     lines: list[str] = []
     for row in split:
         for k in range(max(len(cell) for cell in row)):
-            cells = zip(row, widths, strict=True)
-            parts = [(cell[k] if k < len(cell) else "").ljust(w) for cell, w in cells]
+            cells = zip(row, widths, table.columns, strict=True)
+            parts = [_pad(cell[k] if k < len(cell) else "", w, c) for cell, w, c in cells]
             lines.append(GAP.join(parts).rstrip())
     return lines
 
@@ -87,12 +88,13 @@ def stacked_lines(
     colours a cell's text by its style (on a terminal)."""
     head = _head_widths(table)
     headers = zip(table.columns[:-1], head, strict=True)
-    lines = [GAP.join(c.header.ljust(w) for c, w in headers).rstrip()]
+    lines = [GAP.join(_pad(c.header, w, c) for c, w in headers).rstrip()]
     for row in table.rows:
         parts = []
-        for cell, w in zip(row[:-1], head, strict=True):
+        for cell, w, column in zip(row[:-1], head, table.columns[:-1], strict=True):
             text = paint(cell.text, cell.style) if paint and cell.style else cell.text
-            parts.append(text + " " * (w - len(cell.text)))
+            padding = " " * (w - len(cell.text))
+            parts.append(padding + text if column.justify == "right" else text + padding)
         lines.append(GAP.join(parts).rstrip())
         for line in row[-1].text.split("\n"):
             wrapped = textwrap.wrap(
@@ -100,6 +102,10 @@ def stacked_lines(
             )
             lines.extend("    " + part for part in wrapped)
     return lines
+
+
+def _pad(text: str, width: int, column: Column) -> str:
+    return text.rjust(width) if column.justify == "right" else text.ljust(width)
 
 
 def _head_widths(table: TableSpec) -> list[int]:
@@ -126,7 +132,9 @@ def rich_table(table: TableSpec) -> Table:
 
     result = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
     for column in table.columns:
-        result.add_column(column.header, no_wrap=column.no_wrap, overflow=column.overflow)
+        result.add_column(
+            column.header, no_wrap=column.no_wrap, overflow=column.overflow, justify=column.justify
+        )
     for row in table.rows:
         result.add_row(
             *(cell.text if cell.markup else Text(cell.text, style=cell.style) for cell in row)

@@ -88,10 +88,6 @@ class Target:
     path: str
 
     @property
-    def is_local(self) -> bool:
-        return self.host is None
-
-    @property
     def is_file(self) -> bool:
         """True when ``path`` names the JSON file itself rather than the model directory."""
         return os.path.basename(self.path).endswith(".json")

@@ -237,11 +237,3 @@ def test_audit_dash_i_with_a_private_key_says_so(two: Fleet, tmp_path: Path) -> 
     ref = str(samples.REFERENCE_DRAFTER)
     done = run(tmp_path, "audit", "-i", key, "--from", ref, fleet=two)
     the_error_line(done, ExitCode.USAGE, f"-i {key}", "private key", f"--identity {key}")
-
-
-def test_launch_hands_its_revision_to_the_runtime_check_it_runs() -> None:
-    from dflash_provision.cli.runtime_check import inherited_args
-
-    args = inherited_args({"repo": REPO, "revision": "v1", "identity": ()})
-    assert args[args.index("--repo") + 1] == REPO
-    assert args[args.index("--revision") + 1] == "v1"  # else the check compares with main

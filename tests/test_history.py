@@ -286,6 +286,19 @@ def test_history_cli_shows_json_and_filters(tmp_path):
     assert "incomplete" in table.stdout and "h01" in table.stdout
 
 
+def test_history_json_has_the_layout_of_every_json_document(tmp_path: Path) -> None:
+    """history --json is a list, not an object, yet printed like every other --json document:
+    text as UTF-8 (an arrow, an accent), not ``\\u`` escapes, two-space indents."""
+    store = HistoryStore(tmp_path / history.DB_FILENAME)
+    entry = store.record_start("push", HostKey("h01"), "/m/config.json")
+    store.record_finish(entry, status="failed", message="déjà vu: 0.31 → 0.12")
+    out = run_cli("history", "--json", home=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "déjà vu: 0.31 → 0.12" in out.stdout
+    assert out.stdout.startswith('[\n  {\n    "')
+    assert out.stdout == json.dumps(json.loads(out.stdout), indent=2, ensure_ascii=False) + "\n"
+
+
 def _narrow_history(home: Path) -> list[tuple[str, str, str, str, str]]:
     """Records as a fleet leaves them: long host keys, a long failure message, an incomplete
     write; (op, host, status, message, sha256 after) of each, newest first."""

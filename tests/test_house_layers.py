@@ -19,7 +19,7 @@ FLOORS: list[tuple[str, str]] = [
     ("plain_table", "text tables"),
     ("netlookup", "host name lookup with a deadline (the Hub client and SSH routes)"),
     ("target", "the TARGET grammar: HOST/KIND:NAME:PATH"),
-    ("formats", "pure parsers: strict JSON, the safetensors header"),
+    ("formats", "pure parsers and writers: strict JSON, safetensors header, Prometheus text"),
     ("validation", "judging a config's bytes: schema, invariants, effective config, diff"),
     ("source", "where the authoritative bytes come from: Hub, lock file, local file"),
     ("history", "the local store: host keys, entries, acceptance references"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from dflash_provision.cli._json_document import render_document
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet import (
     HostAudit,
@@ -21,7 +22,14 @@ from dflash_provision.fleet import (
     repair_exit_code,
     report,
 )
-from dflash_provision.plain_table import Cell, TableSpec, plain_lines, rich_table
+from dflash_provision.plain_table import (
+    Cell,
+    Column,
+    TableSpec,
+    plain_lines,
+    rich_table,
+    stacked_lines,
+)
 
 
 def make(name: str, status: HostStatus, **kw) -> HostAudit:
@@ -57,7 +65,7 @@ def render(renderable) -> str:
 
 
 def test_table_lists_every_host_with_status_and_each_drifted_field():
-    text = render(report.audit_table(FLEET))
+    text = render(rich_table(report.audit_spec(FLEET)))
     assert re.search(r"h01\s+in_sync", text)
     assert re.search(r"h02\s+drifted\s+dflash_config.mask_token_id: 248064 → 248070", text)
     assert "sliding_window: null → 2048" in text
@@ -70,7 +78,7 @@ def test_summary_line_counts_statuses_in_a_stable_order():
 
 
 def test_json_document_carries_summary_and_per_host_evidence():
-    document = json.loads(report.to_json(report.audit_document(FLEET, elapsed_s=1.0, exit_code=4)))
+    document = json.loads(render_document(report.audit_document(FLEET, elapsed_s=1.0, exit_code=4)))
     assert document["summary"] == {
         "hosts": 3,
         "elapsed_s": 1.0,
@@ -177,7 +185,7 @@ def test_repair_table_shows_before_action_and_after():
         message="fixed 2 field(s)",
         after=make("h02", HostStatus.IN_SYNC),
     )
-    text = render(report.repair_table([fixed]))
+    text = render(rich_table(report.repair_spec([fixed])))
     assert re.search(r"h02\s+drifted\s+wrote\s+in_sync\s+fixed 2 field\(s\)", text)
     assert report.repair_summary_line([fixed]) == "1 host: 1 wrote; 1 in sync now"
 
@@ -203,6 +211,22 @@ def test_a_piped_table_that_fits_is_printed_as_rich_prints_it():
         assert plain is not None  # what audit and repair print: no rich needed
         assert plain == rich_in_a_pipe(table, 200)
     assert plain_lines(drifted, 30) is None  # too narrow: rich folds the detail column
+
+
+def test_a_right_justified_column_lines_up_piped_stacked_and_in_rich():
+    """runtime-check's fleet table right-aligns acceptance: piped as rich prints it, and the
+    same alignment when the detail goes under each row."""
+    columns = (Column("host"), Column("acceptance", justify="right"), Column("detail"))
+    rows = (
+        (Cell("gpu1"), Cell("60.0%"), Cell("ok")),
+        (Cell("gpu22"), Cell("-"), Cell("unreachable")),
+    )
+    table = TableSpec(columns, rows)
+    plain = plain_lines(table, 200)
+    assert plain == rich_in_a_pipe(table, 200)
+    assert plain[1:] == ["gpu1        60.0%  ok", "gpu22           -  unreachable"]
+    stacked = stacked_lines(table, 200)
+    assert stacked[:2] == ["host   acceptance", "gpu1        60.0%"]
 
 
 def test_plain_lines_print_what_rich_prints_or_decline():

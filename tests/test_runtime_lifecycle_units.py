@@ -18,7 +18,6 @@ from dflash_provision.server.process import (
     argv_matches,
     find_server,
     read_log,
-    speculative_config_of,
     stop_server,
 )
 from dflash_provision.server.readiness import fatal_lines
@@ -26,6 +25,7 @@ from dflash_provision.server.records import LaunchRecord
 from dflash_provision.source.authority import Authority
 from dflash_provision.target import parse_target
 from dflash_provision.transport.local import LocalTransport
+from dflash_provision.vllm.argv import read_speculative
 from testbed import samples
 
 
@@ -81,7 +81,7 @@ def test_same_launch_means_same_argv_env_names_and_drafter_bytes() -> None:
 def test_speculative_config_is_read_from_the_servers_own_argv(
     argv: list[str], expected: str | None
 ) -> None:
-    spec = speculative_config_of(argv)
+    spec = read_speculative(argv).config  # vLLM's rules: the last option wins
     assert (spec or {}).get("method") == expected
 
 

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.errors import ExitCode
 from dflash_provision.fleet.files_audit import HostFilesAudit
 
@@ -61,7 +61,7 @@ def verify_all_files(
         document = result.to_dict()
         document["files"] = files.to_dict()
         document["exit_code"] = int(code)
-        click.echo(json.dumps(document, indent=2, ensure_ascii=False))
+        echo_document(document)
         ctx.exit(int(code))
     if not result.status.audited:
         raise RemoteStepFailed(f"{result.target}: {result.message}", step="read")
@@ -150,7 +150,7 @@ def _echo_audit(
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
         document["hosts"] = [r.to_dict() for r in results]
         document["summary"]["files"] = files_summary(results)
-        click.echo(report.to_json(document))
+        echo_document(document)
         return
     echo_table(report.audit_spec(audits), report.summary_line(audits, elapsed))
     for result in results:
@@ -258,7 +258,7 @@ def repair_files_command(
         for host in document["hosts"]:
             result = by_name.get(host["name"])
             host["files"] = result.to_dict() if result is not None else None
-        click.echo(report.to_json(document))
+        echo_document(document)
         ctx.exit(int(code))
     echo_table(report.repair_spec(repairs), report.repair_summary_line(repairs, elapsed))
     for result in results:

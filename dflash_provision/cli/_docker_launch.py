@@ -3,12 +3,12 @@ runtime-check with --container on the same connection)."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from typing import TYPE_CHECKING
 
 import click
 
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.errors import UsageError
 
 if TYPE_CHECKING:
@@ -75,5 +75,5 @@ def launch_docker(
                 emit_report(check, as_json=False)
     if as_json:
         data = {"launch": result.to_dict(), "runtime_check": check.to_dict() if check else None}
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        echo_document(data)
     return int(check.exit_code) if check is not None else 0

@@ -108,8 +108,17 @@ def error_document(
     }
 
 
-def print_document(doc: dict[str, Any]) -> None:
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False))
+def render_document(doc: Any) -> str:
+    """The one layout of every ``--json`` output: indented by two, UTF-8 as it is (no ``\\u``
+    escapes), keys in the order the command built them, one newline at the end. Strict JSON: a
+    NaN or an infinity is an error here, never ``NaN``/``Infinity`` on stdout (not JSON: ``jq``
+    refuses it). A value JSON has no type for (a path, a time) is written as its text."""
+    return json.dumps(doc, indent=2, ensure_ascii=False, allow_nan=False, default=str) + "\n"
+
+
+def echo_document(doc: Any) -> None:
+    """Print ``doc`` on stdout as a command's ``--json`` document (``render_document``)."""
+    click.echo(render_document(doc), nl=False)
 
 
 def completed(text: str, code: int) -> str:
@@ -123,7 +132,7 @@ def completed(text: str, code: int) -> str:
         return text
     doc.setdefault("status", status_word(None, code))
     doc.setdefault("exit_code", code)
-    return json.dumps(doc, indent=2, ensure_ascii=False) + "\n"
+    return render_document(doc)
 
 
 class HeldStdout:

@@ -3,13 +3,14 @@ pipe alike, and a push / rollback result."""
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
+
+from dflash_provision.cli._json_document import echo_document
 
 if TYPE_CHECKING:
     from dflash_provision.place.push import PushResult
@@ -133,7 +134,7 @@ def emit_push_result(
     for warning in result.warnings:
         click.echo(f"warning: {warning}", err=True)
     if as_json:
-        click.echo(json.dumps({**result.to_dict(), **(extra or {})}, indent=2, ensure_ascii=False))
+        echo_document({**result.to_dict(), **(extra or {})})
         if not result.ok:
             ctx.exit(int(result.exit_code))
         return

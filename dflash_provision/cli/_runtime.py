@@ -4,12 +4,13 @@ Here so that no command module imports another."""
 
 from __future__ import annotations
 
-import json
 import shlex
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
+
+from dflash_provision.cli._json_document import echo_document
 
 if TYPE_CHECKING:
     from dflash_provision.source.authority import SourceSpec
@@ -155,7 +156,7 @@ def emit_report(report: CheckReport, *, as_json: bool, verbose: bool = True) -> 
     passed stages as their headline, the failing one with its evidence, its open causes and the
     fix (a passing check is shown whole: its evidence is what it proved)."""
     if as_json:
-        click.echo(json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str))
+        echo_document(report.to_dict())
         return
     click.echo(
         f"runtime-check {report.target} port {report.port}  (authoritative {report.authority})"

@@ -36,6 +36,7 @@ from pathlib import Path
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._render import echo_table
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
@@ -104,7 +105,7 @@ def command(
                 stopped.done, elapsed_s=elapsed, exit_code=int(ExitCode.INTERRUPTED)
             )
             document["summary"].update(stopped.to_dict())
-            click.echo(report.to_json(document))
+            echo_document(document)
         else:
             echo_table(
                 report.audit_spec(stopped.done, show_diff=not brief),
@@ -116,7 +117,7 @@ def command(
     code = int(audit_exit_code(audits))
     if as_json:
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=code)
-        click.echo(report.to_json(document))
+        echo_document(document)
     else:
         echo_table(
             report.audit_spec(audits, show_diff=not brief), report.summary_line(audits, elapsed)

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import click
 
 from dflash_provision.cli._connect import source_connection_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.errors import ConfigInvalid, ExitCode
 from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import Connector
@@ -76,9 +76,9 @@ def command(ctx: click.Context, a: str, b: str, as_json: bool, connection: Conne
             "layouts": {"a": layouts[0], "b": layouts[1]},
             "changes": [change.to_dict() for change in changes],
         }
-        # allow_nan=False: the parse layer refuses non-finite numbers, so none can reach here;
-        # if one ever did, fail loudly rather than print Infinity, which is not JSON.
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False, allow_nan=False))
+        # The parse layer refuses non-finite numbers, so none can reach here; if one ever did,
+        # render_document fails loudly rather than print Infinity, which is not JSON.
+        echo_document(payload)
     elif changes or crossing:
         click.echo(f"--- {side_a.label}")
         click.echo(f"+++ {side_b.label}")

@@ -11,6 +11,7 @@ from dflash_provision.cli._connect import (
     authority_options,
     runtime_connection_options,
 )
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import check_options, container_option
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
@@ -58,7 +59,7 @@ def command(
 ) -> None:
     from dflash_provision.cli._runtime import fix_command
     from dflash_provision.target import parse_target
-    from dflash_provision.verify.doctor import diagnose, report_json
+    from dflash_provision.verify.doctor import diagnose
     from dflash_provision.verify.runtime_check import CheckSettings
 
     target = parse_target(target_spec)
@@ -91,7 +92,7 @@ def command(
             container=found,
         )
     if as_json:
-        click.echo(report_json(report))
+        echo_document(report.to_dict())
     else:
         _render(report, verbose)
     ctx.exit(int(report.exit_code))

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.errors import UsageError
 from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
@@ -133,7 +133,7 @@ def command(
                             timeout)  # fmt: skip
         result["files"] = [f.to_dict() for f in pinned]
     if as_json:
-        click.echo(json.dumps(result, indent=2))
+        echo_document(result)
         return
     click.echo(f"fetched {fetched.repo_id} {fetched.filename} ({len(fetched.data)} bytes)")
     how = " (from the cache, not resolved now)" if fetched.cache_fallback is not None else ""
@@ -183,7 +183,7 @@ def _pin_locked_commits(lock_path: Path, as_json: bool, timeout: float) -> None:
             }
         )
     if as_json:
-        click.echo(json.dumps({"lock": str(lock_path), "pinned": results}, indent=2))
+        echo_document({"lock": str(lock_path), "pinned": results})
         return
     for result in results:
         click.echo(f"pinned {result['repo_id']}@{result['commit_sha']} in {lock_path}")

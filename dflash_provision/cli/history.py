@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import click
+
+from dflash_provision.cli._json_document import echo_document
 
 if TYPE_CHECKING:
     from dflash_provision.history.store import HistoryEntry
@@ -65,7 +66,7 @@ def command(host: str | None, op: str | None, last: int, as_json: bool) -> None:
             key = HostKey.of_name(host) if ":/" in host else HostKey.parse(host)
         entries = default_store().query(host=key, op=op, limit=last)
     if as_json:
-        click.echo(json.dumps([e.to_dict() for e in entries], indent=2))
+        echo_document([e.to_dict() for e in entries])
         return
     if entries:
         _echo_table(entries)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import shlex
 import sys
 import time
@@ -17,6 +16,7 @@ from dflash_provision.cli._connect import (
     runtime_connection_options,
 )
 from dflash_provision.cli._env import parse_env
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import fix_command, port_option, rehash_files_option
 from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.source.authority import SourceSpec
@@ -254,7 +254,7 @@ def command(
             check = _runtime_check(transport, target, authority, request, as_json=as_json)
     if as_json:
         data = {"launch": result.to_dict(), "runtime_check": check.to_dict() if check else None}
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        echo_document(data)
     if not result.ok:
         ctx.exit(int(result.exit_code))
     if check is not None:
@@ -317,7 +317,7 @@ def _restart_recorded(
             "launch": {"status": "restarted", "message": message, "record": record.to_dict()},
             "runtime_check": check.to_dict() if check else None,
         }
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False, default=str))
+        echo_document(data)
     if check is not None:
         ctx.exit(int(check.exit_code))
 

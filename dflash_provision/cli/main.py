@@ -149,8 +149,8 @@ def _run(argv: list[str] | None, state: dict[str, Any]) -> int:
     from dflash_provision.cli._json_document import (
         HeldStdout,
         completed,
+        echo_document,
         error_document,
-        print_document,
     )
 
     held = HeldStdout(sys.stdout)
@@ -165,7 +165,7 @@ def _run(argv: list[str] | None, state: dict[str, Any]) -> int:
         click.echo(completed(printed, code), nl=False)
     elif failure is not None:
         exc, line = failure
-        print_document(error_document(json_for, state, exc, code, line))
+        echo_document(error_document(json_for, state, exc, code, line))
     return code
 
 

@@ -28,6 +28,7 @@ import time
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._render import echo_table
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
@@ -115,7 +116,7 @@ def command(
                 dry_run=dry_run,
             )
             document["summary"].update(stopped.to_dict())
-            click.echo(report.to_json(document))
+            echo_document(document)
         else:
             echo_table(
                 report.repair_spec(stopped.done, show_diff=not brief),
@@ -134,7 +135,7 @@ def command(
         document = report.repair_document(
             repairs, elapsed_s=elapsed, exit_code=int(code), dry_run=dry_run
         )
-        click.echo(report.to_json(document))
+        echo_document(document)
     else:
         echo_table(
             report.repair_spec(repairs, show_diff=not brief),

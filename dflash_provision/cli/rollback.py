@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from dflash_provision.cli._connect import authority_options, connection_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._render import emit_push_result
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
@@ -105,7 +105,7 @@ def command(
             }
             for b in backups
         ]
-        click.echo(json.dumps({"target": str(target), "backups": rows}, indent=2))
+        echo_document({"target": str(target), "backups": rows})
         return
     if not backups:
         click.echo(f"{target}: no backups")

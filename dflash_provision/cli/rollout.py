@@ -20,12 +20,15 @@ from typing import TYPE_CHECKING, Any
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
+from dflash_provision.cli._json_document import echo_document
+from dflash_provision.cli._render import echo_table
 from dflash_provision.cli._runtime import (
     container_option,
     long_context_option,
     rehash_files_option,
 )
 from dflash_provision.errors import ExitCode
+from dflash_provision.plain_table import Cell, Column, TableSpec
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -332,44 +335,39 @@ def _finish(ctx: click.Context, rollout: Rollout, as_json: bool) -> None:
 
 
 def _show(rollout: Rollout, as_json: bool, code: int | None = None) -> None:
-    import json
-
     if as_json:
         doc = rollout.to_dict()
         doc.pop("new_config", None)
         doc["exit_code"] = code
-        click.echo(json.dumps(doc, indent=2, sort_keys=True))
+        echo_document(doc)
         return
-    rows = [("host", "batch", "outcome", "baseline → new → after rollback", "detail")]
-    rows += [_row(h) for h in rollout.hosts]
-    widths = [max(len(r[i]) for r in rows) for i in range(4)]
-    for row in rows:
-        click.echo("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=False)) + "  " + row[4])
     from dflash_provision.rollout.engine import state_line
 
-    click.echo(f"rollout {rollout.id}: {state_line(rollout.state, rollout.message)}")
+    headers = ("host", "batch", "outcome", "baseline → new → after rollback", "detail")
+    table = TableSpec(tuple(Column(h) for h in headers), tuple(_row(h) for h in rollout.hosts))
+    echo_table(table, f"rollout {rollout.id}: {state_line(rollout.state, rollout.message)}")
 
 
-def _row(h: HostState) -> tuple[str, str, str, str, str]:
+def _row(h: HostState) -> tuple[Cell, ...]:
     figures = f"{h.baseline.show()} → {h.new.show()} → {h.after.show()}"
-    return (h.name, str(h.batch or "-"), h.phase, figures, h.detail)
+    return tuple(Cell(c) for c in (h.name, str(h.batch or "-"), h.phase, figures, h.detail))
 
 
 def _status(store: Any, rollout_id: str, as_json: bool) -> None:
-    import json
-
     if rollout_id:
         _show(store.load(rollout_id), as_json)
         return
     rows = store.all()
     if as_json:
         keys = ("id", "created_at", "updated_at", "state")
-        click.echo(json.dumps([dict(zip(keys, r, strict=True)) for r in rows], indent=2))
+        echo_document([dict(zip(keys, r, strict=True)) for r in rows])
         return
-    for r in rows:
-        click.echo(f"{r[0]}  {r[3]:<16} started {r[1]}  updated {r[2]}")
     if not rows:
         click.echo("no rollouts recorded")
+        return
+    columns = tuple(Column(h) for h in ("rollout", "state", "started", "updated"))
+    cells = tuple((Cell(r[0]), Cell(r[3]), Cell(r[1]), Cell(r[2])) for r in rows)
+    echo_table(TableSpec(columns, cells))
 
 
 def _dry_run(

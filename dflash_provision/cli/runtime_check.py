@@ -16,14 +16,14 @@ A passing check records its acceptance figures as a reference in the history sto
 
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import click
 
 from dflash_provision.cli._fleet import FleetSelection, fleet_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import check_options, container_option, emit_report
 from dflash_provision.transport.factory import Connector
 
@@ -227,60 +227,6 @@ def _single(
     return int(report.exit_code)
 
 
-# The launching command's own options that mean the same here (its ctx.params, as parsed).
-_INHERITED_VALUES = {
-    "repo": "--repo",
-    "revision": "--revision",
-    "from_file": "--from",
-    "lock": "--lock",
-    "lock_repo": "--lock-repo",
-    "python": "--python",
-    "connect_timeout": "--connect-timeout",
-    "command_timeout": "--command-timeout",
-    "ssh_config": "--ssh-config",
-    "known_hosts": "--known-hosts",
-    "lxc_path": "--lxc-path",
-    "docker_host": "--docker-host",
-}
-_INHERITED_FLAGS = {
-    "accept_new_host_key": "--accept-new-host-key",
-    "no_agent": "--no-agent",
-    "sudo": "--sudo",
-}
-
-
-def inherited_args(params: dict[str, Any]) -> list[str]:
-    """The authority, python and connection options of a launching command, as arguments."""
-    args: list[str] = []
-    for name, flag in _INHERITED_VALUES.items():
-        if params.get(name) is not None:
-            args += [flag, str(params[name])]
-    args += [flag for name, flag in _INHERITED_FLAGS.items() if params.get(name)]
-    for key in params.get("identity") or ():
-        args += ["--identity", str(key)]
-    return args
-
-
-def run_after_launch(ctx: click.Context, args: list[str]) -> int:
-    """Run this command after ``launch``: ``args`` (TARGET, --port...) plus the launch's own
-    authority, python and connection options; returns the exit code."""
-    given = {arg.split("=", 1)[0] for arg in args if arg.startswith("--")}
-    extra = inherited_args(ctx.params)
-    merged = list(args)
-    i = 0
-    while i < len(extra):  # what the caller passed explicitly wins
-        flag = extra[i]
-        takes_value = flag not in _INHERITED_FLAGS.values()
-        if flag not in given or flag == "--identity":
-            merged += extra[i : i + 2] if takes_value else [flag]
-        i += 2 if takes_value else 1
-    try:
-        command.main(args=merged, standalone_mode=False, obj=ctx.obj)
-    except click.exceptions.Exit as exc:
-        return int(exc.exit_code)
-    return 0
-
-
 # -- a fleet -----------------------------------------------------------------------------------
 
 
@@ -293,7 +239,7 @@ def _fleet(
     host_deadline: float | None = None,
 ) -> int:
     from dflash_provision.cli._fleet import ProgressDisplay, make_run
-    from dflash_provision.cli._render import echo_rich
+    from dflash_provision.cli._render import echo_table
     from dflash_provision.fleet.report import write_textfile
     from dflash_provision.verify import fleet_check
 
@@ -315,9 +261,9 @@ def _fleet(
         write_textfile(prometheus, fleet_check.prometheus_text(rows, timestamp=time.time()))
     if as_json:
         document = fleet_check.fleet_document(rows, elapsed_s=elapsed, exit_code=int(code))
-        click.echo(json.dumps(document, indent=2, ensure_ascii=False, default=str))
+        echo_document(document)
     else:
-        echo_rich(fleet_check.fleet_table(rows), fleet_check.summary_line(rows, elapsed))
+        echo_table(fleet_check.fleet_table(rows), fleet_check.summary_line(rows, elapsed))
     return int(code)
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import container_option, server_port_option
 from dflash_provision.transport.factory import Connector
 
@@ -57,7 +58,7 @@ def command(
         choice = choose_port(transport, target, port)
         status = server_status(transport, choice.port, python=python, port_from=choice.how)
     if as_json:
-        click.echo(json.dumps(status.to_dict(), indent=2, ensure_ascii=False))
+        echo_document(status.to_dict())
     else:
         _render(status)
     if status.held_by_hidden_process:
@@ -145,7 +146,7 @@ def _in_container(
     spec = status.server.speculative_config if status and status.server else None
     data["container"] = _container_dict(found, spec)
     if as_json:
-        click.echo(json.dumps(data, indent=2, ensure_ascii=False))
+        echo_document(data)
     elif status is None:
         click.echo(f"{found.what} on {transport.description}: not running (state "
                    f"{found.record.status})")  # fmt: skip

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import click
 
 from dflash_provision.cli._connect import runtime_connection_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import container_option, server_port_option
 from dflash_provision.transport.factory import Connector
 
@@ -66,7 +66,7 @@ def command(
         where = f"port {port} on {transport.description}"
     if as_json:
         data = {"target": where, "port": port, **outcome.to_dict()}
-        click.echo(json.dumps(data, indent=2))
+        echo_document(data)
     else:
         for line in _render(outcome, where):
             click.echo(line)
@@ -129,7 +129,7 @@ def _in_container(
             found, chosen, timeout=timeout, command_timeout=connection.ssh.command_timeout
         )
     if as_json:
-        click.echo(json.dumps({"port": chosen, **outcome.to_dict()}, indent=2))
+        echo_document({"port": chosen, **outcome.to_dict()})
     elif outcome.status == "stopped":
         click.echo(f"stopped: port {chosen} in {outcome.container}: {outcome.message}")
     else:

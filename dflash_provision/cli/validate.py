@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from typing import TYPE_CHECKING
 
 import click
 
 from dflash_provision.cli._connect import source_connection_options
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
 from dflash_provision.validation.findings import LAYERS, ValidationReport
@@ -116,7 +116,7 @@ def command(
             payload["against_source"] = against.label
         if weights is not None:
             payload["weights"] = weights.to_dict()
-        click.echo(json.dumps(payload, indent=2, ensure_ascii=False))
+        echo_document(payload)
     else:
         notes = {"weights": _weights_notes(weights)} if weights is not None else None
         label = against.label if against else None

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
 from dflash_provision.cli._connect import (
     authority_options,
     connection_options,
 )
+from dflash_provision.cli._json_document import echo_document
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
 
@@ -59,7 +58,7 @@ def command(
     with connection.open(target) as transport:
         result = verify_config(transport, target, authority)  # the transport's --command-timeout
     if as_json:
-        click.echo(json.dumps(result.to_dict(), indent=2, ensure_ascii=False))
+        echo_document(result.to_dict())
         ctx.exit(int(result.exit_code))
     if not result.status.audited:
         raise RemoteStepFailed(f"{result.target}: {result.message}", step="read")

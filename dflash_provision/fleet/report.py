@@ -1,4 +1,5 @@
-"""Render fleet results: rich tables for people, JSON for programs, a node_exporter textfile.
+"""Render fleet results: tables for people (TableSpec, printed by cli/_render.py), JSON documents
+for programs, a node_exporter textfile (formats/prometheus_text.py).
 
 Renderers return values (tables, strings); the CLI prints them. ``write_textfile`` is the one
 writer here: node_exporter's textfile collector may read the file at any moment, so it is written
@@ -20,20 +21,16 @@ be right" is what an alert wants; ``dflash_config_status`` tells the reasons apa
 from __future__ import annotations
 
 import contextlib
-import json
 import os
 import tempfile
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from dflash_provision.fleet import HostAudit, HostRepair, HostStatus, RepairAction
-from dflash_provision.plain_table import Cell, Column, TableSpec, rich_table
-
-if TYPE_CHECKING:
-    from rich.table import Table
-
+from dflash_provision.formats.prometheus_text import MetricFamily, render
+from dflash_provision.plain_table import Cell, Column, TableSpec
 
 STATUS_STYLE: dict[HostStatus, str] = {
     HostStatus.IN_SYNC: "green",
@@ -139,10 +136,6 @@ def audit_spec(audits: Sequence[HostAudit], *, show_diff: bool = True) -> TableS
     return TableSpec(AUDIT_COLUMNS, tuple(rows))
 
 
-def audit_table(audits: Sequence[HostAudit], *, show_diff: bool = True) -> Table:
-    return rich_table(audit_spec(audits, show_diff=show_diff))
-
-
 def repair_spec(repairs: Sequence[HostRepair], *, show_diff: bool = True) -> TableSpec:
     """Host, what it was, what was done, what it is now, and the message (a dry run's diff
     once per distinct diff; ``show_diff=False``: its first line)."""
@@ -165,10 +158,6 @@ def repair_spec(repairs: Sequence[HostRepair], *, show_diff: bool = True) -> Tab
             )
         )
     return TableSpec(REPAIR_COLUMNS, tuple(rows))
-
-
-def repair_table(repairs: Sequence[HostRepair]) -> Table:
-    return rich_table(repair_spec(repairs))
 
 
 # -- JSON ----------------------------------------------------------------------------------------
@@ -206,74 +195,43 @@ def repair_document(
     }
 
 
-def to_json(document: dict[str, Any]) -> str:
-    return json.dumps(document, indent=2, ensure_ascii=False)
-
-
 # -- Prometheus textfile -------------------------------------------------------------------------
-
-
-def _label_value(value: str) -> str:
-    # The exposition format escapes exactly these three.
-    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
-
-
-def prometheus_labels(**labels: str) -> str:
-    return "{" + ",".join(f'{k}="{_label_value(v)}"' for k, v in labels.items()) + "}"
 
 
 def prometheus_text(audits: Sequence[HostAudit], *, timestamp: float, run_duration_s: float) -> str:
     """The node_exporter textfile for one audit (see the module docstring)."""
-    lines: list[str] = []
-
-    def metric(name: str, kind: str, help_text: str) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
-
-    metric(
+    in_sync = MetricFamily(
         "dflash_config_in_sync",
-        "gauge",
         "1 when the host's DFlash drafter config is the authoritative one, else 0.",
     )
-    for a in audits:
-        labels = prometheus_labels(host=a.name, group=a.group, path=a.path)
-        lines.append(f"dflash_config_in_sync{labels} {int(a.status is HostStatus.IN_SYNC)}")
-    metric(
+    status_of = MetricFamily(
         "dflash_config_status",
-        "gauge",
         "Audit status of the host's drafter config: 1 for the current status, 0 for the others.",
     )
-    for a in audits:
-        for status in _ORDER:
-            labels = prometheus_labels(host=a.name, group=a.group, path=a.path, status=status.value)
-            lines.append(f"dflash_config_status{labels} {int(a.status is status)}")
-    metric(
+    duration = MetricFamily(
         "dflash_config_audit_duration_seconds",
-        "gauge",
         "Seconds the last audit spent on the host (connect, read, classify).",
     )
     for a in audits:
-        labels = prometheus_labels(host=a.name, group=a.group, path=a.path)
-        lines.append(f"dflash_config_audit_duration_seconds{labels} {a.timings.total_s:.6f}")
-    metric("dflash_config_audit_hosts", "gauge", "Hosts per audit status in the last audit.")
+        where = {"host": a.name, "group": a.group, "path": a.path}
+        in_sync.add(a.status is HostStatus.IN_SYNC, **where)
+        for status in _ORDER:
+            status_of.add(a.status is status, **where, status=status.value)
+        duration.add(a.timings.total_s, **where)
+    hosts = MetricFamily("dflash_config_audit_hosts", "Hosts per audit status in the last audit.")
     counts = status_counts(audits)
     for status in _ORDER:
-        lines.append(
-            f"dflash_config_audit_hosts{prometheus_labels(status=status.value)} {counts[status]}"
-        )
-    metric(
-        "dflash_config_audit_timestamp_seconds",
-        "gauge",
-        "Unix time when the last audit finished.",
+        hosts.add(counts[status], status=status.value)
+    finished = MetricFamily(
+        "dflash_config_audit_timestamp_seconds", "Unix time when the last audit finished.", digits=3
     )
-    lines.append(f"dflash_config_audit_timestamp_seconds {timestamp:.3f}")
-    metric(
+    finished.add(timestamp)
+    run = MetricFamily(
         "dflash_config_audit_run_duration_seconds",
-        "gauge",
         "Wall-clock seconds the last audit took for the whole fleet.",
     )
-    lines.append(f"dflash_config_audit_run_duration_seconds {run_duration_s:.6f}")
-    return "\n".join(lines) + "\n"
+    run.add(run_duration_s)
+    return render([in_sync, status_of, duration, hosts, finished, run])
 
 
 def write_textfile(path: Path, text: str) -> None:

@@ -63,7 +63,6 @@ STARTED = "started"  # written before the remote change; stays so if the process
 OK = "ok"
 FAILED = "failed"
 
-OPERATIONS = ("push", "repair", "rollback", "audit", "verify", "runtime-check", "rollout")
 
 # One schema: 0.1.0 is the first release, so no migration is kept from the development builds
 # before it. It is numbered 3, as the last of those builds numbered the same tables, whose

@@ -126,12 +126,6 @@ class PushResult:
         return self.proof is not None and self.proof.interrupted
 
     @property
-    def settled_sha256(self) -> str | None:
-        """What the file held when checked after a cut-off."""
-        settled = self.proof.settled if self.proof is not None else None
-        return settled.sha256 if settled is not None else None
-
-    @property
     def old_data(self) -> bytes | None:
         """The replaced (or found) file's bytes, when known: for a caller that judges them."""
         return self.proof.old.data if self.proof is not None else None

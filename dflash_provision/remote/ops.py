@@ -403,13 +403,6 @@ class WriteOutcome:
     def ok(self) -> bool:
         return self.status is not WriteStatus.FAILED
 
-    @property
-    def backup_path(self) -> str | None:
-        """Where the old file was kept (None: no backup taken, or it was removed)."""
-        if not self.backup or self.followed_symlink:
-            return None  # a followed symlink's backups live beside the file it points to
-        return f"{backup_dir(self.path)}/{self.backup}"
-
     def failure_text(self) -> str:
         """One line: which step failed and why, e.g. "step write failed (disk full): ..."."""
         reason = _REASON_TEXT.get(self.reason or "", self.reason or "error")

@@ -35,13 +35,15 @@ _PACKAGE = Path(__file__).resolve().parent.parent
 REMOTE_SCRIPTS = _PACKAGE / "remote" / "scripts"
 RUNTIME_SCRIPTS = _PACKAGE / "server" / "scripts"
 
-#: What a script needs besides common.sh, read before it: the push's lock for the write and for
-#: the settle step that must wait for an interrupted write; the runtime helpers for every
-#: runtime script; the symlink-stays-inside test for the two scripts that read a drafter's files.
+#: What a script needs besides common.sh, read before it: the push's own directory and its
+#: trust test for every script that works in it, and the push's lock for the write and for the
+#: settle step that must wait for an interrupted write; the runtime helpers for every runtime
+#: script; the symlink-stays-inside test for the two scripts that read a drafter's files.
 _FRAGMENTS = {
-    "write": ("lock",),
-    "settle": ("lock",),
-    "place": ("lock",),
+    "write": ("own_dir", "lock"),
+    "settle": ("own_dir", "lock"),
+    "place": ("own_dir", "lock"),
+    "backups": ("own_dir",),
     "files": ("inside",),
     "weights": ("inside",),
 }

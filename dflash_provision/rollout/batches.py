@@ -11,8 +11,6 @@ from dflash_provision.errors import UsageError
 
 _T = TypeVar("_T")
 
-DEFAULT_BATCHES = "1,25%,100%"
-
 
 def parse_batches(text: str) -> list[str]:
     """The batch ends as written; UsageError for an empty list or a bad entry."""

@@ -10,34 +10,26 @@ stops (completed, paused, rolled back, aborted, refused, interrupted)::
 
 from __future__ import annotations
 
-from dflash_provision.fleet.report import prometheus_labels
+from dflash_provision.formats.prometheus_text import MetricFamily, render
 from dflash_provision.rollout.record import Rollout, State
 
 
 def prometheus_text(rollout: Rollout, *, timestamp: float) -> str:
-    lines: list[str] = []
-
-    def metric(name: str, help_text: str) -> None:
-        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} gauge"])
-
     rid = rollout.id
-    metric("dflash_rollout_state", "1 for the state the rollout is in.")
-    for state in State:
-        value = int(rollout.state is state)
-        lines.append(
-            f"dflash_rollout_state{prometheus_labels(rollout=rid, state=state.value)} {value}"
-        )
-    metric("dflash_rollout_batch", "The batch the rollout reached (0: none started).")
-    lines.append(f"dflash_rollout_batch{prometheus_labels(rollout=rid)} {rollout.batch}")
-    metric(
+    state = MetricFamily("dflash_rollout_state", "1 for the state the rollout is in.")
+    for each in State:
+        state.add(rollout.state is each, rollout=rid, state=each.value)
+    batch = MetricFamily("dflash_rollout_batch", "The batch the rollout reached (0: none started).")
+    batch.add(rollout.batch, rollout=rid)
+    passed = MetricFamily(
         "dflash_rollout_host_passed",
         "1 when the host passed the rollout's gate (or already ran the config: unchanged).",
     )
     for h in rollout.hosts:
-        labels = prometheus_labels(rollout=rid, host=h.name, batch=str(h.batch))
-        passed = h.phase in ("passed", "unchanged")
-        lines.append(f"dflash_rollout_host_passed{labels} {int(passed)}")
-    metric("dflash_rollout_acceptance_rate", "Acceptance before, with and after the rollout.")
+        passed.add(h.phase in ("passed", "unchanged"), rollout=rid, host=h.name, batch=str(h.batch))
+    rate = MetricFamily(
+        "dflash_rollout_acceptance_rate", "Acceptance before, with and after the rollout."
+    )
     for h in rollout.hosts:
         for when, figures in (
             ("baseline", h.baseline),
@@ -45,8 +37,9 @@ def prometheus_text(rollout: Rollout, *, timestamp: float) -> str:
             ("after_rollback", h.after),
         ):
             if figures.rate is not None:
-                labels = prometheus_labels(rollout=rid, host=h.name, when=when)
-                lines.append(f"dflash_rollout_acceptance_rate{labels} {figures.rate:.6f}")
-    metric("dflash_rollout_timestamp_seconds", "Unix time when this file was written.")
-    lines.append(f"dflash_rollout_timestamp_seconds {timestamp:.3f}")
-    return "\n".join(lines) + "\n"
+                rate.add(figures.rate, rollout=rid, host=h.name, when=when)
+    written = MetricFamily(
+        "dflash_rollout_timestamp_seconds", "Unix time when this file was written.", digits=3
+    )
+    written.add(timestamp)
+    return render([state, batch, passed, rate, written])

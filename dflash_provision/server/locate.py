@@ -44,7 +44,6 @@ class Launched:
 class PortChoice:
     port: int
     how: str  # "--port" | "launch record" | "default"
-    candidates: tuple[Launched, ...] = ()
 
 
 def launched(transport: Transport, *, timeout: float | None = None) -> list[Launched]:
@@ -89,7 +88,7 @@ def choose_port(
     if not mine:
         return PortChoice(DEFAULT_PORT, "default")
     if len(mine) == 1:
-        return PortChoice(mine[0].port, "launch record", tuple(mine))
+        return PortChoice(mine[0].port, "launch record")
     listed = ", ".join(
         f"{s.port} ({'running' if s.alive else 'stopped'}, launched {s.record.started_at})"
         for s in mine

@@ -245,12 +245,6 @@ def server_from_state(state: PortState) -> RunningServer | None:
     )
 
 
-def speculative_config_of(argv: list[str]) -> dict[str, Any] | None:
-    """The speculative config a ``vllm serve`` command line runs with, read with vLLM's rules
-    (the last option wins; see ``vllm/argv.py``), or None."""
-    return read_speculative(argv).config
-
-
 # --------------------------------------------------------------------------------------------
 # Start / stop
 

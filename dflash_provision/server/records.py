@@ -32,18 +32,10 @@ from typing import Any
 
 from dflash_provision.errors import RemoteStepFailed
 
-STATE_SUBDIR = ".local/state/dflash-provision/vllm"
-PIDFILE = "pid"
 LOGFILE = "server.log"
-RECORDFILE = "launch.json"
 RECORD_VERSION = 1
 #: A record is a few KiB; anything bigger was not written by us.
 MAX_RECORD_BYTES = 256 * 1024
-
-
-def state_dir_doc(port: int) -> str:
-    """Where a port's files live, for messages and docs (the shell resolves $HOME)."""
-    return f"${{XDG_STATE_HOME:-$HOME/.local/state}}/dflash-provision/vllm/{port}"
 
 
 @dataclass(frozen=True)

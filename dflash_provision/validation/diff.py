@@ -201,11 +201,6 @@ class ConfigDiff:
     def formatting_only(self) -> bool:
         return not self.bytes_equal and not self.changes and not self.note
 
-    @property
-    def old_unparseable(self) -> bool:
-        """The current file is not valid JSON (what audit calls ``invalid``)."""
-        return self.note.startswith("current file is not valid JSON")
-
 
 def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
     """Semantic diff of two config byte strings (``old`` None: there is no old file)."""

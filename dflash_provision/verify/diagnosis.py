@@ -178,10 +178,6 @@ class _Facts:
         return validate_command(self.ctx.target, self.model)
 
     @property
-    def from_lock(self) -> bool:
-        return "--lock" in shlex.split(self.ctx.push_fix)
-
-    @property
     def probe(self) -> dict[str, Any]:
         b = self.stage("b")
         return _dict(b.data.get("probe")) if b else {}

@@ -17,7 +17,6 @@ Built on runtime-check's stages: the same evidence, arranged as a chain instead 
 
 from __future__ import annotations
 
-import json
 import shlex
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
@@ -332,13 +331,6 @@ def _validation_link(
     )
 
 
-def _fits(authority: Authority, target: bytes | None) -> bool:
-    """The authoritative config passes every layer with this target model's config."""
-    from dflash_provision.validation.validate import validate_config
-
-    return validate_config(authority.data, label=authority.label, target=target).ok
-
-
 def _loader_link(b: StageResult, target: Target, model: str | None) -> Link:
     problems = b.data.get("loader_problems")
     if problems is None:  # the probe did not run: the whole stage says why
@@ -394,7 +386,3 @@ def _server_link(c: StageResult, d: StageResult | None, restart: str) -> Link:
             link.evidence.append(f"completion: {d.summary}")
         return link
     return _from_stage("running server", d, ExitCode.RUNTIME_CHECK_FAILED, fix=d.fix)
-
-
-def report_json(report: DoctorReport) -> str:
-    return json.dumps(report.to_dict(), indent=2, ensure_ascii=False, default=str)

@@ -40,12 +40,12 @@ from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFa
 from dflash_provision.fleet.auditing import for_each_host, internal_error, resolve_authorities
 from dflash_provision.fleet.classify import classify_exception
 from dflash_provision.fleet.run import CountingTransport
+from dflash_provision.formats.prometheus_text import MetricFamily, render
+from dflash_provision.plain_table import Cell, Column, TableSpec
 from dflash_provision.transport.base import CommandResult, Transport
 from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check
 
 if TYPE_CHECKING:
-    from rich.table import Table
-
     from dflash_provision.fleet import FleetRun
     from dflash_provision.inventory import FleetMember
 
@@ -259,33 +259,33 @@ _STYLE = {
 _MARK = {"passed": "ok", "failed": "FAIL", "skipped": "-", "inconclusive": "??"}
 
 
-def fleet_table(rows: Sequence[HostCheck]) -> Table:
+def fleet_table(rows: Sequence[HostCheck]) -> TableSpec:
     """host, verdict, one column per stage, acceptance, detail."""
-    from rich.table import Table
-    from rich.text import Text
-
-    table = Table(show_header=True, header_style="bold", box=None, pad_edge=False)
-    table.add_column("host", no_wrap=True)
-    table.add_column("verdict", no_wrap=True)
-    for key in STAGE_KEYS:
-        table.add_column(key, no_wrap=True)
-    table.add_column("acceptance", no_wrap=True, justify="right")
-    table.add_column("detail", overflow="fold")
+    columns = (
+        Column("host", no_wrap=True),
+        Column("verdict", no_wrap=True),
+        *(Column(key, no_wrap=True) for key in STAGE_KEYS),
+        Column("acceptance", no_wrap=True, justify="right"),
+        Column("detail", overflow="fold"),
+    )
+    cells = []
     for row in rows:
         marks = []
         for key in STAGE_KEYS:
             stage = row.report.stage(key) if row.report else None
-            marks.append(_MARK[stage.status.value] if stage else "?")
+            marks.append(Cell(_MARK[stage.status.value] if stage else "?"))
         rate = row.report.acceptance if row.report else None
         verdict = row.unreachable_status or row.verdict.value
-        table.add_row(
-            row.name,
-            Text(verdict, style=_STYLE[row.verdict]),
-            *marks,
-            f"{rate:.1%}" if rate is not None else "-",
-            Text(row.detail),
+        cells.append(
+            (
+                Cell(row.name, markup=True),
+                Cell(verdict, style=_STYLE[row.verdict]),
+                *marks,
+                Cell(f"{rate:.1%}" if rate is not None else "-"),
+                Cell(row.detail),
+            )
         )
-    return table
+    return TableSpec(columns, tuple(cells))
 
 
 def summary_line(rows: Sequence[HostCheck], elapsed_s: float) -> str:
@@ -313,70 +313,53 @@ def fleet_document(
 
 def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     """The node_exporter textfile for one run (see the module docstring)."""
-    from dflash_provision.fleet.report import prometheus_labels
-
-    lines: list[str] = []
-
-    def metric(name: str, help_text: str) -> None:
-        lines.extend([f"# HELP {name} {help_text}", f"# TYPE {name} gauge"])
-
-    def host_labels(row: HostCheck, **extra: str) -> str:
-        return prometheus_labels(host=row.name, group=row.group, path=row.path, **extra)
-
-    metric(
+    up = MetricFamily(
         "dflash_runtime_check_up",
         "1 when the host was checked, 0 when it could not be (unreachable, deadline, error).",
     )
+    passed = MetricFamily(
+        "dflash_runtime_check_passed", "1 when every runtime-check stage passed, else 0."
+    )
+    undecided = MetricFamily(
+        "dflash_runtime_check_inconclusive", "1 when no stage failed but one could not tell."
+    )
+    stages = MetricFamily(
+        "dflash_runtime_stage_passed", "1 when the runtime-check stage passed, else 0."
+    )
+    rate = MetricFamily(
+        "dflash_runtime_acceptance_rate", "Draft acceptance rate over the smoke prompts."
+    )
+    mean = MetricFamily("dflash_runtime_mean_acceptance_length", "1 + accepted tokens / drafts.")
+    # Stage e's regression against the acceptance reference, for an alert on a drop that stays
+    # above the gate (no series when there was no reference to compare with).
+    regression = MetricFamily(
+        "dflash_runtime_acceptance_regression",
+        "Relative drop of the mean acceptance length vs the reference (0.12 = 12 %).",
+    )
+    duration = MetricFamily(
+        "dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host."
+    )
     for row in rows:
-        lines.append(f"dflash_runtime_check_up{host_labels(row)} {int(row.report is not None)}")
-    metric("dflash_runtime_check_passed", "1 when every runtime-check stage passed, else 0.")
-    for row in rows:
-        passed = int(row.verdict is HostVerdict.PASSED)
-        lines.append(f"dflash_runtime_check_passed{host_labels(row)} {passed}")
-    metric("dflash_runtime_check_inconclusive", "1 when no stage failed but one could not tell.")
-    for row in rows:
-        undecided = int(row.verdict is HostVerdict.INCONCLUSIVE)
-        lines.append(f"dflash_runtime_check_inconclusive{host_labels(row)} {undecided}")
-    metric("dflash_runtime_stage_passed", "1 when the runtime-check stage passed, else 0.")
-    for row in rows:
+        where = {"host": row.name, "group": row.group, "path": row.path}
+        report = row.report
+        up.add(report is not None, **where)
+        passed.add(row.verdict is HostVerdict.PASSED, **where)
+        undecided.add(row.verdict is HostVerdict.INCONCLUSIVE, **where)
         for key in STAGE_KEYS:
-            stage = row.report.stage(key) if row.report else None
-            value = int(stage is not None and stage.passed)
-            lines.append(f"dflash_runtime_stage_passed{host_labels(row, stage=key)} {value}")
-    metric("dflash_runtime_acceptance_rate", "Draft acceptance rate over the smoke prompts.")
-    for row in rows:
-        rate = row.report.acceptance if row.report else None
-        if rate is not None:
-            lines.append(f"dflash_runtime_acceptance_rate{host_labels(row)} {rate:.6f}")
-    metric("dflash_runtime_mean_acceptance_length", "1 + accepted tokens / drafts.")
-    for row in rows:
-        verdict = row.report.acceptance_verdict if row.report else None
-        mean = verdict.mean_length if verdict is not None else None
-        if mean is not None:
-            lines.append(f"dflash_runtime_mean_acceptance_length{host_labels(row)} {mean:.6f}")
-    _regression_gauge(rows, metric, host_labels, lines)
-    metric("dflash_runtime_check_duration_seconds", "Seconds the runtime check spent on the host.")
-    for row in rows:
-        lines.append(
-            f"dflash_runtime_check_duration_seconds{host_labels(row)} {row.duration_s:.6f}"
-        )
-    metric("dflash_runtime_check_timestamp_seconds", "Unix time when the runtime check finished.")
-    lines.append(f"dflash_runtime_check_timestamp_seconds {timestamp:.3f}")
-    return "\n".join(lines) + "\n"
-
-
-def _regression_gauge(
-    rows: Sequence[HostCheck],
-    metric: Callable[[str, str], None],
-    host_labels: Callable[[HostCheck], str],
-    lines: list[str],
-) -> None:
-    """Stage e's ``regression`` against the acceptance reference, for an alert on a drop that
-    stays above the gate (no series when there was no reference to compare with)."""
-    name = "dflash_runtime_acceptance_regression"
-    metric(name, "Relative drop of the mean acceptance length vs the reference (0.12 = 12 %).")
-    for row in rows:
-        verdict = row.report.acceptance_verdict if row.report else None
-        drop = verdict.regression if verdict is not None else None
-        if drop is not None:
-            lines.append(f"{name}{host_labels(row)} {drop:.6f}")
+            stage = report.stage(key) if report else None
+            stages.add(stage is not None and stage.passed, **where, stage=key)
+        if report is not None and report.acceptance is not None:
+            rate.add(report.acceptance, **where)
+        verdict = report.acceptance_verdict if report else None
+        if verdict is not None and verdict.mean_length is not None:
+            mean.add(verdict.mean_length, **where)
+        if verdict is not None and verdict.regression is not None:
+            regression.add(verdict.regression, **where)
+        duration.add(row.duration_s, **where)
+    finished = MetricFamily(
+        "dflash_runtime_check_timestamp_seconds",
+        "Unix time when the runtime check finished.",
+        digits=3,
+    )
+    finished.add(timestamp)
+    return render([up, passed, undecided, stages, rate, mean, regression, duration, finished])

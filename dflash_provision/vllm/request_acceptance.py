@@ -193,7 +193,6 @@ def _mixed(counters: Acceptance | None) -> str:
 # -- launch: ask vLLM for these figures where it can give them ---------------------------------
 
 FLAG = "--per-request-spec-decode-metrics"
-LEVELS = ("none", "summary", "detailed")
 #: What launch asks for unless told otherwise: the histogram only (no per-step arrays).
 DEFAULT_LEVEL = "summary"
 

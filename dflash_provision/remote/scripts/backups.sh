@@ -45,19 +45,11 @@ if [ ! -d "$bdir" ]; then
 	exit 0
 fi
 
-# The same checks as write.sh's trust step, from inside: a directory of root's or ours, closed
-# to others, right inside the config's directory.
+# The push's own directory, trusted on write.sh's terms (own_dir.sh), from inside.
 cd -P -- "$dir" 2>/dev/null || refuse permission-denied "user $(whoami_text) cannot enter $dir"
 here=$(stat -c '%d:%i' . 2>/dev/null)
-untrusted() {
-	refuse unsafe-dir "refusing $bdir: $1; another user could have planted links in it (remove it: the next push creates its own, mode 0700)"
-}
-cd -P .dflash-backups 2>/dev/null || untrusted "it cannot be entered"
-set -- $(stat -c '%u %a %d:%i' . .. 2>/dev/null)
-[ $# -eq 6 ] || untrusted "it cannot be examined"
-[ "$1" = 0 ] || [ -O . ] || untrusted "it is owned by uid $1, neither root nor user $(whoami_text)"
-case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; esac
-[ "$6" = "$here" ] || untrusted "it is not a directory inside $dir (a symlink to elsewhere?)"
+enter_own_dir existing ||
+	refuse unsafe-dir "refusing $bdir: $distrust; another user could have planted links in it (remove it: the next push creates its own, mode 0700)"
 
 if [ -z "$name" ]; then
 	for f in ./*; do

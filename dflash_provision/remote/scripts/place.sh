@@ -49,21 +49,12 @@ case $base in */* | . | .. | '') fail dir bad-name "not a file name: $base" ;; e
 cd -P -- "$dir" 2>/dev/null || fail dir permission-denied "cannot enter $dir"
 here=$(stat -c '%d:%i' . 2>/dev/null) || fail dir error "cannot examine $dir"
 
-# --- trust: the push's own directory, as write.sh checks it ----------------------------------
-untrusted() {
-	fail trust unsafe-dir "refusing $bdir: $1; another user could plant links in it (remove it: the next push creates its own, mode 0700)"
-}
-if [ ! -d .dflash-backups ]; then
-	err=$(mkdir -m 700 .dflash-backups 2>&1) || [ -d .dflash-backups ] ||
-		fail dir "$(reason_of "$err")" "cannot create $bdir: $err"
-fi
-cd -P .dflash-backups 2>/dev/null || untrusted "it cannot be entered"
-set -- $(stat -c '%u %a %d:%i' . .. 2>/dev/null)
-[ $# -eq 6 ] || untrusted "it cannot be examined"
-[ "$1" = 0 ] || [ -O . ] || untrusted "it is owned by uid $1, neither root nor user $(whoami_text)"
-case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; esac
-[ "$6" = "$here" ] || untrusted "it is not a directory inside $dir (a symlink to elsewhere?)"
-[ "${3%%:*}" = "${here%%:*}" ] || untrusted "it is on another filesystem than $dir"
+# --- trust: the push's own directory (own_dir.sh) -------------------------------------------
+enter_own_dir create
+case $? in
+2) fail dir "$(reason_of "$err")" "cannot create $bdir: $err" ;;
+1) fail trust unsafe-dir "refusing $bdir: $distrust; another user could plant links in it (remove it: the next push creates its own, mode 0700)" ;;
+esac
 
 # --- lock (lock.sh): one placement of NAME at a time -------------------------------------------
 base=$base.place

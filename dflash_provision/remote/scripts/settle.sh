@@ -47,15 +47,13 @@ base=${dest##*/}
 bdir=$dir/.dflash-backups
 cd -P -- "$dir" 2>/dev/null || undecided "cannot enter $dir"
 
-# The push's own directory, trusted on the same terms as write.sh's (see its "trust" step).
-if [ ! -d .dflash-backups ]; then
-	mkdir -m 700 .dflash-backups 2>/dev/null || [ -d .dflash-backups ] || undecided "cannot create $bdir"
-fi
-cd -P .dflash-backups 2>/dev/null || undecided "cannot enter $bdir"
-set -- $(stat -c '%u %a' . 2>/dev/null)
-[ $# -eq 2 ] || undecided "cannot examine $bdir"
-[ "$1" = 0 ] || [ -O . ] || undecided "$bdir is owned by uid $1"
-case $2 in *[2367]? | *[2367]) undecided "others may write in $bdir (mode $2)" ;; esac
+# The push's own directory, trusted on write.sh's terms (own_dir.sh).
+here=$(stat -c '%d:%i' . 2>/dev/null)
+enter_own_dir create
+case $? in
+2) undecided "cannot create $bdir" ;;
+1) undecided "$bdir: $distrust" ;;
+esac
 
 take_lock || undecided "$lock_what${lock_err:+: $lock_err}"
 

@@ -307,10 +307,13 @@ esac
 
 # --- symlink ----------------------------------------------------------------------------------
 # Following a link writes wherever its owner points it: only a link made by root or by us is
-# followed (stat without -L describes the link itself).
+# followed (stat without -L describes the link itself). Asked by the path given, then again by
+# the name inside the pinned directory (below): a link planted in between is refused too.
+refuse_link() {
+	[ "$follow" = 1 ] || fail symlink symlink-refused "$dest is a symlink; refusing to replace it (--follow-symlinks writes the file it points to)" 13
+}
 if [ -L "$dest" ]; then
-	[ "$follow" = 1 ] ||
-		fail symlink symlink-refused "$dest is a symlink; refusing to replace it (--follow-symlinks writes the file it points to)" 13
+	refuse_link
 	link_owner=$(stat -c %u "$dest" 2>/dev/null)
 	[ "$link_owner" = 0 ] || [ "$link_owner" = "$(id -u)" ] ||
 		fail symlink untrusted-link "$dest is a symlink owned by uid $link_owner, neither root nor user $(whoami_text): refusing to follow it" 13
@@ -334,8 +337,7 @@ file=./$base
 if [ -e "$file" ] && [ ! -f "$file" ]; then
 	fail dest not-regular "$dest exists and is not a regular file" 14
 fi
-[ ! -L "$file" ] || [ "$follow" = 1 ] ||
-	fail symlink symlink-refused "$dest is a symlink; refusing to replace it (--follow-symlinks writes the file it points to)" 13
+[ ! -L "$file" ] || refuse_link
 if [ "$readable" = 1 ] && [ -f "$file" ] && [ ! -r "$file" ]; then
 	fail dest permission-denied "user $(whoami_text) may not read $dest: a file that cannot be judged is not replaced" 14
 fi
@@ -353,9 +355,9 @@ if [ -d .dflash-backups ] && [ -d /proc/self/fd ] && true 6<. 2>/dev/null; then
 	exec 6<.
 	if cd -P .dflash-backups 2>/dev/null; then
 		set -- $(stat -c '%u %a %d:%i %s %u:%g' . .. "../$base" 2>/dev/null)
-		if [ $# -ge 10 ] && { [ "$1" = 0 ] || [ -O . ]; } && [ .. -ef /proc/self/fd/6 ] &&
-			[ "${3%%:*}" = "${8%%:*}" ]; then
-			case $2 in *[2367]? | *[2367]) ;; *) inside=1 ;; esac
+		# Its parent is the pinned directory (-ef): then that is the one HERE to compare with.
+		if [ $# -ge 10 ] && [ .. -ef /proc/self/fd/6 ] && own_dir_distrust "$1" "$2" "$3" "$8" "$8"; then
+			inside=1
 		fi
 		if [ "$inside" = 1 ]; then
 			file=../$base
@@ -401,29 +403,19 @@ say "old $old"
 [ -z "$old_size" ] || say "old_size $old_size"
 
 # --- trust ------------------------------------------------------------------------------------
-# The push's own directory. Whoever owns the destination directory can rename anything in it
-# and plant names, but cannot move a directory of ours elsewhere (that needs write permission on
-# the directory itself), so from inside it ".." is always the destination directory. Checked
-# above already when the script is in it (inside=1): owner, mode, parent, filesystem.
-untrusted() {
-	# Back to the destination directory by the path we were given, to report from there.
-	if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
-	fail trust unsafe-dir "refusing $bdir: $1; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
-}
+# The push's own directory (own_dir.sh), checked above already when the script is in it
+# (inside=1).
 if [ "$inside" = 0 ]; then
-	if [ ! -d .dflash-backups ]; then
-		err=$(mkdir -m 700 .dflash-backups 2>&1) || [ -d .dflash-backups ] ||
-			fail_tool lock 11 "create $bdir" "$err"
-	fi
-	cd -P .dflash-backups 2>/dev/null || untrusted "it cannot be entered"
+	enter_own_dir create
+	case $? in
+	2) fail_tool lock 11 "create $bdir" "$err" ;;
+	1)
+		# Back to the destination directory by the path we were given, to report from there.
+		if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
+		fail trust unsafe-dir "refusing $bdir: $distrust; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
+		;;
+	esac
 	file=../$base
-	# One stat for both: "uid mode dev:inode" of this directory, then of its parent.
-	set -- $(stat -c '%u %a %d:%i' . .. 2>/dev/null)
-	[ $# -eq 6 ] || untrusted "it cannot be examined"
-	[ "$1" = 0 ] || [ -O . ] || untrusted "it is owned by uid $1, neither root nor user $(whoami_text)"
-	case $2 in *[2367]? | *[2367]) untrusted "others may write in it (mode $2)" ;; esac
-	[ "$6" = "$here" ] || untrusted "it is not a directory inside $dir (a symlink to elsewhere?)"
-	[ "${3%%:*}" = "${here%%:*}" ] || untrusted "it is on another filesystem than $dir"
 fi
 
 # Scratch file for the messages of the tools below (see quietly), kept beside the lock.
