@@ -10,7 +10,9 @@ from dflash_provision.cli._connect import (
     authority_options,
     connection_options,
 )
+from dflash_provision.errors import ExitCode, RemoteStepFailed
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 
@@ -45,9 +47,7 @@ def command(
     all_files: bool,
     connection: Connector,
 ) -> None:
-    from dflash_provision.errors import ExitCode, RemoteStepFailed
     from dflash_provision.place.push import verify_config
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import socket
 import threading
@@ -35,6 +36,10 @@ from urllib.parse import urlsplit
 
 from dflash_provision.errors import ExitCode, HubError, UsageError
 from dflash_provision.netlookup import LookupTimedOut, lookup_within
+from dflash_provision.source import hub_deadline
+from dflash_provision.source.hub_deadline import DeadlinePassed
+from dflash_provision.source.hub_integrity import cached_etag, declared_mismatch, evict
+from dflash_provision.source.local_file import read_config_file
 
 if TYPE_CHECKING:
     from huggingface_hub import HfFileMetadata
@@ -98,8 +103,6 @@ def fetch_config(
         endpoint=(endpoint or constants.ENDPOINT).rstrip("/"),
         cache_dir=cache_dir or constants.HF_HUB_CACHE,
     )
-    from dflash_provision.source import hub_deadline
-
     offline = constants.is_offline_mode()
 
     def download() -> tuple[str, HfFileMetadata | None, str | None]:
@@ -193,8 +196,6 @@ def raise_request_failure(
     "(tree listing)"), mapped as fetch_config maps its own; anything unknown is re-raised."""
     from huggingface_hub import constants
 
-    from dflash_provision.source.hub_deadline import DeadlinePassed
-
     where = _Where(
         repo_id=repo_id,
         revision=revision,
@@ -245,8 +246,6 @@ _URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 def _time_left() -> float:
     """Seconds left of fetch_config's deadline; DeadlinePassed when none are."""
-    from dflash_provision.source import hub_deadline
-
     left = hub_deadline.remaining()
     assert left is not None  # only called inside fetch_config's deadline
     return left
@@ -268,8 +267,6 @@ def _probe(where: _Where, *, token: str | None) -> tuple[HfFileMetadata | None, 
     """
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import FileMetadataError, HfHubHTTPError
-
-    from dflash_provision.source.hub_deadline import DeadlinePassed
 
     url = hf_hub_url(
         where.repo_id, where.filename, revision=where.revision, endpoint=where.endpoint
@@ -303,8 +300,6 @@ def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata
     Hub is not asked) and, when our HEAD (``meta``) was answered with that same ETag, the size
     it declared.
     """
-    from dflash_provision.source.hub_integrity import cached_etag, declared_mismatch, evict
-
     etag = cached_etag(path) or (meta.etag if meta else None)
     size = meta.size if meta and meta.etag == etag else None
     problem = declared_mismatch(data, etag, size)
@@ -319,9 +314,6 @@ def _read_cached(where: _Where, path: Path) -> bytes:
     FIFO. The cache is a directory anyone with the user's rights can change; an entry that is not
     a regular file of a config's size is refused (exit 16) and evicted, so the next fetch
     downloads it again."""
-    from dflash_provision.source.hub_integrity import evict
-    from dflash_provision.source.local_file import read_config_file
-
     try:
         return read_config_file(path)[1]
     except UsageError as exc:
@@ -472,8 +464,6 @@ def _raise_mapped(
 
 def _raise_transfer_failure(exc: Exception, where: _Where) -> None:
     """HubError for a download that started and could not end well; returns for anything else."""
-    from dflash_provision.source.hub_deadline import DeadlinePassed
-
     if isinstance(exc, DeadlinePassed):
         raise HubError(
             f"{where}: the Hub at {where.shown_endpoint} did not send the file within "
@@ -551,8 +541,6 @@ def pinned_from_cache(
 
 def _hub_cache_dir(cache_dir: str | None) -> Path:
     """huggingface_hub's cache directory, resolved from the same variables in the same order."""
-    import os
-
     if cache_dir:
         return Path(cache_dir).expanduser()
     explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")

@@ -39,9 +39,15 @@ from typing import TYPE_CHECKING, Any
 from dflash_provision.errors import DflashProvisionError, ExitCode, RemoteStepFailed
 from dflash_provision.fleet.auditing import for_each_host, internal_error, resolve_authorities
 from dflash_provision.fleet.classify import classify_exception
+from dflash_provision.fleet.report import prometheus_labels
 from dflash_provision.fleet.run import CountingTransport
 from dflash_provision.transport.base import CommandResult, Transport
-from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check
+from dflash_provision.verify.runtime_check import (
+    CheckReport,
+    CheckSettings,
+    push_fix_command,
+    run_check,
+)
 
 if TYPE_CHECKING:
     from rich.table import Table
@@ -164,8 +170,6 @@ def _row(member: FleetMember) -> HostCheck:
 def _check_host(
     run: FleetRun, member: FleetMember, settings: CheckSettings, transport: Transport
 ) -> HostCheck:
-    from dflash_provision.verify.runtime_check import push_fix_command
-
     started = time.monotonic()
     row = _row(member)
     authority = run.authority(member)
@@ -313,8 +317,6 @@ def fleet_document(
 
 def prometheus_text(rows: Sequence[HostCheck], *, timestamp: float) -> str:
     """The node_exporter textfile for one run (see the module docstring)."""
-    from dflash_provision.fleet.report import prometheus_labels
-
     lines: list[str] = []
 
     def metric(name: str, help_text: str) -> None:
