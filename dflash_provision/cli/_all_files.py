@@ -13,13 +13,14 @@ import click
 from dflash_provision.cli._fleet import ProgressDisplay
 from dflash_provision.cli._render import echo_table
 from dflash_provision.errors import ExitCode, RemoteStepFailed
-from dflash_provision.fleet import report
+from dflash_provision.fleet import files_repair, report
 from dflash_provision.fleet.files_audit import (
     HostFilesAudit,
     audit_all_files,
     files_summary,
     fleet_exit_code,
 )
+from dflash_provision.fleet.files_repair import repair_all_files
 from dflash_provision.fleet.interrupt import FleetInterrupted
 from dflash_provision.history.host_key import HostKey
 from dflash_provision.history.store import default_store
@@ -215,8 +216,6 @@ def repair_files_command(
 ) -> None:
     """repair --all-files: the configs' repair as repair reports it, then every host whose
     config ended in sync has its files made right (checked only with --dry-run)."""
-    from dflash_provision.fleet.files_repair import fleet_exit_code, repair_all_files
-
     started = time.monotonic()
     ready = [
         m for m, r in zip(members, repairs, strict=True) if r.final.status is HostStatus.IN_SYNC
@@ -233,7 +232,7 @@ def repair_files_command(
         )
     elapsed = time.monotonic() - started
     by_name = {r.name: r for r in results}
-    files_code = fleet_exit_code(results)
+    files_code = files_repair.fleet_exit_code(results)
     if dry_run:  # as audit: a wrong file is drift
         files_code = ExitCode.DRIFT if files_code is not ExitCode.OK else files_code
     code = config_code if config_code is not ExitCode.OK else files_code

@@ -405,8 +405,6 @@ SLIDING_KEYS = ("layer_types", "sliding_window", "use_swa", "swa_window_size")
 
 def _v1_runner_module() -> tuple[Any, bool | None, str | None]:
     """(module or None, present: True/False/None for cannot tell, error)."""
-    import importlib
-
     try:
         return importlib.import_module(V1_RUNNER_MODULE), True, None
     except ModuleNotFoundError as exc:
