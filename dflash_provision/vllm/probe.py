@@ -59,6 +59,7 @@ import signal
 import sys
 import typing
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -735,8 +736,6 @@ def cache_dir() -> Path | None:
 
 
 def _installed_version(*names: str) -> str:
-    from importlib import metadata
-
     for name in names:
         try:
             return metadata.version(name)
