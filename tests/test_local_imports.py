@@ -236,6 +236,9 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("remote/place_files.py", "huggingface_hub"): "heavy: huggingface_hub",
     ("source/authority.py", "dflash_provision.source.hub"):
         "start-up: source.hub (the Hub client) stays off every command given a local config",
+    ("source/hub.py", "dflash_provision.source.hub_deadline"):
+        "start-up: hub_deadline (its stream class subclasses httpx2's) stays off a push that "
+        "reads its locked config from the HF cache",
     ("source/hub.py", "httpx"): "heavy: httpx",
     ("source/hub.py", "httpx2"): "heavy: httpx2",
     ("source/hub.py", "huggingface_hub"): "heavy: huggingface_hub",

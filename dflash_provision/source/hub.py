@@ -36,8 +36,6 @@ from urllib.parse import urlsplit
 
 from dflash_provision.errors import ExitCode, HubError, UsageError
 from dflash_provision.netlookup import LookupTimedOut, lookup_within
-from dflash_provision.source import hub_deadline
-from dflash_provision.source.hub_deadline import DeadlinePassed
 from dflash_provision.source.hub_integrity import cached_etag, declared_mismatch, evict
 from dflash_provision.source.local_file import read_config_file
 
@@ -94,6 +92,8 @@ def fetch_config(
     """
     from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
+
+    from dflash_provision.source import hub_deadline
 
     requested = revision or DEFAULT_REVISION
     where = _Where(
@@ -196,6 +196,8 @@ def raise_request_failure(
     "(tree listing)"), mapped as fetch_config maps its own; anything unknown is re-raised."""
     from huggingface_hub import constants
 
+    from dflash_provision.source.hub_deadline import DeadlinePassed
+
     where = _Where(
         repo_id=repo_id,
         revision=revision,
@@ -246,6 +248,8 @@ _URL_CREDENTIALS = re.compile(r"([A-Za-z][A-Za-z0-9+.-]*://)[^/@\s]+@")
 
 def _time_left() -> float:
     """Seconds left of fetch_config's deadline; DeadlinePassed when none are."""
+    from dflash_provision.source import hub_deadline
+
     left = hub_deadline.remaining()
     assert left is not None  # only called inside fetch_config's deadline
     return left
@@ -267,6 +271,8 @@ def _probe(where: _Where, *, token: str | None) -> tuple[HfFileMetadata | None, 
     """
     from huggingface_hub import get_hf_file_metadata, hf_hub_url
     from huggingface_hub.errors import FileMetadataError, HfHubHTTPError
+
+    from dflash_provision.source.hub_deadline import DeadlinePassed
 
     url = hf_hub_url(
         where.repo_id, where.filename, revision=where.revision, endpoint=where.endpoint
@@ -464,6 +470,8 @@ def _raise_mapped(
 
 def _raise_transfer_failure(exc: Exception, where: _Where) -> None:
     """HubError for a download that started and could not end well; returns for anything else."""
+    from dflash_provision.source.hub_deadline import DeadlinePassed
+
     if isinstance(exc, DeadlinePassed):
         raise HubError(
             f"{where}: the Hub at {where.shown_endpoint} did not send the file within "
