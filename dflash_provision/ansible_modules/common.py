@@ -10,7 +10,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, UsageError
+from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_container_ref, parse_target
 from dflash_provision.transport.callback import CallbackTransport, ShellRunner
+from dflash_provision.transport.container import ContainerTransport
 
 if TYPE_CHECKING:
     from dflash_provision.source.authority import SourceSpec
@@ -44,8 +47,6 @@ class SourceArgs:
     src: str | None = None
 
     def spec(self) -> SourceSpec:
-        from dflash_provision.source.authority import SourceSpec
-
         return SourceSpec.from_options(self.repo, self.src, self.lock, revision=self.revision)
 
 
@@ -114,15 +115,11 @@ def parse_source(args: Mapping[str, Any]) -> SourceArgs:
 
 def open_host(runner: ShellRunner, host: str, where: HostArgs) -> tuple[Transport, Target]:
     """The transport over the play's connection and the drafter's target on it."""
-    from dflash_provision.target import parse_container_ref, parse_target
-
     transport: Transport = CallbackTransport(
         runner, description=host, command_timeout=where.command_timeout
     )
     name = host
     if where.container:
-        from dflash_provision.transport.container import ContainerTransport
-
         ref = parse_container_ref(where.container)
         transport = ContainerTransport(transport, ref.kind, ref.name, docker_host=where.docker_host)
         name = f"{host}/{ref.display()}"

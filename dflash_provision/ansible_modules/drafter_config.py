@@ -28,6 +28,10 @@ from dflash_provision.ansible_modules.common import (
     refuse_unknown,
 )
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import default_store, journal
+from dflash_provision.place.push import PushStatus, push_config
+from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
@@ -80,11 +84,6 @@ def _apply(
     check_mode: bool,
     diff_mode: bool,
 ) -> dict[str, Any]:
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.history.store import default_store, journal
-    from dflash_provision.place.push import PushStatus, push_config
-    from dflash_provision.remote.proof import WriteOptions
-
     authority = args.source.spec().load()
     transport, target = open_host(runner, host, args.host)
     write = WriteOptions(mkdir=args.mkdir)

@@ -26,6 +26,10 @@ from dflash_provision.ansible_modules.common import (
     refuse_unknown,
 )
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.fleet.auditing import audit_on, record_audits
+from dflash_provision.fleet.run import CountingTransport, FleetRun
+from dflash_provision.history.store import default_store
+from dflash_provision.inventory import FleetMember
 from dflash_provision.transport.callback import ShellRunner
 
 OPTIONS = (*HOST_OPTIONS, *SOURCE_OPTIONS)
@@ -56,11 +60,6 @@ def gather_drafter_facts(
 def _gather(
     runner: ShellRunner, host: str, args: DrafterFactsArgs, check_mode: bool
 ) -> dict[str, Any]:
-    from dflash_provision.fleet.auditing import audit_on, record_audits
-    from dflash_provision.fleet.run import CountingTransport, FleetRun
-    from dflash_provision.history.store import default_store
-    from dflash_provision.inventory import FleetMember
-
     spec = args.source.spec()
     authority = spec.load()
     transport, target = open_host(runner, host, args.host)

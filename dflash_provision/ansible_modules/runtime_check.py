@@ -12,6 +12,7 @@ report (0, 24, 25, 26).
 from __future__ import annotations
 
 import math
+import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -33,6 +34,10 @@ from dflash_provision.ansible_modules.common import (
 )
 from dflash_provision.errors import DflashProvisionError, UsageError
 from dflash_provision.transport.callback import ShellRunner
+from dflash_provision.verify import runtime_check as check
+from dflash_provision.verify.fleet_check import HostVerdict, verdict_of
+from dflash_provision.verify.reference import parse_fraction
+from dflash_provision.verify.runtime_check import push_fix_command, run_check
 
 if TYPE_CHECKING:
     from dflash_provision.verify.fleet_check import HostVerdict
@@ -55,8 +60,6 @@ class RuntimeCheckArgs:
 
 
 def parse_args(args: Mapping[str, Any]) -> RuntimeCheckArgs:
-    from dflash_provision.verify import runtime_check as check
-
     refuse_unknown(args, OPTIONS)
     host, source = parse_host(args), parse_source(args)
     port = args.get("port")
@@ -96,8 +99,6 @@ def parse_args(args: Mapping[str, Any]) -> RuntimeCheckArgs:
 
 def _regression(value: Any) -> float | None:
     """``10%`` or ``0.1`` (a string or a YAML number), as ``--max-regression``."""
-    from dflash_provision.verify.reference import parse_fraction
-
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, str | int | float):
@@ -119,11 +120,6 @@ def run_runtime_check(runner: ShellRunner, host: str, args: RuntimeCheckArgs) ->
 
 
 def _run(runner: ShellRunner, host: str, args: RuntimeCheckArgs) -> dict[str, Any]:
-    import shlex
-
-    from dflash_provision.verify.fleet_check import HostVerdict, verdict_of
-    from dflash_provision.verify.runtime_check import push_fix_command, run_check
-
     spec = args.source.spec()
     authority = spec.load()
     transport, target = open_host(runner, host, args.host)
@@ -141,8 +137,6 @@ def _run(runner: ShellRunner, host: str, args: RuntimeCheckArgs) -> dict[str, An
 
 def _message(report: CheckReport, verdict: HostVerdict, detail: str) -> str:
     """The task's one line: the fleet table's verdict detail (``e: ...``) in words."""
-    from dflash_provision.verify.fleet_check import HostVerdict
-
     if verdict is HostVerdict.PASSED:
         return f"every stage passed on port {report.port}: {detail}"
     if verdict is HostVerdict.INCONCLUSIVE:

@@ -33,6 +33,10 @@ from dflash_provision.errors import (
     RuntimeFailure,
     UsageError,
 )
+from dflash_provision.remote.ops import read_remote_config
+from dflash_provision.rollout.host_ops import StepFailed, restart_checks
+from dflash_provision.server.locate import for_drafter, launched
+from dflash_provision.server.restart import RestartFailed, restart_recorded
 from dflash_provision.transport.callback import ShellRunner
 
 if TYPE_CHECKING:
@@ -84,10 +88,6 @@ def restart_server(
 
 
 def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool) -> dict[str, Any]:
-    from dflash_provision.remote.ops import read_remote_config
-    from dflash_provision.rollout.host_ops import StepFailed, restart_checks
-    from dflash_provision.server.restart import RestartFailed, restart_recorded
-
     transport, target = open_host(runner, host, args.host)
     server = _the_launch(transport, target, args.port)
     timeout = transport.command_timeout
@@ -143,8 +143,6 @@ def _restart(runner: ShellRunner, host: str, args: ServerArgs, check_mode: bool)
 
 def _the_launch(transport: Transport, target: Target, port: int | None) -> Launched:
     """The one launch record for the drafter directory (on ``port`` when given)."""
-    from dflash_provision.server.locate import for_drafter, launched
-
     found = for_drafter(launched(transport, timeout=transport.command_timeout), target.model_dir)
     if port is not None:
         found = [s for s in found if s.port == port]

@@ -2,15 +2,35 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
+from dflash_provision.cli._fleet import ProgressDisplay
 from dflash_provision.cli._json_document import echo_document
-from dflash_provision.errors import ExitCode
-from dflash_provision.fleet.files_audit import HostFilesAudit
+from dflash_provision.cli._render import echo_table
+from dflash_provision.errors import ExitCode, RemoteStepFailed
+from dflash_provision.fleet import files_repair, report
+from dflash_provision.fleet.files_audit import (
+    HostFilesAudit,
+    audit_all_files,
+    files_summary,
+    fleet_exit_code,
+)
+from dflash_provision.fleet.files_repair import repair_all_files
+from dflash_provision.fleet.interrupt import FleetInterrupted
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import default_store
+from dflash_provision.host_state.file_status import Command, HostStatus
+from dflash_provision.host_state.files_status import combined_exit
+from dflash_provision.host_state.pinned_check import check_pinned_files
+from dflash_provision.place.push import verify_config
+from dflash_provision.place.push_files import push_files
+from dflash_provision.remote.place_files import cached_copy
+from dflash_provision.source.pinned_source import pinned_for
 
 if TYPE_CHECKING:
     from dflash_provision.fleet.results import HostRepair
@@ -36,15 +56,6 @@ def verify_all_files(
 ) -> None:
     """verify TARGET --all-files: the config as verify reads it, then every pinned file, on one
     connection; one exit code for both (check/files_status.combined_exit)."""
-    from dflash_provision.errors import RemoteStepFailed
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.history.store import default_store
-    from dflash_provision.host_state.file_status import Command
-    from dflash_provision.host_state.files_status import combined_exit
-    from dflash_provision.host_state.pinned_check import check_pinned_files
-    from dflash_provision.place.push import verify_config
-    from dflash_provision.source.pinned_source import pinned_for
-
     pinned = pinned_for(spec, authority)
     store = default_store()
     with connection.open(target) as transport:
@@ -98,15 +109,6 @@ def audit_all_files_command(
     prometheus: Path | None,
 ) -> None:
     """audit --all-files: the configs as audit reports them, each host's files after them."""
-    import time
-
-    from dflash_provision.cli._fleet import ProgressDisplay
-    from dflash_provision.errors import ExitCode
-    from dflash_provision.fleet import report
-    from dflash_provision.fleet.files_audit import audit_all_files, fleet_exit_code
-    from dflash_provision.fleet.interrupt import FleetInterrupted
-    from dflash_provision.history.store import default_store
-
     started = time.monotonic()
     try:
         with ProgressDisplay(len(members), "auditing") as display:
@@ -141,10 +143,6 @@ def audit_all_files_command(
 def _echo_audit(
     results: Sequence[HostFilesAudit], elapsed: float, code: ExitCode, as_json: bool
 ) -> None:
-    from dflash_provision.cli._render import echo_table
-    from dflash_provision.fleet import report
-    from dflash_provision.fleet.files_audit import files_summary
-
     audits = [r.audit for r in results]
     if as_json:
         document = report.audit_document(audits, elapsed_s=elapsed, exit_code=int(code))
@@ -176,10 +174,6 @@ def push_pinned_files(
 ) -> FilesPush:
     """push --all-files after the config: the files checked, the wrong ones placed (progress in
     bytes on stderr), checked again."""
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.place.push_files import push_files
-    from dflash_provision.remote.place_files import cached_copy
-
     hub_timeout = max(60.0, transport.command_timeout)
 
     def progress(name: str, done: int, size: int) -> None:
@@ -222,15 +216,6 @@ def repair_files_command(
 ) -> None:
     """repair --all-files: the configs' repair as repair reports it, then every host whose
     config ended in sync has its files made right (checked only with --dry-run)."""
-    import time
-
-    from dflash_provision.cli._fleet import ProgressDisplay
-    from dflash_provision.cli._render import echo_table
-    from dflash_provision.fleet import report
-    from dflash_provision.fleet.files_repair import fleet_exit_code, repair_all_files
-    from dflash_provision.history.store import default_store
-    from dflash_provision.host_state.file_status import HostStatus
-
     started = time.monotonic()
     ready = [
         m for m, r in zip(members, repairs, strict=True) if r.final.status is HostStatus.IN_SYNC
@@ -247,7 +232,7 @@ def repair_files_command(
         )
     elapsed = time.monotonic() - started
     by_name = {r.name: r for r in results}
-    files_code = fleet_exit_code(results)
+    files_code = files_repair.fleet_exit_code(results)
     if dry_run:  # as audit: a wrong file is drift
         files_code = ExitCode.DRIFT if files_code is not ExitCode.OK else files_code
     code = config_code if config_code is not ExitCode.OK else files_code

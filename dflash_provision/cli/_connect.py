@@ -18,9 +18,10 @@ from typing import Any, TypeVar
 import click
 
 from dflash_provision.cli._flags import source_option_list
+from dflash_provision.errors import UsageError
 from dflash_provision.source.authority import SourceSpec
 from dflash_provision.transport.factory import Connector
-from dflash_provision.transport.options import SshOptions
+from dflash_provision.transport.options import SshOptions, default_ssh_config_path
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -115,8 +116,6 @@ def checked_key_file(path: str) -> str:
     """``path`` if it is a readable private key file, else a usage error (exit 2) that says
     what it is. Without this a public key or a typo'd file given to ``-i`` surfaces only as
     a failed login after the connection, or a "no route" for another reason."""
-    from dflash_provision.errors import UsageError
-
     try:
         # stat before open: opening a FIFO would wait for a writer.
         if not stat.S_ISREG(os.stat(path).st_mode):
@@ -163,8 +162,6 @@ def _with_connection_options(func: F) -> F:
 
     @functools.wraps(func)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
-        from dflash_provision.transport.options import default_ssh_config_path
-
         timeout = kwargs.pop("connect_timeout")
         ssh = SshOptions(
             connect_timeout=timeout,

@@ -9,7 +9,11 @@ from typing import TYPE_CHECKING
 import click
 
 from dflash_provision.cli._json_document import echo_document
+from dflash_provision.cli._runtime import emit_report
 from dflash_provision.errors import UsageError
+from dflash_provision.server.container_server import open_container_server, parse_container_option
+from dflash_provision.server.docker_launch import DockerLaunch, launch_in_container
+from dflash_provision.verify.runtime_check import CheckSettings, run_check
 
 if TYPE_CHECKING:
     from dflash_provision.server.preflight import LaunchRequest
@@ -33,13 +37,6 @@ def launch_docker(
 ) -> int:
     """Start (or with --restart replace) the container, prove it, then runtime-check; the exit
     code (the check's when it ran)."""
-    from dflash_provision.server.container_server import (
-        open_container_server,
-        parse_container_option,
-    )
-    from dflash_provision.server.docker_launch import DockerLaunch, launch_in_container
-    from dflash_provision.verify.runtime_check import CheckSettings, run_check
-
     option = parse_container_option(f"docker:{name}")  # the same name rule as --container
     if mount is not None and not mount.startswith("/"):
         raise UsageError(f"--drafter-mount {mount!r} must be an absolute path")
@@ -70,8 +67,6 @@ def launch_docker(
             check = run_check(host, target, authority, settings,
                               push_fix=request.fix_command, container=found)  # fmt: skip
             if not as_json:
-                from dflash_provision.cli._runtime import emit_report
-
                 emit_report(check, as_json=False)
     if as_json:
         data = {"launch": result.to_dict(), "runtime_check": check.to_dict() if check else None}

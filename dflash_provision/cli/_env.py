@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+from dflash_provision.errors import UsageError
+
 
 def parse_env(items: tuple[str, ...]) -> dict[str, str]:
     """``--env NAME=VALUE`` options as a dict (launch's and rollout's); UsageError for an item
     without ``=`` or without a name."""
-    from dflash_provision.errors import UsageError
-
     env: dict[str, str] = {}
     for item in items:
         name, eq, value = item.partition("=")

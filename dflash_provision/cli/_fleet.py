@@ -16,8 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
-from dflash_provision.cli._connect import fleet_connection_options
+from dflash_provision.cli._connect import fleet_connection_options, is_private_key_file
 from dflash_provision.cli._flags import source_option_list
+from dflash_provision.errors import UsageError
+from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -77,8 +80,6 @@ class FleetSelection:
     def source(self, lock_repo: str | None = None) -> SourceSpec:
         """The authoritative source the options name (none named: the inventory's, or the
         default lock); UsageError for two sources or --revision without --repo."""
-        from dflash_provision.source.authority import SourceSpec
-
         return SourceSpec.from_options(
             self.repo, self.from_file, self.lock, lock_repo=lock_repo, revision=self.revision
         )
@@ -113,9 +114,6 @@ class FleetSelection:
 def refuse_key_as_inventory(path: Path) -> None:
     """UsageError when ``-i FILE`` is an SSH private key: ``-i`` is the inventory in the fleet
     commands (Ansible's), while push took it for the key (OpenSSH's); say which flag to use."""
-    from dflash_provision.cli._connect import is_private_key_file
-    from dflash_provision.errors import UsageError
-
     if is_private_key_file(path):
         raise UsageError(
             f"-i {path}: this is an SSH private key, not an inventory (-i names the inventory "
@@ -146,9 +144,6 @@ def fleet_options(func: F) -> F:
 def _check_targets(targets: Sequence[str]) -> None:
     """Each TARGET parses; an inventory file given as one (``audit fleet.yaml``, -i forgotten)
     says how to give it."""
-    from dflash_provision.errors import UsageError
-    from dflash_provision.target import parse_target
-
     for spec in targets:
         if ":" not in spec and not spec.startswith(("/", "./", "../")) and Path(spec).is_file():
             raise UsageError(

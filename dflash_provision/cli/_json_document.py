@@ -17,7 +17,13 @@ from typing import IO, Any
 
 import click
 
-from dflash_provision.errors import ContainerError, DflashProvisionError, ExitCode
+from dflash_provision.errors import (
+    ConnectionFailure,
+    ContainerError,
+    DflashProvisionError,
+    ExitCode,
+    RemoteStepFailed,
+)
 
 JSON_FLAG = "--json"
 _GLOBAL_FLAGS = ("--debug",)  # the group's own options, before the command name
@@ -80,8 +86,6 @@ def status_word(exc: BaseException | None, code: int) -> str:
     """What the document's ``status`` says: audit's word for a host it could not read (so a
     script handles one vocabulary), else the exit code's name (``usage``, ``invalid``,
     ``hub_unreachable``, ``interrupted``...)."""
-    from dflash_provision.errors import ConnectionFailure, RemoteStepFailed
-
     if isinstance(exc, ConnectionFailure | ContainerError | RemoteStepFailed):
         from dflash_provision.fleet.classify import classify_exception
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
+import textwrap
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 import click
 
 from dflash_provision.cli._json_document import echo_document
+from dflash_provision.errors import RemoteStepFailed
 
 if TYPE_CHECKING:
     from dflash_provision.place.push import PushResult
@@ -56,8 +58,6 @@ def wrapped(line: str, width: int | None) -> list[str]:
     """``line`` in lines of at most ``width`` columns, its continuation lines indented two more
     than it (as `git log` and `journalctl` wrap a message), never breaking a word: a sha or a
     path stays whole. ``width`` None (piped output): the line as it is, for grep."""
-    import textwrap
-
     if width is None or len(line) <= width:
         return [line]
     indent = line[: len(line) - len(line.lstrip(" "))]
@@ -128,7 +128,6 @@ def emit_push_result(
 ) -> None:
     """Print a push/rollback result (human or JSON) and end with its exit code. ``extra``
     joins the JSON document; ``notes`` are printed as ``note`` lines after the result."""
-    from dflash_provision.errors import RemoteStepFailed
     from dflash_provision.place.push import PushStatus
 
     for warning in result.warnings:

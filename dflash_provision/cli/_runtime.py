@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from dflash_provision.cli._json_document import echo_document
+from dflash_provision.errors import UsageError
 
 if TYPE_CHECKING:
     from dflash_provision.source.authority import SourceSpec
@@ -65,7 +66,6 @@ def long_context_option(func: F) -> F:
 
 
 def _container_value(_ctx: click.Context, _param: click.Parameter, value: str | None) -> Any:
-    from dflash_provision.errors import UsageError
     from dflash_provision.server.container_server import parse_container_option
 
     if value is None:

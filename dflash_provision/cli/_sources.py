@@ -11,9 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dflash_provision.errors import UsageError
+from dflash_provision.errors import RemoteStepFailed, UsageError
 from dflash_provision.source.authority import Authority, RepoRef, load_local, load_repo
 from dflash_provision.source.local_file import MAX_SOURCE_BYTES
+from dflash_provision.target import parse_target
+from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
     from dflash_provision.transport.factory import Connector
@@ -41,10 +43,7 @@ def load_source(
 
 def load_remote(spec: str, connector: Connector | None = None) -> Authority:
     """Read a target's config.json (default: ~/.ssh/config, known_hosts, no other options)."""
-    from dflash_provision.errors import RemoteStepFailed
     from dflash_provision.remote.ops import ReadStatus, read_remote_config
-    from dflash_provision.target import parse_target
-    from dflash_provision.transport.factory import Connector
 
     target = parse_target(spec)
     with (connector or Connector()).open(target) as transport:

@@ -7,7 +7,8 @@ from typing import Any
 import click
 
 from dflash_provision.cli._connect import source_connection_options
-from dflash_provision.cli._json_document import echo_document
+from dflash_provision.cli._json_document import echo_document, name_target
+from dflash_provision.cli._sources import load_source
 from dflash_provision.errors import ConfigInvalid, ExitCode
 from dflash_provision.source.authority import Authority
 from dflash_provision.transport.factory import Connector
@@ -16,8 +17,6 @@ from dflash_provision.transport.factory import Connector
 def load_side(spec: str, connection: Connector) -> Authority:
     """Load one side of a diff. The single place to teach diff about new kinds of SOURCE
     (remote targets such as ``root@gpu1:/path``, reached with the SSH options)."""
-    from dflash_provision.cli._sources import load_source
-
     return load_source(spec, connector=connection)
 
 
@@ -36,8 +35,6 @@ def _parse(side: Authority) -> Any:
 def _read(ctx: click.Context, spec: str, connection: Connector) -> tuple[Authority, Any]:
     """One side loaded and parsed; a failure's --json document names this side as its target
     (the SOURCE the user gave that could not be read or parsed)."""
-    from dflash_provision.cli._json_document import name_target
-
     name_target(ctx, spec)
     side = load_side(spec, connection)
     return side, _parse(side)

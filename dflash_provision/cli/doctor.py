@@ -12,8 +12,16 @@ from dflash_provision.cli._connect import (
     runtime_connection_options,
 )
 from dflash_provision.cli._json_document import echo_document
-from dflash_provision.cli._runtime import check_options, container_option
+from dflash_provision.cli._render import echo_wrapped
+from dflash_provision.cli._runtime import (
+    VERBOSE_HINT,
+    check_options,
+    container_option,
+    fix_command,
+    open_causes,
+)
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -57,8 +65,6 @@ def command(
     connection: Connector,
     no_long_context: bool,
 ) -> None:
-    from dflash_provision.cli._runtime import fix_command
-    from dflash_provision.target import parse_target
     from dflash_provision.verify.doctor import diagnose
     from dflash_provision.verify.runtime_check import CheckSettings
 
@@ -101,8 +107,6 @@ def command(
 def _render(report, verbose: bool) -> None:  # type: ignore[no-untyped-def]
     """The trace. Unless ``verbose``, a trace with a broken or undecided link is short: the links
     that hold as one line each, no cause a passed stage ruled out (-v shows them)."""
-    from dflash_provision.cli._runtime import VERBOSE_HINT, open_causes
-
     _echo(f"doctor {report.target}  (server port {report.check.port})")
     broken = report.first_broken
     short = not verbose and (broken is not None or report.undecided is not None)
@@ -142,6 +146,4 @@ def _render(report, verbose: bool) -> None:  # type: ignore[no-untyped-def]
 
 def _echo(line: str) -> None:
     """One line of the trace; on a terminal wrapped to its width (cli/_render.wrapped)."""
-    from dflash_provision.cli._render import echo_wrapped
-
     echo_wrapped([line])

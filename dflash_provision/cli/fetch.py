@@ -10,6 +10,7 @@ import click
 
 from dflash_provision.cli._json_document import echo_document
 from dflash_provision.errors import UsageError
+from dflash_provision.source import lockfile
 from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
 if TYPE_CHECKING:
@@ -167,8 +168,6 @@ def _pin_files(
 def _pin_locked_commits(lock_path: Path, as_json: bool, timeout: float) -> None:
     """``fetch --all-files`` without REPO_ID: the files of each config the lock pins, at the
     commit it pins (the config entry is not touched, the commit does not move)."""
-    from dflash_provision.source import lockfile
-
     entries = [e for e in lockfile.read_lock(lock_path) if e.filename == "config.json"]
     if not entries:
         raise UsageError(f"{lock_path}: no config.json entry to pin the files of")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from typing import TYPE_CHECKING
 
 import click
@@ -83,7 +84,6 @@ def _echo_table(entries: list[HistoryEntry]) -> None:
     """One row per record, every cell whole at any width (cli/_history_view.py); on a terminal
     its width and the status in colour, piped the pipe width (COLUMNS, else wide)."""
     import shutil
-    import sys
 
     from dflash_provision.cli._history_view import history_lines, plain
     from dflash_provision.cli._render import pipe_width

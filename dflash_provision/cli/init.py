@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import click
 
 from dflash_provision.cli._connect import authority_options
-from dflash_provision.source.authority import SourceSpec
+from dflash_provision.errors import UsageError
+from dflash_provision.source.authority import SourceSpec, load_local
 
 
 @click.command(
@@ -58,13 +61,9 @@ def command(
     no_effective: bool,
     command_timeout: float,
 ) -> None:
-    from pathlib import Path
-
-    from dflash_provision.errors import UsageError
     from dflash_provision.place.prepare import prepare_drafter, require_pinned
     from dflash_provision.place.push import PushStatus
     from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.source.authority import load_local
 
     require_pinned(authority_spec)
     target_path = Path(target_source)

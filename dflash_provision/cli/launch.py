@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 import time
@@ -17,9 +18,11 @@ from dflash_provision.cli._connect import (
 )
 from dflash_provision.cli._env import parse_env
 from dflash_provision.cli._json_document import echo_document
-from dflash_provision.cli._runtime import fix_command, port_option, rehash_files_option
+from dflash_provision.cli._runtime import emit_report, fix_command, port_option, rehash_files_option
 from dflash_provision.errors import ExitCode, UsageError
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -181,7 +184,6 @@ def command(
 ) -> None:
     from dflash_provision.server.launch import ReadinessInterrupted, launch
     from dflash_provision.server.preflight import LaunchRequest
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     if model is None:
@@ -283,7 +285,6 @@ def _restart_recorded(
     that pins the drafter's other files has them checked first: wrong ones refuse the restart
     before the server is stopped."""
     from dflash_provision.server.restart import Overrides, restart_launch
-    from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
 
     overrides = Overrides(num_speculative_tokens, None if vllm_cmd is None else tuple(vllm_cmd))
     timeout = connection.ssh.command_timeout
@@ -442,17 +443,12 @@ def _runtime_check(
     )
     report = run_check(transport, target, authority, settings, push_fix=request.fix_command)
     if not as_json:
-        from dflash_provision.cli._runtime import emit_report
-
         emit_report(report, as_json=False)
     return report
 
 
 def _speculative_extra(text: str | None) -> dict[str, Any]:
     """--speculative-config: a JSON object, or a usage error naming why not."""
-    import json
-
-    from dflash_provision.errors import UsageError
 
     if text is None:
         return {}

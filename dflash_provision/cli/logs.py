@@ -6,6 +6,8 @@ import click
 
 from dflash_provision.cli._connect import runtime_connection_options
 from dflash_provision.cli._runtime import server_port_option
+from dflash_provision.errors import ExitCode
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 
@@ -45,10 +47,8 @@ def command(
     max_bytes: int,
     connection: Connector,
 ) -> None:
-    from dflash_provision.errors import ExitCode
     from dflash_provision.server.locate import choose_port
     from dflash_provision.server.process import read_log
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:

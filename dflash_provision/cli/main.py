@@ -8,11 +8,20 @@ import importlib
 import os
 import sys
 import traceback
+from importlib.util import find_spec
 from typing import Any
 
 import click
 
 from dflash_provision import __version__
+from dflash_provision.cli._json_document import (
+    HeldStdout,
+    completed,
+    echo_document,
+    error_document,
+    json_command,
+    remember_target,
+)
 from dflash_provision.errors import DflashProvisionError, ExitCode
 
 # command name -> (module under dflash_provision.cli, one-line help shown by --help)
@@ -66,8 +75,6 @@ class LazyGroup(click.Group):
         module = importlib.import_module(f"dflash_provision.cli.{entry[0]}")
         command: click.Command = module.command
         if isinstance(ctx.find_root().obj, dict):  # main's state: the --json error document
-            from dflash_provision.cli._json_document import remember_target
-
             remember_target(command, ctx.find_root().obj)
         if command.epilog is None:  # the forms and exit codes, from one table (cli/_help.py)
             from dflash_provision.cli._help import epilog
@@ -100,8 +107,6 @@ class LazyGroup(click.Group):
 
 
 def _module_exists(module: str) -> bool:
-    from importlib.util import find_spec
-
     return find_spec(f"dflash_provision.cli.{module}") is not None
 
 
@@ -140,19 +145,10 @@ def main(argv: list[str] | None = None) -> None:
 def _run(argv: list[str] | None, state: dict[str, Any]) -> int:
     """The exit code; every error has printed its one line by then (and, for a command given
     --json, its JSON document is on stdout, with that code: cli/_json_document.py)."""
-    from dflash_provision.cli._json_document import json_command
-
     args = list(sys.argv[1:] if argv is None else argv)
     json_for = json_command(cli, args)
     if json_for is None:
         return _after_run(_run_command(args, state))
-    from dflash_provision.cli._json_document import (
-        HeldStdout,
-        completed,
-        echo_document,
-        error_document,
-    )
-
     held = HeldStdout(sys.stdout)
     sys.stdout = held  # released, completed, when the command ends
     try:

@@ -10,6 +10,7 @@ from dflash_provision.cli._connect import (
 )
 from dflash_provision.cli._render import emit_push_result
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 
@@ -68,7 +69,6 @@ def command(
     from dflash_provision.history.store import default_store, journal
     from dflash_provision.place.push import push_config
     from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

@@ -9,7 +9,9 @@ import click
 from dflash_provision.cli._connect import authority_options, connection_options
 from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._render import emit_push_result
+from dflash_provision.errors import DflashProvisionError
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -68,7 +70,6 @@ def command(
     from dflash_provision.history.store import default_store, journal
     from dflash_provision.place.push import list_backups, rollback_config
     from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     timeout = connection.ssh.command_timeout
@@ -120,8 +121,6 @@ def _authority(spec: SourceSpec) -> Authority | None:
     """The authoritative config to compare the restored bytes with: the one named, else
     ./dflash.lock when present (an error there does not stop a rollback: it is reported in
     the note instead), else None."""
-    from dflash_provision.errors import DflashProvisionError
-
     if spec.is_set:
         return spec.load()  # named on purpose: an error in it is the user's to fix first
     try:

@@ -13,12 +13,15 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import time
 from collections.abc import Iterator
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import click
 
+from dflash_provision.cli._env import parse_env
 from dflash_provision.cli._fleet import FleetSelection, fleet_options, make_run
 from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._render import echo_table
@@ -27,8 +30,9 @@ from dflash_provision.cli._runtime import (
     long_context_option,
     rehash_files_option,
 )
-from dflash_provision.errors import ExitCode
+from dflash_provision.errors import ExitCode, LocalWriteFailed, UsageError
 from dflash_provision.plain_table import Cell, Column, TableSpec
+from dflash_provision.rollout.batches import parse_batches
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -190,21 +194,16 @@ def _interruptible(
 def _write_prometheus(rollout: Rollout, path: Path | None) -> None:
     if path is None:
         return
-    import time
-
     from dflash_provision.fleet.report import write_textfile
     from dflash_provision.rollout.prometheus import prometheus_text
 
     try:
         write_textfile(path, prometheus_text(rollout, timestamp=time.time()))
     except OSError as exc:
-        from dflash_provision.errors import LocalWriteFailed
-
         raise LocalWriteFailed(f"--prometheus {path}: {exc.strerror or exc}") from None
 
 
 def _new_config(selection: FleetSelection) -> Any:
-    from dflash_provision.errors import UsageError
     from dflash_provision.place.push import check_authority
 
     source = selection.source()
@@ -228,7 +227,6 @@ def _settings(opts: dict[str, Any]) -> Any:
 
 
 def _gate(opts: dict[str, Any]) -> Any:
-    from dflash_provision.errors import UsageError
     from dflash_provision.rollout.record import Gate
     from dflash_provision.verify.reference import parse_fraction
 
@@ -248,10 +246,7 @@ def _new_rollout(
     connection: Connector,
     opts: dict[str, Any],
 ) -> Rollout:
-    from dataclasses import asdict
-
     from dflash_provision.history.store import utc_now
-    from dflash_provision.rollout.batches import parse_batches
     from dflash_provision.rollout.plan import Settings, connection_args, new_rollout
     from dflash_provision.rollout.store import new_id
 
@@ -274,8 +269,6 @@ def _new_rollout(
 def _same_container(rollout: Rollout, given: Any) -> None:
     """--resume / --abort act on the containers the record names (the record is the truth):
     a --container that says otherwise is refused, not followed."""
-    from dflash_provision.errors import UsageError
-
     if given is None:
         return
     recorded = {str((h.server_container or {}).get("container")) for h in rollout.hosts}
@@ -298,9 +291,6 @@ def _recorded_selection(rollout: Rollout) -> FleetSelection:
 def _engine(
     rollout: Rollout, members: list[Any], connection: Connector, store: Any, opts: dict[str, Any]
 ) -> Any:
-    from dataclasses import replace
-
-    from dflash_provision.cli._env import parse_env
     from dflash_provision.rollout.engine import Engine, Options
 
     settings = replace(_settings(opts), min_acceptance=rollout.gate.min_acceptance)
@@ -375,8 +365,6 @@ def _dry_run(
 ) -> None:
     """The plan: batches, each host's change and whether its server restarts, the gate. Only
     reads (pre-flight); writes nothing, restarts nothing, records nothing."""
-    from dflash_provision.cli._env import parse_env
-    from dflash_provision.rollout.batches import parse_batches
     from dflash_provision.rollout.plan import dry_run
 
     plan = dry_run(

@@ -16,15 +16,18 @@ A passing check records its acceptance figures as a reference in the history sto
 
 from __future__ import annotations
 
+import shlex
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import click
 
-from dflash_provision.cli._fleet import FleetSelection, fleet_options
+from dflash_provision.cli._fleet import FleetSelection, ProgressDisplay, fleet_options, make_run
 from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import check_options, container_option, emit_report
+from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -184,8 +187,6 @@ def authority_for_single(
 ) -> tuple[Authority, str]:
     """The authoritative config as push resolves it (``./dflash.lock`` by default), and the push
     options that name it again (for the fix command)."""
-    import shlex
-
     source = selection.source(lock_repo)
     return source.load(), shlex.join(source.push_options())
 
@@ -200,7 +201,6 @@ def _single(
     verbose: bool = False,
 ) -> int:
     from dflash_provision.server.container_server import open_container_server
-    from dflash_provision.target import parse_target
     from dflash_provision.verify.runtime_check import push_fix_command, run_check
 
     target = parse_target(selection.targets[0])
@@ -238,7 +238,6 @@ def _fleet(
     prometheus: Path | None,
     host_deadline: float | None = None,
 ) -> int:
-    from dflash_provision.cli._fleet import ProgressDisplay, make_run
     from dflash_provision.cli._render import echo_table
     from dflash_provision.fleet.report import write_textfile
     from dflash_provision.verify import fleet_check
@@ -269,8 +268,6 @@ def _fleet(
 
 def _default_source(selection: FleetSelection) -> SourceSpec | None:
     """Plain TARGETs without a source use ./dflash.lock, as push and the single form do."""
-    from dflash_provision.source.authority import SourceSpec
-
     if selection.targets and not selection.source().is_set:
         return SourceSpec().or_default_lock()
     return None

@@ -11,6 +11,8 @@ import click
 from dflash_provision.cli._connect import runtime_connection_options
 from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import container_option, server_port_option
+from dflash_provision.errors import ExitCode
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -45,10 +47,8 @@ def command(
     as_json: bool,
     connection: Connector,
 ) -> None:
-    from dflash_provision.errors import ExitCode
     from dflash_provision.server.locate import choose_port
     from dflash_provision.server.status import server_status
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     if container is not None:
@@ -125,7 +125,6 @@ def _in_container(
 ) -> int:
     """status --container: the container's record (its state, the drafter mapped in), then the
     server on the port inside, reached with docker exec."""
-    from dflash_provision.errors import ExitCode
     from dflash_provision.server.container_server import open_container_server
     from dflash_provision.server.status import server_status
 

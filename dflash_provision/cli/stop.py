@@ -9,6 +9,8 @@ import click
 from dflash_provision.cli._connect import runtime_connection_options
 from dflash_provision.cli._json_document import echo_document
 from dflash_provision.cli._runtime import container_option, server_port_option
+from dflash_provision.errors import ExitCode
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
@@ -51,10 +53,8 @@ def command(
     as_json: bool,
     connection: Connector,
 ) -> None:
-    from dflash_provision.errors import ExitCode
     from dflash_provision.server.locate import choose_port
     from dflash_provision.server.process import stop_server
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     if container is not None:
@@ -115,9 +115,7 @@ def _in_container(
     connection: Connector,
 ) -> int:
     """stop --container: ``docker stop`` of the container whose server listens on the port."""
-    from dflash_provision.errors import ExitCode
     from dflash_provision.server.container_server import open_container_server, stop_container
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     with connection.open(target) as transport:

@@ -8,9 +8,10 @@ import click
 
 from dflash_provision.cli._connect import source_connection_options
 from dflash_provision.cli._json_document import echo_document
+from dflash_provision.cli._sources import load_source
 from dflash_provision.errors import ExitCode
 from dflash_provision.transport.factory import Connector
-from dflash_provision.validation.findings import LAYERS, ValidationReport
+from dflash_provision.validation.findings import LAYERS, Finding, ValidationReport
 
 if TYPE_CHECKING:
     from dflash_provision.host_state.weights_check import WeightsCheck
@@ -90,7 +91,6 @@ def command(
     sizes, fc width, vocabulary rows): only the headers are read.
     Exits 0 when every layer passes, 3 when any finding is an error.
     """
-    from dflash_provision.cli._sources import load_source
     from dflash_provision.validation.validate import validate_config
 
     def load(spec: str) -> Authority:
@@ -136,7 +136,6 @@ def _record_weights(
 ) -> WeightsCheck | None:
     """The weights layer: recorded for a directory source (skipped for a file or a repo id)."""
     from dflash_provision.host_state.weights_check import check_source
-    from dflash_provision.validation.findings import Finding
     from dflash_provision.validation.validate import parse_config
 
     doc = parse_config(data).doc

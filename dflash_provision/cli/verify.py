@@ -9,7 +9,9 @@ from dflash_provision.cli._connect import (
     connection_options,
 )
 from dflash_provision.cli._json_document import echo_document
+from dflash_provision.errors import ExitCode, RemoteStepFailed
 from dflash_provision.source.authority import SourceSpec
+from dflash_provision.target import parse_target
 from dflash_provision.transport.factory import Connector
 
 
@@ -44,9 +46,7 @@ def command(
     all_files: bool,
     connection: Connector,
 ) -> None:
-    from dflash_provision.errors import ExitCode, RemoteStepFailed
     from dflash_provision.place.push import verify_config
-    from dflash_provision.target import parse_target
 
     target = parse_target(target_spec)
     authority = authority_spec.load()

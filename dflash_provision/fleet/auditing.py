@@ -20,8 +20,11 @@ from dflash_provision.fleet.interrupt import (
 )
 from dflash_provision.fleet.results import HostAudit
 from dflash_provision.fleet.run import AuthorityFor, CountingTransport, FleetRun
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import AuditRecord
 from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.inventory import FleetMember
+from dflash_provision.remote.ops import read_remote_config
 
 if TYPE_CHECKING:
     from dflash_provision.history.store import HistoryStore
@@ -55,8 +58,6 @@ def audit_on(
     read: RemoteRead | None = None,
 ) -> HostAudit:
     """Read the member's file (unless ``read`` is given: a read already made) and classify it."""
-    from dflash_provision.remote.ops import read_remote_config
-
     audit = _new_audit(run, member)
     execs_before = transport.execs
     t0 = time.monotonic()
@@ -225,9 +226,6 @@ def resolve_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
 
 
 def record_audits(history: HistoryStore, audits: Sequence[HostAudit], op: str = "audit") -> None:
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.history.store import AuditRecord
-
     history.record_audits(
         [
             AuditRecord(

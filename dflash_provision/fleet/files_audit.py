@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import posixpath
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -22,6 +23,8 @@ from dflash_provision.fleet.auditing import (
 from dflash_provision.fleet.interrupt import FleetInterrupted
 from dflash_provision.fleet.results import HostAudit, audit_exit_code
 from dflash_provision.fleet.run import FleetRun
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import AuditRecord
 from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
 from dflash_provision.host_state.files_status import (
     FilesJudgement,
@@ -29,7 +32,9 @@ from dflash_provision.host_state.files_status import (
     combined_exit,
     fleet_files_exit,
 )
+from dflash_provision.host_state.pinned_check import check_pinned_files
 from dflash_provision.inventory import FleetMember
+from dflash_provision.source.pinned_source import pinned_for
 
 if TYPE_CHECKING:
     from dflash_provision.history.store import HistoryStore
@@ -66,8 +71,6 @@ def audit_all_files(
     """Audit every member's config and pinned files in parallel, in the members' order. The
     pinned files of every source are resolved first: a lock that pins none stops the run
     before any host is touched."""
-    from dflash_provision.source.pinned_source import pinned_for
-
     resolve_authorities(run, members)
     by_source: dict[object, list[PinnedFile]] = {}  # one tree listing per --repo source
     pinned: dict[str, list[PinnedFile]] = {}
@@ -98,9 +101,6 @@ def _record(history: HistoryStore, results: Sequence[HostFilesAudit]) -> None:
     """The configs' rows as audit records them, and one ``audit-files`` row per host whose
     files were checked (the directory, its status, the first problem), so that ``history``
     does not show a host whose config is in sync but whose weights are not as all right."""
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.history.store import AuditRecord
-
     record_audits(history, [r.audit for r in results])
     rows = [
         AuditRecord(
@@ -120,8 +120,6 @@ def _record(history: HistoryStore, results: Sequence[HostFilesAudit]) -> None:
 
 def files_summary(results: Sequence[HostFilesAudit]) -> str:
     """``files: 3 in_sync, 1 drifted, 1 not checked`` (the hosts' files statuses, counted)."""
-    from collections import Counter
-
     counts = Counter(r.files.status.value if r.files else "not checked" for r in results)
     return "files: " + ", ".join(f"{n} {status}" for status, n in sorted(counts.items()))
 
@@ -138,9 +136,6 @@ def fleet_exit_code(results: Sequence[HostFilesAudit]) -> ExitCode:
 def _audit_host(
     run: FleetRun, member: FleetMember, pinned: list[PinnedFile], history: HistoryStore | None
 ) -> HostFilesAudit:
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.host_state.pinned_check import check_pinned_files
-
     started = time.monotonic()
     try:
         transport = run.open(member)

@@ -13,7 +13,11 @@ from typing import TYPE_CHECKING, Any
 from dflash_provision.errors import DflashProvisionError, ExitCode
 from dflash_provision.fleet.auditing import for_each_host, internal_error
 from dflash_provision.fleet.run import FleetRun, Memo
+from dflash_provision.history.host_key import HostKey
 from dflash_provision.inventory import FleetMember
+from dflash_provision.place.push_files import push_files
+from dflash_provision.remote.place_files import cached_copy
+from dflash_provision.source.pinned_source import pinned_for
 
 if TYPE_CHECKING:
     from dflash_provision.history.store import HistoryStore
@@ -53,9 +57,6 @@ def repair_all_files(
     history: HistoryStore | None = None,
 ) -> list[HostFilesRepair]:
     """Check and place every member's pinned files, in the members' order."""
-    from dflash_provision.remote.place_files import cached_copy
-    from dflash_provision.source.pinned_source import pinned_for
-
     by_source: dict[object, list[PinnedFile]] = {}
     pinned: dict[str, list[PinnedFile]] = {}
     for m in members:
@@ -96,9 +97,6 @@ def _repair_host(
     dry_run: bool,
     history: HistoryStore | None,
 ) -> HostFilesRepair:
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.place.push_files import push_files
-
     started = time.monotonic()
     transport = run.open(member)
     try:

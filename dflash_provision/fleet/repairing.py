@@ -25,6 +25,8 @@ from dflash_provision.history.host_key import HostKey
 from dflash_provision.history.store import journal
 from dflash_provision.host_state.file_status import HostStatus
 from dflash_provision.inventory import FleetMember
+from dflash_provision.place.push import PushStatus, check_authority, push_config
+from dflash_provision.remote.ops import ReadStatus, RemoteRead, WriteStatus, present_read
 from dflash_provision.remote.proof import WriteOptions
 
 if TYPE_CHECKING:
@@ -38,8 +40,6 @@ RepairProgress = Callable[[HostRepair], None]
 
 def check_authorities(run: FleetRun, members: Sequence[FleetMember]) -> None:
     """Refuse to write an authoritative config that fails validation (ConfigInvalid)."""
-    from dflash_provision.place.push import check_authority
-
     checked: set[str] = set()
     for member in members:
         authority = run.authority(member)
@@ -230,9 +230,6 @@ def _write(
 ) -> tuple[HostRepair, RemoteRead | None]:
     """Push on the open connection; returns the repair (its ``before`` judged from the old file
     the write found) and push's read-back (if it got one)."""
-    from dflash_provision.place.push import PushStatus, push_config
-    from dflash_provision.remote.ops import present_read
-
     started = time.monotonic()
     authority = run.authority(member)
     key = HostKey.of_name(member.name)
@@ -301,9 +298,6 @@ def _write(
 def _found_right_then_changed(outcome: PushResult) -> bool:
     """The write found the authoritative bytes in place (wrote nothing), and its read-back then
     saw another writer's file (push's ``replaced`` of an unchanged write)."""
-    from dflash_provision.place.push import PushStatus
-    from dflash_provision.remote.ops import WriteStatus
-
     return (
         outcome.status is PushStatus.REPLACED
         and outcome.write is not None
@@ -321,9 +315,6 @@ def _before(
 ) -> HostAudit:
     """The audit of the file the write found: judged from the bytes the write brought back
     (the old file, or the unchanged one); read fresh when the write did not get that far."""
-    from dflash_provision.place.push import PushStatus
-    from dflash_provision.remote.ops import ReadStatus, RemoteRead, present_read
-
     path = member.target.config_path
     seen = outcome.write
     if outcome.status is PushStatus.UNCHANGED and outcome.readback is not None:

@@ -8,9 +8,11 @@ from concurrent.futures import Future
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.fleet.interrupt import Stopping
+from dflash_provision.host_state.file_status import judge
 from dflash_provision.inventory import FleetMember
 from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.transport.base import CommandResult, Transport
+from dflash_provision.transport.factory import Connector
 
 if TYPE_CHECKING:
     from dflash_provision.host_state.file_status import Judgement
@@ -86,8 +88,6 @@ class FleetRun:
     """State shared by the workers of one audit or repair: authorities and verdict caches."""
 
     def __init__(self, authority_for: AuthorityFor, *, connector: Connector | None = None) -> None:
-        from dflash_provision.transport.factory import Connector
-
         self.authority_for = authority_for
         self.connector = connector or Connector()
         self._authorities = Memo()
@@ -123,8 +123,6 @@ class FleetRun:
     def verdict(self, read: RemoteRead, authority: Authority) -> Judgement:
         """file_status.judge of ``read``, once per distinct content and authority: a fleet of
         hosts holding the same wrong file costs one validation."""
-        from dflash_provision.host_state.file_status import judge
-
         if not read.present or read.sha256 is None or read.sha256 == authority.sha256:
             return judge(read, authority)  # nothing worth remembering: no validation runs
         result: Judgement = self._verdicts.get(
@@ -133,8 +131,6 @@ class FleetRun:
         return result
 
     def _judge(self, read: RemoteRead, authority: Authority) -> Judgement:
-        from dflash_provision.host_state.file_status import judge
-
         # The counter needs the lock; validation itself is thread-safe (effective.py serialises
         # the transformers import) and runs once per distinct file thanks to the verdict cache.
         with self._cpu_lock:

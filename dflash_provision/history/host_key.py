@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from dflash_provision.errors import DflashProvisionError
+
 if TYPE_CHECKING:
     from dflash_provision.target import Target
 
@@ -38,7 +40,6 @@ class HostKey:
         """The key of a fleet member's name: a plain TARGET given on the command line (its name
         is the spec, ``root@h01:/root/models/X``) is keyed by its machine, as push keys it, so
         ``history --host h01`` finds it; an inventory name is the machine itself."""
-        from dflash_provision.errors import DflashProvisionError
         from dflash_provision.target import parse_target
 
         if ":" in name or "@" in name:

@@ -23,6 +23,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.remote.ops import ReadStatus
+from dflash_provision.validation.diff import config_diff
+from dflash_provision.validation.validate import validate_config
 
 if TYPE_CHECKING:
     from dflash_provision.remote.ops import RemoteRead
@@ -172,8 +175,6 @@ def judge(read: RemoteRead, authority: Authority) -> Judgement:
     the findings) before its differences (``drifted``). A file with the authoritative values is
     as valid as the authority, so only a file with other values is validated: that is the
     transformers import, once per distinct content thanks to the verdict cache."""
-    from dflash_provision.remote.ops import ReadStatus
-
     if read.status is ReadStatus.MISSING:
         return Judgement(HostStatus.MISSING, f"{read.path}: no such file")
     if read.status is ReadStatus.DIR_MISSING:
@@ -188,8 +189,6 @@ def judge(read: RemoteRead, authority: Authority) -> Judgement:
 
 def judge_bytes(data: bytes, authority: Authority) -> Judgement:
     """:func:`judge` of a file that was read: ``data`` are its bytes."""
-    from dflash_provision.validation.diff import config_diff
-
     if data == authority.data:
         return Judgement(HostStatus.IN_SYNC, "matches " + authority.label)
     diff = config_diff(data, authority.data)
@@ -199,8 +198,6 @@ def judge_bytes(data: bytes, authority: Authority) -> Judgement:
             f"same values as {authority.label}, other bytes (formatting or key order)",
             diff,
         )
-    from dflash_provision.validation.validate import validate_config
-
     report = validate_config(data, label="host file", effective=True)
     errors = report.errors
     findings = tuple(f.to_dict() for f in errors)

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from dflash_provision.host_state.files_status import FilesJudgement, FileVerdict, judge_files
+from dflash_provision.remote import file_proofs
 from dflash_provision.remote.files_read import read_pinned_files
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ def check_pinned_files(
 ) -> FilesJudgement:
     """The verdict of ``model_dir``'s files against ``pinned`` on the transport's machine.
     ``rehash``: every file hashed, whatever proofs the history holds (new ones are recorded)."""
-    from dflash_provision.remote import file_proofs
-
     directory = model_dir.rstrip("/") or "/"
     proofs = (
         file_proofs.latest_proofs(history, host, directory, pinned)

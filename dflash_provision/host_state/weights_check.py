@@ -19,6 +19,7 @@ vLLM's own renames (``midlayer.`` → ``layers.0.``, ``encoder.fc.`` → ``fc.``
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.formats import strict_json
@@ -29,7 +30,16 @@ from dflash_provision.formats.safetensors_header import (
     check_length,
     parse_header,
 )
-from dflash_provision.remote.weights_read import INDEX_NAME, WeightsRead
+from dflash_provision.remote.protocol import RemoteProtocolError
+from dflash_provision.remote.weights_read import (
+    INDEX_NAME,
+    WeightsRead,
+    read_local_weights,
+    read_remote_weights,
+)
+from dflash_provision.source.authority import RepoRef
+from dflash_provision.target import parse_target
+from dflash_provision.transport.factory import Connector
 from dflash_provision.validation.weights_shapes import compare, positive
 
 if TYPE_CHECKING:
@@ -169,9 +179,6 @@ def check_remote(
 ) -> WeightsCheck:
     """Read the headers in ``model_dir`` on the target (one exec) and compare. A read the
     remote side could not report is "not checked" (never a pass); connection failures raise."""
-    from dflash_provision.remote.protocol import RemoteProtocolError
-    from dflash_provision.remote.weights_read import read_remote_weights
-
     try:
         read = read_remote_weights(transport, model_dir, timeout=timeout)
     except RemoteProtocolError as exc:
@@ -204,11 +211,6 @@ def check_source(
 ) -> WeightsCheck | None:
     """The weights check of ``validate SOURCE``: for a local directory (read here) or a target
     (one exec there); None for a file or a Hub repo id (no weights beside them to read)."""
-    from pathlib import Path
-
-    from dflash_provision.remote.weights_read import read_local_weights
-    from dflash_provision.source.authority import RepoRef
-
     hidden = target_hidden_of(target_config)
     path = Path(spec).expanduser()
     if path.exists():
@@ -217,9 +219,6 @@ def check_source(
         return check_weights(doc, read_local_weights(path), target_hidden=hidden)
     if RepoRef.parse(spec) is not None and not spec.startswith((".", "/", "~")):
         return None
-    from dflash_provision.target import parse_target
-    from dflash_provision.transport.factory import Connector
-
     target = parse_target(spec)
     with (connector or Connector()).open(target) as transport:
         return check_remote(transport, target.model_dir, doc, target_hidden=hidden)

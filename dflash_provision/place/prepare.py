@@ -12,6 +12,10 @@ import re
 from typing import TYPE_CHECKING
 
 from dflash_provision.errors import ConfigInvalid, RemoteStepFailed, UsageError
+from dflash_provision.place.push import push_config
+from dflash_provision.target import parse_target
+from dflash_provision.transport.local import LocalTransport
+from dflash_provision.validation.validate import validate_config
 
 if TYPE_CHECKING:
     from dflash_provision.place.push import PushResult
@@ -41,8 +45,6 @@ def require_pinned(spec: SourceSpec) -> None:
 def check_fit(authority: Authority, target: Authority, *, effective: bool) -> None:
     """ConfigInvalid, one line naming the first errors, unless the drafter config passes every
     validation layer, the target model's fit included."""
-    from dflash_provision.validation.validate import validate_config
-
     report = validate_config(
         authority.data, label=authority.label, target=target.data, effective=effective
     )
@@ -75,10 +77,6 @@ def prepare_drafter(
     ``drafter_dir``'s config hold exactly its bytes on this machine, proved by read-back.
     Raises ConfigInvalid (3), UsageError (2) for a path that is not a local absolute one, and
     RemoteStepFailed with the write's own code (7, 17) when the write is not proved."""
-    from dflash_provision.place.push import push_config
-    from dflash_provision.target import parse_target
-    from dflash_provision.transport.local import LocalTransport
-
     if not drafter_dir.startswith("/"):
         raise UsageError(f"DRAFTER_DIR {drafter_dir!r}: give the absolute path on the volume")
     place = parse_target(drafter_dir)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import enum
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import (
@@ -25,7 +25,7 @@ from dflash_provision.errors import (
     ExitCode,
     UsageError,
 )
-from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus
+from dflash_provision.host_state.file_status import EXIT_CODE, Command, HostStatus, judge
 from dflash_provision.remote.ops import (
     Backup,
     ReadStatus,
@@ -38,8 +38,11 @@ from dflash_provision.remote.ops import (
 )
 from dflash_provision.remote.proof import WriteOptions, WriteProof, write_and_prove
 from dflash_provision.remote.settle import Verdict
+from dflash_provision.source.authority import Authority
+from dflash_provision.target import CONFIG_FILENAME
 from dflash_provision.transport.base import Transport
 from dflash_provision.validation.diff import ConfigDiff, config_diff
+from dflash_provision.validation.validate import validate_config
 
 if TYPE_CHECKING:
     from dflash_provision.history.store import Recording
@@ -193,8 +196,6 @@ def check_authority(
 
     ``verb`` words the refusal ("push", "restore"). The ``--force`` hint is offered only where
     ``--force`` would then write the file: never for a file that does not parse."""
-    from dflash_provision.validation.validate import validate_config
-
     report = validate_config(authority.data, label=authority.label, effective=effective)
     if report.ok:
         return report, []
@@ -271,16 +272,12 @@ def _refuse_a_new_file_of_another_name(
     not there. Writing it would create a stray file beside config.json and report success; a
     file of that name that exists is the user's own and is written as asked. One more read,
     only for such a name."""
-    from dflash_provision.target import CONFIG_FILENAME
-
     name = target.config_path.rsplit("/", 1)[-1]
     if name == CONFIG_FILENAME:
         return
     current = read_remote_config(transport, target.config_path, timeout=timeout, metadata=False)
     if current.status not in (ReadStatus.MISSING, ReadStatus.DIR_MISSING):
         return
-    from dataclasses import replace
-
     directory = replace(target, path=target.model_dir).display()
     raise UsageError(
         f"target {target}: there is no {name} there and vLLM reads {CONFIG_FILENAME}; "
@@ -483,8 +480,6 @@ class VerifyResult:
 def compare_read(target: str, read: RemoteRead, authority: Authority) -> VerifyResult:
     """Judge a RemoteRead against the authority (file_status.judge; no I/O) and say it as
     verify does."""
-    from dflash_provision.host_state.file_status import judge
-
     judgement = judge(read, authority)
     expected = _sha(authority.data) or ""
     result = VerifyResult(
@@ -564,8 +559,6 @@ def rollback_config(
 
     The backup is validated like a pushed config: ConfigInvalid unless valid or ``force``.
     ``dry_run``: the same choice, reads and diff, and nothing written."""
-    from dflash_provision.source.authority import Authority
-
     timeout = write.timeout
     path = target.config_path
     backups = list_backups(transport, target, timeout=timeout)

@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.history.store import journal
 from dflash_provision.host_state.files_status import FilesJudgement, FilesStatus, FileVerdict
+from dflash_provision.host_state.pinned_check import check_pinned_files
+from dflash_provision.remote.place_files import place_file
 from dflash_provision.source.pinned_files import SHA256
 
 if TYPE_CHECKING:
@@ -88,9 +91,6 @@ def push_files(
     """Check, place what is wrong, check again (the proof). ``source_for``: the controller's
     copy of a pinned file (remote.place_files.cached_copy; a fleet shares one per file).
     ``dry_run``: check only."""
-    from dflash_provision.host_state.pinned_check import check_pinned_files
-    from dflash_provision.remote.place_files import place_file
-
     before = check_pinned_files(transport, model_dir, pinned, host=host, history=history)
     by_name = {p.path: p for p in pinned}
     wanted = [
@@ -126,8 +126,6 @@ def _journal(
     sent (an interrupted placement stays visible, as an interrupted push does): the sha256
     found there before when the host computed one, the pinned one after (a git blob id is
     named in the message instead: the row's columns are sha256s)."""
-    from dflash_provision.history.store import journal
-
     found = (
         before.digest if item.algorithm == SHA256 and before.verdict.value != "missing" else None
     )

@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING
 from dflash_provision.errors import ExitCode, HubError, RemoteStepFailed
 from dflash_provision.remote.ops import remote_deadline
 from dflash_provision.remote.protocol import run_script, stderr_line
+from dflash_provision.source import hub_deadline
+from dflash_provision.source.hub import raise_request_failure
 from dflash_provision.source.pinned_files import GIT_BLOB, PinnedFile
 
 if TYPE_CHECKING:
@@ -42,9 +44,6 @@ def cached_copy(pinned: PinnedFile, *, timeout: float) -> Path:
     """The file in the controller's HF cache at the pinned commit (downloaded once when it is
     not there), proved against the pin; HubError (16) when the cached bytes are other bytes."""
     from huggingface_hub import hf_hub_download
-
-    from dflash_provision.source import hub_deadline
-    from dflash_provision.source.hub import raise_request_failure
 
     try:
         path = Path(

@@ -13,6 +13,7 @@ A host that fails while its batch passes (within ``--max-fail-percentage``) is r
 from __future__ import annotations
 
 import contextlib
+import json
 import shlex
 import threading
 import time
@@ -22,10 +23,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, UsageError
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import FAILED, default_store, journal
+from dflash_provision.remote.ops import read_remote_config
 from dflash_provision.rollout import host_ops, what_ran
 from dflash_provision.rollout.batches import split
 from dflash_provision.rollout.identity import HostMismatch, Identity, same_place
 from dflash_provision.rollout.record import CHANGED, Figures, HostState, Rollout, State
+from dflash_provision.rollout.store import RolloutRefused
+from dflash_provision.server.fix_lines import noted
+from dflash_provision.source.authority import Authority
+from dflash_provision.source.pinned_files import parse_pinned
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
@@ -95,9 +103,6 @@ class Engine:
 
     @property
     def new(self) -> Authority:
-        from dflash_provision.source.authority import Authority
-        from dflash_provision.source.pinned_files import parse_pinned
-
         r = self.rollout
         pinned = tuple(
             parse_pinned(raw, f"rollout {r.id}: pinned_files[{i}]")
@@ -114,9 +119,6 @@ class Engine:
     def _journal(self, op: str, host: HostState, what: str) -> Any:
         """A history row for one step (write, restart, check, restore) of one host, "started"
         before the step runs, as push and repair journal theirs."""
-        from dflash_provision.history.host_key import HostKey
-        from dflash_provision.history.store import default_store, journal
-
         recording = journal(
             default_store(), op, HostKey.of_name(host.name), host.path,
             sha256_before=host.old_sha256,
@@ -267,8 +269,6 @@ class Engine:
     def _baseline_host(self, host: HostState) -> None:
         if not host.restart:
             return
-        from dflash_provision.source.authority import Authority
-
         current = Authority(label="the current config", data=self.old[host.name])
         verdict = self._measure(host, current, None, "baseline")
         if verdict is not None and verdict.outcome == "inconclusive":
@@ -477,8 +477,6 @@ class Engine:
     def _finish_cut_off_write(self, host: HostState, sha: str | None) -> None:
         """The journal row of a write the controller died in (still "started") closed with
         what the host holds now: the write happened or it did not."""
-        from dflash_provision.history.store import FAILED, default_store
-
         if host.write_row is None:
             return
         if sha == self.rollout.new_sha256:
@@ -583,8 +581,6 @@ class Engine:
         """The fix line when what the server ran is found nowhere: push those bytes from a file
         named by their sha256, then --abort (restart and measure); the one step no command can
         do, saving that file, is the line's shell comment."""
-        from dflash_provision.server.fix_lines import noted
-
         sha = str(host_ops.return_sha(host))
         file = f"./what-ran-{sha[:12]}.json"
         target = self.members[host.name].target.display()
@@ -595,9 +591,6 @@ class Engine:
         )
 
     def _measure_after(self, host: HostState) -> host_ops.Verdict | None:
-        from dflash_provision.remote.ops import read_remote_config
-        from dflash_provision.source.authority import Authority
-
         member = self.members[host.name]
         try:
             with self._open(host) as transport:
@@ -693,15 +686,11 @@ def refuse_closed(r: Rollout) -> None:
     rollout holds (a finished one's hosts may be another rollout's by now)."""
     if r.state.open:
         return
-    from dflash_provision.rollout.store import RolloutRefused
-
     raise RolloutRefused(f"rollout {r.id} is {r.state.value}: {_not_open_hint(r)}")
 
 
 def _not_open_hint(r: Rollout) -> str:
     """Why --abort does nothing for a rollout that is no longer open, and what does."""
-    import shlex
-
     if r.state == State.COMPLETED:
         selection = r.check.get("selection") or {}
         hosts = [*(["-i", selection["inventory"]] if selection.get("inventory") else [])]
@@ -719,9 +708,6 @@ def _not_open_hint(r: Rollout) -> str:
 
 def _old_doc(transport: object, member: FleetMember) -> dict[str, object]:
     """The restored file parsed (what launch would add env for); {} when it does not parse."""
-    import json
-
-    from dflash_provision.remote.ops import read_remote_config
 
     read = read_remote_config(transport, member.target.config_path)  # type: ignore[arg-type]
     try:

@@ -11,10 +11,35 @@ import time
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError
+from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.history.store import default_store
+from dflash_provision.host_state.file_status import Command
+from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
+from dflash_provision.place.push import list_backups, push_config, rollback_config
+from dflash_provision.remote.ops import read_remote_config
+from dflash_provision.remote.proof import WriteOptions
 from dflash_provision.rollout import what_ran
 from dflash_provision.rollout.record import Figures, Gate, HostState
 from dflash_provision.rollout.what_ran import Lookup
+from dflash_provision.server.container_restart import restart_container, served_by, served_model
+from dflash_provision.server.container_server import open_container_server, parse_container_option
+from dflash_provision.server.drafter_files import check_drafter_files, wrong_files
+from dflash_provision.server.locate import for_drafter, launched
+from dflash_provision.server.preflight import V2_RUNNER_ENV, target_config
+from dflash_provision.server.process import probe_port
+from dflash_provision.server.restart import (
+    RestartFailed,
+    old_server,
+    restart_recorded,
+    server_down,
+    server_env,
+)
+from dflash_provision.source.authority import Authority
+from dflash_provision.validation.diff import render_changes, semantic_diff
+from dflash_provision.validation.validate import validate_config
+from dflash_provision.verify.acceptance_gate import judge_check
+from dflash_provision.verify.reference import from_figures, reference_key
+from dflash_provision.verify.runtime_check import push_fix_command, run_check, smoke_prompts
 
 if TYPE_CHECKING:
     from dflash_provision.history.store import Recording
@@ -57,10 +82,6 @@ def inspect(
     started for this drafter dir (or, with ``container``, the server in that container:
     served_in), and what a rollback returns to (what_ran.decide; ``lookup`` finds bytes kept
     on the controller). StepFailed says why the host cannot take part."""
-    from dflash_provision.remote.ops import read_remote_config
-    from dflash_provision.server.locate import for_drafter, launched
-    from dflash_provision.validation.diff import render_changes, semantic_diff
-
     target = member.target
     host = HostState(member.name, target.display(), target.config_path)
     current = read_remote_config(transport, target.config_path, timeout=timeout)
@@ -117,10 +138,6 @@ def served_in(
     container's main process, given the provisioned directory through its mounts (see
     server/container_restart.py); kept in ``host.server_container``. Returns the container
     and the target model its command names. StepFailed saying why not."""
-    from dflash_provision.server.container_restart import served_by, served_model
-    from dflash_provision.server.container_server import open_container_server
-    from dflash_provision.server.restart import RestartFailed
-
     found = open_container_server(transport, option, target, docker_host=docker_host)
     try:
         served = served_by(found, timeout=timeout)
@@ -136,10 +153,6 @@ def _pinned_files_there(
 ) -> None:
     """The new config's pinned files on the host (server/drafter_files.py, judged by launch's
     row of files_status.EXIT_CODE, as the restart would be): StepFailed naming each wrong one."""
-    from dflash_provision.errors import ExitCode
-    from dflash_provision.host_state.file_status import Command
-    from dflash_provision.server.drafter_files import check_drafter_files, wrong_files
-
     files = check_drafter_files(transport, member.target, new, rehash=rehash, timeout=timeout)
     if files is None or files.exit_code(Command.LAUNCH) is ExitCode.OK:
         return
@@ -156,10 +169,6 @@ def restart_checks(
     """What a restart refuses on, checked before anything is written or stopped: the port's
     server is the launch's (its stop would not be refused), and the values of its env names
     can be read from it or were given with --env (read and dropped: never kept)."""
-    from dflash_provision.server.preflight import V2_RUNNER_ENV
-    from dflash_provision.server.process import probe_port
-    from dflash_provision.server.restart import RestartFailed, old_server, server_env
-
     try:
         state = probe_port(transport, port, timeout=timeout)
         old_server(transport, state)
@@ -182,10 +191,6 @@ def restart_possible(
     resumed batch's write, a rollback's restore), so a restart that would be refused never
     follows a change of the file. ``may_be_down``: a rollback, whose server may have died on
     the new config: then its env values must be in ``remembered`` (this run) or ``env``."""
-    from dflash_provision.server.preflight import V2_RUNNER_ENV
-    from dflash_provision.server.process import probe_port
-    from dflash_provision.server.restart import server_down
-
     if not host.restart or host.launch is None or host.port is None:
         return
     names = [str(n) for n in host.launch.get("env_names", [])]
@@ -213,10 +218,6 @@ def _validate_there(
     *,
     model_reader: Transport | None = None,
 ) -> None:
-    from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
-    from dflash_provision.server.preflight import target_config
-    from dflash_provision.validation.validate import validate_config
-
     # A server in a container names its model by the path inside: read it there.
     reader = model_reader or transport
     target_bytes = target_config(reader, model, timeout)[0] if model else None
@@ -240,10 +241,6 @@ def recorded_reference(
 ) -> Figures | None:
     """The host's acceptance reference in the history store (runtime-check --max-regression's:
     same host, port, drafter bytes and smoke prompts), or None."""
-    from dflash_provision.history.store import default_store
-    from dflash_provision.verify.reference import from_figures, reference_key
-    from dflash_provision.verify.runtime_check import smoke_prompts
-
     prompts = smoke_prompts(settings.prompts)
     port = host.port or settings.port
     key = reference_key(member.target, port, authority, prompts, settings.max_tokens)
@@ -274,9 +271,6 @@ def measure(
 ) -> tuple[Verdict, CheckReport]:
     """Every runtime-check stage, judged by the rollout's gate (``container``: as
     runtime-check --container, the container's record read again: a restart changed it)."""
-    from dflash_provision.server.container_server import open_container_server
-    from dflash_provision.verify.runtime_check import push_fix_command, run_check
-
     found = None
     if container is not None:
         found = open_container_server(transport, container, member.target, docker_host=docker_host)
@@ -289,8 +283,6 @@ def judge(report: CheckReport, gate: Gate, baseline: Figures | None) -> Verdict:
     """The rollout's gate on a host's check: the one acceptance gate
     (runtime/acceptance_gate.judge_check) with the rollout's minimum, and its baseline's mean
     acceptance length for --max-regression."""
-    from dflash_provision.verify.acceptance_gate import judge_check
-
     judged = judge_check(
         report,
         min_acceptance=gate.min_acceptance,
@@ -312,9 +304,6 @@ def write(
 ) -> str | None:
     """Write and prove the new config (push); returns the name of the backup of the old bytes.
     ``recording`` (the step's history row) keeps push's own outcome, as push's row would."""
-    from dflash_provision.place.push import push_config
-    from dflash_provision.remote.proof import WriteOptions
-
     result = push_config(transport, member.target, new, write=WriteOptions(keep), validate=False)
     journal_outcome(result, recording)
     if not result.ok:
@@ -333,8 +322,6 @@ def journal_outcome(result: PushResult, recording: Recording | None) -> None:
 
 
 def current_sha(transport: Transport, member: FleetMember, timeout: float) -> str | None:
-    from dflash_provision.remote.ops import read_remote_config
-
     read = read_remote_config(transport, member.target.config_path, timeout=timeout)
     if not read.present:
         raise StepFailed(f"cannot read {member.target.config_path}: {read.describe()}")
@@ -375,10 +362,6 @@ def restore(
     the record), else a backup push kept with those bytes, else the controller's store
     (``lookup``), through the write protocol and its read-back; nothing to do when the file
     holds them already. NotRecoverable when they are nowhere, StepFailed when not proved."""
-    from dflash_provision.place.push import list_backups, push_config, rollback_config
-    from dflash_provision.remote.proof import WriteOptions
-    from dflash_provision.source.authority import Authority
-
     timeout = transport.command_timeout
     want = return_sha(host)
     if current_sha(transport, member, timeout) == want:
@@ -426,8 +409,6 @@ def restart(
     """Stop the host's server and start it again with its recorded launch, proved (see
     server/restart.py's restart_recorded); StepFailed saying what was found when it is
     refused or not proved."""
-    from dflash_provision.server.restart import RestartFailed, restart_recorded
-
     assert host.launch is not None and host.port is not None
     try:
         return restart_recorded(
@@ -450,9 +431,6 @@ def restart_in_container(
 ) -> RestartDone:
     """``docker restart`` of the host's server container, proved
     (server/container_restart.py); StepFailed saying what was found otherwise."""
-    from dflash_provision.server.container_restart import restart_container
-    from dflash_provision.server.restart import RestartFailed
-
     option = container_of(host)
     assert option is not None
     try:
@@ -466,8 +444,6 @@ def restart_in_container(
 
 def container_of(host: HostState) -> ContainerOption | None:
     """The container the record says the host's server runs in (``rollout --container``)."""
-    from dflash_provision.server.container_server import parse_container_option
-
     if not host.server_container:
         return None
     return parse_container_option(str(host.server_container["container"]))

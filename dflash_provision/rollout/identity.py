@@ -10,11 +10,13 @@ entry that no longer leads there is refused before anything is written, never fo
 
 from __future__ import annotations
 
+import getpass
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError, ExitCode
+from dflash_provision.transport.ssh.config import resolve_endpoint
 
 if TYPE_CHECKING:
     from dflash_provision.inventory import FleetMember
@@ -78,11 +80,7 @@ def of_member(member: FleetMember, ssh: SshOptions) -> Identity:
     target = member.target
     container = target.container.display() if target.container else None
     if target.host is None:
-        import getpass
-
         return Identity("local", None, getpass.getuser(), container, target.config_path)
-    from dflash_provision.transport.ssh.config import resolve_endpoint
-
     endpoint = resolve_endpoint(
         target.host, user=target.user, port=target.port, options=ssh, route=member.route
     )

@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.rollout import host_ops
+from dflash_provision.rollout.batches import split
 from dflash_provision.rollout.identity import (
     HostMismatch,
     Identity,
@@ -18,6 +20,7 @@ from dflash_provision.rollout.identity import (
     refuse_same_place,
 )
 from dflash_provision.rollout.record import Gate, HostState, Rollout
+from dflash_provision.rollout.store import RolloutStore
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
@@ -170,9 +173,6 @@ def dry_run(
 ) -> DryRun:
     """Pre-flight of every host, one after the other (reads only: writes nothing, restarts
     nothing, records nothing), cut into the batches the rollout would run."""
-    from dflash_provision.rollout import host_ops
-    from dflash_provision.rollout.batches import split
-
     identities(members, run.connector.ssh)
     lookup = _kept_configs()
     good: list[HostState] = []
@@ -194,8 +194,6 @@ def dry_run(
 def _kept_configs() -> Callable[[str], bytes | None]:
     """The rollout store's configs by sha256 for a dry run: read only (no database is made
     where there is none)."""
-    from dflash_provision.rollout.store import RolloutStore
-
     store = RolloutStore()
     if not store.path.exists():
         return lambda sha: None

@@ -15,6 +15,7 @@ the host again before acting on it.
 from __future__ import annotations
 
 import enum
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -186,6 +187,4 @@ class Rollout:
 
     def command(self, verb: str) -> str:
         """The exact command that resumes (``--resume``) or aborts this rollout."""
-        import shlex
-
         return shlex.join(["dflash-provision", "rollout", verb, self.id, *self.connection_args])

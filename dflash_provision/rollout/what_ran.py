@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.place.push import list_backups
+from dflash_provision.remote.ops import read_backup
 
 if TYPE_CHECKING:
     from dflash_provision.target import Target
@@ -77,9 +79,6 @@ def decide(
 def _from_backups(transport: Transport, target: Target, sha: str, timeout: float) -> bytes | None:
     """The bytes of the newest backup with ``sha256`` (read with the restore checks: never
     through a link), or None."""
-    from dflash_provision.place.push import list_backups
-    from dflash_provision.remote.ops import read_backup
-
     try:
         backups = list_backups(transport, target, timeout=timeout)
         chosen = next((b for b in reversed(backups) if b.sha256 == sha), None)

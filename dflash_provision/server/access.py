@@ -34,7 +34,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_provision.errors import RemoteStepFailed, UnreachableError
+from dflash_provision.server.bounded import run_bounded
 from dflash_provision.transport.base import Transport
+from dflash_provision.transport.callback import CallbackTransport
+from dflash_provision.transport.container import ContainerTransport
+from dflash_provision.transport.local import LocalTransport
 
 DEFAULT_MAX_BYTES = 1024 * 1024
 DEFAULT_PYTHON = "python3"
@@ -87,10 +91,6 @@ class ServerAccess(abc.ABC):
 
 def open_server(transport: Transport, port: int, *, python: str | None = None) -> ServerAccess:
     """The way to reach ``port`` on ``transport``'s machine (see the module docstring)."""
-    from dflash_provision.transport.callback import CallbackTransport
-    from dflash_provision.transport.container import ContainerTransport
-    from dflash_provision.transport.local import LocalTransport
-
     layers = list(_layers(transport))
     # Never plain HTTP to this machine's loopback for a host reached through another tool: that
     # would ask whatever listens HERE on the port and call it the host's server.
@@ -108,8 +108,6 @@ def check_access(transport: Transport, port: int, *, python: str | None, timeout
     """Make sure the port can be reached before anything starts: for a container, that its
     python runs (else RemoteStepFailed(step="access") naming --python). Nothing to check for
     SSH and local access."""
-    from dflash_provision.server.bounded import run_bounded
-
     access = open_server(transport, port, python=python)
     if isinstance(access, ContainerAccess):
         argv = [access.python, "-c", "import http.client, signal"]

@@ -19,6 +19,7 @@ from collections.abc import Sequence
 
 from dflash_provision.errors import DflashProvisionError, RemoteStepFailed
 from dflash_provision.remote.ops import remote_deadline
+from dflash_provision.remote.protocol import script_argv
 from dflash_provision.transport.base import CommandResult, Transport
 
 #: How long the clean-up after a Ctrl-C may take (one exec; end_script waits a second).
@@ -46,8 +47,6 @@ def run_bounded(
     """``transport.run(argv)``, ended on the target at its deadline (module docstring).
 
     EndedAtDeadline when the deadline was reached (the command no longer runs there)."""
-    from dflash_provision.remote.protocol import script_argv
-
     if not argv:
         raise ValueError("empty argv")
     limit = transport.command_timeout if timeout is None else timeout
@@ -84,7 +83,5 @@ def _ended(transport: Transport, argv: Sequence[str], deadline: int) -> EndedAtD
 def reap(transport: Transport, mark: str) -> None:
     """End the bounded command marked ``mark`` on the target; best effort (the connection may
     be gone too, and a second Ctrl-C gives up)."""
-    from dflash_provision.remote.protocol import script_argv
-
     with contextlib.suppress(DflashProvisionError, KeyboardInterrupt, OSError, EOFError):
         transport.run(script_argv("reap", mark), timeout=REAP_TIMEOUT_S)

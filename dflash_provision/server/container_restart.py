@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.server.access import NoProbePython
 from dflash_provision.server.container_server import (
     ContainerOption,
     ContainerServer,
@@ -37,9 +38,12 @@ from dflash_provision.server.container_server import (
     open_container_server,
     wait_ready,
 )
+from dflash_provision.server.process import find_server
 from dflash_provision.server.restart import RestartDone, RestartFailed, refused
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
+from dflash_provision.vllm.argv import read_speculative, serve_args
+from dflash_provision.vllm.log import parse_startup
 
 _RESTART_GRACE_S = 60.0  # beyond --time: docker's own SIGKILL, and the start of the new process
 
@@ -66,9 +70,6 @@ class ServedBy:
 
 def served_by(found: ContainerServer, *, timeout: float | None) -> ServedBy:
     """The server a restart would act on, or RestartFailed (nothing stopped) saying why not."""
-    from dflash_provision.server.process import find_server
-    from dflash_provision.vllm.argv import read_speculative
-
     port = found.port()[0]
     where = f"{found.what} on {found.host.description}"
     server = find_server(found.transport, port, timeout=timeout)
@@ -125,8 +126,6 @@ def restart_container(
 
 
 def _from_command(found: ContainerServer) -> ServedBy:
-    from dflash_provision.vllm.argv import read_speculative
-
     spec = read_speculative(list(found.record.command)).config or {}
     n = spec.get("num_speculative_tokens")
     return ServedBy(
@@ -146,8 +145,6 @@ def _await(
 ) -> ContainerServer:
     """The container ready again (container_server.wait_ready); RestartFailed when it exits
     first (with its log's fatal lines) or the deadline passes (with the last probe's error)."""
-    from dflash_provision.server.access import NoProbePython
-
     try:
         waited = wait_ready(
             host, option, target, port, ready_s=ready_s, docker_host=docker_host, python=python
@@ -179,9 +176,6 @@ def _prove(
     before: ContainerServer, after: ContainerServer, served: ServedBy, timeout: float | None
 ) -> str:
     """One line of evidence, or RestartFailed naming what is missing."""
-    from dflash_provision.server.process import find_server
-    from dflash_provision.vllm.log import parse_startup
-
     old, new = before.record, after.record
     problems: list[str] = []
     if new.id != old.id:
@@ -233,8 +227,6 @@ def _alive(host: Transport, pid: int, timeout: float | None) -> bool:
 def served_model(command: tuple[str, ...] | list[str]) -> str | None:
     """The target model a container's command serves: ``--model M``, else the word after
     ``serve`` (``vllm serve M``, the official image's entrypoint); None when neither is there."""
-    from dflash_provision.vllm.argv import serve_args
-
     argv = list(command)
     args = serve_args(argv)
     for index, arg in enumerate(args):

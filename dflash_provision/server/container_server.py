@@ -26,6 +26,7 @@ is read again.
 
 from __future__ import annotations
 
+import posixpath
 import re
 import shlex
 import time
@@ -38,6 +39,8 @@ from typing import Any
 from dflash_provision.errors import ContainerError, DflashProvisionError, UsageError
 from dflash_provision.server.access import NoProbePython, open_server
 from dflash_provision.server.bounded import run_bounded
+from dflash_provision.server.process import find_server
+from dflash_provision.server.readiness import fatal_lines
 from dflash_provision.target import ContainerKind, ContainerRef, Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.container import ContainerTransport
@@ -221,8 +224,6 @@ class ContainerServer:
     def why_it_exited(self, *, timeout: float | None, tail: int) -> str:
         """An exited container's reason: its log's fatal lines (readiness's judgement), else its
         last ``tail`` lines; at most three, each cut at 300 characters."""
-        from dflash_provision.server.readiness import fatal_lines
-
         log = self.startup_log(timeout=timeout)
         fatal = fatal_lines(log, exited=True) or log.strip().splitlines()[-tail:]
         return " | ".join(line[:300] for line in fatal[:3])
@@ -240,8 +241,6 @@ class ContainerServer:
 
 
 def _same(a: str, b: str) -> bool:
-    import posixpath
-
     return posixpath.normpath(a) == posixpath.normpath(b)
 
 
@@ -385,8 +384,6 @@ def stop_container(
 ) -> ContainerStop:
     """``docker stop --time TIMEOUT -- NAME`` when a vLLM server listens on ``port`` inside;
     the container's state read again after. Nothing is stopped when none listens there."""
-    from dflash_provision.server.process import find_server
-
     where = f"{found.what} on {found.host.description}"
     before = found.record.status
     if not found.record.running:

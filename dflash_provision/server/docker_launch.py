@@ -53,12 +53,14 @@ from dflash_provision.server.container_server import (
     Readiness,
     wait_ready,
 )
+from dflash_provision.server.locate import same_path
 from dflash_provision.server.preflight import LaunchRequest, drafter_preflight
 from dflash_provision.source.authority import Authority
 from dflash_provision.target import ContainerKind, Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.transport.docker_exec import tool_argv
 from dflash_provision.transport.docker_inspect import read_record
+from dflash_provision.vllm.log import parse_startup
 
 _DOCKER_TIMEOUT_S = 60.0
 
@@ -274,9 +276,6 @@ def _prove(
     found: ContainerServer, old_id: str | None, inside: str, n: int, timeout: float
 ) -> list[str]:
     """This start's evidence (module docstring): exit 20 when any part is missing."""
-    from dflash_provision.server.locate import same_path
-    from dflash_provision.vllm.log import parse_startup
-
     proof = [
         f"container {found.record.id[:12]} (started {found.record.started_at}) answers /health"
     ]

@@ -21,8 +21,11 @@ from dflash_provision.errors import (
     RemoteStepFailed,
     RuntimeFailure,
 )
+from dflash_provision.history.host_key import HostKey
+from dflash_provision.history.store import default_store
 from dflash_provision.host_state.file_status import Command
 from dflash_provision.host_state.files_status import FilesStatus, FileVerdict
+from dflash_provision.host_state.pinned_check import check_pinned_files
 
 if TYPE_CHECKING:
     from dflash_provision.host_state.files_status import FilesJudgement
@@ -46,10 +49,6 @@ def check_drafter_files(
     None when it pins none beyond config.json. Proofs go to (and come from) the history."""
     if not authority.pinned_files:
         return None
-    from dflash_provision.history.host_key import HostKey
-    from dflash_provision.history.store import default_store
-    from dflash_provision.host_state.pinned_check import check_pinned_files
-
     return check_pinned_files(
         transport,
         target.model_dir,

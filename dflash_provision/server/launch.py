@@ -44,7 +44,7 @@ from typing import Any, Literal
 
 from dflash_provision.errors import DflashProvisionError, ExitCode, RuntimeFailure, UsageError
 from dflash_provision.server.access import open_server
-from dflash_provision.server.preflight import LaunchRequest, Preflight, preflight
+from dflash_provision.server.preflight import V2_RUNNER_ENV, LaunchRequest, Preflight, preflight
 from dflash_provision.server.process import (
     PortState,
     check_env,
@@ -55,6 +55,15 @@ from dflash_provision.server.process import (
 )
 from dflash_provision.server.readiness import Progress, ReadyResult, wait_ready
 from dflash_provision.server.records import LOGFILE, LaunchRecord
+from dflash_provision.server.restart import (
+    RestartFailed,
+    missing_dirs,
+    old_server,
+    prove,
+    server_env,
+    start_new,
+    stop_old,
+)
 from dflash_provision.source.authority import Authority
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
@@ -169,8 +178,6 @@ def launch(
         check_env(request.env)
         if request.restart:
             # vLLM could not start from a directory that is not there: an outage, not a restart
-            from dflash_provision.server.restart import missing_dirs
-
             gone = missing_dirs(transport, [request.model, target.model_dir], timeout=timeout)
             if gone:
                 raise UsageError(f"{', '.join(gone)}: no such directory on {transport.description}")
@@ -224,16 +231,6 @@ def _restart(
     """``--restart`` of our running server (server/restart.py): its env values read from it
     (``--env`` overriding) before anything stops, stop (anything but "stopped" fails), start
     ("already running" is never a start), wait, prove; a restart not proved is "failed"."""
-    from dflash_provision.server.preflight import V2_RUNNER_ENV
-    from dflash_provision.server.restart import (
-        RestartFailed,
-        old_server,
-        prove,
-        server_env,
-        start_new,
-        stop_old,
-    )
-
     timeout = request.command_timeout
     old_names = state.record.env_names if state.record is not None else []
     try:

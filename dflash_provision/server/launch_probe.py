@@ -25,7 +25,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dflash_provision.errors import ExitCode, RuntimeFailure
+from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
+from dflash_provision.server.probe_run import run_probe_on
 from dflash_provision.transport.base import Transport
+from dflash_provision.validation.speculators_layout import runtime_view
+from dflash_provision.vllm.features import (
+    MIXED_FIX,
+    judge_attention,
+    judge_aux,
+    layout_refused,
+    refusals_text,
+    rejected_keys,
+    serving_runners,
+)
 
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 _SHEBANG_BYTES = 256
@@ -55,8 +67,6 @@ def vllm_python(transport: Transport, vllm_cmd: tuple[str, ...], fallback: str |
     first = vllm_cmd[0]
     if posixpath.basename(first).startswith("python"):
         return first
-    from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
-
     script = 'p=$(command -v -- "$1") && head -c ' + str(_SHEBANG_BYTES) + ' -- "$p"'
     try:
         result = run_bounded(transport, ["sh", "-c", script, "sh", first], timeout=30)
@@ -87,8 +97,6 @@ def plan_runner(
     timeout: float,
 ) -> RunnerPlan:
     """Ask the target's vLLM (module docstring); raises the refusal."""
-    from dflash_provision.server.probe_run import run_probe_on
-
     found = vllm_python(transport, vllm_cmd, python)
     budget = max(timeout, PROBE_BUDGET_S)
     answer = run_probe_on(transport, drafter_dir, found, model, num_spec, budget, vllm_only=True)
@@ -142,8 +150,6 @@ def plan_from_answer(
 
 
 def _check_keys(keys: list[str], vllm: dict[str, Any], version: str, plan: RunnerPlan) -> None:
-    from dflash_provision.vllm.features import rejected_keys
-
     rejected, why = rejected_keys(keys, vllm)
     if rejected is None:
         if keys:
@@ -165,9 +171,6 @@ def _judge_as_trained(
     draft: dict[str, Any], doc: dict[str, Any], version: str, plan: RunnerPlan, *, force: bool
 ) -> None:
     """Refuse a vLLM that would run the drafter otherwise than trained (stage b's finding)."""
-    from dflash_provision.validation.speculators_layout import runtime_view
-    from dflash_provision.vllm.features import judge_attention, judge_aux
-
     view = runtime_view(doc)
     inner = view.get("dflash_config")
     ids = inner.get("target_layer_ids") if isinstance(inner, dict) else None
@@ -192,13 +195,6 @@ def _judge_as_trained(
 
 def _choose_runner(draft: dict[str, Any], version: str, plan: RunnerPlan) -> None:
     """Set VLLM_USE_V2_MODEL_RUNNER only where this vLLM needs and takes it (module docstring)."""
-    from dflash_provision.vllm.features import (
-        MIXED_FIX,
-        layout_refused,
-        refusals_text,
-        serving_runners,
-    )
-
     runners = draft.get("runners")
     if not isinstance(runners, dict):
         plan.warnings.append("cannot tell which model runner serves this drafter (older probe)")

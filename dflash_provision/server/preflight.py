@@ -17,13 +17,28 @@ from dflash_provision.errors import (
     RuntimeFailure,
     UsageError,
 )
+from dflash_provision.host_state.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
+from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
+from dflash_provision.place.push import compare_read
 from dflash_provision.remote.ops import read_remote_config
 from dflash_provision.server.access import check_access
+from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
+from dflash_provision.server.drafter_files import check_drafter_files, refusal
+from dflash_provision.server.fix_lines import weights_fix
+from dflash_provision.server.launch_probe import describe, plan_runner
 from dflash_provision.server.process import check_port
 from dflash_provision.source.authority import Authority
 from dflash_provision.target import Target
 from dflash_provision.transport.base import Transport
 from dflash_provision.validation.findings import ValidationReport
+from dflash_provision.validation.invariants import block_size_of
+from dflash_provision.validation.speculators_layout import (
+    is_speculators,
+    runtime_view,
+    speculative_tokens,
+)
+from dflash_provision.validation.validate import validate_config
+from dflash_provision.vllm.request_acceptance import launch_args
 
 V2_RUNNER_ENV = "VLLM_USE_V2_MODEL_RUNNER"
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -108,23 +123,17 @@ def preflight(
     )
     files = _require_pinned_files(transport, target, authority, request)
     doc = json.loads(authority.data)
-    from dflash_provision.validation.invariants import block_size_of
-
     block_size, block_path = block_size_of(doc)
     n, token_warnings = _speculative_tokens(request, block_size, block_path)
     warnings += token_warnings
     n = _speculators_default(doc, request, n)
     target_bytes, target_path, notes = target_config(transport, request.model, timeout)
-    from dflash_provision.validation.validate import validate_config
-
     report = validate_config(authority.data, label=authority.label, target=target_bytes)
     warnings += _judge_validation(report, authority.label, force=request.force)
     weights = _check_weights(transport, target, doc, target_bytes, request)
     warnings += weights.warnings
     version = vllm_version(transport, request.vllm_cmd, timeout=timeout)
     check_access(transport, request.port, python=request.python, timeout=timeout)
-    from dflash_provision.server.launch_probe import describe, plan_runner
-
     plan = plan_runner(
         transport,
         target.model_dir,
@@ -139,8 +148,6 @@ def preflight(
         timeout=timeout,
     )
     warnings += plan.warnings
-    from dflash_provision.vllm.request_acceptance import launch_args
-
     per_request = launch_args(request.per_request_metrics, plan.vllm, version, request.extra_args)
     notes += [per_request.note] if per_request.note else []
     warnings += [per_request.warning] if per_request.warning else []
@@ -181,9 +188,6 @@ def drafter_preflight(
         transport, target, authority, request, request.command_timeout
     )
     doc = json.loads(authority.data)
-    from dflash_provision.validation.invariants import block_size_of
-    from dflash_provision.validation.validate import validate_config
-
     block_size, block_path = block_size_of(doc)
     n, token_warnings = _speculative_tokens(request, block_size, block_path)
     n = _speculators_default(doc, request, n)
@@ -224,9 +228,6 @@ def _require_same_file(
     """The drafter file on the target, judged (file_status.judge) and mapped by launch's row of
     EXIT_CODE: the refusal, or the status, the warnings of a file launch lets pass and the
     file's sha256."""
-    from dflash_provision.host_state.file_status import EXIT_CODE, PASSES_WITH_WARNING, Command
-    from dflash_provision.place.push import compare_read
-
     read = read_remote_config(transport, target.config_path, timeout=timeout, metadata=False)
     verdict = compare_read(str(target), read, authority)
     code = EXIT_CODE[Command.LAUNCH][verdict.status]
@@ -261,8 +262,6 @@ def _require_pinned_files(
     always, hashes unless a recorded proof's identity is unchanged): the refusal (4, 7, 26 by
     launch's row of files_status.EXIT_CODE), or the verdict's JSON (None: the lock pins none).
     --force does not pass it, as it does not pass a wrong config.json."""
-    from dflash_provision.server.drafter_files import check_drafter_files, refusal
-
     files = check_drafter_files(
         transport,
         target,
@@ -307,8 +306,6 @@ def _speculators_default(doc: dict[str, Any], request: LaunchRequest, n: int) ->
     """A speculators-layout drafter names its own N (``proposal_methods[0].speculative_tokens``,
     what `vllm serve <drafter dir>` would use): launch's default for it. Validation has already
     bounded it by block_size."""
-    from dflash_provision.validation.speculators_layout import is_speculators, speculative_tokens
-
     file_n = speculative_tokens(doc) if is_speculators(doc) else None
     if request.num_speculative_tokens is None and file_n is not None and file_n >= 1:
         return file_n
@@ -358,9 +355,6 @@ def _check_weights(
 ) -> _Weights:
     """The drafter's safetensors headers against its config (one exec): a config of one revision
     beside the weights of another is refused before anything starts (--force: a warning)."""
-    from dflash_provision.host_state.weights_check import check_remote, target_hidden_of
-    from dflash_provision.server.fix_lines import weights_fix
-
     check = check_remote(
         transport,
         target.model_dir,
@@ -385,8 +379,6 @@ def _check_weights(
 def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: float) -> str:
     """``CMD --version`` on the target: the first word of its last output line. It is ended on
     the target at its deadline (and on Ctrl-C): a hung one is VLLM_UNUSABLE, not left running."""
-    from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
-
     command = " ".join(vllm_cmd)
     try:
         result = run_bounded(transport, [*vllm_cmd, "--version"], timeout=timeout)
@@ -411,8 +403,6 @@ def vllm_version(transport: Transport, vllm_cmd: tuple[str, ...], *, timeout: fl
 
 
 def runtime_env(doc: dict[str, Any], env: dict[str, str]) -> tuple[dict[str, str], list[str]]:
-    from dflash_provision.validation.speculators_layout import runtime_view
-
     layer_types = runtime_view(doc).get("layer_types")  # either published layout
     kinds = set(layer_types) if isinstance(layer_types, list) else set()
     if not {"sliding_attention", "full_attention"} <= kinds:

@@ -8,6 +8,9 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
+from dflash_provision.vllm import probe
+
 if TYPE_CHECKING:
     from dflash_provision.transport.base import Transport
 
@@ -36,8 +39,6 @@ def probe_command(
 
 def probe_source() -> str:
     """The probe's program text (vllm/probe.py), shipped on stdin."""
-    from dflash_provision.vllm import probe
-
     source = getattr(probe, "PROBE_SOURCE", None)
     if isinstance(source, str):
         return source
@@ -65,8 +66,6 @@ def run_probe_on(
         source = probe_source()
     except ImportError:
         return "the target-side probe (dflash_provision.vllm.probe) is not in this build"
-    from dflash_provision.server.bounded import EndedAtDeadline, run_bounded
-
     try:  # ended on the target at its deadline, not only abandoned here
         result = run_bounded(transport, argv, stdin=source.encode(), timeout=budget + 15)
     except EndedAtDeadline as exc:

@@ -19,6 +19,7 @@ from dflash_provision.remote.protocol import (  # the one script protocol
     script_argv,
     stderr_line,
 )
+from dflash_provision.server.bounded import run_bounded
 from dflash_provision.server.records import LaunchRecord
 from dflash_provision.transport.base import Transport
 from dflash_provision.vllm.argv import ArgvSpec, read_speculative
@@ -41,8 +42,6 @@ def run_bounded_script(
     RemoteProtocolError when the answer is not the script's protocol (no shell, killed, ...).
     The script is ended on the target at its deadline (server/bounded.py).
     """
-    from dflash_provision.server.bounded import run_bounded
-
     result = run_bounded(transport, script_argv(name, *args), stdin=stdin, timeout=timeout)
     parsed = parse_reply(result.stdout, name)
     if not parsed.lines and parsed.data is None:

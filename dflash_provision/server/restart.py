@@ -16,14 +16,22 @@ start.sh's launch line in the log) names the drafter directory and N, the server
 
 from __future__ import annotations
 
+import json
+import posixpath
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import ExitCode, RuntimeFailure
+from dflash_provision.errors import ExitCode, RemoteStepFailed, RuntimeFailure
+from dflash_provision.remote.ops import read_remote_config
+from dflash_provision.server.access import open_server
+from dflash_provision.server.locate import choose_port, same_path
+from dflash_provision.server.preflight import V2_RUNNER_ENV, runtime_env
 from dflash_provision.server.process import (
     PortState,
     StartOutcome,
     StopOutcome,
+    check_env,
     check_port,
     probe_port,
     raise_unsafe_dir,
@@ -32,8 +40,10 @@ from dflash_provision.server.process import (
     start_server,
     stop_server,
 )
+from dflash_provision.server.readiness import wait_ready
 from dflash_provision.server.records import LaunchRecord
 from dflash_provision.transport.base import Transport
+from dflash_provision.vllm.log import parse_startup
 
 if TYPE_CHECKING:
     from dflash_provision.target import Target
@@ -184,9 +194,6 @@ def prove(
     """After a start that reported ready: the new server is a new process running ``record``'s
     command line, and its own engine record names the drafter and N. RestartFailed (the
     message says what was found) otherwise."""
-    from dflash_provision.server.locate import same_path
-    from dflash_provision.vllm.log import parse_startup
-
     where = f"port {record.port} on {transport.description}"
     now = probe_port(transport, record.port, timeout=timeout)
 
@@ -253,14 +260,6 @@ def restart_recorded(
     ``may_be_down``: a rollback, whose server (started by this rollout) may have died on the
     bad config: a pidfile naming an exited server is then started again, with ``remembered``
     (the values this run read before) and ``env`` for its environment."""
-    from datetime import UTC, datetime
-
-    from dflash_provision.server.access import open_server
-    from dflash_provision.server.preflight import V2_RUNNER_ENV, runtime_env
-    from dflash_provision.server.process import check_env
-    from dflash_provision.server.readiness import wait_ready
-    from dflash_provision.server.records import LaunchRecord
-
     # The same command line and env names; the record names the drafter bytes it now reads.
     now = datetime.now(UTC).isoformat(timespec="seconds")
     fields = {"pid": None, "drafter_sha256": sha256 or "", "file_sha256": sha256 or "",
@@ -320,8 +319,6 @@ def missing_dirs(transport: Transport, paths: list[str], *, timeout: float | Non
     script = 'for d do [ -d "$d" ] || printf "%s\\n" "$d"; done'
     result = transport.run(["sh", "-c", script, "sh", *wanted], timeout=timeout)
     if not result.ok:
-        from dflash_provision.errors import RemoteStepFailed
-
         raise RemoteStepFailed(
             f"{transport.description}: cannot look for {', '.join(wanted)}", step="read"
         )
@@ -350,8 +347,6 @@ class Overrides:
 def with_overrides(launch: dict[str, Any], overrides: Overrides) -> dict[str, Any]:
     """The recorded launch with a new N (in its --speculative-config JSON too) or vLLM command
     (the argv's first words)."""
-    import json
-
     out = dict(launch)
     argv = list(out["argv"])
     old_cmd = list(out.get("vllm_cmd") or [])
@@ -386,12 +381,6 @@ def restart_launch(
     """``launch TARGET --restart`` with no --model: the launch recorded for the drafter
     directory, restarted as it was (its argv, its env read from the running server, --env
     overriding), with the config on disk; every refusal before anything stops."""
-    import json
-    import posixpath
-
-    from dflash_provision.remote.ops import read_remote_config
-    from dflash_provision.server.locate import choose_port
-
     drafter_dir, config_path = target.model_dir, target.config_path
     chosen = choose_port(transport, target, port, timeout=timeout)
     state = probe_port(transport, chosen.port, timeout=timeout)

@@ -25,8 +25,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ConfigInvalid, UsageError
+from dflash_provision.formats import strict_json
 from dflash_provision.source.local_file import read_config_file
-from dflash_provision.source.lockfile import DEFAULT_LOCK_PATH
+from dflash_provision.source.lockfile import (
+    DEFAULT_LOCK_PATH,
+    load_locked_config,
+    read_pinned_files,
+)
 
 if TYPE_CHECKING:
     from dflash_provision.source.pinned_files import PinnedFile
@@ -185,8 +190,6 @@ class Authority:
     @functools.cached_property
     def document(self) -> Any:
         """The config parsed strictly (ConfigInvalid when it does not parse)."""
-        from dflash_provision.formats import strict_json
-
         try:
             return strict_json.loads(self.data.decode("utf-8"))
         except (UnicodeDecodeError, ValueError) as exc:
@@ -221,8 +224,6 @@ def load_repo(ref: RepoRef) -> Authority:
 def _load_lock(path: Path, repo_id: str | None) -> Authority:
     if not path.is_file():
         raise UsageError(f"--lock {path}: no such file")
-    from dflash_provision.source.lockfile import load_locked_config, read_pinned_files
-
     fetched = load_locked_config(path, repo_id)
     pinned = tuple(
         f

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import socket
 import threading
@@ -35,6 +36,8 @@ from urllib.parse import urlsplit
 
 from dflash_provision.errors import ExitCode, HubError, UsageError
 from dflash_provision.netlookup import LookupTimedOut, lookup_within
+from dflash_provision.source.hub_integrity import cached_etag, declared_mismatch, evict
+from dflash_provision.source.local_file import read_config_file
 
 if TYPE_CHECKING:
     from huggingface_hub import HfFileMetadata
@@ -90,6 +93,8 @@ def fetch_config(
     from huggingface_hub import constants, hf_hub_download, try_to_load_from_cache
     from huggingface_hub.errors import HFValidationError
 
+    from dflash_provision.source import hub_deadline
+
     requested = revision or DEFAULT_REVISION
     where = _Where(
         repo_id=repo_id,
@@ -98,8 +103,6 @@ def fetch_config(
         endpoint=(endpoint or constants.ENDPOINT).rstrip("/"),
         cache_dir=cache_dir or constants.HF_HUB_CACHE,
     )
-    from dflash_provision.source import hub_deadline
-
     offline = constants.is_offline_mode()
 
     def download() -> tuple[str, HfFileMetadata | None, str | None]:
@@ -303,8 +306,6 @@ def _check_declared(where: _Where, path: Path, data: bytes, meta: HfFileMetadata
     Hub is not asked) and, when our HEAD (``meta``) was answered with that same ETag, the size
     it declared.
     """
-    from dflash_provision.source.hub_integrity import cached_etag, declared_mismatch, evict
-
     etag = cached_etag(path) or (meta.etag if meta else None)
     size = meta.size if meta and meta.etag == etag else None
     problem = declared_mismatch(data, etag, size)
@@ -319,9 +320,6 @@ def _read_cached(where: _Where, path: Path) -> bytes:
     FIFO. The cache is a directory anyone with the user's rights can change; an entry that is not
     a regular file of a config's size is refused (exit 16) and evicted, so the next fetch
     downloads it again."""
-    from dflash_provision.source.hub_integrity import evict
-    from dflash_provision.source.local_file import read_config_file
-
     try:
         return read_config_file(path)[1]
     except UsageError as exc:
@@ -551,8 +549,6 @@ def pinned_from_cache(
 
 def _hub_cache_dir(cache_dir: str | None) -> Path:
     """huggingface_hub's cache directory, resolved from the same variables in the same order."""
-    import os
-
     if cache_dir:
         return Path(cache_dir).expanduser()
     explicit = os.environ.get("HF_HUB_CACHE") or os.environ.get("HUGGINGFACE_HUB_CACHE")

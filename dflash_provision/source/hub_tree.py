@@ -14,7 +14,15 @@ from __future__ import annotations
 from typing import Any
 
 from dflash_provision.errors import ExitCode, HubError
-from dflash_provision.source.pinned_files import GIT_BLOB, SHA256, PinnedFile, vllm_reads
+from dflash_provision.source import hub_deadline
+from dflash_provision.source.hub import raise_request_failure
+from dflash_provision.source.pinned_files import (
+    GIT_BLOB,
+    SHA256,
+    PinnedFile,
+    parse_pinned,
+    vllm_reads,
+)
 
 MAX_ENTRIES = 10_000  # the largest model repos have a few hundred files at the top level
 
@@ -32,9 +40,6 @@ def list_commit_files(
     HubError (exit 10-16) for every way the Hub can say no or not answer in ``timeout`` s.
     """
     from huggingface_hub import HfApi, constants
-
-    from dflash_provision.source import hub_deadline
-    from dflash_provision.source.hub import raise_request_failure
 
     where = f"{repo_id}@{commit_sha} (tree listing)"
     if constants.is_offline_mode():
@@ -75,8 +80,6 @@ def pinned_from_listing(
 ) -> list[PinnedFile]:
     """The entries vLLM reads, as pinned files; HubError (16) for an entry that is malformed."""
     from huggingface_hub.hf_api import RepoFile
-
-    from dflash_provision.source.pinned_files import parse_pinned
 
     files = [e for e in entries if isinstance(e, RepoFile)]
     names = [f.path for f in files]

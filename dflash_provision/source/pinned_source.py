@@ -8,6 +8,8 @@ from pathlib import Path
 
 from dflash_provision.errors import UsageError
 from dflash_provision.source.authority import Authority, SourceSpec
+from dflash_provision.source.hub_tree import list_commit_files
+from dflash_provision.source.lockfile import find_entry, read_lock, read_pinned_files
 from dflash_provision.source.pinned_files import PinnedFile
 
 
@@ -23,16 +25,12 @@ def pinned_for(spec: SourceSpec, authority: Authority) -> list[PinnedFile]:
     if authority.commit_sha is None:
         raise UsageError("--all-files: the authoritative config pins no commit")
     if spec.repo is not None:
-        from dflash_provision.source.hub_tree import list_commit_files
-
         return list_commit_files(spec.repo.repo_id, authority.commit_sha)
     assert spec.lock is not None
     return _from_lock(Path(spec.lock), spec.lock_repo, authority.commit_sha)
 
 
 def _from_lock(lock: Path, repo_id: str | None, commit_sha: str) -> list[PinnedFile]:
-    from dflash_provision.source.lockfile import find_entry, read_lock, read_pinned_files
-
     entry = find_entry(read_lock(lock), repo_id, lock_path=lock)
     files = [
         f

@@ -12,7 +12,9 @@ import math
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from dflash_provision.formats import strict_json
 from dflash_provision.formats.json_path import json_path
+from dflash_provision.validation.speculators_layout import file_field, is_speculators, runtime_view
 
 ChangeKind = Literal["changed", "added", "removed", "type_changed"]
 
@@ -142,7 +144,6 @@ _MEANINGFUL = (
 
 def layouts_of(old: object, new: object) -> tuple[str, str]:
     """("reference" | "speculators", ...) for each side (a non-object counts as reference)."""
-    from dflash_provision.validation.speculators_layout import is_speculators
 
     def kind(doc: object) -> str:
         return "speculators" if isinstance(doc, dict) and is_speculators(doc) else "reference"
@@ -155,12 +156,6 @@ def cross_layout_diff(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
     transformer fields, the taps (as vLLM's target_layer_ids), the mask token and block_size,
     each path named as the NEW side's file keeps it. A field by field diff of two layouts would
     only say that every key moved."""
-    from dflash_provision.validation.speculators_layout import (
-        file_field,
-        is_speculators,
-        runtime_view,
-    )
-
     # The taps in B's convention: hidden-state indices (aux ids) for the speculators layout.
     as_aux = is_speculators(new)
 
@@ -222,8 +217,6 @@ def config_diff(old: bytes | None, new: bytes) -> ConfigDiff:
 def _parse_json(data: bytes) -> tuple[Any, str | None]:
     # The current file is the host's: strict parsing, so deep nesting or a 1e999999 is "not
     # valid JSON" here too, never a RecursionError or an Infinity in the diff.
-    from dflash_provision.formats import strict_json
-
     try:
         return strict_json.loads(data.decode("utf-8")), None
     except (UnicodeDecodeError, ValueError) as exc:

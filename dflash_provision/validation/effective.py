@@ -10,13 +10,21 @@ take class defaults. Every critical field the loader changes or drops is an erro
 from __future__ import annotations
 
 import json
+import logging
+import os
 import tempfile
 import threading
+import warnings
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from dflash_provision.validation.findings import Finding
+from dflash_provision.validation.speculators_layout import (
+    LAYER_CONFIG,
+    is_speculators,
+    layer_config,
+)
 
 # Plain fields compared value for value; rope is compared by meaning in _check_rope.
 CRITICAL_FIELDS = (
@@ -62,10 +70,6 @@ def _auto_config() -> Any:
 
 @cache
 def _import_auto_config() -> Any:
-    import logging
-    import os
-    import warnings
-
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
     with warnings.catch_warnings():
@@ -79,8 +83,6 @@ def _import_auto_config() -> Any:
 
 def load_effective(doc: dict[str, Any]) -> tuple[Any | None, str | None]:
     """Load ``doc`` the way a runtime does. Returns (config, None) or (None, one-line error)."""
-    import warnings
-
     auto_config = _auto_config()
     with tempfile.TemporaryDirectory(prefix="dflash-effective-") as tmp:
         (Path(tmp) / "config.json").write_text(json.dumps(doc), encoding="utf-8")
@@ -96,8 +98,6 @@ def load_effective(doc: dict[str, Any]) -> tuple[Any | None, str | None]:
 
 def check_effective(doc: dict[str, Any]) -> list[Finding]:
     """Compare the raw file's critical fields with what transformers loads."""
-    from dflash_provision.validation.speculators_layout import is_speculators
-
     if is_speculators(doc):
         return check_effective_speculators(doc)
     config, error = load_effective(doc)
@@ -277,8 +277,6 @@ def check_effective_speculators(doc: dict[str, Any]) -> list[Finding]:
     ``transformer_layer_config`` (Qwen3Config unless it names another model_type); what that
     loader changes is reported as warnings, since vLLM does not go through it.
     """
-    from dflash_provision.validation.speculators_layout import LAYER_CONFIG, layer_config
-
     findings: list[Finding] = []
     tlc = layer_config(doc)
     inner = tlc.get("dflash_config")

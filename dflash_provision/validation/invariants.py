@@ -13,6 +13,7 @@ import itertools
 import json
 from typing import Any
 
+from dflash_provision.validation import speculators_checks, speculators_layout
 from dflash_provision.validation.findings import Finding
 from dflash_provision.validation.speculators_layout import tap_spacing_hint
 
@@ -51,8 +52,6 @@ def check_invariants(
     doc: dict[str, Any], *, num_speculative_tokens: int | None = None
 ) -> list[Finding]:
     """All invariants that apply to a lone drafter config (either published layout)."""
-    from dflash_provision.validation import speculators_checks, speculators_layout
-
     if speculators_layout.is_speculators(doc):
         return speculators_checks.check_invariants(doc, num_speculative_tokens)
     findings: list[Finding] = []
@@ -243,8 +242,6 @@ def check_target(doc: dict[str, Any], target: dict[str, Any]) -> list[Finding]:
 
 
 def _fit_target(doc: dict[str, Any], target: dict[str, Any]) -> list[Finding]:
-    from dflash_provision.validation import speculators_checks, speculators_layout
-
     if speculators_layout.is_speculators(doc):
         return speculators_checks.check_target(doc, target, _target_field)
     findings = []

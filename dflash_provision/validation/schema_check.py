@@ -15,6 +15,7 @@ from typing import Any
 
 from dflash_provision.formats.json_path import json_path
 from dflash_provision.validation.findings import Finding
+from dflash_provision.validation.speculators_layout import is_speculators
 
 # architecture name -> schema file name (in the schemas directory)
 SCHEMA_FILES: dict[str, str] = {
@@ -56,8 +57,6 @@ def architecture_of(doc: dict[str, Any]) -> str | None:
 
 def family_of(doc: dict[str, Any]) -> str | None:
     """The drafter family whose schema applies: the speculators layout, else the architecture."""
-    from dflash_provision.validation.speculators_layout import is_speculators
-
     return SPECULATORS_FAMILY if is_speculators(doc) else architecture_of(doc)
 
 

@@ -23,11 +23,14 @@ import json
 import os
 import stat
 from functools import cache
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Any
 
 from dflash_provision import __version__
+from dflash_provision.data_dir import data_dir
 from dflash_provision.validation.findings import Finding, ValidationReport
+from dflash_provision.validation.schema_check import schemas_dir
 
 DISABLE_ENV = "DFLASH_PROVISION_NO_VERDICT_CACHE"
 CACHED_LAYERS = ("parse", "schema", "invariants", "effective")
@@ -54,8 +57,6 @@ def enabled() -> bool:
 def transformers_version() -> str:
     """The installed transformers version, without importing it (that costs ~2 s): the name of
     its ``.dist-info`` directory beside the package, else its metadata (~30 ms more)."""
-    from importlib.util import find_spec
-
     spec = find_spec("transformers")
     if spec is None or spec.origin is None:
         return "absent"
@@ -74,8 +75,6 @@ def transformers_version() -> str:
 @cache
 def rules_digest() -> str:
     """sha256 over this package's version, the transformers version and the rule files."""
-    from dflash_provision.validation.schema_check import schemas_dir
-
     digest = hashlib.sha256(f"{FORMAT}\0{__version__}\0{transformers_version()}".encode())
     package = Path(__file__).resolve().parent
     files = [package / name for name in _RULE_MODULES]
@@ -86,8 +85,6 @@ def rules_digest() -> str:
 
 
 def entry_path(data: bytes, num_speculative_tokens: int | None) -> Path:
-    from dflash_provision.data_dir import data_dir
-
     config_sha = hashlib.sha256(data).hexdigest()
     suffix = "" if num_speculative_tokens is None else f"-n{num_speculative_tokens}"
     return data_dir() / "verdicts" / rules_digest()[:16] / f"{config_sha}{suffix}.json"

@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.server.fix_lines import noted, weights_fix
 from dflash_provision.validation.invariants import block_size_of
+from dflash_provision.validation.speculators_layout import runtime_view
 from dflash_provision.verify.link_fixes import authority_source, validate_command
 from dflash_provision.verify.stage_server import server_model
 from dflash_provision.verify.stages import CheckContext, StageResult
@@ -426,8 +427,6 @@ def _mask(f: _Facts) -> Cause:
 
 def _layer_kinds(f: _Facts) -> set[str] | None:
     """The attention kinds the drafter's layer_types name (None: no list to tell by)."""
-    from dflash_provision.validation.speculators_layout import runtime_view
-
     kinds = runtime_view(f.ctx.auth_doc).get("layer_types")  # either published layout
     return {str(k) for k in kinds} if isinstance(kinds, list) else None
 

@@ -22,7 +22,9 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import ExitCode
+from dflash_provision.remote.ops import read_remote_config
 from dflash_provision.server.fix_lines import noted
+from dflash_provision.validation.validate import validate_config
 from dflash_provision.verify.diagnosis import first_fix
 from dflash_provision.verify.link_fixes import (
     file_fix,
@@ -258,8 +260,6 @@ class SimpleServer:
 
 
 def _authoritative_link(authority: Authority) -> Link:
-    from dflash_provision.validation.validate import validate_config
-
     sha256 = authority.sha256
     evidence = [f"source {authority.label}"]
     if authority.commit_sha:
@@ -285,8 +285,6 @@ def _target_model_config(
 ) -> bytes | None:
     """The target model's config.json when the model is a directory on the target (one read),
     so validation can check hidden size, vocabulary and layer ids against it."""
-    from dflash_provision.remote.ops import read_remote_config
-
     model = settings.model or server_model(SimpleServer(c.data.get("argv") or []))
     if not model or not model.startswith("/") or "\n" in model:
         return None
@@ -307,8 +305,6 @@ def _validation_link(
     """The file on disk through every validate layer (it may be wrong AND invalid), with the
     target model's config when it could be read. A push fixes it only when the authoritative
     config passes the same layers."""
-    from dflash_provision.validation.validate import validate_config
-
     if check.disk_bytes is None:
         return Link("validation", StageStatus.SKIPPED, "no file on disk to validate")
     report = validate_config(check.disk_bytes, label="file on disk", target=target)

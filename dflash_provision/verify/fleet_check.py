@@ -43,7 +43,12 @@ from dflash_provision.fleet.run import CountingTransport
 from dflash_provision.formats.prometheus_text import MetricFamily, render
 from dflash_provision.plain_table import Cell, Column, TableSpec
 from dflash_provision.transport.base import CommandResult, Transport
-from dflash_provision.verify.runtime_check import CheckReport, CheckSettings, run_check
+from dflash_provision.verify.runtime_check import (
+    CheckReport,
+    CheckSettings,
+    push_fix_command,
+    run_check,
+)
 
 if TYPE_CHECKING:
     from dflash_provision.fleet import FleetRun
@@ -164,8 +169,6 @@ def _row(member: FleetMember) -> HostCheck:
 def _check_host(
     run: FleetRun, member: FleetMember, settings: CheckSettings, transport: Transport
 ) -> HostCheck:
-    from dflash_provision.verify.runtime_check import push_fix_command
-
     started = time.monotonic()
     row = _row(member)
     authority = run.authority(member)

@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
 from dflash_provision.server.fix_lines import noted
+from dflash_provision.validation.speculators_layout import runtime_view
 from dflash_provision.verify.acceptance_gate import judge
 from dflash_provision.verify.stages import StageResult, StageStatus
 from dflash_provision.vllm.features import intended_windows
@@ -145,8 +146,6 @@ class LongContext:
 def largest_window(doc: dict[str, Any]) -> int | None:
     """The largest sliding window of the drafter's layers as the probe reads them (layer_types,
     sliding_window, dflash_config.use_swa / swa_window_size), or None: no sliding layer."""
-    from dflash_provision.validation.speculators_layout import runtime_view
-
     windows = intended_windows(runtime_view(doc)) or []
     return max((w for w in windows if isinstance(w, int) and w > 0), default=None)
 

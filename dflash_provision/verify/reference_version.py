@@ -19,6 +19,7 @@ import json
 from typing import TYPE_CHECKING, Any
 
 from dflash_provision.errors import DflashProvisionError
+from dflash_provision.verify.reference import from_figures
 
 if TYPE_CHECKING:
     from dflash_provision.history.references import ReferenceKey
@@ -69,8 +70,6 @@ def lookup(
     """The reference to compare with and, when it is of another or unknown version, why it is
     not gated on: this version's newest, else the newest of any version. Raises the store's
     DflashProvisionError."""
-    from dflash_provision.verify.reference import from_figures
-
     if version is not None:
         found = store.latest_reference(key, vllm_version=version)
         same = from_figures(*found) if found is not None else None

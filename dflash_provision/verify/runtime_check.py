@@ -32,12 +32,18 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from dflash_provision.errors import DflashProvisionError, ExitCode
-from dflash_provision.server.access import ReplyUnusable, too_large
-from dflash_provision.verify import long_context
+from dflash_provision.errors import ConfigInvalid, DflashProvisionError, ExitCode
+from dflash_provision.history.store import default_store
+from dflash_provision.server.access import ReplyUnusable, open_server, too_large
+from dflash_provision.server.locate import choose_port
+from dflash_provision.server.process import find_server, read_log, read_startup_log
+from dflash_provision.server.readiness import fatal_lines
+from dflash_provision.validation.validate import parse_config
+from dflash_provision.verify import long_context, reference
 from dflash_provision.verify.acceptance_gate import AcceptanceRules, AcceptanceVerdict, Observed
 from dflash_provision.verify.link_fixes import restart_command
-from dflash_provision.verify.reference_version import server_version
+from dflash_provision.verify.reference import reference_key, vllm_version
+from dflash_provision.verify.reference_version import lookup, server_version
 from dflash_provision.verify.speculators_serve import served_spec
 from dflash_provision.verify.stage_disk import stage_file, stage_loader
 from dflash_provision.verify.stage_server import server_model, server_spec, stage_server
@@ -58,6 +64,8 @@ from dflash_provision.verify.stages import (
     StageStatus,
     skipped,
 )
+from dflash_provision.vllm.log import parse_startup
+from dflash_provision.vllm.metrics import acceptance, spec_counters
 from dflash_provision.vllm.request_acceptance import choose
 
 if TYPE_CHECKING:
@@ -214,8 +222,6 @@ def run_check(
     ``container``: the server runs in that Docker/Podman container on ``transport``'s machine
     and ``target`` is the provisioned directory on it: stage a reads it there, stages b-e go
     through ``docker exec`` with the directory as the container sees it (container_server.py)."""
-    from dflash_provision.server.process import find_server
-
     started = time.monotonic()
     if container is None:
         settings = with_port(transport, target, settings)
@@ -295,9 +301,6 @@ def with_port(transport: Transport, target: Target, settings: CheckSettings) -> 
     8000; UsageError when TARGET's drafter runs on several ports."""
     if not settings.find_port:
         return settings
-    from dataclasses import replace
-
-    from dflash_provision.server.locate import choose_port
 
     choice = choose_port(transport, target, None, timeout=settings.timeout)
     return replace(settings, port=choice.port, find_port=False)
@@ -306,9 +309,6 @@ def with_port(transport: Transport, target: Target, settings: CheckSettings) -> 
 def _authoritative_doc(authority: Authority) -> dict[str, Any]:
     """The authoritative config parsed; ConfigInvalid when it is not a JSON object (nothing can
     be compared with it)."""
-    from dflash_provision.errors import ConfigInvalid
-    from dflash_provision.validation.validate import parse_config
-
     parsed = parse_config(authority.data, what=authority.label)
     if parsed.doc is None:
         raise ConfigInvalid(f"the authoritative config: {parsed.findings[0].message}")
@@ -322,9 +322,6 @@ def _int(value: Any) -> int | None:
 def _read_log(ctx: CheckContext) -> Any:
     """The server's start-up facts from its log (ours: the launch record names it): this
     launch's part of the log from its beginning, read with vllm/log.py's rules."""
-    from dflash_provision.server.process import read_startup_log
-    from dflash_provision.vllm.log import parse_startup
-
     server = ctx.server
     if server is not None and server.record is None and ctx.container is not None:
         return _container_log(ctx)
@@ -341,8 +338,6 @@ def _container_log(ctx: CheckContext) -> Any:
     """The start-up facts from ``docker logs`` of this start of the container, when the server
     is its main process (else what it prints is not Docker's log: None, as for a server that
     launch did not start)."""
-    from dflash_provision.vllm.log import parse_startup
-
     if not ctx.container.is_main_process(ctx.server):
         return None
     text = ctx.container.startup_log(max_bytes=LOG_BYTES, timeout=ctx.timeout)
@@ -359,9 +354,6 @@ def _serve_stages(
     num_spec: int | None,
 ) -> list[StageResult]:
     """d and e over one access to the server's port."""
-    from dflash_provision.server.access import open_server
-    from dflash_provision.vllm.metrics import acceptance, spec_counters
-
     timeout = settings.timeout
     with open_server(ctx.transport, settings.port, python=python) as access:
         started = time.monotonic()
@@ -474,10 +466,6 @@ def _rules(
             "not compared with the acceptance reference: other clients' traffic is in the figures"
         )
         return replace(gate, notes=(note,))
-    from dflash_provision.history.store import default_store
-    from dflash_provision.verify.reference import reference_key, vllm_version
-    from dflash_provision.verify.reference_version import lookup
-
     key = reference_key(ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens)
     try:
         reference, mismatch = lookup(default_store(), key, vllm_version(ctx))
@@ -506,9 +494,6 @@ def _record_reference(
     own_version = verdict.rules.reference_mismatch is None  # else: this version's first
     if drop is not None and drop > 0 and not settings.reset_reference and own_version:
         return
-    from dflash_provision.history.store import default_store
-    from dflash_provision.verify import reference
-
     prompts = smoke_prompts(settings.prompts)
     key = reference.reference_key(
         ctx.target, settings.port, ctx.authority, prompts, settings.max_tokens
@@ -557,9 +542,6 @@ def _fatal_since(ctx: CheckContext) -> list[str]:
     """Fatal lines the server logged since stage c read its log (a failed request logs its
     error as it answers), the most telling first (launch's own ranking: vLLM's DFlash errors,
     then an exception's line, before the traceback around it)."""
-    from dflash_provision.server.process import read_log
-    from dflash_provision.server.readiness import fatal_lines
-
     if ctx.server is None or ctx.server.record is None or ctx.log_size is None:
         return []
     tail = read_log(

@@ -7,9 +7,43 @@ import json
 from types import SimpleNamespace
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.errors import ExitCode
+from dflash_provision.host_state.file_status import (
+    PASSES_WITH_WARNING,
+    Command,
+    HostStatus,
+    judge,
+    passes,
+)
+from dflash_provision.host_state.weights_check import check_remote
+from dflash_provision.remote.ops import read_remote_config
+from dflash_provision.server.drafter_files import (
+    all_files_fix,
+    check_drafter_files,
+    evidence,
+    wrong_files,
+)
+from dflash_provision.server.fix_lines import weights_fix
 from dflash_provision.server.probe_run import run_probe_on
+from dflash_provision.validation import effective
+from dflash_provision.validation.diff import Change, render_changes, semantic_diff
+from dflash_provision.validation.effective import CRITICAL_FIELDS
+from dflash_provision.validation.speculators_layout import (
+    file_field,
+    is_speculators,
+    runtime_view,
+    tap_spacing_hint,
+)
+from dflash_provision.verify.link_fixes import restart_command
 from dflash_provision.verify.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
-from dflash_provision.vllm.features import Judgement
+from dflash_provision.vllm.features import (
+    Judgement,
+    judge_attention,
+    judge_aux,
+    judge_runners,
+    serving_runners,
+)
+from dflash_provision.vllm.speculators_conversion import settle_unwritten
 
 if TYPE_CHECKING:
     pass
@@ -28,15 +62,6 @@ def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the pinned files (server/drafter_files.py, one exec) to a's verdict by
     runtime-check's row of files_status.EXIT_CODE: a wrong or unreadable file fails the stage
     (24), one that cannot be told leaves a passed stage inconclusive (26), never passed."""
-    from dflash_provision.errors import ExitCode
-    from dflash_provision.host_state.file_status import Command
-    from dflash_provision.server.drafter_files import (
-        all_files_fix,
-        check_drafter_files,
-        evidence,
-        wrong_files,
-    )
-
     files = check_drafter_files(
         ctx.transport,
         ctx.target,
@@ -75,10 +100,6 @@ def _judge_pinned_files(ctx: CheckContext, result: StageResult) -> StageResult:
 def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
     """Add the weights check (one exec) to a's verdict: a mismatch fails the stage; weights
     that could not be read are a warning (not a pass of that check); no weights, a note."""
-    from dflash_provision.host_state.weights_check import check_remote
-    from dflash_provision.server.fix_lines import weights_fix
-    from dflash_provision.verify.link_fixes import restart_command
-
     weights = check_remote(ctx.transport, ctx.target.model_dir, ctx.auth_doc, timeout=ctx.timeout)
     result.data["weights"] = weights.to_dict()
     evidence = [f"weights: {weights.detail}", *(f"weights: {n}" for n in weights.notes)]
@@ -105,15 +126,6 @@ def _judge_weights(ctx: CheckContext, result: StageResult) -> StageResult:
 def _stage_file_bytes(ctx: CheckContext) -> StageResult:
     """a's first half: the file at the target's config path, judged (file_status.judge) and
     passed or failed by runtime-check's row of file_status.EXIT_CODE."""
-    from dflash_provision.host_state.file_status import (
-        PASSES_WITH_WARNING,
-        Command,
-        HostStatus,
-        judge,
-        passes,
-    )
-    from dflash_provision.remote.ops import read_remote_config
-
     name = STAGE_NAMES["a"]
     read = read_remote_config(ctx.transport, ctx.target.config_path, timeout=ctx.timeout)
     ctx.disk = read
@@ -185,17 +197,12 @@ def run_probe(
 
 
 def _critical(doc: dict[str, Any]) -> dict[str, Any]:
-    from dflash_provision.validation.effective import CRITICAL_FIELDS
-
     return {name: doc[name] for name in CRITICAL_FIELDS if name in doc}
 
 
 def compare_effective(auth_doc: dict[str, Any], loaded: dict[str, Any]) -> list[str]:
     """Critical fields of the authoritative config that the target's loader does not hold,
     as ``path: loaded on target → authoritative`` lines, plus rope and window coherence."""
-    from dflash_provision.validation import effective
-    from dflash_provision.validation.diff import render_changes, semantic_diff
-
     wanted = _critical(auth_doc)
     got = {name: loaded[name] for name in wanted if name in loaded}
     lines = render_changes(semantic_diff(got, wanted))
@@ -216,13 +223,6 @@ def compare_vllm_draft(ctx: CheckContext, draft: dict[str, Any], version: str = 
 def judge_vllm_draft(ctx: CheckContext, draft: dict[str, Any], version: str = "") -> Judgement:
     """What the target's vLLM runs (vllm/features.py, from the probe's feature detection) against
     the authoritative config, plus the draft hf_config's window fields."""
-    from dflash_provision.validation.speculators_layout import runtime_view
-    from dflash_provision.vllm.features import (
-        judge_attention,
-        judge_aux,
-        judge_runners,
-    )
-
     auth = runtime_view(ctx.auth_doc)  # the speculators layout as vLLM converts it
     named = version or "on the target"
     if isinstance(draft.get("runners"), dict):
@@ -342,8 +342,6 @@ def stage_loader(
 
 def tap_spacing_warnings(ctx: CheckContext, probe: dict[str, Any]) -> list[str]:
     """The reference tap-spacing hint, with the target's layer count the probe read there."""
-    from dflash_provision.validation.speculators_layout import tap_spacing_hint
-
     layers = probe.get("target_layers")
     if not isinstance(layers, int) or isinstance(layers, bool) or layers < 1:
         return []
@@ -391,10 +389,6 @@ def speculators_loader_part(
     conversion of the file (transformers cannot load the layout without remote code). Its
     critical fields are compared with the authoritative config as vLLM would convert it, each
     line naming the field the file keeps it in."""
-    from dflash_provision.validation.diff import Change, render_changes, semantic_diff
-    from dflash_provision.validation.effective import CRITICAL_FIELDS
-    from dflash_provision.validation.speculators_layout import file_field, runtime_view
-
     if eff.get("error"):
         refused = (
             f"vLLM on the target cannot convert the speculators-layout drafter: {eff['error']}"
@@ -404,8 +398,6 @@ def speculators_loader_part(
     if not isinstance(loaded, dict):
         evidence.append(str(eff.get("note") or "no loader on the target reads this layout"))
         return [], []
-
-    from dflash_provision.vllm.speculators_conversion import settle_unwritten
 
     notes: list[str] = []
 
@@ -457,8 +449,6 @@ def _vllm_part(
     evidence.append(f"vLLM {version} importable")
     draft = vllm.get("draft")
     if not isinstance(draft, dict):
-        from dflash_provision.validation.speculators_layout import is_speculators
-
         # A speculators-layout drafter names its own target (the verifier): the probe resolved
         # it without --model, so no draft here is vLLM's refusal (or a timeout), not a skip.
         if model is None and not is_speculators(ctx.auth_doc):
@@ -475,8 +465,6 @@ def _vllm_part(
             f"vLLM {version} has per-layer DFlash sliding attention (reads "
             f"{', '.join(map(str, attention.get('reads') or [])) or 'no window key'})"
         )
-    from dflash_provision.vllm.features import serving_runners
-
     serve, _, refused = serving_runners(draft)
     if serve:
         evidence.append(

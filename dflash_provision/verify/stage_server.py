@@ -14,6 +14,7 @@ from typing import Any
 from dflash_provision.server.fix_lines import noted
 from dflash_provision.server.locate import same_path
 from dflash_provision.validation.invariants import block_size_of
+from dflash_provision.verify.reference import vllm_version
 from dflash_provision.verify.speculators_serve import served_spec
 from dflash_provision.verify.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
 from dflash_provision.vllm.argv import LOGGING_ENV, inferred_method, logging_settings
@@ -186,8 +187,6 @@ def sampling_findings(spec: dict[str, Any], version: str | None) -> tuple[list[s
 
 
 def _version(ctx: CheckContext) -> str | None:
-    from dflash_provision.verify.reference import vllm_version
-
     return vllm_version(ctx)
 
 

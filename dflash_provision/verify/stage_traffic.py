@@ -20,6 +20,7 @@ from dflash_provision.verify.diagnosis import diagnose, render_causes
 from dflash_provision.verify.link_fixes import completion_fix
 from dflash_provision.verify.stage_server import server_model
 from dflash_provision.verify.stages import STAGE_NAMES, CheckContext, StageResult, StageStatus
+from dflash_provision.vllm.argv import has_switch
 from dflash_provision.vllm.metrics import Acceptance
 from dflash_provision.vllm.request_acceptance import FigureSource, read_figures
 
@@ -284,8 +285,6 @@ def _early_summary(ctx: CheckContext, verdict: AcceptanceVerdict) -> str | None:
 
 
 def _stats_off(ctx: CheckContext) -> str:
-    from dflash_provision.vllm.argv import has_switch
-
     argv = [str(a) for a in getattr(ctx.server, "argv", None) or []]
     if has_switch(argv, "--disable-log-stats"):
         return " (it was started with --disable-log-stats, which removes them)"

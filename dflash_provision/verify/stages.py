@@ -26,6 +26,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from dflash_provision.validation.speculators_layout import runtime_view
+
 if TYPE_CHECKING:
     from dflash_provision.remote.ops import RemoteRead
     from dflash_provision.source.authority import Authority
@@ -123,8 +125,6 @@ class CheckContext:
 
     @property
     def target_layer_ids(self) -> list[int] | None:
-        from dflash_provision.validation.speculators_layout import runtime_view
-
         # The speculators layout as vLLM converts it: its aux ids - 1.
         inner = runtime_view(self.auth_doc).get("dflash_config")
         ids = inner.get("target_layer_ids") if isinstance(inner, dict) else None

@@ -47,15 +47,21 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import hashlib
+import importlib.util
+import inspect
 import json
 import os
 import platform
 import re
 import signal
 import sys
+import typing
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 PROBE_VERSION = 1
@@ -219,8 +225,6 @@ def dflash_config_reads() -> dict[str, Any]:
     """Which of CONVERSION_KEYS this vLLM's DFlash code reads (``conversion_reads``: a key
     looked up in a dict by its source, ``.get("causal"`` or ``["causal"]``), or None with
     ``conversion_reads_error`` when no DFlash source could be read."""
-    import importlib.util
-
     sources: list[str] = []
     try:
         for name in DFLASH_READERS:
@@ -402,8 +406,6 @@ SLIDING_KEYS = ("layer_types", "sliding_window", "use_swa", "swa_window_size")
 
 def _v1_runner_module() -> tuple[Any, bool | None, str | None]:
     """(module or None, present: True/False/None for cannot tell, error)."""
-    import importlib
-
     try:
         return importlib.import_module(V1_RUNNER_MODULE), True, None
     except ModuleNotFoundError as exc:
@@ -420,8 +422,6 @@ def aux_by_runner(spec: Any) -> dict[str, dict[str, Any]]:
     """The aux hidden-state ids each model runner takes from this draft: V1's
     ``GPUModelRunner._get_eagle3_aux_layers_from_config`` (it reads only
     ``self.speculative_config``) and V2's ``get_eagle3_aux_layers_from_config``."""
-    from types import SimpleNamespace
-
     ids, error = _aux_layers(spec)
     answer: dict[str, dict[str, Any]] = {"v2": {"ids": ids, "error": error}}
     module, present, why = _v1_runner_module()
@@ -446,8 +446,6 @@ def attention_support() -> dict[str, Any]:
     reads. ``sliding``: True (``qwen3_dflash._resolve_layer_attention`` exists), False (its DFlash
     model has no sliding-window code at all: every layer runs full attention, as in 0.20-0.24),
     None (cannot tell: the model does not import, or it mentions windows another way)."""
-    import inspect
-
     try:
         from vllm.model_executor.models import qwen3_dflash
     except ProbeTimeout:
@@ -476,8 +474,6 @@ def _config_skeleton(spec: Any, model_config: Any) -> Any:
     """A VllmConfig holding its fields' defaults and the real model, parallel and speculative
     configs, without __post_init__ (which would size memory and pick a platform): enough for its
     runner-choice methods, which read only these."""
-    import dataclasses
-
     from vllm.config import ParallelConfig, VllmConfig
 
     config = VllmConfig.__new__(VllmConfig)
@@ -627,8 +623,6 @@ def runners(
 def speculative_keys() -> dict[str, Any]:
     """The keys ``--speculative-config`` takes on this vLLM (SpeculativeConfig's init fields)
     and whether it rejects others (its pydantic config's ``extra``)."""
-    import dataclasses
-
     try:
         from vllm.config import SpeculativeConfig
 
@@ -646,9 +640,6 @@ def per_request_metrics() -> dict[str, Any]:
     """The levels ``vllm serve --per-request-spec-decode-metrics`` takes on this vLLM
     (EngineArgs' ``per_request_spec_decode_metrics`` field, a Literal; 0.29+): ``[]`` when it
     has no such option, ``None`` with the error when EngineArgs cannot be read."""
-    import dataclasses
-    import typing
-
     try:
         from vllm.engine.arg_utils import EngineArgs
 
@@ -745,8 +736,6 @@ def cache_dir() -> Path | None:
 
 
 def _installed_version(*names: str) -> str:
-    from importlib import metadata
-
     for name in names:
         try:
             return metadata.version(name)

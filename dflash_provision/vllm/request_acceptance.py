@@ -28,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from dflash_provision.vllm.argv import canonical
 from dflash_provision.vllm.metrics import Acceptance, SpecCounters
 
 SOURCE_REQUESTS = "requests"
@@ -213,8 +214,6 @@ def launch_args(
     field and its levels, vllm/probe.py ``per_request_metrics``); ``level`` None is
     the default (summary, and silence where vLLM cannot), a level the user asked for gets a
     warning where it is not passed. Arguments after ``--`` that set it win."""
-    from dflash_provision.vllm.argv import canonical
-
     if any(canonical(arg).partition("=")[0] == FLAG for arg in extra_args):
         return LaunchChoice(note=f"{FLAG} as given after --")
     wanted = level or DEFAULT_LEVEL
