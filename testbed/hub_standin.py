@@ -230,8 +230,13 @@ class HubStandin:
     def start(self) -> HubStandin:
         self._server = ThreadingHTTPServer((self.host, self.port), _make_handler(self))
         self._server.daemon_threads = True
+        # serve_forever checks for shutdown() every poll_interval (0.5 s by default): each stop,
+        # one per Hub test, would wait that long (20 s of the fast tier).
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="hub-standin", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="hub-standin",
+            daemon=True,
         )
         self._thread.start()
         return self
