@@ -1,5 +1,6 @@
 """doctor and runtime-check on this machine (a local TARGET: no SSH, no root), with the real
-target-side probe run by this interpreter's python and real transformers, and no server."""
+target-side probe run by this interpreter's python and real transformers, and no server. The CLI
+runs in-process (the probe is still a process of its own)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.integration]
 def here(tmp_path: Path) -> tuple[Cli, Path]:
     (tmp_path / "work").mkdir()
     (tmp_path / "drafter").mkdir()
-    return Cli(tmp_path / "work"), tmp_path
+    return Cli(tmp_path / "work", in_process=True), tmp_path
 
 
 def test_doctor_names_an_invalid_authoritative_config_before_anything_else(
