@@ -143,6 +143,17 @@ def test_a_command_that_leaves_a_thread_running_fails_the_run(
         release.set()
 
 
+def test_a_command_shown_alone_after_a_run_has_its_own_help_option() -> None:
+    """click keeps on a command the --help option of its first context: after a run as a
+    subcommand (the group's ``-h, --help``) the command rendered alone (docs/cli.md) showed
+    ``-h`` too, so test_cli_docs failed when it ran after an in-process run."""
+    from dflash_provision.cli.validate import command as validate
+
+    assert run_cli_in_process("validate", "--help").returncode == 0
+    page = validate.get_help(click.Context(validate, info_name="validate"))
+    assert "  --help  " in page and "-h, --help" not in page
+
+
 def test_each_run_opens_its_own_history_store(tmp_path: Path) -> None:
     """A history that failed in one run is not reported by the next (as a new process's)."""
     (tmp_path / "a-file").write_text("")
