@@ -12,8 +12,12 @@ from tests.fixtures.cli import run_cli
 
 # Sends SIGINT to the process itself the moment the CLI imports MODULE: the signal lands inside
 # the import, exactly where a user's early Ctrl-C would, without any timing guesswork.
+# SIGINT is first given Python's own handler: a shell starts a background job (`make test &`)
+# with SIGINT ignored, which Python keeps, and the signal would then do nothing at all.
 _INTERRUPT_ON_IMPORT = """
 import os, signal, sys
+
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class _InterruptOnImport:
     def find_spec(self, name, path=None, target=None):
