@@ -66,7 +66,8 @@ test: install system-deps
 
 # The fast tier: the tests that need no root and no host (no sshd, LXC, dockerd or vLLM), as
 # tests/conftest.py marks them `fast`; a fast test that starts a host fails there
-# (testbed/tier.py). No apt packages needed. docs/tests.md says how many and how long.
+# (testbed/tier.py). No apt packages needed. Two xdist workers: half the tier waits on purpose
+# (drips, deadlines, stand-ins), which they overlap. docs/tests.md says how many and how long.
 test-fast: install
 	$(VENV)/bin/pytest -m fast -q -n 2
 
