@@ -66,9 +66,10 @@ test: install system-deps
 
 # The fast tier: the tests that need no root and no host (no sshd, LXC, dockerd or vLLM), as
 # tests/conftest.py marks them `fast`; a fast test that starts a host fails there
-# (testbed/tier.py). No apt packages needed. docs/tests.md says how many and how long.
+# (testbed/tier.py). No apt packages needed. Two xdist workers: half the tier waits on purpose
+# (drips, deadlines, stand-ins), which they overlap. docs/tests.md says how many and how long.
 test-fast: install
-	$(VENV)/bin/pytest -m fast -q
+	$(VENV)/bin/pytest -m fast -q -n 2
 
 # The long-running tier: the quick stress runs (bench/stress/ --quick) and the bounded-read test
 # of 200 MB configs (30 s here). Not the vllm tier (`make test-vllm`). Collecting nothing is a

@@ -36,11 +36,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(1, str(Path(__file__).resolve().parents[1]))  # tests.fixtures, from bench/
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.*, tests.fixtures
 
-from bench_fleet import INCIDENT, MODEL, REFERENCE, Bench
-
+from bench.bench_fleet import INCIDENT, MODEL, REFERENCE, Bench
 from testbed.hosts import Fleet
 from tests.fixtures.ansible_play import Play
 

@@ -49,12 +49,12 @@ import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.*, run as a script
 
-import minimal_paramiko
-
+from bench import minimal_paramiko
 from dflash_provision.fleet import FleetRun, audit, authority_loader, repair
 from dflash_provision.inventory import FleetMember
 from dflash_provision.place.push import check_authority, push_config
@@ -238,12 +238,15 @@ class Bench:
         if proc.returncode not in (0, 4):
             raise RuntimeError(f"{command} exited {proc.returncode}: {proc.stderr.decode()}")
         document = json.loads(proc.stdout)
-        if command == "audit":
-            return statistics.mean(h["execs"] for h in document["hosts"])
-        return statistics.mean(h["execs"] for h in document["hosts"])
+        return float(statistics.mean(h["execs"] for h in document["hosts"]))
 
     def fresh_home(self) -> Path:
         return Path(tempfile.mkdtemp(prefix="home-", dir=self.work))
+
+    def cli_new_config(self, hosts: int) -> float:
+        """``repair`` with a fresh state directory: a config never validated on this controller
+        (the verdict cache cold, transformers imported)."""
+        return self.cli("repair", hosts, self.fresh_home())
 
     def minimal_cli(self, hosts: int, data: bytes | None, atomic: bool = False) -> float:
         argv = [
@@ -324,83 +327,83 @@ def main() -> None:
             rows: list[tuple[Measure, Measure | None]] = []
             paired_cli: dict[int, dict[str, list[float]]] = {}
             for n in sizes:
-                in_sync = lambda n=n: bench.seed(n, REFERENCE)  # noqa: E731
-                drifted = lambda n=n: bench.seed(n, INCIDENT)  # noqa: E731
+                in_sync = partial(bench.seed, n, REFERENCE)
+                drifted = partial(bench.seed, n, INCIDENT)
                 base_read = median_measure(
-                    "minimal read", n, args.repeat, lambda n=n: bench.minimal(n, None), in_sync
+                    "minimal read", n, args.repeat, partial(bench.minimal, n, None), in_sync
                 )
                 rows.append((base_read, None))
                 rows.append((median_measure(
-                    "audit core (in sync)", n, args.repeat, lambda n=n: bench.audit_core(n),
+                    "audit core (in sync)", n, args.repeat, partial(bench.audit_core, n),
                     in_sync), base_read))  # fmt: skip
                 rows.append((median_measure(
-                    "audit core (drifted)", n, args.repeat, lambda n=n: bench.audit_core(n),
+                    "audit core (drifted)", n, args.repeat, partial(bench.audit_core, n),
                     drifted), base_read))  # fmt: skip
                 base_write = median_measure(
                     "minimal write",
                     n,
                     args.repeat,
-                    lambda n=n: bench.minimal(n, REFERENCE),
+                    partial(bench.minimal, n, REFERENCE),
                     drifted,
                 )
                 rows.append((base_write, None))
                 rows.append((median_measure(
                     "minimal write+read", n, args.repeat,
-                    lambda n=n: bench.minimal(n, REFERENCE, read_back=True), drifted,
+                    partial(bench.minimal, n, REFERENCE, read_back=True), drifted,
                 ), base_write))  # fmt: skip
                 rows.append((median_measure(
                     "minimal atomic+read", n, args.repeat,
-                    lambda n=n: bench.minimal(n, REFERENCE, atomic=True), drifted,
+                    partial(bench.minimal, n, REFERENCE, atomic=True), drifted,
                 ), base_write))  # fmt: skip
                 rows.append((median_measure(
-                    "push core", n, args.repeat, lambda n=n: bench.push_core(n), drifted
+                    "push core", n, args.repeat, partial(bench.push_core, n), drifted
                 ), base_write))  # fmt: skip
                 rows.append((median_measure(
-                    "repair core", n, args.repeat, lambda n=n: bench.repair_core(n), drifted
+                    "repair core", n, args.repeat, partial(bench.repair_core, n), drifted
                 ), base_write))  # fmt: skip
                 if not args.no_cli:
                     children = resource.RUSAGE_CHILDREN
                     cli_read = median_measure(
                         "minimal read CLI", n, args.repeat,
-                        lambda n=n: bench.minimal_cli(n, None), in_sync, children,
+                        partial(bench.minimal_cli, n, None), in_sync, children,
                     )  # fmt: skip
                     rows.append((cli_read, None))
                     rows.append((median_measure(
-                        "audit CLI", n, args.repeat, lambda n=n: bench.cli("audit", n),
+                        "audit CLI", n, args.repeat, partial(bench.cli, "audit", n),
                         in_sync, children), cli_read))  # fmt: skip
                     cli_write = median_measure(
                         "minimal write CLI", n, args.repeat,
-                        lambda n=n: bench.minimal_cli(n, REFERENCE), drifted, children,
+                        partial(bench.minimal_cli, n, REFERENCE), drifted, children,
                     )  # fmt: skip
                     rows.append((cli_write, None))
                     rows.append((median_measure(
-                        "repair CLI", n, args.repeat, lambda n=n: bench.cli("repair", n),
+                        "repair CLI", n, args.repeat, partial(bench.cli, "repair", n),
                         drifted, children), cli_write))  # fmt: skip
                     # A config never validated on this controller: transformers is imported.
                     rows.append((median_measure(
                         "repair CLI (new config)", n, args.repeat,
-                        lambda n=n: bench.cli("repair", n, bench.fresh_home()), drifted, children,
+                        partial(bench.cli_new_config, n), drifted, children,
                     ), cli_write))  # fmt: skip
                     rows.append((median_measure(
                         "minimal atomic CLI", n, args.repeat,
-                        lambda n=n: bench.minimal_cli(n, REFERENCE, atomic=True), drifted,
+                        partial(bench.minimal_cli, n, REFERENCE, atomic=True), drifted,
                         children,
                     ), cli_write))  # fmt: skip
                     # Whole processes, each right after its baseline (the CLI's verdict cache
                     # warm: the config was validated by the rows above).
                     paired_cli[n] = {
                         "audit CLI vs read CLI": paired_ratios(
-                            args.pairs, in_sync, lambda n=n: bench.minimal_cli(n, None),
-                            lambda n=n: bench.cli("audit", n),
+                            args.pairs, in_sync, partial(bench.minimal_cli, n, None),
+                            partial(bench.cli, "audit", n),
                         ),
                         "repair CLI vs write CLI": paired_ratios(
-                            args.pairs, drifted, lambda n=n: bench.minimal_cli(n, REFERENCE),
-                            lambda n=n: bench.cli("repair", n),
+                            args.pairs, drifted, partial(bench.minimal_cli, n, REFERENCE),
+                            partial(bench.cli, "repair", n),
                         ),
                         "repair CLI vs atomic CLI": paired_ratios(
                             args.pairs, drifted,
-                            lambda n=n: bench.minimal_cli(n, REFERENCE, atomic=True),
-                            lambda n=n: bench.cli("repair", n),
+                            partial(bench.minimal_cli, n, REFERENCE, atomic=True),
+                            partial(bench.cli, "repair", n),
                         ),
                     }  # fmt: skip
 
@@ -451,9 +454,9 @@ def main() -> None:
     largest = max(sizes)
     for measure, baseline in rows:
         if measure.hosts == largest and measure.what in goals and baseline is not None:
-            ratio = measure.wall_s / baseline.wall_s
-            verdict = "met" if ratio <= goals[measure.what] else "MISSED"
-            print(f"  {measure.what:<22} {ratio:5.2f}x (goal <= {goals[measure.what]}x): {verdict}")
+            times = measure.wall_s / baseline.wall_s
+            verdict = "met" if times <= goals[measure.what] else "MISSED"
+            print(f"  {measure.what:<22} {times:5.2f}x (goal <= {goals[measure.what]}x): {verdict}")
     print(f"\n{paired_note}")
     print_paired(paired, goals)
     cli_goals = {

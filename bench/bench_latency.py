@@ -53,10 +53,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench.*, run as a script
 
-from delay_relay import Relay, RelayPool
-
+from bench.delay_relay import Relay, RelayPool
 from testbed import samples
 from testbed.hosts import Fleet, known_hosts_name
 

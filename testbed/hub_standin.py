@@ -176,6 +176,9 @@ class HubStandin:
     dripped: list[int] = field(default_factory=list)
     _lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _stopping: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    # Drips still sending: stop() waits for them to record their count in ``dripped``.
+    _drips: threading.Condition = field(default_factory=threading.Condition, init=False, repr=False)
+    _drips_running: int = field(default=0, init=False, repr=False)
 
     @property
     def url(self) -> str:
@@ -230,14 +233,21 @@ class HubStandin:
     def start(self) -> HubStandin:
         self._server = ThreadingHTTPServer((self.host, self.port), _make_handler(self))
         self._server.daemon_threads = True
+        # serve_forever checks for shutdown() every poll_interval (0.5 s by default): each stop,
+        # one per Hub test, would wait that long (20 s of the fast tier).
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="hub-standin", daemon=True
+            target=self._server.serve_forever,
+            kwargs={"poll_interval": 0.02},
+            name="hub-standin",
+            daemon=True,
         )
         self._thread.start()
         return self
 
     def stop(self) -> None:
         self._stopping.set()  # ends any drip at once
+        with self._drips:  # ... and its count is in ``dripped`` when stop() returns
+            self._drips.wait_for(lambda: self._drips_running == 0, timeout=5)
         if self._server is not None:
             self._server.shutdown()
             self._server.server_close()
@@ -485,6 +495,8 @@ class _Handler(BaseHTTPRequestHandler):
         assert fault.drip_interval is not None
         sent = 0
         deadline = time.monotonic() + fault.drip_limit
+        with self.hub._drips:
+            self.hub._drips_running += 1
         try:
             while sent < len(data) and time.monotonic() < deadline:
                 self.wfile.write(data[sent : sent + 1])
@@ -497,6 +509,9 @@ class _Handler(BaseHTTPRequestHandler):
         finally:
             with self.hub._lock:
                 self.hub.dripped.append(sent)
+            with self.hub._drips:
+                self.hub._drips_running -= 1
+                self.hub._drips.notify_all()
             self.close_connection = True
 
     def _send(self, status: int, body: bytes, headers: dict[str, str]) -> None:

@@ -12,6 +12,7 @@ import re
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,10 +37,15 @@ def _ansible_doc(args: list[str], home: Path) -> subprocess.CompletedProcess[str
     )  # fmt: skip
 
 
-def _doc(name: str, home: Path) -> dict:  # type: ignore[type-arg]
-    done = _ansible_doc(["--json", f"dflash.provision.{name}"], home)
+@pytest.fixture(scope="module")
+def docs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``ansible-doc --json`` of every shipped module, by short name: one run for all of them
+    (ansible-doc takes several; each run costs a second of start-up)."""
+    names = [f"dflash.provision.{name}" for name in SHIPPED]
+    done = _ansible_doc(["--json", *names], tmp_path_factory.mktemp("ansible-home"))
     assert done.returncode == 0, done.stderr
-    return json.loads(done.stdout)[f"dflash.provision.{name}"]  # type: ignore[no-any-return]
+    found: dict[str, Any] = json.loads(done.stdout)
+    return {name.removeprefix("dflash.provision."): doc for name, doc in found.items()}
 
 
 def test_every_shipped_module_is_checked() -> None:
@@ -47,7 +53,9 @@ def test_every_shipped_module_is_checked() -> None:
 
 
 @pytest.mark.parametrize("name", SHIPPED)
-def test_ansible_doc_renders_every_module_as_text(name: str, tmp_path: Path) -> None:
+def test_ansible_doc_renders_every_module_as_text(
+    name: str, tmp_path: Path, docs: dict[str, Any]
+) -> None:
     """What a user types first: `ansible-doc dflash.provision.NAME`, the text page. --json does
     not render the descriptions, so a description YAML read as a mapping (an item with ': ' in
     it) passed --json and failed here with "Unable to retrieve documentation"."""
@@ -56,7 +64,7 @@ def test_ansible_doc_renders_every_module_as_text(name: str, tmp_path: Path) -> 
     assert "ERROR" not in done.stderr, done.stderr
     page = done.stdout
     assert f"dflash.provision.{name}" in page.splitlines()[0]
-    doc = _doc(name, tmp_path)["doc"]
+    doc = docs[name]["doc"]
     # Every option and the whole description are on the page (the text is re-wrapped: compare
     # words).
     listed = set(re.findall(r"^[-=] (\w+)", page, re.MULTILINE))  # '=' marks a required one
@@ -69,9 +77,9 @@ def test_ansible_doc_renders_every_module_as_text(name: str, tmp_path: Path) -> 
 
 @pytest.mark.parametrize("name", MODULES)
 def test_ansible_doc_documents_exactly_the_options_the_library_accepts(
-    name: str, tmp_path: Path
+    name: str, docs: dict[str, Any]
 ) -> None:
-    doc = _doc(name, tmp_path)
+    doc = docs[name]
     library = importlib.import_module(f"dflash_provision.ansible_modules.{name}")
     assert sorted(doc["doc"]["options"]) == sorted(library.OPTIONS)
     assert doc["doc"]["short_description"] and doc["examples"] and doc["return"]

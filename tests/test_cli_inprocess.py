@@ -32,7 +32,7 @@ from dflash_provision.errors import (
     UsageError,
 )
 from testbed import samples
-from tests.fixtures.cli import Cli, Done, the_error_line
+from tests.fixtures.cli import Cli, Done, run_cli, run_cli_in_process, the_error_line
 
 EXIT_CODES_DOC = Path(__file__).resolve().parent.parent / "docs" / "exit-codes.md"
 REF = str(samples.REFERENCE_DRAFTER)
@@ -362,14 +362,12 @@ def test_debug_applies_to_errors_raised_inside_a_real_command(cli: Cli) -> None:
 def test_in_process_and_subprocess_runs_give_the_same_code_and_error(
     tmp_path: Path, args: list[str]
 ) -> None:
-    inside = Cli(tmp_path, in_process=True).run(*args)
-    outside = Cli(tmp_path).run(*args)
-    assert inside.returncode == outside.returncode
-    assert inside.stdout == outside.stdout
-    # click's usage line names the program as it was started (pytest vs python -m); the rest
-    # of stderr is the same.
-    assert _without_usage(inside.stderr) == _without_usage(outside.stderr)
-
-
-def _without_usage(stderr: str) -> list[str]:
-    return [line for line in stderr.splitlines() if not line.startswith(("Usage: ", "Try '"))]
+    home = tmp_path / "home"
+    inside = run_cli_in_process(*args, cwd=tmp_path, home=home)
+    # The installed console script: click names the program "dflash-provision" in both.
+    outside = run_cli(*args, cwd=tmp_path, home=home, entry_point=True)
+    assert (inside.returncode, inside.stdout, inside.stderr) == (
+        outside.returncode,
+        outside.stdout,
+        outside.stderr,
+    )

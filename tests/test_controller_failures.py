@@ -10,7 +10,8 @@ How each failure is made:
                              mount namespace of the CLI process (root: no permission bits stop it)
   full disk                  a 64 KiB tmpfs holding the history directory, filled, in a private
                              mount namespace of the CLI process
-Pushes go to a local model directory (the local transport: a real write, no sshd needed).
+Pushes go to a local model directory (the local transport: a real write, no sshd needed). The
+CLI runs in-process, except under a private mount namespace, which needs a process of its own.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from testbed import samples
-from tests.fixtures.cli import Done, run_cli
+from tests.fixtures.cli import Done, run_cli, run_cli_in_process
 
 REFERENCE = samples.REFERENCE_DRAFTER.read_bytes()
 INCIDENT = samples.INCIDENT_DRAFTER.read_bytes()
@@ -42,9 +43,12 @@ _FULL_DISK = (
 def cli(
     *args: str, home: Path, cwd: Path, namespace: tuple[str, Path] | None = None, **env: str
 ) -> Done:
-    """The CLI, in a private mount namespace set up by ``namespace`` (script, directory)."""
-    script, directory = namespace or ("", None)
-    prefix = ["unshare", "-m", "sh", "-c", script, "sh", str(directory)] if namespace else []
+    """The CLI in-process, or in a private mount namespace set up by ``namespace`` (script,
+    directory): a subprocess under ``unshare -m``."""
+    if namespace is None:
+        return run_cli_in_process(*args, cwd=cwd, home=home, env=env)
+    script, directory = namespace
+    prefix = ["unshare", "-m", "sh", "-c", script, "sh", str(directory)]
     return run_cli(*args, cwd=cwd, home=home, env=env, prefix=prefix)
 
 

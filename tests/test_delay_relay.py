@@ -5,17 +5,13 @@ from __future__ import annotations
 
 import os
 import socket
-import sys
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-
-from delay_relay import RelayPool
+from bench.delay_relay import RelayPool
 
 RTT_S = 0.05
 

@@ -1,5 +1,6 @@
 """doctor and runtime-check on this machine (a local TARGET: no SSH, no root), with the real
-target-side probe run by this interpreter's python and real transformers, and no server."""
+target-side probe run by this interpreter's python and real transformers, and no server. The CLI
+runs in-process (the probe is still a process of its own), but for one real-process run."""
 
 from __future__ import annotations
 
@@ -20,7 +21,7 @@ pytestmark = [pytest.mark.integration]
 def here(tmp_path: Path) -> tuple[Cli, Path]:
     (tmp_path / "work").mkdir()
     (tmp_path / "drafter").mkdir()
-    return Cli(tmp_path / "work"), tmp_path
+    return Cli(tmp_path / "work", in_process=True), tmp_path
 
 
 def test_doctor_names_an_invalid_authoritative_config_before_anything_else(
@@ -49,7 +50,9 @@ def test_doctor_names_an_invalid_authoritative_config_before_anything_else(
 def test_runtime_check_with_a_missing_file_fails_stage_a_and_names_the_push(
     here: tuple[Cli, Path],
 ) -> None:
-    cli, tmp = here
+    # A real process: the fast tier's run of the runtime commands through the entry point.
+    _, tmp = here
+    cli = Cli(tmp / "work")
     (tmp / "authority.json").write_bytes(REFERENCE)
     proc = cli.run(
         "runtime-check", str(tmp / "drafter"), "--from", str(tmp / "authority.json"),

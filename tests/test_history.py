@@ -17,7 +17,7 @@ from dflash_provision.history import store as history
 from dflash_provision.history.host_key import HostKey
 from dflash_provision.history.store import AuditRecord, HistoryStore
 from dflash_provision.rollout.store import RolloutStore
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli_in_process
 
 
 @pytest.fixture
@@ -146,11 +146,13 @@ def test_a_history_of_another_version_is_refused_with_how_to_move_it_aside(
     )
     assert db.read_bytes() == before  # left as it was: nothing migrated, no WAL switched on
     # The CLI: one line, exit 9 (the controller's own files); after the mv, a new history.
-    done = run_cli("history", env={"DFLASH_PROVISION_HOME": str(tmp_path)})
+    done = run_cli_in_process("history", env={"DFLASH_PROVISION_HOME": str(tmp_path)})
     assert done.returncode == ExitCode.LOCAL_WRITE
     assert done.stderr == f"error: {caught.value}\n"
     db.rename(tmp_path / "history.sqlite3.old")
-    assert run_cli("history", env={"DFLASH_PROVISION_HOME": str(tmp_path)}).returncode == 0
+    assert (
+        run_cli_in_process("history", env={"DFLASH_PROVISION_HOME": str(tmp_path)}).returncode == 0
+    )
 
 
 def test_a_database_that_holds_only_rollouts_gets_the_history_beside_them(tmp_path: Path) -> None:
@@ -275,13 +277,13 @@ def test_history_cli_shows_json_and_filters(tmp_path):
     store = HistoryStore(tmp_path / history.DB_FILENAME)
     store.record_finish(store.record_start("push", HostKey("h01"), "/m/config.json"), status="ok")
     store.record_start("repair", HostKey("h02"), "/m/config.json")  # never finished
-    out = run_cli("history", "--json", "--host", "h02", home=tmp_path)
+    out = run_cli_in_process("history", "--json", "--host", "h02", home=tmp_path)
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [(r["host"], r["status"], r["incomplete"]) for r in rows] == [("h02", "started", True)]
     # A wide terminal: piped, the table takes COLUMNS (80 where none is set, as under xdist,
     # which cuts "started (incomplete)" short).
-    table = run_cli("history", "--last", "5", home=tmp_path, env={"COLUMNS": "200"})
+    table = run_cli_in_process("history", "--last", "5", home=tmp_path, env={"COLUMNS": "200"})
     assert table.returncode == 0, table.stderr
     assert "incomplete" in table.stdout and "h01" in table.stdout
 
@@ -292,7 +294,7 @@ def test_history_json_has_the_layout_of_every_json_document(tmp_path: Path) -> N
     store = HistoryStore(tmp_path / history.DB_FILENAME)
     entry = store.record_start("push", HostKey("h01"), "/m/config.json")
     store.record_finish(entry, status="failed", message="déjà vu: 0.31 → 0.12")
-    out = run_cli("history", "--json", home=tmp_path)
+    out = run_cli_in_process("history", "--json", home=tmp_path)
     assert out.returncode == 0, out.stderr
     assert "déjà vu: 0.31 → 0.12" in out.stdout
     assert out.stdout.startswith('[\n  {\n    "')
@@ -327,7 +329,7 @@ def test_history_at_80_columns_keeps_every_cell_whole(tmp_path: Path, columns: i
     does not fit goes by priority (login, hash length, year, hashes) and the message (at 72
     columns these hosts too) goes under its row, indented."""
     rows = _narrow_history(tmp_path)
-    done = run_cli("history", home=tmp_path, env={"COLUMNS": str(columns)})
+    done = run_cli_in_process("history", home=tmp_path, env={"COLUMNS": str(columns)})
     assert done.returncode == 0, done.stderr
     lines = done.stdout.splitlines()
     assert all(len(line) <= columns for line in lines), "\n".join(lines)
@@ -352,7 +354,7 @@ def test_history_at_80_columns_keeps_every_cell_whole(tmp_path: Path, columns: i
 
 def test_history_wide_keeps_the_one_line_table(tmp_path: Path) -> None:
     rows = _narrow_history(tmp_path)
-    done = run_cli("history", home=tmp_path, env={"COLUMNS": "250"})
+    done = run_cli_in_process("history", home=tmp_path, env={"COLUMNS": "250"})
     header, *body = done.stdout.splitlines()
     assert header.split()[:4] == ["when", "(UTC)", "who", "op"] and header.endswith("message")
     assert len(body) == len(rows)  # one line each: the message in its column

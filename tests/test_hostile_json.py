@@ -104,13 +104,13 @@ def test_push_diff_of_a_hostile_current_file_is_a_note_not_a_crash() -> None:
 
 
 # ---------------------------------------------------------------------------------------------
-# the real CLI
+# the real CLI (in-process; the planted bug needs a real process: sitecustomize)
 
 
 def test_validate_cli_refuses_an_infinite_rope_theta_that_used_to_pass(tmp_path: Path) -> None:
     bad = tmp_path / "config.json"
     bad.write_bytes(reference_with("rope_theta", "1e999999"))
-    done = Cli(tmp_path).run("validate", str(bad), "--json")
+    done = Cli(tmp_path, in_process=True).run("validate", str(bad), "--json")
     assert done.returncode == ExitCode.INVALID, done.stderr
     report = json.loads(done.stdout)
     assert report["layers"]["parse"] == "failed"
@@ -123,7 +123,7 @@ def test_validate_cli_on_a_document_nested_to_the_size_limit_is_a_parse_error_no
     # As deep as the 1 MiB read limit allows (deeper files are refused by size first).
     bad = tmp_path / "deep.json"
     bad.write_bytes(nested(500_000))
-    done = Cli(tmp_path).run("validate", str(bad))
+    done = Cli(tmp_path, in_process=True).run("validate", str(bad))
     assert done.returncode == ExitCode.INVALID
     assert "Traceback" not in done.stderr
     assert "line 1, column 70: nested more than 64 levels deep" in done.stdout
@@ -132,7 +132,9 @@ def test_validate_cli_on_a_document_nested_to_the_size_limit_is_a_parse_error_no
 def test_diff_json_prints_only_json_and_refuses_an_infinite_number(tmp_path: Path) -> None:
     bad = tmp_path / "a.json"
     bad.write_bytes(reference_with("rope_theta", "1e999999"))
-    done = Cli(tmp_path).run("diff", "--json", str(bad), str(samples.REFERENCE_DRAFTER))
+    done = Cli(tmp_path, in_process=True).run(
+        "diff", "--json", str(bad), str(samples.REFERENCE_DRAFTER)
+    )
     line = the_error_line(done, ExitCode.INVALID, "rope_theta", "overflows to infinity")
     # Never "Infinity", which is not JSON: the one document is the refusal's (strict JSON).
     doc = json.loads(done.stdout, parse_constant=lambda c: pytest.fail(f"{c} in --json"))
@@ -143,7 +145,9 @@ def test_diff_json_prints_only_json_and_refuses_an_infinite_number(tmp_path: Pat
 def test_diff_json_output_always_parses_as_strict_json(tmp_path: Path) -> None:
     other = tmp_path / "b.json"
     other.write_bytes(reference_with("rms_norm_eps", "1e-300"))
-    done = Cli(tmp_path).run("diff", "--json", str(samples.REFERENCE_DRAFTER), str(other))
+    done = Cli(tmp_path, in_process=True).run(
+        "diff", "--json", str(samples.REFERENCE_DRAFTER), str(other)
+    )
     assert done.returncode == ExitCode.DRIFT, done.stderr
     payload = strict_json.loads(done.stdout)
     assert payload["changes"] == [
@@ -157,7 +161,7 @@ def test_diff_on_a_duplicate_key_says_so_instead_of_identical(tmp_path: Path) ->
     single = tmp_path / "single.json"
     single.write_text('{"sliding_window": 2048}')
     for args in ((str(doubled), str(single)), (str(single), str(doubled))):
-        done = Cli(tmp_path).run("diff", *args)
+        done = Cli(tmp_path, in_process=True).run("diff", *args)
         assert "identical" not in done.stdout
         the_error_line(done, ExitCode.INVALID, "sliding_window appears twice (null, then 2048)")
 
@@ -204,7 +208,9 @@ def test_push_of_an_absurd_number_is_refused_and_the_host_file_is_untouched(
     bad = tmp_path / "config.json"
     bad.write_bytes(reference_with("max_position_embeddings", literal))
     spec = f"{ssh_host.alias}:{MODEL}"
-    done = Cli(tmp_path).run("push", spec, "--from", str(bad), *host_args(ssh_host))
+    done = Cli(tmp_path, in_process=True).run(
+        "push", spec, "--from", str(bad), *host_args(ssh_host)
+    )
     the_error_line(done, ExitCode.INVALID, "refusing to push", "max_position_embeddings")
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_bytes() == REFERENCE
@@ -219,7 +225,7 @@ def test_force_does_not_push_a_number_that_does_not_parse_as_a_config(
     (directory / "config.json").write_bytes(REFERENCE)
     bad = tmp_path / "bad.json"
     bad.write_bytes(reference_with("rope_theta", literal))
-    done = Cli(tmp_path).run("push", str(directory), "--from", str(bad), "--force")
+    done = Cli(tmp_path, in_process=True).run("push", str(directory), "--from", str(bad), "--force")
     the_error_line(done, ExitCode.INVALID, "even with --force", "rope_theta")
     assert sorted(p.name for p in directory.iterdir()) == ["config.json"]
     assert (directory / "config.json").read_bytes() == REFERENCE
@@ -235,12 +241,16 @@ def test_push_over_a_hostile_deep_file_writes_and_audit_calls_it_invalid(
     (directory / "config.json").write_bytes(nested(200_000))
     spec = f"{ssh_host.alias}:{MODEL}"
     ref = str(samples.REFERENCE_DRAFTER)
-    audit = Cli(tmp_path).run("audit", spec, "--from", ref, "--json", *host_args(ssh_host))
+    audit = Cli(tmp_path, in_process=True).run(
+        "audit", spec, "--from", ref, "--json", *host_args(ssh_host)
+    )
     assert audit.returncode == ExitCode.DRIFT, audit.stderr
     (host,) = json.loads(audit.stdout)["hosts"]
     assert host["status"] == "invalid"
     assert "nested more than 64 levels deep" in host["detail"]
-    pushed = Cli(tmp_path).run("push", spec, "--from", ref, "--json", *host_args(ssh_host))
+    pushed = Cli(tmp_path, in_process=True).run(
+        "push", spec, "--from", ref, "--json", *host_args(ssh_host)
+    )
     assert pushed.returncode == 0, pushed.stderr
     result = json.loads(pushed.stdout)
     assert result["status"] == "written"

@@ -12,11 +12,11 @@ from tests.fixtures.cli import run_cli
 
 # Sends SIGINT to the process itself the moment the CLI imports MODULE: the signal lands inside
 # the import, exactly where a user's early Ctrl-C would, without any timing guesswork.
+# SIGINT is first given Python's own handler: a shell starts a background job (`make test &`)
+# with SIGINT ignored, which Python keeps, and the signal would then do nothing at all.
 _INTERRUPT_ON_IMPORT = """
 import os, signal, sys
 
-# A shell's background job starts with SIGINT ignored, and python keeps an inherited SIG_IGN:
-# the handler a terminal's foreground process gets, so the test runs under `make ... &` too.
 signal.signal(signal.SIGINT, signal.default_int_handler)
 
 class _InterruptOnImport:

@@ -4,9 +4,11 @@ whether the host answered, refused the connection, refused the login or the comm
 wrong. Before, a single target that could not be reached left stdout empty (one ``error:`` line
 on stderr), while ``audit --json`` gave a row for the same host.
 
-Every command whose ``--help`` has ``--json`` is run (the real CLI in a subprocess) against an
-address where nothing listens, then a real sshd host whose key is not in known_hosts (the login
-refused), then with a bad option; the Hub's own command (fetch) against a port that refuses.
+Every command whose ``--help`` has ``--json`` is run (the real CLI, in-process: what it prints
+and the code it returns) against an address where nothing listens, then a real sshd host whose
+key is not in known_hosts (the login refused), then with a bad option; the Hub's own command
+(fetch) against a port that refuses, in a subprocess (huggingface_hub reads HF_ENDPOINT when it
+is imported), and on a terminal (a real process under script(1)).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from dflash_provision.cli.main import COMMANDS, cli
 from dflash_provision.errors import ExitCode
 from testbed import samples
 from testbed.hosts import Host, refused_address
-from tests.fixtures.cli import Done, cli_env, run_cli
+from tests.fixtures.cli import Done, cli_env, run_cli, run_cli_in_process
 
 REF = str(samples.REFERENCE_DRAFTER)
 MODEL = "/root/models/Qwen3.6-27B-DFlash"
@@ -69,9 +71,15 @@ def the_document(done: Done) -> dict[str, Any]:
     return doc
 
 
+# rollout's runs here are a real process: the fast tier's one run of that command family
+# through the entry point (the others: tests/test_cli_basics.py and its neighbours).
+REAL_PROCESS = ("rollout",)
+
+
 def run(tmp_path: Path, name: str, target: str, *extra: str) -> Done:
     args = [a.format(t=target) for a in ARGS[name]]
-    return run_cli(name, *args, *extra, "--json", cwd=tmp_path, home=tmp_path / "home")
+    runner = run_cli if name in REAL_PROCESS else run_cli_in_process
+    return runner(name, *args, *extra, "--json", cwd=tmp_path, home=tmp_path / "home")
 
 
 def test_every_command_with_json_is_covered_here() -> None:
@@ -112,12 +120,14 @@ def test_an_unreachable_target_is_a_document_with_its_status_and_code(
 
 def test_diffs_document_names_the_side_it_could_not_read(nowhere: str, tmp_path: Path) -> None:
     # Either side may be the one that fails: the document names that one, as given.
-    done = run_cli("diff", REF, nowhere, "--connect-timeout", "5", "--json", cwd=tmp_path,
-                   home=tmp_path / "home")  # fmt: skip
+    done = run_cli_in_process("diff", REF, nowhere, "--connect-timeout", "5", "--json",
+                              cwd=tmp_path, home=tmp_path / "home")  # fmt: skip
     doc = the_document(done)
     assert (doc["command"], doc["target"]) == ("diff", nowhere), doc
     (tmp_path / "broken.json").write_text('{"a": 1,')
-    done = run_cli("diff", REF, "broken.json", "--json", cwd=tmp_path, home=tmp_path / "home")
+    done = run_cli_in_process(
+        "diff", REF, "broken.json", "--json", cwd=tmp_path, home=tmp_path / "home"
+    )
     doc = the_document(done)
     assert done.returncode == ExitCode.INVALID, done.stderr
     assert doc["target"] == "broken.json", doc
@@ -156,7 +166,9 @@ def test_a_refused_login_is_a_document_with_its_status_and_code(
 
 @pytest.mark.parametrize("name", sorted([*ARGS, *NO_TARGET]))
 def test_a_usage_error_is_a_document_too(name: str, tmp_path: Path) -> None:
-    done = run_cli(name, "--json", "--no-such-option", cwd=tmp_path, home=tmp_path / "home")
+    done = run_cli_in_process(
+        name, "--json", "--no-such-option", cwd=tmp_path, home=tmp_path / "home"
+    )
     doc = the_document(done)
     assert (done.returncode, doc["status"]) == (ExitCode.USAGE, "usage")
     assert "--no-such-option" in doc["error"]
@@ -179,10 +191,12 @@ def test_a_result_document_carries_its_exit_code(tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()
     (model / "config.json").write_bytes(samples.INCIDENT_DRAFTER.read_bytes())
-    done = run_cli("verify", str(model), "--from", REF, "--json", cwd=tmp_path)
+    done = run_cli_in_process(
+        "verify", str(model), "--from", REF, "--json", cwd=tmp_path, home=tmp_path / "home"
+    )
     doc = the_document(done)
     assert (done.returncode, doc["status"]) == (ExitCode.DRIFT, "drifted")
-    done = run_cli("validate", REF, "--json", cwd=tmp_path)
+    done = run_cli_in_process("validate", REF, "--json", cwd=tmp_path, home=tmp_path / "home")
     assert the_document(done)["exit_code"] == ExitCode.OK
 
 

@@ -32,7 +32,7 @@ from dflash_provision.source.authority import Authority, SourceSpec
 from dflash_provision.target import parse_target
 from dflash_provision.transport.local import LocalTransport
 from testbed import samples
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli, run_cli_in_process
 from tests.fixtures.model_dirs import assert_no_temp_left
 from tests.fixtures.transports import PrefixTransport
 
@@ -303,14 +303,12 @@ def test_cli_push_dry_run_push_unchanged_verify_rollback(model_dir):
 
 
 def test_cli_push_without_a_source_explains_how_to_name_one(model_dir):
-    result = run_cli("push", str(model_dir), cwd=model_dir, entry_point=True)
+    result = run_cli_in_process("push", str(model_dir), cwd=model_dir)
     assert result.returncode == ExitCode.USAGE
     assert "--repo" in result.stderr and "--lock" in result.stderr
 
 
 def test_cli_verify_of_missing_file_is_drift_with_clear_message(model_dir):
-    result = run_cli(
-        "verify", str(model_dir), "--from", str(samples.REFERENCE_DRAFTER), entry_point=True
-    )
+    result = run_cli_in_process("verify", str(model_dir), "--from", str(samples.REFERENCE_DRAFTER))
     assert result.returncode == ExitCode.DRIFT
     assert "no config file" in result.stdout

@@ -18,7 +18,7 @@ from dflash_provision.validation.schema_check import check_schema
 from dflash_provision.validation.speculators_layout import default_target_layer_ids, runtime_view
 from dflash_provision.validation.validate import validate_config
 from testbed import samples
-from tests.fixtures.cli import run_cli
+from tests.fixtures.cli import run_cli_in_process
 
 TLC = "transformer_layer_config"
 SPEC_TOKENS = "speculators_config.proposal_methods[0].speculative_tokens"
@@ -226,7 +226,7 @@ def test_diff_names_speculators_fields(spec: dict[str, Any]) -> None:
 
 @pytest.mark.integration
 def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
-    good = run_cli(
+    good = run_cli_in_process(
         "validate", samples.SPECULATORS_DRAFTER, "--target-config", samples.REFERENCE_TARGET
     )
     assert good.returncode == ExitCode.OK, good.stdout + good.stderr
@@ -237,14 +237,16 @@ def test_cli_validate_and_diff_of_a_speculators_config(tmp_path: Path) -> None:
     doc["aux_hidden_state_layer_ids"] = [1, 16, 31, 46, 61]
     broken = tmp_path / "config.json"
     broken.write_text(json.dumps(doc))
-    bad = run_cli("validate", tmp_path, "--target-config", samples.REFERENCE_TARGET, "--json")
+    bad = run_cli_in_process(
+        "validate", tmp_path, "--target-config", samples.REFERENCE_TARGET, "--json"
+    )
     assert bad.returncode == ExitCode.INVALID, bad.stdout + bad.stderr
     report = json.loads(bad.stdout)
     found = {(f["path"], f["severity"]) for f in report["findings"]}
     assert ("speculators_config.proposal_methods[0].speculative_tokens", "error") in found
     assert ("aux_hidden_state_layer_ids", "warning") in found
 
-    drift = run_cli("diff", samples.SPECULATORS_DRAFTER, broken)
+    drift = run_cli_in_process("diff", samples.SPECULATORS_DRAFTER, broken)
     assert drift.returncode == ExitCode.DRIFT
     assert "speculators_config.proposal_methods[0].speculative_tokens: 7 → 9" in drift.stdout
 
@@ -356,12 +358,14 @@ def test_diff_across_layouts_compares_what_vllm_reads_named_as_b_keeps_it() -> N
 
 @pytest.mark.integration
 def test_cli_diff_across_layouts_says_so_and_is_drift() -> None:
-    drift = run_cli("diff", samples.REFERENCE_DRAFTER, samples.SPECULATORS_DRAFTER)
+    drift = run_cli_in_process("diff", samples.REFERENCE_DRAFTER, samples.SPECULATORS_DRAFTER)
     assert drift.returncode == ExitCode.DRIFT, drift.stdout + drift.stderr
     assert "layouts differ (reference → speculators); comparing what vLLM reads" in drift.stdout
     assert "mask_token_id: 248070 → 248077" in drift.stdout
     assert "dflash_config" not in drift.stdout  # no "every key moved" noise
-    as_json = run_cli("diff", samples.REFERENCE_DRAFTER, samples.SPECULATORS_DRAFTER, "--json")
+    as_json = run_cli_in_process(
+        "diff", samples.REFERENCE_DRAFTER, samples.SPECULATORS_DRAFTER, "--json"
+    )
     payload = json.loads(as_json.stdout)
     assert payload["layouts"] == {"a": "reference", "b": "speculators"}
     assert payload["identical"] is False

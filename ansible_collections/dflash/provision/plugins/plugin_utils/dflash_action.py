@@ -10,12 +10,16 @@ from __future__ import annotations
 import contextlib
 import importlib
 import os
+from typing import TYPE_CHECKING, Any
 
 from ansible.errors import AnsibleActionFail
 from ansible.plugins.action import ActionBase
 
+if TYPE_CHECKING:  # at run time the library is imported in run(), which says when it is missing
+    from dflash_provision.transport.callback import ShellRunner
 
-def runner_for(action):
+
+def runner_for(action: ActionBase) -> ShellRunner:
     """The play's connection as a (shell command, stdin) -> (rc, stdout, stderr) function.
 
     Bytes stay bytes (surrogateescape both ways). No tty: a pty would merge stderr into stdout
@@ -27,7 +31,7 @@ def runner_for(action):
     with contextlib.suppress(KeyError):
         connection.set_option("use_tty", False)
 
-    def run(command, stdin):
+    def run(command: str, stdin: bytes | None) -> tuple[int, bytes, bytes]:
         if not stdin:
             command, stdin = command + " </dev/null", None
         done = action._low_level_execute_command(
@@ -48,12 +52,14 @@ class DflashAction(ActionBase):
     _requires_connection = True
     LIBRARY = ""
     TASK = ""
-    CONTROLLER_FILES = ("src", "lock")
+    CONTROLLER_FILES: tuple[str, ...] = ("src", "lock")
     CHECK_MODE = True  # the task function takes check_mode
     DIFF_MODE = False  # ... and diff_mode
 
-    def run(self, tmp=None, task_vars=None):
-        result = super().run(tmp, task_vars)
+    def run(
+        self, tmp: str | None = None, task_vars: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        result: dict[str, Any] = super().run(tmp, task_vars)
         name = f"dflash.provision.{self.LIBRARY}"
         try:
             from dflash_provision.errors import DflashProvisionError
@@ -76,7 +82,7 @@ class DflashAction(ActionBase):
         except DflashProvisionError as exc:
             raise AnsibleActionFail(f"{name}: {exc.message}") from exc
         host = (task_vars or {}).get("inventory_hostname", "host")
-        modes = {}
+        modes: dict[str, bool] = {}
         if self.CHECK_MODE:
             modes["check_mode"] = bool(self._task.check_mode)
         if self.DIFF_MODE:
