@@ -173,7 +173,15 @@ def test_real_vllm_0_28_without_per_request_figures_judges_the_long_part_by_its_
         launched = bed.launch("sliding", port, "--no-check")
         try:
             assert launched.returncode == 0, launched.output
-            assert "--per-request-spec-decode-metrics" not in launched.output
+            # Launch says it leaves the flag out, and the server runs without it.
+            assert "has no --per-request-spec-decode-metrics (vLLM 0.29+ has it): not passed" in (
+                launched.output
+            )
+            # ps cuts args short: the server's whole argv from /proc (its first vLLM process).
+            pid = bed.vllm_processes()[0].split()[0]
+            argv = host.exec(["cat", f"/proc/{pid}/cmdline"], timeout=30).stdout.split("\0")
+            assert "serve" in argv and "--speculative-config" in argv, argv
+            assert "--per-request-spec-decode-metrics" not in argv, argv
             before = raw_counters(port)
             check = bed.on_target("runtime-check", "sliding", port, "--json")
             after = raw_counters(port)
