@@ -116,8 +116,7 @@ def test_push_into_a_directory_another_user_owns_works_and_keeps_its_files_priva
     [
         ("the user", "owned by uid 65534"),
         # Root's own name and owner, but mode 0777 (another root tool's mkdir under umask 0):
-        # a push that finds its directory there describes it from inside with one stat, and
-        # must refuse it as the first push's way does.
+        # a push that finds its directory there must refuse it.
         ("root, mode 0777", "others may write in it (mode 777)"),
     ],
 )

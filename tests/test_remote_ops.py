@@ -932,10 +932,9 @@ def test_unread_write_refuses_a_file_this_login_cannot_read_before_creating_anyt
 
 
 @pytest.mark.root
-def test_a_host_without_proc_takes_the_first_push_way_and_still_checks_the_backup_dir(model_dir):
-    # /proc hidden (a tmpfs over it, in a mount namespace of its own): the script cannot hold
-    # the directory it pinned as /proc/self/fd/6, so it describes the push's own directory the
-    # first push's way (two stats) and refuses a planted link all the same.
+def test_a_host_without_proc_writes_and_still_checks_the_backup_dir(model_dir):
+    # /proc hidden (a tmpfs over it, in a mount namespace of its own): the write needs none of
+    # it, and refuses a planted link all the same.
     if os.getuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare")
     no_proc = PrefixTransport(

@@ -78,12 +78,11 @@
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
 # names the step.
 #
-# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), stat (the push's own
-# directory, its parent and the old file), flock, dd, sha256sum, ln, mv, sync, wc (the
-# parts' lengths) and head (the read-back and the old bytes in one), plus one rm when there is something to prune (and, for
-# the first push into a directory, mkdir and a second stat); an unchanged one a stat, sha256sum
-# (when the size matches), wc and head. Each process is ~1 ms of a host's CPU, and a fleet command
-# runs this on every host at once.
+# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), two stats (the
+# destination directory and the old file; the push's own directory and its parent), flock, dd,
+# sha256sum, ln, mv, sync, wc (the parts' lengths) and head (the read-back and the old bytes in
+# one), plus one rm when there is something to prune (and, for the first push into a directory,
+# mkdir); an unchanged one a stat, sha256sum (when the size matches), wc and head.
 
 dest=$1
 asked=$1 # the path as the caller gave it: what the read-back opens, as a reader would
@@ -342,43 +341,13 @@ if [ "$readable" = 1 ] && [ -f "$file" ] && [ ! -r "$file" ]; then
 	fail dest permission-denied "user $(whoami_text) may not read $dest: a file that cannot be judged is not replaced" 14
 fi
 
-# Every push after the first finds its own directory here (see trust): then ONE stat describes
-# it, its parent and the old file, from inside it. The parent is checked against the directory
-# this script pinned, held open as fd 6 (/proc/self/fd/6: no path resolved twice), and nothing
-# is taken from in there before the trust checks pass; when they do not (or there is no /proc),
-# the script goes back and takes the first push's way, whose own checks then speak.
-old_size=
-old_mode=
-old_owner=
-inside=0
-if [ -d .dflash-backups ] && [ -d /proc/self/fd ] && true 6<. 2>/dev/null; then
-	exec 6<.
-	if cd -P .dflash-backups 2>/dev/null; then
-		set -- $(stat -c '%u %a %d:%i %s %u:%g' . .. "../$base" 2>/dev/null)
-		# Its parent is the pinned directory (-ef): then that is the one HERE to compare with.
-		if [ $# -ge 10 ] && [ .. -ef /proc/self/fd/6 ] && own_dir_distrust "$1" "$2" "$3" "$8" "$8"; then
-			inside=1
-		fi
-		if [ "$inside" = 1 ]; then
-			file=../$base
-			shift 10
-			old_size=${4:-}
-			old_mode=${2:-}
-			old_owner=${5:-}
-		else
-			cd -P /proc/self/fd/6 2>/dev/null || fail dir permission-denied "user $(whoami_text) cannot enter $dir" 12
-		fi
-	fi
-fi
-if [ "$inside" = 0 ]; then
-	# The first push's way: this directory and the old file, from here. The first line is the
-	# identity of this directory, which the push's own directory must be right inside.
-	set -- $(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
-	here=${1:-}
-	old_size=${6:-}
-	old_mode=${7:-}
-	old_owner=${8:-}
-fi
+# This directory and the old file, from here. The first line is the identity of this
+# directory, which the push's own directory must be right inside (see trust).
+set -- $(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
+here=${1:-}
+old_size=${6:-}
+old_mode=${7:-}
+old_owner=${8:-}
 
 # Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
 # read-only directory holding the right file is fine). A file of another size cannot be right,
@@ -403,20 +372,17 @@ say "old $old"
 [ -z "$old_size" ] || say "old_size $old_size"
 
 # --- trust ------------------------------------------------------------------------------------
-# The push's own directory (own_dir.sh), checked above already when the script is in it
-# (inside=1).
-if [ "$inside" = 0 ]; then
-	enter_own_dir create
-	case $? in
-	2) fail_tool lock 11 "create $bdir" "$err" ;;
-	1)
-		# Back to the destination directory by the path we were given, to report from there.
-		if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
-		fail trust unsafe-dir "refusing $bdir: $distrust; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
-		;;
-	esac
-	file=../$base
-fi
+# The push's own directory (own_dir.sh).
+enter_own_dir create
+case $? in
+2) fail_tool lock 11 "create $bdir" "$err" ;;
+1)
+	# Back to the destination directory by the path we were given, to report from there.
+	if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
+	fail trust unsafe-dir "refusing $bdir: $distrust; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
+	;;
+esac
+file=../$base
 
 # Scratch file for the messages of the tools below (see quietly), kept beside the lock.
 errf=./$base.out
