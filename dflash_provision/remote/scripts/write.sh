@@ -25,7 +25,7 @@
 #   trust     <dir>/.dflash-backups, the push's own directory (created 0700), must be a
 #             directory owned by root or by us, writable by no one else, right inside the
 #             destination directory (not a symlink to elsewhere) and on its filesystem. Every
-#             name the write creates (lock, scratch file, temp file, backups, marks) lives
+#             name the write creates (lock, temp file, backups, marks) lives
 #             there, and the script works from inside it (cd), so the destination directory's
 #             owner, who may be someone else, can plant nothing on the way (see README "Trust
 #             model")
@@ -180,17 +180,7 @@ finish() {
 # missing.
 send_parts() {
 	sizes=
-	l1=
-	l2=
-	# Through the scratch file when there is one (see quietly): no subshell forked for the
-	# measuring. A full disk leaves it empty (busybox's wc then still says yes): measured again
-	# into this shell's memory.
-	if [ $# -gt 0 ] && [ -n "${errf:-}" ] && wc -c -- "$2" ${4:+"$4"} >"$errf" 2>/dev/null; then
-		{ read -r l1 && read -r l2; } <"$errf" 2>/dev/null
-	fi
-	if [ -n "$l1" ]; then
-		sizes=$l1$nl$l2
-	elif [ $# -gt 0 ]; then
+	if [ $# -gt 0 ]; then
 		sizes=$(wc -c -- "$2" ${4:+"$4"} 2>/dev/null) || sizes=
 	fi
 	sent=
@@ -260,19 +250,6 @@ letters() {
 digits() {
 	digits=${1%Z}
 	digits=${digits%T*}${digits#*T}
-}
-
-# quietly CMD...: run CMD with its stderr in the scratch file $errf rather than in a command
-# substitution: the shell then starts CMD with a vfork instead of forking a subshell first. On
-# failure $err holds the first line of what CMD said; when even the scratch file could not be
-# written (a full disk), CMD runs again in a subshell that captures it. Only for commands that
-# may run twice when they failed once (ln, cp, mv).
-quietly() {
-	"$@" 2>"$errf" && return 0
-	err=
-	read -r err <"$errf" 2>/dev/null
-	[ -z "$err" ] || return 1
-	err=$("$@" 2>&1)
 }
 
 say "dflash-write 1"
@@ -384,9 +361,6 @@ case $? in
 esac
 file=../$base
 
-# Scratch file for the messages of the tools below (see quietly), kept beside the lock.
-errf=./$base.out
-
 # --- lock -------------------------------------------------------------------------------------
 if ! take_lock; then
 	[ "$lock_why" = lock-timeout ] || fail_tool lock 11 "$lock_what" "$lock_err"
@@ -481,8 +455,8 @@ fi
 
 # --- verify -----------------------------------------------------------------------------------
 # One sha256sum for the temp file and the old one (as it is now, under the lock; its hash goes
-# into the history), read in that order from the scratch file. GNU sha256sum marks a line whose
-# name it had to escape with a leading backslash.
+# into the history), in that order. GNU sha256sum marks a line whose name it had to escape with
+# a leading backslash.
 hash=
 old_hash=
 # A file that was missing when this write looked may have been created while it waited for the
@@ -495,35 +469,23 @@ if [ "$old" = missing ] && [ -f "$file" ] && [ ! -L "$file" ]; then
 	old_size=$(stat -c %s "$file" 2>/dev/null) && say "old_size $old_size"
 fi
 if [ "$old" = present ]; then
-	sha256sum "$tmp" "$file" >"$errf" 2>/dev/null
+	sums=$(sha256sum "$tmp" "$file" 2>/dev/null)
 else
-	sha256sum "$tmp" >"$errf" 2>/dev/null
+	sums=$(sha256sum "$tmp" 2>/dev/null)
 fi
-{
-	read -r hash _ && read -r old_hash _
-} <"$errf" 2>/dev/null
+# Each line's first word (the names are not split: they may hold any character).
+hash=${sums%%[ $nl]*}
+case $sums in *"$nl"*)
+	old_hash=${sums#*"$nl"}
+	old_hash=${old_hash%%[ $nl]*}
+	;;
+esac
 hash=${hash#\\}
 old_hash=${old_hash#\\}
 if [ "$hash" != "$want_sha" ]; then
 	size=$(stat -c %s "$tmp" 2>/dev/null)
 	[ -z "$size" ] || [ "$size" = "$want_size" ] ||
 		fail verify short-write "received $size of $want_size bytes (connection lost mid-write?)" 17
-	if [ -z "$hash" ]; then
-		# No hash at all: its output did not reach the scratch file (a disk with room for the
-		# temp file but not for these few bytes). Hash again into this shell's memory: the
-		# bytes received are fine when that works, and the cause is what writing the scratch
-		# file says (the disk is full, read-only...), not corrupted bytes.
-		set -- $(sha256sum "$tmp" 2>/dev/null)
-		if [ "${1:-}" = "$want_sha" ]; then
-			# (sha256sum says only "write error"; dd names the error.)
-			if err=$(dd if="$tmp" of="$errf" bs=512 count=1 2>&1); then
-				err="its output could not be written there, then could"
-			fi
-			err=${err%%"$nl"*}
-			: 2>/dev/null >"$errf"
-			fail verify "$(reason_of "$err")" "cannot keep the hash of the new file in $bdir: $err" 17
-		fi
-	fi
 	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
 fi
 [ -z "$old_hash" ] || say "old_sha256 $old_hash"
@@ -574,8 +536,8 @@ if [ "$old" = present ]; then
 	fi
 	# A hard link keeps the very file that is being replaced (a link planted there in the
 	# meantime is linked as a link, never followed; rollback refuses such a backup).
-	if ! quietly ln "$file" "./$backup"; then
-		quietly cp -P -p "$file" "./$backup" || {
+	if ! err=$(ln "$file" "./$backup" 2>&1); then
+		err=$(cp -P -p "$file" "./$backup" 2>&1) || {
 			rm -f "./$backup"
 			backup=
 			fail_tool backup 20 "keep a backup of $dest in $bdir" "$err"
@@ -600,8 +562,12 @@ if [ -n "$nonce" ]; then
 		[ "$state" != cancelled ] ||
 			fail rename cancelled "the push was already reported as not done (its connection was lost before this step)" 23
 		# Ours, half written (a full disk?): it can only say that this write failed, and why
-		# (the same write again, appending, for the shell's words).
-		err=$( { echo failed >>"./$base.mark.$nonce"; } 2>&1)
+		# (written again by dd, which names the error: the shell's echo may say only "I/O
+		# error").
+		if err=$(echo failed | dd of="./$base.mark.$nonce" 2>&1); then
+			err="it could not be written, then could"
+		fi
+		err=${err%%"$nl"*}
 		[ ! -e "./$base.mark.$nonce" ] || echo failed 2>/dev/null >"./$base.mark.$nonce"
 		fail rename "$(reason_of "$err")" "cannot record this write in $bdir/$base.mark.$nonce: ${err:-disk full?}" 21
 	fi
@@ -611,7 +577,7 @@ fi
 # -T: a directory (or a link to one) planted at DEST is an error, not a place to move into. A
 # failure that left no temp file behind renamed it nonetheless.
 renaming=1
-if ! quietly mv -f -T "$tmp" "$file" && [ -e "$tmp" ]; then
+if ! err=$(mv -f -T "$tmp" "$file" 2>&1) && [ -e "$tmp" ]; then
 	fail_tool rename 21 "rename the new file over $dest" "$err"
 fi
 if [ -e "$tmp" ]; then
@@ -628,7 +594,7 @@ say "sha256_after $want_sha"
 # "sync DIR" fsyncs the directory with coreutils >= 8.24 and busybox >= 1.24. Older coreutils
 # print "ignoring all arguments" and sync everything; others reject the argument: both are a
 # global sync, and reported as one.
-if sync .. 2>"$errf" && [ ! -s "$errf" ]; then
+if err=$(sync .. 2>&1) && [ -z "$err" ]; then
 	dir_sync=fsync
 else
 	sync
@@ -663,9 +629,10 @@ for f in ./*; do
 	case ${f##*/} in
 	"$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;;
 	"$base".mark.*) [ "$f" = "$mark" ] || others=$((others + 1)) ;;
-	# A killed write's temp file (we hold the lock: no live write owns one), and the evidence
-	# files of the versions before the mark: always worth the rm.
-	"$base".dflash-tmp.* | "$base".writer | "$base".landed.* | "$base".cancel.*) others=8 ;;
+	# A killed write's temp file (we hold the lock: no live write owns one), the evidence files
+	# of the versions before the mark and the scratch file of those before 2026-12-06: always
+	# worth the rm.
+	"$base".dflash-tmp.* | "$base".out | "$base".writer | "$base".landed.* | "$base".cancel.*) others=8 ;;
 	esac
 done
 excess=$((count - limit))
@@ -686,7 +653,7 @@ for f in ./*; do
 		[ "$others" -gt 0 ] && [ "$f" != "$mark" ] && stale_mark "$f" "${name#"$base".mark.}" &&
 			set -- "$@" "$f"
 		;;
-	"$base".dflash-tmp.* | "$base".writer | "$base".landed.* | "$base".cancel.*)
+	"$base".dflash-tmp.* | "$base".out | "$base".writer | "$base".landed.* | "$base".cancel.*)
 		set -- "$@" "$f"
 		;;
 	esac
