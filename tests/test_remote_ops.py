@@ -477,9 +477,9 @@ def test_write_replaces_file_returns_old_bytes_and_keeps_a_backup(transport, mod
 @pytest.mark.root
 @pytest.mark.parametrize("mode", [0o640, 0o755, 0o2644, 0o000, 0o044, 0o004, 0o444])
 def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_dir, mode):
-    # 0640: the temp file is created with it (umask); 0755 and 0o2644: bits a umask cannot give
-    # (x, set-gid) are set by chmod; 000, 044, 004 (`stat -c %a` drops their leading zeros) and
-    # 0444 (no w for the owner) get theirs after the write. The owner is copied too.
+    # The temp file (mktemp's 0600) gets its owner before the write and the mode after it:
+    # 0755 and 0o2644 (x, set-gid, which a chown would clear), 000, 044, 004 (`stat -c %a`
+    # drops their leading zeros) and 0444 (no w for the owner) all come out as they were.
     if os.getuid() != 0:
         pytest.skip("chown needs root")
     config = model_dir / "config.json"
@@ -492,6 +492,36 @@ def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_
     assert (oct(st.st_mode & 0o7777), st.st_uid, st.st_gid) == (oct(mode), 65534, 65534)
     assert config.read_bytes() == NEW
     assert_no_temp_left(model_dir)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("mode", [0o640, 0o444, 0o004, 0o000])
+def test_the_temp_file_is_never_more_open_than_the_old_file_while_it_fills(model_dir, mode):
+    # A dd first on PATH notes the temp file's mode and owner as it starts writing (the bytes
+    # go in while it runs): no permission for the group or others that the old file lacks, and
+    # already the old file's owner.
+    if os.getuid() != 0:
+        pytest.skip("chown needs root")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    os.chown(config, 65534, 65534)
+    config.chmod(mode)
+    fake = model_dir / "bin"
+    fake.mkdir()
+    noted = model_dir / "noted"
+    (fake / "dd").write_text(
+        "#!/bin/sh\nfor a; do case $a in of=*) "
+        f"stat -c '%a %u:%g' \"${{a#of=}}\" >>{noted} ;; esac; done\n"
+        f'exec {shutil.which("dd")} "$@"\n'
+    )
+    (fake / "dd").chmod(0o755)
+    outcome = write_remote_config(with_path(fake), str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    [line] = noted.read_text().splitlines()
+    temp_mode, owner = line.split()
+    assert int(temp_mode, 8) & 0o077 & ~mode == 0, (oct(int(temp_mode, 8)), oct(mode))
+    assert owner == "65534:65534"
+    assert oct(config.stat().st_mode & 0o7777) == oct(mode)
 
 
 def test_unprivileged_owner_rewrites_its_own_read_only_config_keeping_mode_0444(
@@ -528,9 +558,9 @@ def test_new_file_is_0644_and_backup_is_named_after_the_utc_time(transport, mode
 @pytest.mark.root
 @pytest.mark.parametrize("shell", ["coreutils", "busybox"])
 def test_write_never_follows_a_symlink_planted_at_the_temp_files_name(bb_root, model_dir, shell):
-    # In a new PID namespace the script's shell is pid 1, so its temp name is predictable: plant
-    # a symlink there, as an attacker sharing the directory could. O_EXCL refuses it and a
-    # random mktemp name is used instead; the symlink's target is never written.
+    # In a new PID namespace the script's shell is pid 1, so a temp name made of its pid would
+    # be predictable: plant a symlink there, as an attacker sharing the directory could. The
+    # temp file is mktemp's (O_EXCL, a random name); the symlink's target is never written.
     if os.getuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare for a PID namespace")
     inner = busybox_transport(bb_root).prefix if shell == "busybox" else []
@@ -546,7 +576,7 @@ def test_write_never_follows_a_symlink_planted_at_the_temp_files_name(bb_root, m
     assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
     assert victim.read_bytes() == b"precious\n"
     assert config.read_bytes() == NEW and not config.is_symlink()
-    assert oct(config.stat().st_mode & 0o777) == "0o640", "the mktemp name keeps the old mode"
+    assert oct(config.stat().st_mode & 0o777) == "0o640", "the new file keeps the old mode"
     assert planted.is_symlink()
     planted.unlink()
     assert_no_temp_left(model_dir)

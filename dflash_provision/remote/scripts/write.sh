@@ -33,11 +33,10 @@
 #             when its recorded pid is gone or now names another process: pid + start time +
 #             boot id); gives up after LOCK_TIMEOUT_S. Held until the script ends, read-back
 #             included: no other push can come between this rename and its proof
-#   tmp       create the temp file in .dflash-backups (same filesystem, so the rename is
-#             atomic) exclusively (O_EXCL), already with the old file's permissions (0644 for a
-#             new file): <base>.dflash-tmp.<pid>, else mktemp
-#   attrs     chmod (when the mode did not come out right) / chown the still empty temp file
-#             like the old file
+#   tmp       mktemp the temp file in .dflash-backups (same filesystem, so the rename is
+#             atomic), exclusively (O_EXCL), mode 0600: <base>.dflash-tmp.XXXXXX
+#   attrs     chown the still empty temp file like the old file; after the write, chmod it to
+#             the old file's mode (0644 for a new file)
 #   write     stdin > tmp with dd conv=fsync: the bytes and their fsync in one process
 #   verify    tmp has SHA256 (a connection cut mid-write leaves a short tmp); the same
 #             sha256sum hashes the old file under the lock (written meanwhile by someone else
@@ -79,9 +78,9 @@
 # names the step.
 #
 # Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), two stats (the
-# destination directory and the old file; the push's own directory and its parent), flock, dd,
-# sha256sum, ln, mv, sync, wc (the parts' lengths) and head (the read-back and the old bytes in
-# one), plus one rm when there is something to prune (and, for the first push into a directory,
+# destination directory and the old file; the push's own directory and its parent), flock,
+# mktemp, dd, chmod, sha256sum, ln, mv, sync, wc (the parts' lengths) and head (the read-back and
+# the old bytes in one), plus one rm when there is something to prune (and, for the first push into a directory,
 # mkdir); an unchanged one a stat, sha256sum (when the size matches), wc and head.
 
 dest=$1
@@ -232,20 +231,6 @@ fail_tool() {
 	fail "$1" "$why" "cannot $3: $4" "$2"
 }
 
-# letters DIGIT: sets $letters to the permissions of one octal digit, for a symbolic umask.
-letters() {
-	case $1 in
-	0) letters= ;;
-	1) letters=x ;;
-	2) letters=w ;;
-	3) letters=wx ;;
-	4) letters=r ;;
-	5) letters=rx ;;
-	6) letters=rw ;;
-	*) letters=rwx ;;
-	esac
-}
-
 # digits STAMP: sets $digits to YYYYmmddTHHMMSSZ as one number (YYYYmmddHHMMSS), to compare.
 digits() {
 	digits=${1%Z}
@@ -368,62 +353,24 @@ if ! take_lock; then
 fi
 say "lock $lock_method"
 
-# --- tmp --------------------------------------------------------------------------------------
-# The shell creates it, exclusively (noclobber: O_EXCL), in the push's own directory. The umask
-# gives it the old file's permission bits from the start (0644 for a new file), so while it
-# fills it is never readable by more users than the old file (bits a umask cannot give, x and
-# set-id, are set in the attrs step, before any byte is in it; a mode without the owner's w is
-# set after the write, so that the write itself is allowed). A file of that name can only be left
-# over from a killed run whose pid came round again; for that (and any other failure) mktemp
-# tries a random name before the step fails. `stat -c %a` drops leading zero digits (044 is
-# "44"): pad them back.
+# --- tmp ------------------------------------------------------------------------------------
+# mktemp creates it exclusively (O_EXCL) in the push's own directory, mode 0600: while it fills
+# it is open to no one but its owner, never more than the old file. `stat -c %a` drops leading
+# zero digits (044 is "44"): pad them back for the chmod after the write.
 want_mode=${old_mode:-644}
 while [ ${#want_mode} -lt 3 ]; do want_mode=0$want_mode; done
-create_mask=u=rw,g=,o=
-need_chmod=0
-late_chmod=0
-case $want_mode in
-[0-7][0-7][0-7])
-	group_digit=${want_mode#?}
-	letters "${want_mode%??}"
-	case ${want_mode%??} in [0145]) letters=rw late_chmod=1 ;; esac
-	create_mask=u=$letters
-	letters "${group_digit%?}"
-	create_mask=$create_mask,g=$letters
-	letters "${want_mode#??}"
-	create_mask=$create_mask,o=$letters
-	;;
-esac
-# A umask gives only r and w bits: x and set-id bits need a chmod (the attrs step).
-case $want_mode in *[1357]* | ????*) need_chmod=1 ;; esac
-# Without the owner's w, every bit is set after the write (before it, the new file is never more
-# open than the final mode: the umask gave it the same r and w bits for group and others).
-[ "$late_chmod" = 0 ] || need_chmod=0
-tmp_name=./$base.dflash-tmp.$$
-umask "$create_mask"
-set -C
-if { true >"$tmp_name"; } 2>/dev/null; then
-	tmp=$tmp_name
-elif tmp=$(umask 077 && mktemp "./$base.dflash-tmp.XXXXXX" 2>/dev/null); then
-	[ "$late_chmod" = 1 ] || need_chmod=1 # mktemp makes it 0600 whatever the umask
-else
-	# Both failed: ask a subshell for the shell's own words about the first attempt.
-	err=$( { true >"$tmp_name"; } 2>&1)
+if ! tmp=$(mktemp "./$base.dflash-tmp.XXXXXX" 2>&1); then
+	err=$tmp
 	tmp=
-	set +C
 	fail_tool tmp 15 "create a temp file in $bdir" "$err"
 fi
-set +C
-umask 022
 
 # --- attrs ------------------------------------------------------------------------------------
-# Before any byte is in the temp file: the mode, when the umask could not give it, and the
-# owner. A file we own, in our group, needs nothing (the shell tests that without a process);
-# any other gets the old owner, and when that chown is refused (not root) it only fails the write
-# if the temp file's owner really differs (a setgid directory gives both files its group).
-if [ "$need_chmod" = 1 ]; then
-	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-fi
+# Before any byte is in the temp file: the owner. A file we own, in our group, needs nothing (the
+# shell tests that without a process); any other gets the old owner, and when that chown is
+# refused (not root) it only fails the write if the temp file's owner really differs (a setgid
+# directory gives both files its group). The mode is set after the write (a chown clears set-id
+# bits, and a mode without the owner's w would refuse the write itself).
 if [ -n "$old_owner" ] && ! { [ -O "$file" ] && [ -G "$file" ]; }; then
 	if ! err=$(chown "$old_owner" "$tmp" 2>&1); then
 		[ "$(stat -c %u:%g "$tmp" 2>/dev/null)" = "$old_owner" ] ||
@@ -449,9 +396,7 @@ if ! err=$(dd of="$tmp" bs=65536 conv=fsync 2>&1); then
 	fi
 fi
 stdin_done=1
-if [ "$late_chmod" = 1 ]; then
-	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-fi
+err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
 
 # --- verify -----------------------------------------------------------------------------------
 # One sha256sum for the temp file and the old one (as it is now, under the lock; its hash goes
