@@ -80,8 +80,9 @@
 # Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), two stats (the
 # destination directory and the old file; the push's own directory and its parent), flock,
 # mktemp, dd, chmod, sha256sum, ln, mv, sync, wc (the parts' lengths) and head (the read-back and
-# the old bytes in one), plus one rm when there is something to prune (and, for the first push into a directory,
-# mkdir); an unchanged one a stat, sha256sum (when the size matches), wc and head.
+# the old bytes in one), plus one rm when there is something to prune (the mark of the write
+# before, mostly) and, for the first push into a directory, mkdir; an unchanged one a stat,
+# sha256sum (when the size matches), wc and head.
 
 dest=$1
 asked=$1 # the path as the caller gave it: what the read-back opens, as a reader would
@@ -569,20 +570,12 @@ limit=$keep
 [ "$limit" -gt 0 ] || limit=1 # our own backup is removed after its bytes are sent
 now=${nonce%"${nonce#????????}"}
 count=0
-others=0
 for f in ./*; do
 	case ${f##*/} in
 	"$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;;
-	"$base".mark.*) [ "$f" = "$mark" ] || others=$((others + 1)) ;;
-	# A killed write's temp file (we hold the lock: no live write owns one), the evidence files
-	# of the versions before the mark and the scratch file of those before 2026-12-06: always
-	# worth the rm.
-	"$base".dflash-tmp.* | "$base".out | "$base".writer | "$base".landed.* | "$base".cancel.*) others=8 ;;
 	esac
 done
 excess=$((count - limit))
-# Marks go with the backups' rm, or on their own once eight have gathered: one rm for all.
-[ "$excess" -gt 0 ] || [ "$others" -ge 8 ] || others=0
 pruned=0
 # The oldest names sort first.
 set --
@@ -595,9 +588,10 @@ for f in ./*; do
 		pruned=$((pruned + 1))
 		;;
 	"$base".mark.*)
-		[ "$others" -gt 0 ] && [ "$f" != "$mark" ] && stale_mark "$f" "${name#"$base".mark.}" &&
-			set -- "$@" "$f"
+		[ "$f" != "$mark" ] && stale_mark "$f" "${name#"$base".mark.}" && set -- "$@" "$f"
 		;;
+	# A killed write's temp file (we hold the lock: no live write owns one), the evidence files
+	# of the versions before the mark and the scratch file of those before 2026-12-06.
 	"$base".dflash-tmp.* | "$base".out | "$base".writer | "$base".landed.* | "$base".cancel.*)
 		set -- "$@" "$f"
 		;;
