@@ -149,8 +149,11 @@ ended() {
 finish() {
 	status=$1
 	say "result $result"
-	# Drain unread input so the sender never blocks on a full pipe; bytes that fit in the
-	# least a pipe holds (one page) are in it already, and need no process.
+	# Drain unread input so the sender never blocks on a full pipe. Input that fits in the
+	# least a pipe holds (one page; a config is ~2 KB) cannot block it, and is not waited for:
+	# the caller sends it only once the exec request is answered, so it reaches the host a
+	# round trip after this script started, and a cat reading it to its end would hold the
+	# answer of an unchanged file (or a refusal) for that round trip.
 	[ "$stdin_done" = 1 ] || [ "$want_size" -le 4096 ] 2>/dev/null || cat >/dev/null 2>&1
 	if [ "$result" = unchanged ]; then
 		send_parts readback "$asked"
