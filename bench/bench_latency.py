@@ -21,6 +21,13 @@ Whole processes, side by side in one run, each contender right after its baselin
     repair CLI          ``dflash-provision repair -i INVENTORY --json`` on an all-drifted fleet
                         (the row the fleet bench compares with the minimal write)
 
+And, without a baseline (the states the minimal script has no counterpart for):
+
+    audit CLI (missing)   every host without the file (the read script says so: one exec)
+    repair CLI (in sync)  every host in sync (the write finds the bytes there: one exec)
+    push CLI (1 host)     ``dflash-provision push ssh://root@RELAY:PORT/MODEL --from FILE`` to
+                          the first host, drifted (its execs: the protocol's one, not reported)
+
 Columns: wall time (median of ``--repeat``), the ratio to the baseline (median of the paired
 ratios), per host: SSH connections, round trips and exec requests, the contender's CPU (its
 whole process, user + system, start-up included, divided by the hosts), and the relays' CPU
@@ -36,6 +43,10 @@ the hosts, is "round trips/host"; round trips × RTT is the least wall time a ho
 TCP handshake is on loopback and not delayed: one more RTT per connection on a real link, for
 both contenders alike). Exec requests are encrypted, so the relay cannot see them: the CLI's
 come from its ``--json`` report (``execs`` per host), the script's from its design (1 or 2).
+
+Count protocol turns at ``--rtt-ms 200``: a turn is only seen as one when the other side is
+quicker to answer than the delay, and at 50 ms a host slowed by the shared cores (its script's
+processes waiting for a core) can answer in two pieces, which the relay counts as one turn more.
 """
 
 from __future__ import annotations
@@ -80,6 +91,7 @@ class Run:
 class Row:
     what: str
     baseline: Row | None = None
+    hosts: int | None = None  # how many hosts it contacts (the first ones): all when None
     runs: list[Run] = field(default_factory=list)
     ratios: list[float] = field(default_factory=list)
 
@@ -127,8 +139,9 @@ class LatencyBench:
             model.mkdir(parents=True, exist_ok=True)
             (model / "config.json").write_bytes(data)
 
-    def measured(self, fn: Callable[[], float]) -> Run:
-        """One run of ``fn`` (returns execs per host), with the relays' counts of it."""
+    def measured(self, fn: Callable[[], float], hosts: int | None = None) -> Run:
+        """One run of ``fn`` (returns execs per host), with the relays' counts of it, per host
+        of the first ``hosts`` (all when None) that it contacts."""
         for relay in self.relays:
             relay.take()
         child0, self0 = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
@@ -137,14 +150,14 @@ class LatencyBench:
         wall = time.monotonic() - started
         child1, self1 = _cpu(resource.RUSAGE_CHILDREN), _cpu(resource.RUSAGE_SELF)
         time.sleep(self.rtt_s)  # the last closes travel through the delay line
-        per_host = [relay.take() for relay in self.relays]
-        hosts = len(per_host)
+        per_host = [relay.take() for relay in self.relays][:hosts]
+        n = len(per_host)
         return Run(
             wall,
-            sum(len(c) for c in per_host) / hosts,
-            sum(s.turns for c in per_host for s in c) / hosts,
+            sum(len(c) for c in per_host) / n,
+            sum(s.turns for c in per_host for s in c) / n,
             execs,
-            1000 * (child1 - child0) / hosts,
+            1000 * (child1 - child0) / n,
             self1 - self0,
         )
 
@@ -165,6 +178,28 @@ class LatencyBench:
         result = json.loads(proc.stdout)
         assert result["failed"] == 0, result
         return 2.0 if read_back else 1.0
+
+    def missing(self) -> None:
+        for host in self.fleet.hosts:
+            model = host.root_dir / "models" / "Qwen3.6-27B-DFlash"
+            model.mkdir(parents=True, exist_ok=True)
+            (model / "config.json").unlink(missing_ok=True)
+
+    def push_first(self) -> float:
+        """``push`` to the first host by its relay: the protocol's one exec (push's --json
+        report does not count them)."""
+        relay = self.relays[0]
+        argv = [
+            sys.executable, "-m", "dflash_provision", "push",
+            f"ssh://root@{relay.address}:{relay.port}{MODEL}", "--from", str(self.authority),
+            "--ssh-config", "/dev/null", "--known-hosts", str(self.known_hosts),
+            "--identity", str(self.client.identity), "--no-agent", "--json",
+        ]  # fmt: skip
+        env = {**os.environ, "DFLASH_PROVISION_HOME": str(self.home)}
+        proc = subprocess.run(argv, env=env, capture_output=True, timeout=600, check=False)
+        if proc.returncode != 0:
+            raise RuntimeError(f"push exited {proc.returncode}: {proc.stderr.decode()}")
+        return 1.0
 
     def cli(self, command: str) -> float:
         env = {**os.environ, "DFLASH_PROVISION_HOME": str(self.home)}
@@ -216,6 +251,9 @@ def main() -> None:
                  lambda: bench.minimal(write=True, atomic=True)),
                 (write, drifted, lambda: bench.minimal(write=True)),
                 (Row("repair CLI (drifted)", write), drifted, lambda: bench.cli("repair")),
+                (Row("audit CLI (missing)"), bench.missing, lambda: bench.cli("audit")),
+                (Row("repair CLI (in sync)"), in_sync, lambda: bench.cli("repair")),
+                (Row("push CLI (1 host)", hosts=1), drifted, bench.push_first),
             ]  # fmt: skip
             # Warm-up (page cache, bytecode, the verdict cache for both configs): unmeasured.
             for _row, prepare, fn in plan:
@@ -224,7 +262,7 @@ def main() -> None:
             for _ in range(args.repeat):
                 for row, prepare, fn in plan:
                     prepare()
-                    run = bench.measured(fn)
+                    run = bench.measured(fn, row.hosts)
                     if row.baseline is not None:
                         row.ratios.append(run.wall_s / row.baseline.runs[-1].wall_s)
                     row.runs.append(run)

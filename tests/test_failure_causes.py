@@ -1,10 +1,11 @@
 """Every failure names its real cause, not the step that noticed it (issue 35 finding 2), on
 real sshd hosts.
 
-A model directory on a tmpfs with room for the temp file but not for the ~150 bytes the write's
-hash leaves in its scratch file: the hash came back empty and the write said ``verify`` /
-``hash-mismatch``, "received bytes corrupted" (pointing at the network). The outcome was right
-(failed, old file untouched, exit 7); the cause is a full disk.
+A model directory on a tmpfs with room for the temp file and nothing more: the write once said
+``verify`` / ``hash-mismatch``, "received bytes corrupted" (pointing at the network), when its
+hash's output did not fit in its scratch file. The outcome was right (failed, old file untouched,
+exit 7); the cause is a full disk, and that is what the write must say at whatever step meets it
+(now the mark it writes before the rename).
 """
 
 from __future__ import annotations
@@ -27,12 +28,12 @@ MODEL = "/root/models/X"
 PAGE = 4096
 
 
-def test_disk_with_room_for_the_temp_file_but_not_the_hash_says_disk_full(ssh_host: Host, tmp_path):
+def test_disk_with_room_for_the_temp_file_only_says_disk_full(ssh_host: Host, tmp_path):
     assert len(INCIDENT) <= PAGE and len(REFERENCE) <= PAGE  # one page each on the tmpfs
     directory = ssh_host.root_dir / "models" / "X"
     directory.mkdir(parents=True)
     (directory / "config.json").write_bytes(INCIDENT)
-    # Two pages: the old file's and the temp file's; none left for the scratch file's bytes.
+    # Two pages: the old file's and the temp file's; none left for anything the write adds.
     ssh_host.fill_disk(MODEL, size=f"{2 * PAGE}", fill=False)
     try:
         done = run_cli(

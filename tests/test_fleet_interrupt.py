@@ -1,7 +1,7 @@
 """Ctrl-C during `audit` / `repair` stops at once (issue 11 item 7), on a real 4-host fleet.
 
 `--workers 1` keeps h02..h04 queued while h01 is in flight, held by a fake tool on h01
-(tests/fixtures/after_rename.py): its read (`dd`, the audit's plain read) for audit, its write
+(tests/fixtures/after_rename.py): its read (`head`, in the audit's read script) for audit, its write
 right after the rename (`sync`) for repair. SIGINT goes to the real CLI process then; h01 is
 released at once, and so is every other host, so that a CLI that went on would contact them (as
 it did before: the thread pool's exit waited for every queued host). Then: exit 130, h02..h04
@@ -90,7 +90,7 @@ def session_processes(sid: int) -> list[str]:
 
 def test_ctrl_c_during_audit_contacts_no_queued_host(make_fleet, tmp_path):
     fleet = make_fleet(4)
-    hold_tool(fleet.host("h01"), "dd", "/usr/bin/dd")
+    hold_tool(fleet.host("h01"), "head", "/usr/bin/head")
     prom = tmp_path / "metrics" / "dflash.prom"
     prom.parent.mkdir()
     done, sid = interrupt_cli(fleet, tmp_path, "audit", "--prometheus", str(prom))

@@ -2,8 +2,8 @@
 
 The push and rollback run as root (the usual case) into a model directory that an unprivileged
 user (uid 65534, "nobody") owns, as a service account's model directory would be. That user can
-create any name there: every test plants what such a user could (a symlink or FIFO at the
-scratch file, the lock, a backup name, the backup directory itself) and checks that nothing
+create any name there: every test plants what such a user could (a symlink or FIFO at a
+temp file name, the lock, a backup name, the backup directory itself) and checks that nothing
 outside the model directory is created, truncated, deleted or read, and that the push says why
 it refused. Files are planted from the controller side (the host's /root is a directory here),
 owned by nobody as the user would have made them.
@@ -116,12 +116,11 @@ def test_push_into_a_directory_another_user_owns_works_and_keeps_its_files_priva
     [
         ("the user", "owned by uid 65534"),
         # Root's own name and owner, but mode 0777 (another root tool's mkdir under umask 0):
-        # a push that finds its directory there describes it from inside with one stat, and
-        # must refuse it as the first push's way does.
+        # a push that finds its directory there must refuse it.
         ("root, mode 0777", "others may write in it (mode 777)"),
     ],
 )
-def test_planted_scratch_file_symlink_never_truncates_a_root_only_file(ssh_host, made_by, why):
+def test_planted_temp_file_symlink_never_truncates_a_root_only_file(ssh_host, made_by, why):
     directory = hostile_model_dir(ssh_host)
     if made_by == "the user":
         backups = planted_backup_dir(directory)
@@ -129,7 +128,7 @@ def test_planted_scratch_file_symlink_never_truncates_a_root_only_file(ssh_host,
         backups = directory / ".dflash-backups"
         backups.mkdir()
         backups.chmod(0o777)
-    plant_link(backups / "config.json.out", "/root/secret")
+    plant_link(backups / "config.json.dflash-tmp.1", "/root/secret")
     result = push(ssh_host)
     assert (ssh_host.root_dir / "secret").read_bytes() == SECRET
     assert_refused_untouched(result, directory)
@@ -160,8 +159,8 @@ def test_planted_lock_symlink_never_creates_a_file_elsewhere(ssh_host):
     assert_refused_untouched(result, directory)
 
 
-@pytest.mark.parametrize("name", ["config.json.lock", "config.json.out"])
-def test_fifo_at_the_lock_or_scratch_file_is_refused_without_blocking(ssh_host, name):
+@pytest.mark.parametrize("name", ["config.json.lock", "config.json.dflash-tmp.1"])
+def test_fifo_at_the_lock_or_a_temp_file_name_is_refused_without_blocking(ssh_host, name):
     # A FIFO opened for writing blocks until someone reads it: the push must not wait on it
     # (the push's timeout is 15 s; a blocked push raises instead of returning a result).
     directory = hostile_model_dir(ssh_host)
@@ -293,7 +292,7 @@ def test_busybox_container_push_refuses_planted_links_and_works_in_a_clean_dir(
     secret = rootfs / "secret"
     secret.write_bytes(SECRET)
     backups = planted_backup_dir(directory)
-    plant_link(backups / "config.json.out", "/secret")
+    plant_link(backups / "config.json.dflash-tmp.1", "/secret")
     plant_link(backups / "config.json.lockdir", "/lockdir-elsewhere")
     target = parse_target(f"{host.alias}/lxc:{container.name}:/models/X")
     with open_transport(target, options(host, command_timeout=20.0)) as transport:

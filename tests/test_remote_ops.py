@@ -29,9 +29,7 @@ from dflash_provision.remote.ops import (
     RemoteRead,
     WriteStatus,
     list_remote_backups,
-    plain_read_argv,
     read_remote_config,
-    remote_deadline,
     write_remote_config,
 )
 from dflash_provision.remote.protocol import script_argv
@@ -266,10 +264,8 @@ class CountingTransport(PrefixTransport):
         return super().run(argv, **kwargs)  # type: ignore[arg-type]
 
 
-# The fleet audit's read (remote_hash=False): a plain config is one bounded command the login
-# shell runs itself; everything else is described by the read script, whose statuses and
-# messages are the only ones. Compared here with the script's own answer (mode 0, which takes
-# the same path through read.sh for every file that is not a readable regular one).
+# The fleet audit's read (remote_hash=False): the read script in bytes mode, one exec for every
+# kind of file. Compared here with the script's answer with a remote hash (mode 0).
 
 
 def plain_and_described(
@@ -288,16 +284,13 @@ def as_judged(read: RemoteRead) -> tuple[object, ...]:
     return (read.path, read.status, read.data, read.sha256, read.size, read.message)
 
 
-def test_bytes_only_read_of_a_plain_config_is_one_bounded_command_without_a_shell(model_dir):
+def test_bytes_only_read_of_a_config_is_one_exec_of_the_read_script(model_dir):
     config = model_dir / "config.json"
     config.write_bytes(NEW)
     plain, described, commands = plain_and_described("coreutils", Path("/"), config)
     assert as_judged(plain) == as_judged(described)
     assert plain.status is ReadStatus.PRESENT and plain.data == NEW and plain.sha256 == sha(NEW)
-    # No sh, no script, no watchdog subshell: timeout (the deadline) and dd (the bounded read).
-    assert commands == [plain_read_argv(str(config), remote_deadline(10))]
-    assert commands[0][:6] == ["timeout", "-s", "TERM", "-k", "1", "8"]
-    assert "sh" not in commands[0] and f"bs={1024 * 1024 + 1}" in commands[0]
+    assert len(commands) == 1
 
 
 def _fifo_with_a_writer(path: Path) -> subprocess.Popen[bytes]:
@@ -321,7 +314,7 @@ CASES = {
     "a device": lambda d: (d / "config.json").symlink_to("/dev/zero"),
     "too large": lambda d: (d / "config.json").write_bytes(b"{" + b" " * (1024 * 1024 + 8)),
 }
-#: The status each case has (the script's word): the plain read must not change any of them.
+#: The status each case has (the script's word): the bytes mode must not change any of them.
 CASE_STATUS = {
     "empty file": ReadStatus.PRESENT,
     "not JSON first": ReadStatus.PRESENT,
@@ -346,10 +339,7 @@ def test_bytes_only_read_reports_what_the_read_script_reports(flavour, case, bb_
     assert as_judged(plain) == as_judged(described)
     assert plain.status is CASE_STATUS[case]
     assert time.monotonic() - started < 5, "nothing waited for its deadline (a FIFO least)"
-    plain_config = case == "symlink to a file"
-    # busybox's dd has no iflag=nonblock: there the script describes every file (2 commands).
-    assert len(commands) == (1 if plain_config and flavour == "coreutils" else 2)
-    assert commands[0][0] == "timeout"
+    assert len(commands) == 1
 
 
 def test_bytes_only_read_of_a_fifo_that_a_writer_holds_open_does_not_wait(model_dir):
@@ -361,32 +351,37 @@ def test_bytes_only_read_of_a_fifo_that_a_writer_holds_open_does_not_wait(model_
         assert time.monotonic() - started < 5
         assert plain.status is ReadStatus.NOT_REGULAR
         assert as_judged(plain) == as_judged(described)
-        assert len(commands) == 2
+        assert len(commands) == 1
     finally:
         writer.kill()
         writer.wait()
 
 
 def test_bytes_only_read_ended_at_its_deadline_is_a_timeout_not_the_files_bytes(model_dir):
-    # A dd that never returns (a frozen disk, a stuck mount), first on PATH: timeout ends it at
-    # the deadline (1 s for a 2 s limit) and the read reports a timeout; no describing script
-    # runs after it (the caller's time is spent).
+    # A head that never returns (a frozen disk, a stuck mount), first on PATH: the script's
+    # watchdog (it looks once a second) ends it at the deadline (3 s for a 4 s limit) and the
+    # read reports a timeout.
     config = model_dir / "config.json"
     config.write_bytes(NEW)
     fake = model_dir / "bin"
     fake.mkdir()
-    # It starts a child of its own: timeout ends the whole group, not only the process it ran.
-    (fake / "dd").write_text(f"#!/bin/sh\nsleep {STUCK_S} &\nwait\n")
-    (fake / "dd").chmod(0o755)
+    # Here the script leads no process group, so its watchdog ends its children: a head with a
+    # child of its own is tests/test_audit_read.py's, on a real sshd host.
+    (fake / "head").write_text(f"#!/bin/sh\nexec sleep {STUCK_S}\n")
+    (fake / "head").chmod(0o755)
     counting = CountingTransport(with_path(fake))
     started = time.monotonic()
     with pytest.raises(RemoteStepFailed) as raised:
-        read_remote_config(counting, str(config), metadata=False, remote_hash=False, timeout=2)
+        read_remote_config(counting, str(config), metadata=False, remote_hash=False, timeout=4)
+    # Ended by the watchdog at its 3 s deadline, or (on a slow machine) given up on by the
+    # caller at 4 s: either way a timeout, never bytes taken for the file's.
     assert raised.value.step == "timeout"
-    assert time.monotonic() - started < 2.5
+    assert time.monotonic() - started < 4.5
     assert len(counting.commands) == 1
-    assert "deadline" in raised.value.message
-    assert stuck_processes() == [], "the stuck dd and its child were ended at the deadline"
+    until = time.monotonic() + 3  # the watchdog looks once a second
+    while stuck_processes() and time.monotonic() < until:
+        time.sleep(0.2)
+    assert stuck_processes() == [], "the stuck head was ended at the deadline"
 
 
 STUCK_S = "3599.5"  # a sleep no other test starts
@@ -482,9 +477,9 @@ def test_write_replaces_file_returns_old_bytes_and_keeps_a_backup(transport, mod
 @pytest.mark.root
 @pytest.mark.parametrize("mode", [0o640, 0o755, 0o2644, 0o000, 0o044, 0o004, 0o444])
 def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_dir, mode):
-    # 0640: the temp file is created with it (umask); 0755 and 0o2644: bits a umask cannot give
-    # (x, set-gid) are set by chmod; 000, 044, 004 (`stat -c %a` drops their leading zeros) and
-    # 0444 (no w for the owner) get theirs after the write. The owner is copied too.
+    # The temp file (mktemp's 0600) gets its owner before the write and the mode after it:
+    # 0755 and 0o2644 (x, set-gid, which a chown would clear), 000, 044, 004 (`stat -c %a`
+    # drops their leading zeros) and 0444 (no w for the owner) all come out as they were.
     if os.getuid() != 0:
         pytest.skip("chown needs root")
     config = model_dir / "config.json"
@@ -497,6 +492,36 @@ def test_write_gives_the_new_file_the_old_files_mode_and_owner(transport, model_
     assert (oct(st.st_mode & 0o7777), st.st_uid, st.st_gid) == (oct(mode), 65534, 65534)
     assert config.read_bytes() == NEW
     assert_no_temp_left(model_dir)
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("mode", [0o640, 0o444, 0o004, 0o000])
+def test_the_temp_file_is_never_more_open_than_the_old_file_while_it_fills(model_dir, mode):
+    # A dd first on PATH notes the temp file's mode and owner as it starts writing (the bytes
+    # go in while it runs): no permission for the group or others that the old file lacks, and
+    # already the old file's owner.
+    if os.getuid() != 0:
+        pytest.skip("chown needs root")
+    config = model_dir / "config.json"
+    config.write_bytes(OLD)
+    os.chown(config, 65534, 65534)
+    config.chmod(mode)
+    fake = model_dir / "bin"
+    fake.mkdir()
+    noted = model_dir / "noted"
+    (fake / "dd").write_text(
+        "#!/bin/sh\nfor a; do case $a in of=*) "
+        f"stat -c '%a %u:%g' \"${{a#of=}}\" >>{noted} ;; esac; done\n"
+        f'exec {shutil.which("dd")} "$@"\n'
+    )
+    (fake / "dd").chmod(0o755)
+    outcome = write_remote_config(with_path(fake), str(config), NEW)
+    assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
+    [line] = noted.read_text().splitlines()
+    temp_mode, owner = line.split()
+    assert int(temp_mode, 8) & 0o077 & ~mode == 0, (oct(int(temp_mode, 8)), oct(mode))
+    assert owner == "65534:65534"
+    assert oct(config.stat().st_mode & 0o7777) == oct(mode)
 
 
 def test_unprivileged_owner_rewrites_its_own_read_only_config_keeping_mode_0444(
@@ -533,9 +558,9 @@ def test_new_file_is_0644_and_backup_is_named_after_the_utc_time(transport, mode
 @pytest.mark.root
 @pytest.mark.parametrize("shell", ["coreutils", "busybox"])
 def test_write_never_follows_a_symlink_planted_at_the_temp_files_name(bb_root, model_dir, shell):
-    # In a new PID namespace the script's shell is pid 1, so its temp name is predictable: plant
-    # a symlink there, as an attacker sharing the directory could. O_EXCL refuses it and a
-    # random mktemp name is used instead; the symlink's target is never written.
+    # In a new PID namespace the script's shell is pid 1, so a temp name made of its pid would
+    # be predictable: plant a symlink there, as an attacker sharing the directory could. The
+    # temp file is mktemp's (O_EXCL, a random name); the symlink's target is never written.
     if os.getuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare for a PID namespace")
     inner = busybox_transport(bb_root).prefix if shell == "busybox" else []
@@ -551,7 +576,7 @@ def test_write_never_follows_a_symlink_planted_at_the_temp_files_name(bb_root, m
     assert outcome.status is WriteStatus.WRITTEN, outcome.failure_text()
     assert victim.read_bytes() == b"precious\n"
     assert config.read_bytes() == NEW and not config.is_symlink()
-    assert oct(config.stat().st_mode & 0o777) == "0o640", "the mktemp name keeps the old mode"
+    assert oct(config.stat().st_mode & 0o777) == "0o640", "the new file keeps the old mode"
     assert planted.is_symlink()
     planted.unlink()
     assert_no_temp_left(model_dir)
@@ -937,10 +962,9 @@ def test_unread_write_refuses_a_file_this_login_cannot_read_before_creating_anyt
 
 
 @pytest.mark.root
-def test_a_host_without_proc_takes_the_first_push_way_and_still_checks_the_backup_dir(model_dir):
-    # /proc hidden (a tmpfs over it, in a mount namespace of its own): the script cannot hold
-    # the directory it pinned as /proc/self/fd/6, so it describes the push's own directory the
-    # first push's way (two stats) and refuses a planted link all the same.
+def test_a_host_without_proc_writes_and_still_checks_the_backup_dir(model_dir):
+    # /proc hidden (a tmpfs over it, in a mount namespace of its own): the write needs none of
+    # it, and refuses a planted link all the same.
     if os.getuid() != 0 or shutil.which("unshare") is None:
         pytest.skip("needs root and unshare")
     no_proc = PrefixTransport(

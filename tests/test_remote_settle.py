@@ -132,7 +132,8 @@ def test_later_writes_remove_the_marks_and_files_nobody_needs(shell, tmp_path):
     (backups / f"config.json.mark.{recent}").write_text("landed\n")
     (backups / f"config.json.mark.{old}").write_text("landed\n")
     (backups / "config.json.dflash-tmp.999999").write_bytes(b"half")
-    for legacy in ("config.json.writer", "config.json.landed.ab12", "config.json.cancel.cd34"):
+    legacy_files = ("writer", "landed.ab12", "cancel.cd34", "out")
+    for legacy in (f"config.json.{name}" for name in legacy_files):
         (backups / legacy).write_text("x\n")
     nonces = [new_nonce() for _ in range(4)]
     for i, nonce in enumerate(nonces):
@@ -142,5 +143,18 @@ def test_later_writes_remove_the_marks_and_files_nobody_needs(shell, tmp_path):
     assert marks(tmp_path) == {recent: "landed", nonces[-1]: "reported"}
     names = sorted(p.name for p in backups.iterdir())
     assert len([n for n in names if n.startswith("config.json.2")]) == 1, names
-    legacy = ("writer", "landed", "cancel", "dflash-tmp")
+    legacy = ("writer", "landed", "cancel", "dflash-tmp", "out")
     assert not [n for n in names if n.split(".")[2] in legacy], names
+
+
+def test_each_write_removes_the_mark_of_the_write_before(shell, tmp_path):
+    # Nothing else to prune (keep 5, two backups): the reported mark goes all the same, so a
+    # directory holds the marks of the writes whose answer may still be missing, and no more.
+    config = tmp_path / "config.json"
+    config.write_bytes(INCIDENT)
+    nonces = [new_nonce() for _ in range(3)]
+    for i, nonce in enumerate(nonces):
+        data = REFERENCE if i % 2 == 0 else INCIDENT
+        done = write_remote_config(shell, str(config), data, nonce=nonce, keep_backups=5)
+        assert done.status is WriteStatus.WRITTEN
+        assert marks(tmp_path) == {nonce: "reported"}, i

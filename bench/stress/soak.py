@@ -31,8 +31,8 @@ Checked (six counts; the first examples of each are printed with the seed and th
   corrupt       a config that is none of the known configs' bytes, or absent, at any sampled
                 moment (every host, every ~0.5 s, and at the end of every operation)
   leftovers     after settling (faults undone, one more push per host): any file in the model
-                directory or its .dflash-backups that is not by design (backups, the lock, the
-                scratch file, marks: named in the output)
+                directory or its .dflash-backups that is not by design (backups, the lock,
+                marks: named in the output)
   contradicted  an outcome the host's bytes contradict while no other writer could explain it
                 (the operation ran alone on its hosts: no other operation, no disk fault
                 mounted or unmounted, no killed write still running)
@@ -95,9 +95,9 @@ BOUND_S = STARTUP_S + CONNECT_TIMEOUT + 5 * COMMAND_TIMEOUT
 CONFIGS = 6
 KEEP = 5
 PAGE = 4096
-#: By-design files in <model>/.dflash-backups (see write.sh): backups, the lock, the scratch
-#: file, the marks settle.sh reads.
-BY_DESIGN = ("backup config.json.<UTC stamp>[.NNN]", "config.json.lock", "config.json.out",
+#: By-design files in <model>/.dflash-backups (see write.sh): backups, the lock, the marks
+#: settle.sh reads.
+BY_DESIGN = ("backup config.json.<UTC stamp>[.NNN]", "config.json.lock",
              "config.json.mark.<nonce>")  # fmt: skip
 #: Rollout: the hosts that serve the stand-in (the fleet's last two; bench/stress/soak_servers.py).
 SERVING = 2
@@ -655,7 +655,7 @@ class Soak:
                 self.touch(hs)
                 if kind == "disk-full":
                     # Filled up (0), or room for what is there and ``pages`` more (1: the temp
-                    # file fits, the hash's scratch output does not).
+                    # file fits, the write's mark does not).
                     size = (self.pages_used(hs) + pages) * PAGE if pages else 64 * PAGE
                     host.fill_disk(c.MODEL, size=str(size), fill=not pages)
                     hs.tmpfs = True
@@ -987,7 +987,7 @@ def _design_kind(name: str) -> str:
     rest = name.removeprefix("config.json.")
     if rest == name:
         return ""
-    if rest in ("lock", "out"):
+    if rest == "lock":
         return name
     if rest.startswith("mark."):
         return "config.json.mark.*"

@@ -1,6 +1,5 @@
-"""Audit: read every host's config in parallel and classify it (one connection each; one exec for a
-file that is there to read, one more for the read script to describe anything else: see
-remote/ops.plain_read_argv)."""
+"""Audit: read every host's config in parallel and classify it (one connection each; one exec of
+the read script in bytes mode per host: see remote/ops.read_remote_config)."""
 
 from __future__ import annotations
 

@@ -82,8 +82,7 @@ class RemoteRead:
     uid: int | None = None
     gid: int | None = None
     mtime: datetime | None = None
-    # PATH is a symlink (followed for reading): the read script says so; the fleet audit's plain
-    # read (remote_hash=False, a file it found) does not look, and nothing in an audit uses it.
+    # PATH is a symlink (followed for reading): the read script says so.
     is_symlink: bool = False
     message: str = ""  # the remote's wording when not PRESENT
 
@@ -124,24 +123,16 @@ def read_remote_config(
 
     ``metadata=False`` leaves mode, uid, gid and mtime None (the remote side then spawns no
     ``stat``). ``remote_hash=False`` (fleet audits; implies no metadata) spawns no ``sha256sum``
-    either: the bytes are hashed here, and the common case is not a script at all but one plain
-    bounded read (:func:`plain_read_argv`); anything else it meets is described by the script,
-    one exec more, so every status and message is the script's. Such a read does not report
-    ``is_symlink`` for a file it found (the script's answer, for the other cases, does). With the
-    remote hash, a file that changes while being read (the remote hash no longer matches the
-    bytes) is read again once; a second mismatch raises RemoteStepFailed(step="read"). Without
-    it, such a file is judged as read, as any reader would have seen it at that moment.
+    either: the bytes are hashed here. With the remote hash, a file that changes while being
+    read (the remote hash no longer matches the bytes) is read again once; a second mismatch
+    raises RemoteStepFailed(step="read"). Without it, such a file is judged as read, as any
+    reader would have seen it at that moment.
     """
     check_remote_path(path)
     mode = "bytes" if not remote_hash else "1" if metadata else "0"
     # No timeout given: the transport's command_timeout, which also bounds the remote side (its
     # watchdog ends a read stuck on a FIFO or a frozen disk before the caller gives up).
     limit = transport.command_timeout if timeout is None else timeout
-    if not remote_hash:
-        found, limit = _plain_read(transport, path, limit)
-        if found is not None:
-            return found
-        timeout = limit  # what is left of the caller's time, for the describing script
     deadline = remote_deadline(limit)
     args = [path, mode, str(deadline)]
     for _attempt in range(2):
@@ -174,63 +165,8 @@ def read_remote_config(
 
 
 # Exit statuses of a script ended by a signal: 128 + SIGTERM/SIGKILL from the login shell, 255
-# over SSH when the exit status was dropped, negative from a local subprocess; 124 is coreutils'
-# `timeout` reporting that it ended its command (plain_read_argv).
-_ENDED_BY_SIGNAL = {124, 143, 137, 255, -15, -9}
-
-
-def plain_read_argv(path: str, deadline: int) -> list[str]:
-    """The fleet audit's read when nothing is unusual: one command that the login shell runs
-    itself (no ``sh -c``, no script, no watchdog subshell), as cheap for a host as ``cat FILE``
-    plus the ``timeout`` process that keeps the deadline.
-
-    - ``dd`` stops after MAX_CONFIG_BYTES + 1 bytes (``count=1`` of a block that size,
-      ``fullblock`` so that a short read of a regular file does not stop it early): bounded on
-      the host, like the scripts' ``head -c``.
-    - ``iflag=nonblock`` opens the file with O_NONBLOCK: a FIFO at the path (with or without a
-      writer) answers at once with nothing or an error instead of holding the read; O_NONBLOCK
-      changes nothing for a regular file. ``head`` has no such option: a FIFO would hold it
-      until the deadline, where the script reports ``not-regular`` at once.
-    - ``timeout`` ends it at ``deadline`` (TERM, then KILL a second later) with every process
-      of its group, which is what the scripts' watchdog does for a tool stuck on a frozen disk.
-
-    Everything that is not a plain success (an empty or over-long answer, an error, a tool
-    that is not there or does not take these options, as busybox's ``dd`` does not, bytes that
-    do not start as a JSON object does) is described by the read script instead, so its
-    statuses and messages stay the only ones."""
-    return [
-        "timeout", "-s", "TERM", "-k", "1", str(deadline),
-        "dd", f"if={path}", "iflag=nonblock,fullblock",
-        f"bs={MAX_CONFIG_BYTES + 1}", "count=1", "status=none",
-    ]  # fmt: skip
-
-
-def _plain_read(transport: Transport, path: str, limit: float) -> tuple[RemoteRead | None, float]:
-    """The read of plain_read_argv: the file's RemoteRead when it found a plain config (some
-    bytes, at most the limit), else None and the seconds left of ``limit`` for the describing
-    script. Raises the read's timeout when ``timeout`` ended it at its deadline, as the script's
-    watchdog would have."""
-    deadline = remote_deadline(limit)
-    result = transport.run(plain_read_argv(path, deadline), stdin=None, timeout=limit)
-    data = result.stdout
-    # Empty: an empty file, or a FIFO nobody writes to; over the limit: a large file, or a
-    # device; either way the script says which. Not "{" first: a broken file (the script then
-    # brings the same bytes), or text the login itself wrote before dd's (a .bashrc's echo),
-    # which would be taken for the file's here and is a protocol error in the script's answer.
-    if (
-        result.exit_status == 0
-        and 0 < len(data) <= MAX_CONFIG_BYTES
-        and data.lstrip(b" \t\r\n")[:1] == b"{"
-    ):
-        return present_read(path, data), limit
-    _raise_if_ended_at_deadline(transport, path, result, deadline)
-    left = limit - result.duration_s
-    if left <= 0:
-        raise RemoteStepFailed(
-            f"{transport.description}: reading {path} did not finish within {limit:g} s",
-            step="timeout",
-        )
-    return None, left
+# over SSH when the exit status was dropped, negative from a local subprocess.
+_ENDED_BY_SIGNAL = {143, 137, 255, -15, -9}
 
 
 def _raise_if_ended_at_deadline(

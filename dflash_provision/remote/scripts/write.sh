@@ -25,7 +25,7 @@
 #   trust     <dir>/.dflash-backups, the push's own directory (created 0700), must be a
 #             directory owned by root or by us, writable by no one else, right inside the
 #             destination directory (not a symlink to elsewhere) and on its filesystem. Every
-#             name the write creates (lock, scratch file, temp file, backups, marks) lives
+#             name the write creates (lock, temp file, backups, marks) lives
 #             there, and the script works from inside it (cd), so the destination directory's
 #             owner, who may be someone else, can plant nothing on the way (see README "Trust
 #             model")
@@ -33,11 +33,10 @@
 #             when its recorded pid is gone or now names another process: pid + start time +
 #             boot id); gives up after LOCK_TIMEOUT_S. Held until the script ends, read-back
 #             included: no other push can come between this rename and its proof
-#   tmp       create the temp file in .dflash-backups (same filesystem, so the rename is
-#             atomic) exclusively (O_EXCL), already with the old file's permissions (0644 for a
-#             new file): <base>.dflash-tmp.<pid>, else mktemp
-#   attrs     chmod (when the mode did not come out right) / chown the still empty temp file
-#             like the old file
+#   tmp       mktemp the temp file in .dflash-backups (same filesystem, so the rename is
+#             atomic), exclusively (O_EXCL), mode 0600: <base>.dflash-tmp.XXXXXX
+#   attrs     chown the still empty temp file like the old file; after the write, chmod it to
+#             the old file's mode (0644 for a new file)
 #   write     stdin > tmp with dd conv=fsync: the bytes and their fsync in one process
 #   verify    tmp has SHA256 (a connection cut mid-write leaves a short tmp); the same
 #             sha256sum hashes the old file under the lock (written meanwhile by someone else
@@ -78,12 +77,12 @@
 # "error MESSAGE", the temp file is removed, the old file is left as it was, and the exit status
 # names the step.
 #
-# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), stat (the push's own
-# directory, its parent and the old file), flock, dd, sha256sum, ln, mv, sync, wc (the
-# parts' lengths) and head (the read-back and the old bytes in one), plus one rm when there is something to prune (and, for
-# the first push into a directory, mkdir and a second stat); an unchanged one a stat, sha256sum
-# (when the size matches), wc and head. Each process is ~1 ms of a host's CPU, and a fleet command
-# runs this on every host at once.
+# Cost: a drifted file costs sh, the watchdog (a subshell and its sleep), two stats (the
+# destination directory and the old file; the push's own directory and its parent), flock,
+# mktemp, dd, chmod, sha256sum, ln, mv, sync, wc (the parts' lengths) and head (the read-back and
+# the old bytes in one), plus one rm when there is something to prune (the mark of the write
+# before, mostly) and, for the first push into a directory, mkdir; an unchanged one a stat,
+# sha256sum (when the size matches), wc and head.
 
 dest=$1
 asked=$1 # the path as the caller gave it: what the read-back opens, as a reader would
@@ -150,8 +149,11 @@ ended() {
 finish() {
 	status=$1
 	say "result $result"
-	# Drain unread input so the sender never blocks on a full pipe; bytes that fit in the
-	# least a pipe holds (one page) are in it already, and need no process.
+	# Drain unread input so the sender never blocks on a full pipe. Input that fits in the
+	# least a pipe holds (one page; a config is ~2 KB) cannot block it, and is not waited for:
+	# the caller sends it only once the exec request is answered, so it reaches the host a
+	# round trip after this script started, and a cat reading it to its end would hold the
+	# answer of an unchanged file (or a refusal) for that round trip.
 	[ "$stdin_done" = 1 ] || [ "$want_size" -le 4096 ] 2>/dev/null || cat >/dev/null 2>&1
 	if [ "$result" = unchanged ]; then
 		send_parts readback "$asked"
@@ -181,17 +183,7 @@ finish() {
 # missing.
 send_parts() {
 	sizes=
-	l1=
-	l2=
-	# Through the scratch file when there is one (see quietly): no subshell forked for the
-	# measuring. A full disk leaves it empty (busybox's wc then still says yes): measured again
-	# into this shell's memory.
-	if [ $# -gt 0 ] && [ -n "${errf:-}" ] && wc -c -- "$2" ${4:+"$4"} >"$errf" 2>/dev/null; then
-		{ read -r l1 && read -r l2; } <"$errf" 2>/dev/null
-	fi
-	if [ -n "$l1" ]; then
-		sizes=$l1$nl$l2
-	elif [ $# -gt 0 ]; then
+	if [ $# -gt 0 ]; then
 		sizes=$(wc -c -- "$2" ${4:+"$4"} 2>/dev/null) || sizes=
 	fi
 	sent=
@@ -243,37 +235,10 @@ fail_tool() {
 	fail "$1" "$why" "cannot $3: $4" "$2"
 }
 
-# letters DIGIT: sets $letters to the permissions of one octal digit, for a symbolic umask.
-letters() {
-	case $1 in
-	0) letters= ;;
-	1) letters=x ;;
-	2) letters=w ;;
-	3) letters=wx ;;
-	4) letters=r ;;
-	5) letters=rx ;;
-	6) letters=rw ;;
-	*) letters=rwx ;;
-	esac
-}
-
 # digits STAMP: sets $digits to YYYYmmddTHHMMSSZ as one number (YYYYmmddHHMMSS), to compare.
 digits() {
 	digits=${1%Z}
 	digits=${digits%T*}${digits#*T}
-}
-
-# quietly CMD...: run CMD with its stderr in the scratch file $errf rather than in a command
-# substitution: the shell then starts CMD with a vfork instead of forking a subshell first. On
-# failure $err holds the first line of what CMD said; when even the scratch file could not be
-# written (a full disk), CMD runs again in a subshell that captures it. Only for commands that
-# may run twice when they failed once (ln, cp, mv).
-quietly() {
-	"$@" 2>"$errf" && return 0
-	err=
-	read -r err <"$errf" 2>/dev/null
-	[ -z "$err" ] || return 1
-	err=$("$@" 2>&1)
 }
 
 say "dflash-write 1"
@@ -342,43 +307,13 @@ if [ "$readable" = 1 ] && [ -f "$file" ] && [ ! -r "$file" ]; then
 	fail dest permission-denied "user $(whoami_text) may not read $dest: a file that cannot be judged is not replaced" 14
 fi
 
-# Every push after the first finds its own directory here (see trust): then ONE stat describes
-# it, its parent and the old file, from inside it. The parent is checked against the directory
-# this script pinned, held open as fd 6 (/proc/self/fd/6: no path resolved twice), and nothing
-# is taken from in there before the trust checks pass; when they do not (or there is no /proc),
-# the script goes back and takes the first push's way, whose own checks then speak.
-old_size=
-old_mode=
-old_owner=
-inside=0
-if [ -d .dflash-backups ] && [ -d /proc/self/fd ] && true 6<. 2>/dev/null; then
-	exec 6<.
-	if cd -P .dflash-backups 2>/dev/null; then
-		set -- $(stat -c '%u %a %d:%i %s %u:%g' . .. "../$base" 2>/dev/null)
-		# Its parent is the pinned directory (-ef): then that is the one HERE to compare with.
-		if [ $# -ge 10 ] && [ .. -ef /proc/self/fd/6 ] && own_dir_distrust "$1" "$2" "$3" "$8" "$8"; then
-			inside=1
-		fi
-		if [ "$inside" = 1 ]; then
-			file=../$base
-			shift 10
-			old_size=${4:-}
-			old_mode=${2:-}
-			old_owner=${5:-}
-		else
-			cd -P /proc/self/fd/6 2>/dev/null || fail dir permission-denied "user $(whoami_text) cannot enter $dir" 12
-		fi
-	fi
-fi
-if [ "$inside" = 0 ]; then
-	# The first push's way: this directory and the old file, from here. The first line is the
-	# identity of this directory, which the push's own directory must be right inside.
-	set -- $(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
-	here=${1:-}
-	old_size=${6:-}
-	old_mode=${7:-}
-	old_owner=${8:-}
-fi
+# This directory and the old file, from here. The first line is the identity of this
+# directory, which the push's own directory must be right inside (see trust).
+set -- $(stat -c '%d:%i %s %a %u:%g' . "$file" 2>/dev/null)
+here=${1:-}
+old_size=${6:-}
+old_mode=${7:-}
+old_owner=${8:-}
 
 # Already right? Then write nothing, and need no lock, no backup dir, no temp file (so a
 # read-only directory holding the right file is fine). A file of another size cannot be right,
@@ -403,23 +338,17 @@ say "old $old"
 [ -z "$old_size" ] || say "old_size $old_size"
 
 # --- trust ------------------------------------------------------------------------------------
-# The push's own directory (own_dir.sh), checked above already when the script is in it
-# (inside=1).
-if [ "$inside" = 0 ]; then
-	enter_own_dir create
-	case $? in
-	2) fail_tool lock 11 "create $bdir" "$err" ;;
-	1)
-		# Back to the destination directory by the path we were given, to report from there.
-		if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
-		fail trust unsafe-dir "refusing $bdir: $distrust; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
-		;;
-	esac
-	file=../$base
-fi
-
-# Scratch file for the messages of the tools below (see quietly), kept beside the lock.
-errf=./$base.out
+# The push's own directory (own_dir.sh).
+enter_own_dir create
+case $? in
+2) fail_tool lock 11 "create $bdir" "$err" ;;
+1)
+	# Back to the destination directory by the path we were given, to report from there.
+	if cd -P -- "$dir" 2>/dev/null; then file=./$base; else file=; fi
+	fail trust unsafe-dir "refusing $bdir: $distrust; another user could plant links in it to make this push write, delete or read files elsewhere (remove it: the next push creates its own, mode 0700)" 19
+	;;
+esac
+file=../$base
 
 # --- lock -------------------------------------------------------------------------------------
 if ! take_lock; then
@@ -428,62 +357,24 @@ if ! take_lock; then
 fi
 say "lock $lock_method"
 
-# --- tmp --------------------------------------------------------------------------------------
-# The shell creates it, exclusively (noclobber: O_EXCL), in the push's own directory. The umask
-# gives it the old file's permission bits from the start (0644 for a new file), so while it
-# fills it is never readable by more users than the old file (bits a umask cannot give, x and
-# set-id, are set in the attrs step, before any byte is in it; a mode without the owner's w is
-# set after the write, so that the write itself is allowed). A file of that name can only be left
-# over from a killed run whose pid came round again; for that (and any other failure) mktemp
-# tries a random name before the step fails. `stat -c %a` drops leading zero digits (044 is
-# "44"): pad them back.
+# --- tmp ------------------------------------------------------------------------------------
+# mktemp creates it exclusively (O_EXCL) in the push's own directory, mode 0600: while it fills
+# it is open to no one but its owner, never more than the old file. `stat -c %a` drops leading
+# zero digits (044 is "44"): pad them back for the chmod after the write.
 want_mode=${old_mode:-644}
 while [ ${#want_mode} -lt 3 ]; do want_mode=0$want_mode; done
-create_mask=u=rw,g=,o=
-need_chmod=0
-late_chmod=0
-case $want_mode in
-[0-7][0-7][0-7])
-	group_digit=${want_mode#?}
-	letters "${want_mode%??}"
-	case ${want_mode%??} in [0145]) letters=rw late_chmod=1 ;; esac
-	create_mask=u=$letters
-	letters "${group_digit%?}"
-	create_mask=$create_mask,g=$letters
-	letters "${want_mode#??}"
-	create_mask=$create_mask,o=$letters
-	;;
-esac
-# A umask gives only r and w bits: x and set-id bits need a chmod (the attrs step).
-case $want_mode in *[1357]* | ????*) need_chmod=1 ;; esac
-# Without the owner's w, every bit is set after the write (before it, the new file is never more
-# open than the final mode: the umask gave it the same r and w bits for group and others).
-[ "$late_chmod" = 0 ] || need_chmod=0
-tmp_name=./$base.dflash-tmp.$$
-umask "$create_mask"
-set -C
-if { true >"$tmp_name"; } 2>/dev/null; then
-	tmp=$tmp_name
-elif tmp=$(umask 077 && mktemp "./$base.dflash-tmp.XXXXXX" 2>/dev/null); then
-	[ "$late_chmod" = 1 ] || need_chmod=1 # mktemp makes it 0600 whatever the umask
-else
-	# Both failed: ask a subshell for the shell's own words about the first attempt.
-	err=$( { true >"$tmp_name"; } 2>&1)
+if ! tmp=$(mktemp "./$base.dflash-tmp.XXXXXX" 2>&1); then
+	err=$tmp
 	tmp=
-	set +C
 	fail_tool tmp 15 "create a temp file in $bdir" "$err"
 fi
-set +C
-umask 022
 
 # --- attrs ------------------------------------------------------------------------------------
-# Before any byte is in the temp file: the mode, when the umask could not give it, and the
-# owner. A file we own, in our group, needs nothing (the shell tests that without a process);
-# any other gets the old owner, and when that chown is refused (not root) it only fails the write
-# if the temp file's owner really differs (a setgid directory gives both files its group).
-if [ "$need_chmod" = 1 ]; then
-	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-fi
+# Before any byte is in the temp file: the owner. A file we own, in our group, needs nothing (the
+# shell tests that without a process); any other gets the old owner, and when that chown is
+# refused (not root) it only fails the write if the temp file's owner really differs (a setgid
+# directory gives both files its group). The mode is set after the write (a chown clears set-id
+# bits, and a mode without the owner's w would refuse the write itself).
 if [ -n "$old_owner" ] && ! { [ -O "$file" ] && [ -G "$file" ]; }; then
 	if ! err=$(chown "$old_owner" "$tmp" 2>&1); then
 		[ "$(stat -c %u:%g "$tmp" 2>/dev/null)" = "$old_owner" ] ||
@@ -509,14 +400,12 @@ if ! err=$(dd of="$tmp" bs=65536 conv=fsync 2>&1); then
 	fi
 fi
 stdin_done=1
-if [ "$late_chmod" = 1 ]; then
-	err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
-fi
+err=$(chmod "$want_mode" "$tmp" 2>&1) || fail_tool attrs 18 "chmod the new file" "$err"
 
 # --- verify -----------------------------------------------------------------------------------
 # One sha256sum for the temp file and the old one (as it is now, under the lock; its hash goes
-# into the history), read in that order from the scratch file. GNU sha256sum marks a line whose
-# name it had to escape with a leading backslash.
+# into the history), in that order. GNU sha256sum marks a line whose name it had to escape with
+# a leading backslash.
 hash=
 old_hash=
 # A file that was missing when this write looked may have been created while it waited for the
@@ -529,35 +418,23 @@ if [ "$old" = missing ] && [ -f "$file" ] && [ ! -L "$file" ]; then
 	old_size=$(stat -c %s "$file" 2>/dev/null) && say "old_size $old_size"
 fi
 if [ "$old" = present ]; then
-	sha256sum "$tmp" "$file" >"$errf" 2>/dev/null
+	sums=$(sha256sum "$tmp" "$file" 2>/dev/null)
 else
-	sha256sum "$tmp" >"$errf" 2>/dev/null
+	sums=$(sha256sum "$tmp" 2>/dev/null)
 fi
-{
-	read -r hash _ && read -r old_hash _
-} <"$errf" 2>/dev/null
+# Each line's first word (the names are not split: they may hold any character).
+hash=${sums%%[ $nl]*}
+case $sums in *"$nl"*)
+	old_hash=${sums#*"$nl"}
+	old_hash=${old_hash%%[ $nl]*}
+	;;
+esac
 hash=${hash#\\}
 old_hash=${old_hash#\\}
 if [ "$hash" != "$want_sha" ]; then
 	size=$(stat -c %s "$tmp" 2>/dev/null)
 	[ -z "$size" ] || [ "$size" = "$want_size" ] ||
 		fail verify short-write "received $size of $want_size bytes (connection lost mid-write?)" 17
-	if [ -z "$hash" ]; then
-		# No hash at all: its output did not reach the scratch file (a disk with room for the
-		# temp file but not for these few bytes). Hash again into this shell's memory: the
-		# bytes received are fine when that works, and the cause is what writing the scratch
-		# file says (the disk is full, read-only...), not corrupted bytes.
-		set -- $(sha256sum "$tmp" 2>/dev/null)
-		if [ "${1:-}" = "$want_sha" ]; then
-			# (sha256sum says only "write error"; dd names the error.)
-			if err=$(dd if="$tmp" of="$errf" bs=512 count=1 2>&1); then
-				err="its output could not be written there, then could"
-			fi
-			err=${err%%"$nl"*}
-			: 2>/dev/null >"$errf"
-			fail verify "$(reason_of "$err")" "cannot keep the hash of the new file in $bdir: $err" 17
-		fi
-	fi
 	fail verify hash-mismatch "received bytes do not have the expected sha256" 17
 fi
 [ -z "$old_hash" ] || say "old_sha256 $old_hash"
@@ -608,8 +485,8 @@ if [ "$old" = present ]; then
 	fi
 	# A hard link keeps the very file that is being replaced (a link planted there in the
 	# meantime is linked as a link, never followed; rollback refuses such a backup).
-	if ! quietly ln "$file" "./$backup"; then
-		quietly cp -P -p "$file" "./$backup" || {
+	if ! err=$(ln "$file" "./$backup" 2>&1); then
+		err=$(cp -P -p "$file" "./$backup" 2>&1) || {
 			rm -f "./$backup"
 			backup=
 			fail_tool backup 20 "keep a backup of $dest in $bdir" "$err"
@@ -634,8 +511,12 @@ if [ -n "$nonce" ]; then
 		[ "$state" != cancelled ] ||
 			fail rename cancelled "the push was already reported as not done (its connection was lost before this step)" 23
 		# Ours, half written (a full disk?): it can only say that this write failed, and why
-		# (the same write again, appending, for the shell's words).
-		err=$( { echo failed >>"./$base.mark.$nonce"; } 2>&1)
+		# (written again by dd, which names the error: the shell's echo may say only "I/O
+		# error").
+		if err=$(echo failed | dd of="./$base.mark.$nonce" 2>&1); then
+			err="it could not be written, then could"
+		fi
+		err=${err%%"$nl"*}
 		[ ! -e "./$base.mark.$nonce" ] || echo failed 2>/dev/null >"./$base.mark.$nonce"
 		fail rename "$(reason_of "$err")" "cannot record this write in $bdir/$base.mark.$nonce: ${err:-disk full?}" 21
 	fi
@@ -645,7 +526,7 @@ fi
 # -T: a directory (or a link to one) planted at DEST is an error, not a place to move into. A
 # failure that left no temp file behind renamed it nonetheless.
 renaming=1
-if ! quietly mv -f -T "$tmp" "$file" && [ -e "$tmp" ]; then
+if ! err=$(mv -f -T "$tmp" "$file" 2>&1) && [ -e "$tmp" ]; then
 	fail_tool rename 21 "rename the new file over $dest" "$err"
 fi
 if [ -e "$tmp" ]; then
@@ -662,7 +543,7 @@ say "sha256_after $want_sha"
 # "sync DIR" fsyncs the directory with coreutils >= 8.24 and busybox >= 1.24. Older coreutils
 # print "ignoring all arguments" and sync everything; others reject the argument: both are a
 # global sync, and reported as one.
-if sync .. 2>"$errf" && [ ! -s "$errf" ]; then
+if err=$(sync .. 2>&1) && [ -z "$err" ]; then
 	dir_sync=fsync
 else
 	sync
@@ -692,19 +573,12 @@ limit=$keep
 [ "$limit" -gt 0 ] || limit=1 # our own backup is removed after its bytes are sent
 now=${nonce%"${nonce#????????}"}
 count=0
-others=0
 for f in ./*; do
 	case ${f##*/} in
 	"$base".[0-9]*) [ -f "$f" ] && count=$((count + 1)) ;;
-	"$base".mark.*) [ "$f" = "$mark" ] || others=$((others + 1)) ;;
-	# A killed write's temp file (we hold the lock: no live write owns one), and the evidence
-	# files of the versions before the mark: always worth the rm.
-	"$base".dflash-tmp.* | "$base".writer | "$base".landed.* | "$base".cancel.*) others=8 ;;
 	esac
 done
 excess=$((count - limit))
-# Marks go with the backups' rm, or on their own once eight have gathered: one rm for all.
-[ "$excess" -gt 0 ] || [ "$others" -ge 8 ] || others=0
 pruned=0
 # The oldest names sort first.
 set --
@@ -717,10 +591,11 @@ for f in ./*; do
 		pruned=$((pruned + 1))
 		;;
 	"$base".mark.*)
-		[ "$others" -gt 0 ] && [ "$f" != "$mark" ] && stale_mark "$f" "${name#"$base".mark.}" &&
-			set -- "$@" "$f"
+		[ "$f" != "$mark" ] && stale_mark "$f" "${name#"$base".mark.}" && set -- "$@" "$f"
 		;;
-	"$base".dflash-tmp.* | "$base".writer | "$base".landed.* | "$base".cancel.*)
+	# A killed write's temp file (we hold the lock: no live write owns one), the evidence files
+	# of the versions before the mark and the scratch file of those before 2026-12-06.
+	"$base".dflash-tmp.* | "$base".out | "$base".writer | "$base".landed.* | "$base".cancel.*)
 		set -- "$@" "$f"
 		;;
 	esac
