@@ -24,7 +24,8 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -177,18 +178,27 @@ def _install_models(host: Host, models: tiny_models.TinyModels) -> None:
         )
 
 
-@pytest.fixture(scope="module")
-def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
+@contextmanager
+def real_bed(
+    tmp_path_factory: pytest.TempPathFactory, vllm_env: Callable[[], VllmEnv]
+) -> Iterator[RealBed]:
+    """One sshd host with every tiny model installed, for the vLLM ``vllm_env`` gives (asked
+    only once the test bed can run here: building a venv takes minutes; skips otherwise)."""
     reason = missing_prerequisites()
     if reason:
         pytest.skip(f"testbed: {reason}")
-    env = ensure_env_or_skip()
+    env = vllm_env()
     models = tiny_models.build_tiny_models(tmp_path_factory.mktemp("tiny") / "models")
     with Fleet(tmp_path_factory.mktemp("vllm-host"), 1, address_prefix=None) as fleet:
         host = fleet.hosts[0]
         _install_models(host, models)
-        workdir = tmp_path_factory.mktemp("cli")
-        yield RealBed(host, env, models, workdir)
+        yield RealBed(host, env, models, tmp_path_factory.mktemp("cli"))
+
+
+@pytest.fixture(scope="module")
+def bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RealBed]:
+    with real_bed(tmp_path_factory, ensure_env_or_skip) as built:
+        yield built
 
 
 @pytest.fixture

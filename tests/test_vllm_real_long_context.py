@@ -24,9 +24,9 @@ import pytest
 
 from dflash_provision.errors import ExitCode
 from testbed import tiny_models
-from testbed.hosts import Fleet, missing_prerequisites
+from testbed.vllm_real import VllmEnv
 from tests.fixtures.runtime import ensure_env_or_skip, free_port
-from tests.test_vllm_real import RealBed, Run, _install_models, raw_counters, stage
+from tests.test_vllm_real import RealBed, Run, raw_counters, real_bed, stage
 
 pytestmark = [pytest.mark.vllm, pytest.mark.integration, pytest.mark.root]
 
@@ -47,15 +47,7 @@ class SlidingServer:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlidingServer]:
     """Real vLLM serving the tiny target with the sliding drafter, launched by the CLI (which
     passes --per-request-spec-decode-metrics: 0.32.0 takes it)."""
-    reason = missing_prerequisites()
-    if reason:
-        pytest.skip(f"testbed: {reason}")
-    env = ensure_env_or_skip()
-    models = tiny_models.build_tiny_models(tmp_path_factory.mktemp("tiny") / "models")
-    with Fleet(tmp_path_factory.mktemp("vllm-host"), 1, address_prefix=None) as fleet:
-        host = fleet.hosts[0]
-        _install_models(host, models)
-        bed = RealBed(host, env, models, tmp_path_factory.mktemp("cli"))
+    with real_bed(tmp_path_factory, ensure_env_or_skip) as bed:
         port = free_port()
         launched = bed.launch("sliding", port, "--no-check")
         assert launched.returncode == 0, launched.output
@@ -159,16 +151,13 @@ def test_real_vllm_0_28_without_per_request_figures_judges_the_long_part_by_its_
     long part is then judged by vLLM's counters around the long request, and says so."""
     from testbed import vllm_matrix
 
-    reason = missing_prerequisites()
-    if reason:
-        pytest.skip(f"testbed: {reason}")
     release = vllm_matrix.RELEASES["0.28.0"]
-    vllm_matrix.ensure_release(release)
-    models = tiny_models.build_tiny_models(tmp_path_factory.mktemp("tiny") / "models")
-    with Fleet(tmp_path_factory.mktemp("vllm-host"), 1, address_prefix=None) as fleet:
-        host = fleet.hosts[0]
-        _install_models(host, models)
-        bed = RealBed(host, release.env, models, tmp_path_factory.mktemp("cli"))
+
+    def release_env() -> VllmEnv:
+        vllm_matrix.ensure_release(release)
+        return release.env
+
+    with real_bed(tmp_path_factory, release_env) as bed:
         port = free_port()
         launched = bed.launch("sliding", port, "--no-check")
         try:
@@ -179,7 +168,7 @@ def test_real_vllm_0_28_without_per_request_figures_judges_the_long_part_by_its_
             )
             # ps cuts args short: the server's whole argv from /proc (its first vLLM process).
             pid = bed.vllm_processes()[0].split()[0]
-            argv = host.exec(["cat", f"/proc/{pid}/cmdline"], timeout=30).stdout.split("\0")
+            argv = bed.host.exec(["cat", f"/proc/{pid}/cmdline"], timeout=30).stdout.split("\0")
             assert "serve" in argv and "--speculative-config" in argv, argv
             assert "--per-request-spec-decode-metrics" not in argv, argv
             before = raw_counters(port)
